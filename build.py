@@ -1,0 +1,356 @@
+#!/usr/bin/env python3
+"""safebox's build and developer entry points.
+
+Two roles in one file, both standard library only:
+
+* PEP 517 build backend (``pyproject.toml`` names it with ``backend-path``):
+  ``build_wheel`` compiles ``helper/`` into ``python/safebox/_bin/`` and then
+  hands over to setuptools, so ``pip install .`` and ``pip install
+  safebox-X.tar.gz`` both produce an installed, working helper.
+* Developer commands::
+
+      python3 build.py setup   # host packages, .venv, safebox installed (idempotent)
+      python3 build.py demo    # setup, then show the sandbox blocking and allowing
+      python3 build.py test    # setup, then every test: C (ASan/UBSan, fuzz), pytest
+                               # as this user and, when root, as an unprivileged user
+      python3 build.py helper  # compile the helper only
+
+Every failure prints one ``build.py:`` line naming the fix and exits 1.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent
+HELPER_DIR = ROOT / "helper"
+BIN_DIR = ROOT / "python" / "safebox" / "_bin"
+HELPER_BIN = BIN_DIR / "safebox-helper"
+VENV = ROOT / ".venv"
+VERSION = "0.1.0"
+
+# The helper is security code: warnings are errors, and the usual hardening.
+CFLAGS = [
+    "-std=gnu11", "-O2", "-g",
+    "-Wall", "-Wextra", "-Werror", "-Wformat=2", "-Wshadow", "-Wvla",
+    "-Wstrict-prototypes", "-Wmissing-prototypes", "-Wno-unused-parameter",
+    "-D_GNU_SOURCE", "-D_FORTIFY_SOURCE=2", "-fstack-protector-strong",
+    "-fPIE", "-pie", "-Wl,-z,relro,-z,now",
+]
+# Sources that make up the helper binary; tests and the fuzz harness live in tests/helper.
+HELPER_MAIN = "main.c"
+
+# Host tools and the Debian/Fedora/Arch packages that provide them.
+HOST_NEEDS = {
+    # command: (apt, dnf, pacman)
+    "bwrap": ("bubblewrap", "bubblewrap", "bubblewrap"),
+    "socat": ("socat", "socat", "socat"),
+    "rg": ("ripgrep", "ripgrep", "ripgrep"),
+    "cc": ("gcc", "gcc", "gcc"),
+    "curl": ("curl", "curl", "curl"),
+}
+# Needed only by the test suite (fuzzing with libFuzzer, test hosts in netns).
+TEST_NEEDS = {
+    "clang": ("clang", "clang", "clang"),
+    "ip": ("iproute2", "iproute", "iproute2"),
+    "unshare": ("util-linux", "util-linux", "util-linux"),
+}
+LIBSECCOMP = ("libseccomp-dev", "libseccomp-devel", "libseccomp")
+UNPRIVILEGED_USER = "safebox-ci"
+
+
+class BuildError(Exception):
+    """A build or set-up step failed; the message names the fix."""
+
+
+def _say(msg: str) -> None:
+    print(f"build.py: {msg}", flush=True)
+
+
+# ---------------------------------------------------------------- helper build
+
+def _source_digest() -> str:
+    """Digest of the helper sources: the helper embeds it, doctor compares it."""
+    h = hashlib.sha256()
+    for p in sorted(HELPER_DIR.glob("*.[ch]")):
+        h.update(p.name.encode() + b"\0" + p.read_bytes() + b"\0")
+    return h.hexdigest()[:16]
+
+
+def helper_sources() -> list[Path]:
+    """The .c files linked into the helper binary."""
+    return sorted(HELPER_DIR.glob("*.c"))
+
+
+def compile_helper(out: Path = HELPER_BIN, *, extra_flags: list[str] | None = None,
+                   cc: str | None = None) -> Path:
+    """Compile helper/ into ``out``. Raises BuildError naming the missing piece."""
+    cc = cc or os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
+    if not cc:
+        raise BuildError("no C compiler found; install gcc (apt-get install gcc) "
+                         "or run `python3 build.py setup` as root")
+    srcs = helper_sources()
+    if not srcs:
+        raise BuildError(f"no helper sources in {HELPER_DIR}")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(out.name + ".tmp")
+    cmd = [cc, *CFLAGS, *(extra_flags or []),
+           f'-DSAFEBOX_VERSION="{VERSION}"',
+           f'-DSAFEBOX_BUILD_ID="{_source_digest()}"',
+           "-I", str(HELPER_DIR), *map(str, srcs), "-o", str(tmp)]
+    try:
+        r = subprocess.run(cmd, capture_output=True, text=True)
+    except FileNotFoundError:
+        raise BuildError(f"C compiler {cc!r} not found; install gcc") from None
+    if r.returncode != 0:
+        sys.stderr.write(r.stderr)
+        if "No such file" in r.stderr and ".h" in r.stderr:
+            raise BuildError("C headers missing; install libc6-dev and linux-libc-dev")
+        raise BuildError("helper compilation failed (see the compiler output above)")
+    # 0755 and atomically replaced: the installed helper is never half-written.
+    os.chmod(tmp, 0o755)
+    os.replace(tmp, out)
+    return out
+
+
+# ------------------------------------------------------------ PEP 517 backend
+
+def _setuptools_backend():
+    from setuptools import build_meta  # imported lazily: not needed for dev commands
+    return build_meta
+
+
+def get_requires_for_build_wheel(config_settings=None):
+    """PEP 517 hook."""
+    return _setuptools_backend().get_requires_for_build_wheel(config_settings)
+
+
+def get_requires_for_build_sdist(config_settings=None):
+    """PEP 517 hook."""
+    return _setuptools_backend().get_requires_for_build_sdist(config_settings)
+
+
+def prepare_metadata_for_build_wheel(metadata_directory, config_settings=None):
+    """PEP 517 hook."""
+    return _setuptools_backend().prepare_metadata_for_build_wheel(metadata_directory, config_settings)
+
+
+def build_wheel(wheel_directory, config_settings=None, metadata_directory=None):
+    """PEP 517 hook: compile the helper first so the wheel carries it."""
+    try:
+        compile_helper()
+    except BuildError as e:
+        # One line naming the fix, not a traceback from deep inside pip.
+        sys.stderr.write(f"safebox build: {e}\n")
+        raise SystemExit(1) from None
+    return _setuptools_backend().build_wheel(wheel_directory, config_settings, metadata_directory)
+
+
+def build_sdist(sdist_directory, config_settings=None):
+    """PEP 517 hook: the sdist carries helper/ sources (MANIFEST.in), not the binary."""
+    return _setuptools_backend().build_sdist(sdist_directory, config_settings)
+
+
+# ------------------------------------------------------------------- set-up
+
+def _run(cmd: list[str], **kw) -> subprocess.CompletedProcess:
+    return subprocess.run(cmd, check=True, **kw)
+
+
+def _package_manager() -> tuple[str, int] | None:
+    for i, pm in enumerate(("apt-get", "dnf", "pacman")):
+        if shutil.which(pm):
+            return pm, i
+    return None
+
+
+def _have_libseccomp() -> bool:
+    import ctypes.util
+    return ctypes.util.find_library("seccomp") is not None
+
+
+def _venv_python_candidate() -> str:
+    """The interpreter for .venv.
+
+    It must be executable by the unprivileged test user too, so an interpreter
+    under a private home (pyenv in /root) is not used when a system one fits.
+    """
+    system = "/usr/bin/python3"
+    if os.path.exists(system):
+        r = subprocess.run([system, "-c", "import sys,ensurepip;print(sys.version_info>=(3,11))"],
+                           capture_output=True, text=True)
+        if r.stdout.strip() == "True":
+            return system
+    return sys.executable
+
+
+def ensure_host_packages(*, for_tests: bool) -> None:
+    """Install missing host tools with the system package manager, or say how."""
+    needs = dict(HOST_NEEDS)
+    if for_tests:
+        needs.update(TEST_NEEDS)
+    missing = [pkgs for cmd, pkgs in needs.items() if not shutil.which(cmd)]
+    if not _have_libseccomp():
+        missing.append(LIBSECCOMP)
+    venv_ok = subprocess.run(["/usr/bin/python3", "-c", "import ensurepip"],
+                             capture_output=True).returncode == 0 if os.path.exists("/usr/bin/python3") else True
+    if not missing and venv_ok:
+        return
+    pm = _package_manager()
+    if pm is None:
+        raise BuildError("missing host tools and no apt-get/dnf/pacman: install "
+                         + ", ".join(p[0] for p in missing))
+    name, idx = pm
+    pkgs = sorted({p[idx] for p in missing})
+    if name == "apt-get" and not venv_ok:
+        pkgs.append("python3-venv")
+    sudo: list[str] = []
+    if os.geteuid() != 0:
+        if shutil.which("sudo") and subprocess.run(["sudo", "-n", "true"], capture_output=True).returncode == 0:
+            sudo = ["sudo", "-n"]
+        else:
+            cmd = {"apt-get": "apt-get install -y", "dnf": "dnf install -y", "pacman": "pacman -S --noconfirm"}[name]
+            raise BuildError(f"missing host packages; run as root: {cmd} {' '.join(pkgs)}")
+    _say(f"installing host packages: {' '.join(pkgs)}")
+    env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
+    if name == "apt-get":
+        _run([*sudo, "apt-get", "update", "-qq"], env=env, stdout=subprocess.DEVNULL)
+        _run([*sudo, "apt-get", "install", "-y", "-qq", "--no-install-recommends", *pkgs],
+             env=env, stdout=subprocess.DEVNULL)
+    elif name == "dnf":
+        _run([*sudo, "dnf", "install", "-y", *pkgs])
+    else:
+        _run([*sudo, "pacman", "-S", "--noconfirm", "--needed", *pkgs])
+
+
+def _tree_digest() -> str:
+    """What the installed package was built from; equal digest ⇒ reinstall is a no-op."""
+    h = hashlib.sha256()
+    files = [ROOT / "pyproject.toml", ROOT / "build.py"]
+    files += sorted(HELPER_DIR.glob("*.[ch]"))
+    files += sorted((ROOT / "python").rglob("*.py"))
+    files += sorted((ROOT / "python").rglob("*.json"))
+    for p in files:
+        if p.is_file():
+            h.update(str(p.relative_to(ROOT)).encode() + b"\0" + p.read_bytes())
+    return h.hexdigest()
+
+
+def ensure_venv() -> Path:
+    """Create .venv and install safebox (non-editable, so its files are a copy
+    that the sandbox can keep read-only); skip when nothing changed."""
+    py = VENV / "bin" / "python"
+    if not py.exists():
+        _say(f"creating {VENV}")
+        _run([_venv_python_candidate(), "-m", "venv", str(VENV)])
+        _run([str(py), "-m", "pip", "install", "-q", "--upgrade", "pip"], stdout=subprocess.DEVNULL)
+    stamp = VENV / ".safebox-stamp"
+    digest = _tree_digest()
+    if stamp.exists() and stamp.read_text() == digest and (VENV / "bin" / "safebox").exists():
+        return py
+    _say("installing safebox into .venv")
+    _run([str(py), "-m", "pip", "install", "-q", "--disable-pip-version-check",
+          "--no-warn-script-location", f"{ROOT}[test]"], stdout=subprocess.DEVNULL)
+    # Make the installed copy unwritable for everyone but root-owned installs;
+    # doctor warns when the helper is writable by the user running safebox.
+    stamp.write_text(digest)
+    return py
+
+
+def setup(*, for_tests: bool = False) -> Path:
+    """Idempotent set-up: host packages, helper, .venv. Returns the venv python."""
+    if sys.platform != "linux":
+        raise BuildError("safebox is Linux only")
+    ensure_host_packages(for_tests=for_tests)
+    compile_helper()
+    return ensure_venv()
+
+
+# -------------------------------------------------------------------- demo
+
+def demo() -> int:
+    """Show, on this host, what the sandbox blocks and what it allows."""
+    py = setup()
+    safebox = str(VENV / "bin" / "safebox")
+    rc = subprocess.run([safebox, "doctor"]).returncode
+    demo_script = ROOT / "docs" / "examples" / "demo.sh"
+    if demo_script.exists():
+        rc2 = subprocess.run(["bash", str(demo_script), safebox]).returncode
+        rc = rc or rc2
+    del py
+    return rc
+
+
+# -------------------------------------------------------------------- tests
+
+def _ensure_unprivileged_user() -> str:
+    r = subprocess.run(["id", "-u", UNPRIVILEGED_USER], capture_output=True)
+    if r.returncode != 0:
+        _run(["useradd", "--create-home", "--shell", "/bin/bash", UNPRIVILEGED_USER])
+    return UNPRIVILEGED_USER
+
+
+def c_tests() -> None:
+    """C unit tests under ASan+UBSan, the probe, and a bounded fuzz run."""
+    script = ROOT / "tests" / "helper" / "run.py"
+    if script.exists():
+        _run([sys.executable, str(script)])
+
+
+def test(pytest_args: list[str]) -> int:
+    """Everything: set-up, C tests, pytest as this user and as an unprivileged one."""
+    py = setup(for_tests=True)
+    c_tests()
+    env = dict(os.environ)
+    env.setdefault("SAFEBOX_MUST_WORK", "1" if os.environ.get("CI") else "0")
+    base = [str(py), "-m", "pytest", "-p", "no:cacheprovider", *pytest_args]
+    _say("pytest as " + ("root" if os.geteuid() == 0 else "this user"))
+    rc = subprocess.run(base, cwd=ROOT, env=env).returncode
+    if os.geteuid() == 0 and not pytest_args:
+        user = _ensure_unprivileged_user()
+        _say(f"pytest as unprivileged user {user}: integration and security tests")
+        uenv = {k: v for k, v in env.items() if k in ("PATH", "LANG", "CI", "SAFEBOX_MUST_WORK", "TERM")}
+        home = subprocess.run(["getent", "passwd", user], capture_output=True, text=True).stdout.split(":")[5]
+        uenv.update(HOME=home, USER=user, LOGNAME=user, SAFEBOX_TEST_UNPRIVILEGED="1")
+        r2 = subprocess.run(["runuser", "-u", user, "--", "env", "-i",
+                             *[f"{k}={v}" for k, v in uenv.items()],
+                             *base, "tests/integration", "tests/security"], cwd=ROOT).returncode
+        rc = rc or r2
+    return rc
+
+
+def main(argv: list[str]) -> int:
+    """Dispatch the developer commands."""
+    if not argv or argv[0] in ("-h", "--help"):
+        print(__doc__)
+        return 0
+    cmd, rest = argv[0], argv[1:]
+    try:
+        if cmd == "setup":
+            setup(for_tests="--tests" in rest)
+            _say(f"ready: {VENV}/bin/safebox")
+            return 0
+        if cmd == "helper":
+            _say(f"built {compile_helper()}")
+            return 0
+        if cmd == "demo":
+            return demo()
+        if cmd == "test":
+            return test(rest)
+    except BuildError as e:
+        _say(str(e))
+        return 1
+    except subprocess.CalledProcessError as e:
+        _say(f"command failed ({e.returncode}): {' '.join(map(str, e.cmd))}")
+        return 1
+    _say(f"unknown command {cmd!r}; see `python3 build.py --help`")
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
