@@ -1,0 +1,98 @@
+"""Pure: the helper policy file (format v1, ``docs/helper-protocol.md``).
+
+Paths are hex-encoded so any path bytes are unambiguous; the file ends with
+``end`` so a truncated file is rejected by the helper.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+FORMAT_VERSION = 1
+
+
+class FsAccess(StrEnum):
+    """Landlock access classes the helper understands (see helper-protocol.md)."""
+
+    READ = "read"
+    READDIR = "readdir"
+    DEV = "dev"
+    WRITE = "write"
+
+
+class NetMode(StrEnum):
+    """How Landlock restricts TCP (ABI >= 4)."""
+
+    OFF = "off"  # no TCP connect or bind at all
+    PROXY = "proxy"  # TCP connect only to the listed ports
+    HOST = "host"  # not restricted by Landlock
+
+
+class Scope(StrEnum):
+    """Landlock scopes (ABI >= 6)."""
+
+    ABSTRACT_UNIX = "abstract_unix"
+    SIGNAL = "signal"
+
+
+@dataclass(frozen=True)
+class HelperPolicy:
+    """Everything the helper enforces, already decided by Python."""
+
+    fs_rules: tuple[tuple[FsAccess, str], ...]
+    net: NetMode
+    connect_ports: tuple[int, ...] = ()
+    bind_any: bool = False
+    scopes: tuple[Scope, ...] = (Scope.ABSTRACT_UNIX, Scope.SIGNAL)
+    seccomp_path: str | None = None
+    strict: bool = False
+    abi_max: int | None = None
+    landlock: bool = True
+    bridges: tuple[tuple[int, str], ...] = ()
+    socat_path: str | None = None
+    extra: dict[str, str] = field(default_factory=dict)  # never set in production; for tests only
+
+
+def _hex(path: str | bytes) -> str:
+    raw = os.fsencode(path)
+    return raw.hex()
+
+
+def render(policy: HelperPolicy) -> bytes:
+    """Serialise ``policy`` to the exact bytes of the helper policy file."""
+    lines = [f"safebox-policy {FORMAT_VERSION}"]
+    lines.append(f"strict {int(policy.strict)}")
+    if policy.abi_max is not None:
+        lines.append(f"abi_max {policy.abi_max}")
+    lines.append(f"landlock {'on' if policy.landlock else 'off'}")
+    for access, path in policy.fs_rules:
+        lines.append(f"fs {access.value} {_hex(path)}")
+    lines.append(f"net {policy.net.value}")
+    for port in policy.connect_ports:
+        lines.append(f"connect_port {port}")
+    lines.append(f"bind {'any' if policy.bind_any else 'none'}")
+    for scope in policy.scopes:
+        lines.append(f"scope {scope.value}")
+    if policy.seccomp_path is not None:
+        lines.append(f"seccomp {_hex(policy.seccomp_path)}")
+    if policy.bridges:
+        if policy.socat_path is None:
+            raise ValueError("bridges need socat_path")
+        lines.append(f"socat {_hex(policy.socat_path)}")
+        for port, sock in policy.bridges:
+            lines.append(f"bridge {port} {_hex(sock)}")
+    for key, value in policy.extra.items():
+        lines.append(f"{key} {value}")
+    lines.append("end")
+    return ("\n".join(lines) + "\n").encode()
+
+
+def write_policy_file(path: str | os.PathLike[str], data: bytes) -> None:
+    """Create ``path`` with mode 0600 (never following a symlink) and write ``data``."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    try:
+        os.write(fd, data)
+    finally:
+        os.close(fd)
