@@ -1,0 +1,167 @@
+/* bridge.c - start the socat bridges before any restriction.
+ *
+ * The bridges must run outside Landlock and seccomp (they connect to unix
+ * sockets the command may not), so they are started first.  Double-forking
+ * makes them grandchildren re-parented to the namespace's init: the command
+ * never sees them as children (no stray SIGCHLD, wait() unaffected), and a
+ * process group per bridge lets the helper kill them all if it fails later.
+ */
+#include "bridge.h"
+#include "util.h"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#define BRIDGE_WAIT_MS 2000
+#define MAX_GROUPS (2 * SB_MAX_BRIDGES)
+
+static pid_t groups[MAX_GROUPS];
+static size_t n_groups;
+
+/* die() hook: stop every bridge started so far.  Never fails. */
+static void kill_bridges(void)
+{
+	size_t i;
+
+	for (i = 0; i < n_groups; i++)
+		kill(-groups[i], SIGKILL);
+}
+
+/* socat parses its address arguments (',' ':' '!' and quoting are special),
+ * so the socket path is limited to bytes that are never special.  Python
+ * places the sockets in its own run dir, whose name fits. */
+static void check_sock_path(const char *path)
+{
+	const char *p;
+
+	for (p = path; *p != '\0'; p++) {
+		char c = *p;
+
+		if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+		      c == '/' || c == '.' || c == '_' || c == '-' || c == '+'))
+			die("bridge socket path has a character socat would parse: 0x%02x",
+			    (unsigned char)c);
+	}
+}
+
+/* Grandchild: stdio to /dev/null, no inherited descriptors, exec socat.
+ * Never returns; exits 127 if exec fails (the wait below then times out). */
+SB_NORETURN static void exec_socat(const char *socat, char *listen, char *connect)
+{
+	char *argv[] = { (char *)"socat", listen, connect, NULL };
+	int null = open("/dev/null", O_RDWR | O_CLOEXEC);
+
+	if (null >= 0) {
+		dup2(null, 0);
+		dup2(null, 1);
+		dup2(null, 2);
+	}
+	syscall(__NR_close_range, 3U, ~0U, 0U);
+	execv(socat, argv);
+	_exit(127);
+}
+
+/* Double fork: the intermediate child makes a new process group, forks the
+ * socat, and exits; we reap it.  Dies if fork fails. */
+static void spawn_socat(const char *socat, char *listen, char *connect)
+{
+	int status;
+	pid_t mid = fork();
+
+	if (mid < 0)
+		die_errno("fork (bridge)");
+	if (mid == 0) {
+		pid_t gc;
+
+		setpgid(0, 0);
+		gc = fork();
+		if (gc == 0)
+			exec_socat(socat, listen, connect);
+		_exit(gc < 0 ? 1 : 0);
+	}
+	/* Also set it from the parent, so kill(-mid) works without a race. */
+	setpgid(mid, mid);
+	groups[n_groups++] = mid;
+	if (RETRY_EINTR(waitpid(mid, &status, 0)) < 0)
+		die_errno("waitpid (bridge)");
+	if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+		die("bridge: fork of socat failed");
+}
+
+static int ipv6_loopback_exists(void)
+{
+	struct sockaddr_in6 a = { .sin6_family = AF_INET6, .sin6_addr = IN6ADDR_LOOPBACK_INIT };
+	cleanup_fd int s = socket(AF_INET6, SOCK_STREAM | SOCK_CLOEXEC, 0);
+
+	return s >= 0 && bind(s, (struct sockaddr *)&a, sizeof(a)) == 0;
+}
+
+static int try_connect(int family, uint16_t port)
+{
+	struct sockaddr_in a4 = { .sin_family = AF_INET, .sin_port = htons(port),
+				  .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	struct sockaddr_in6 a6 = { .sin6_family = AF_INET6, .sin6_port = htons(port),
+				   .sin6_addr = IN6ADDR_LOOPBACK_INIT };
+	cleanup_fd int s = socket(family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+
+	if (s < 0)
+		return 0;
+	if (family == AF_INET)
+		return RETRY_EINTR(connect(s, (struct sockaddr *)&a4, sizeof(a4))) == 0;
+	return RETRY_EINTR(connect(s, (struct sockaddr *)&a6, sizeof(a6))) == 0;
+}
+
+/* Poll every 10 ms until FAMILY loopback PORT accepts; dies after 2 s. */
+static void wait_listening(int family, uint16_t port)
+{
+	struct timespec tick = { 0, 10 * 1000 * 1000 };
+	int waited;
+
+	for (waited = 0; waited < BRIDGE_WAIT_MS; waited += 10) {
+		if (try_connect(family, port))
+			return;
+		nanosleep(&tick, NULL);
+	}
+	die_hint(0, "is socat installed, and the port free inside the sandbox?",
+		 "bridge on %s port %u did not accept connections within %d ms",
+		 family == AF_INET ? "127.0.0.1" : "[::1]", port, BRIDGE_WAIT_MS);
+}
+
+unsigned long bridges_start(const struct policy *pol)
+{
+	int v6;
+	size_t i;
+
+	if (pol->n_bridges == 0)
+		return 0;
+	util_set_die_hook(kill_bridges);
+	v6 = ipv6_loopback_exists();
+	for (i = 0; i < pol->n_bridges; i++) {
+		const struct bridge_spec *b = &pol->bridges[i];
+		char listen4[96], listen6[96], connect[SB_PATH_MAX + 32];
+
+		check_sock_path(b->sock_path);
+		snprintf(listen4, sizeof(listen4), "TCP4-LISTEN:%u,bind=127.0.0.1,reuseaddr,fork", b->port);
+		snprintf(listen6, sizeof(listen6), "TCP6-LISTEN:%u,bind=[::1],ipv6only=1,reuseaddr,fork",
+			 b->port);
+		snprintf(connect, sizeof(connect), "UNIX-CONNECT:%s", b->sock_path);
+		spawn_socat(pol->socat_path, listen4, connect);
+		if (v6)
+			spawn_socat(pol->socat_path, listen6, connect);
+	}
+	for (i = 0; i < pol->n_bridges; i++) {
+		wait_listening(AF_INET, pol->bridges[i].port);
+		if (v6)
+			wait_listening(AF_INET6, pol->bridges[i].port);
+	}
+	return pol->n_bridges;
+}

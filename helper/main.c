@@ -1,0 +1,246 @@
+/* main.c - safebox-helper: check the policy, apply the layers, exec.
+ *
+ * The contract is docs/helper-protocol.md; docs/layers.md explains main()
+ * step by step.  Everything that can fail for reasons outside our control
+ * (files, paths, the BPF blob, bridges) is prepared before the first
+ * restriction, then the layers are applied in one fixed order.
+ */
+#include "bridge.h"
+#include "caps.h"
+#include "compat.h"
+#include "landlock.h"
+#include "policy.h"
+#include "seccomp.h"
+#include "status.h"
+#include "util.h"
+
+#include <fcntl.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#ifndef SAFEBOX_VERSION
+#define SAFEBOX_VERSION "unknown"
+#endif
+#ifndef SAFEBOX_BUILD_ID
+#define SAFEBOX_BUILD_ID "unknown"
+#endif
+
+#define USAGE "usage: safebox-helper --policy-file PATH [--status-fd N] -- COMMAND [ARGS]... " \
+	      "| --probe | --version"
+
+struct args {
+	const char *policy_path;
+	int status_fd; /* -1: none */
+	char **command;
+};
+
+/* Parse argv; dies with a usage error (125) on anything unexpected. */
+static void parse_args(int argc, char **argv, struct args *a)
+{
+	int i;
+
+	a->policy_path = NULL;
+	a->status_fd = -1;
+	a->command = NULL;
+	for (i = 1; i < argc; i++) {
+		if (strcmp(argv[i], "--") == 0) {
+			a->command = &argv[i + 1];
+			break;
+		} else if (strcmp(argv[i], "--policy-file") == 0 && i + 1 < argc && !a->policy_path) {
+			a->policy_path = argv[++i];
+		} else if (strcmp(argv[i], "--status-fd") == 0 && i + 1 < argc && a->status_fd < 0) {
+			unsigned long n;
+
+			i++;
+			/* 0..2 belong to the command; a status fd there would be
+			 * closed under it. */
+			if (policy_parse_uint(argv[i], strlen(argv[i]), 3, 1048576, &n) < 0)
+				die("--status-fd: expected a descriptor number >= 3, got '%s'", argv[i]);
+			a->status_fd = (int)n;
+		} else {
+			die_hint(0, USAGE, "unexpected argument '%s'", argv[i]);
+		}
+	}
+	if (a->policy_path == NULL || a->command == NULL || a->command[0] == NULL)
+		die_hint(0, USAGE, "--policy-file, '--' and a command are required");
+}
+
+/* --probe: one JSON line on stdout.  Changes nothing. */
+static int probe(void)
+{
+	int errnum;
+	int abi = landlock_kernel_abi(&errnum);
+	int nnp = prctl(PR_GET_NO_NEW_PRIVS, 0, 0, 0, 0) >= 0;
+
+	printf("{\"v\":1,\"version\":\"%s\",\"build_id\":\"%s\",\"landlock_abi\":%d", SAFEBOX_VERSION,
+	       SAFEBOX_BUILD_ID, abi);
+	if (abi == 0)
+		printf(",\"landlock_errno\":\"%s\"",
+		       errnum == ENOSYS ? "ENOSYS" : errnum == EOPNOTSUPP ? "EOPNOTSUPP" : strerrorname_np(errnum) ? strerrorname_np(errnum) : "?");
+	printf(",\"seccomp\":%s,\"nnp\":%s}\n", seccomp_available() ? "true" : "false",
+	       nnp ? "true" : "false");
+	return fflush(stdout) == 0 ? 0 : SB_EXIT_FAILURE;
+}
+
+/* A setuid/setgid helper would turn the caller's policy file into root's
+ * sandbox; the helper is never installed so, and refuses if it is. */
+static void refuse_setuid(void)
+{
+	if (getuid() != geteuid() || getgid() != getegid())
+		die("refusing to run setuid or setgid (real and effective ids differ)");
+}
+
+/* Validate the status fd and mark it close-on-exec, so that only the
+ * helper ever writes to it.  Dies if it is not open. */
+static void setup_status_fd(int fd)
+{
+	int flags;
+
+	if (fd < 0)
+		return;
+	flags = fcntl(fd, F_GETFD);
+	if (flags < 0)
+		die_errno("--status-fd %d", fd);
+	if (fcntl(fd, F_SETFD, flags | FD_CLOEXEC) < 0)
+		die_errno("--status-fd %d: F_SETFD", fd);
+	util_set_status_fd(fd);
+}
+
+/* Open, check and parse the policy file into *POL.  Dies unless it is a
+ * regular file (not a symlink) owned by our real uid, mode exactly 0600,
+ * at most SB_POLICY_MAX bytes, and valid. */
+static void load_policy(const char *path, struct policy *pol)
+{
+	cleanup_fd int fd = (int)RETRY_EINTR(open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NOCTTY));
+	cleanup_free char *buf = NULL;
+	char err[512];
+	struct stat st;
+	ssize_t n;
+
+	if (fd < 0)
+		die_hint(errno, errno == ELOOP ? "the policy file must not be a symlink" : NULL,
+			 "cannot open policy file %s", path);
+	if (fstat(fd, &st) < 0)
+		die_errno("fstat policy file %s", path);
+	if (!S_ISREG(st.st_mode))
+		die("policy file %s is not a regular file", path);
+	if (st.st_uid != getuid())
+		die("policy file %s is owned by uid %u, not by the caller (uid %u)", path,
+		    (unsigned)st.st_uid, (unsigned)getuid());
+	if ((st.st_mode & 07777) != 0600)
+		die("policy file %s has mode %04o, expected 0600", path, (unsigned)(st.st_mode & 07777));
+	if (st.st_size > SB_POLICY_MAX)
+		die("policy file %s is larger than %d bytes", path, SB_POLICY_MAX);
+	/* Read one byte more than allowed, to notice a file that grew. */
+	buf = xcalloc(SB_POLICY_MAX + 1, 1);
+	n = read_all(fd, buf, SB_POLICY_MAX + 1);
+	if (n < 0)
+		die_errno("read policy file %s", path);
+	if (n > SB_POLICY_MAX)
+		die("policy file %s is larger than %d bytes", path, SB_POLICY_MAX);
+	if (policy_parse(buf, (size_t)n, pol, err, sizeof(err)) < 0)
+		die("%s: %s", path, err);
+}
+
+/* strict: refuse before changing anything if a requested layer cannot be
+ * fully enforced (helper-protocol.md, key "strict"). */
+static void enforce_strict(const struct policy *pol, const struct ll_plan *ll,
+			   const struct bpf_blob *bpf)
+{
+	if (!pol->strict)
+		return;
+	if (ll->fs != TRI_TRUE)
+		die("strict: Landlock filesystem rules cannot be enforced (ABI %d, kernel ABI %d)",
+		    ll->abi, ll->kernel_abi);
+	if (ll->net == TRI_FALSE)
+		die("strict: Landlock TCP rules need ABI 4, have %d", ll->abi);
+	if (ll->scope == TRI_FALSE)
+		die("strict: Landlock scopes need ABI 6, have %d", ll->abi);
+	if (bpf->insns == NULL)
+		die("strict: no seccomp program given");
+}
+
+/* no_new_privs: execve can no longer grant privileges (setuid bits, file
+ * capabilities), and it is what lets an unprivileged process use Landlock
+ * and seccomp (Documentation/userspace-api/no_new_privs.rst). */
+static void set_no_new_privs(void)
+{
+	if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0)
+		die_errno("prctl(PR_SET_NO_NEW_PRIVS)");
+}
+
+/* Close every descriptor above 2 except KEEP (-1: none): nothing the helper
+ * or its caller opened may leak into the command.  Dies on failure. */
+static void close_fds_except(int keep)
+{
+	unsigned int lo = 3;
+
+	if (keep >= 3) {
+		if (keep > 3 && syscall(__NR_close_range, 3U, (unsigned)keep - 1, 0U) < 0)
+			die_errno("close_range");
+		lo = (unsigned)keep + 1;
+	}
+	if (syscall(__NR_close_range, lo, ~0U, 0U) < 0)
+		die_errno("close_range (needs Linux 5.9)");
+}
+
+/* Replace the helper with the command.  Never returns: exits 127 when the
+ * command is not found, 126 when it cannot be executed (as env(1)). */
+SB_NORETURN static void exec_command(char **command)
+{
+	int errnum;
+
+	execvp(command[0], command);
+	errnum = errno;
+	dprintf(STDERR_FILENO, "safebox-helper: cannot execute '%s': %s\n", command[0],
+		strerror(errnum));
+	_exit(errnum == ENOENT ? SB_EXIT_NOENT : SB_EXIT_NOEXEC);
+}
+
+int main(int argc, char **argv)
+{
+	struct args a;
+	struct policy pol;
+	struct ll_plan ll;
+	struct bpf_blob bpf;
+	struct status st = { 0 };
+
+	if (argc == 2 && strcmp(argv[1], "--version") == 0)
+		return printf("safebox-helper %s\n", SAFEBOX_VERSION) < 0 ? SB_EXIT_FAILURE : 0;
+	if (argc == 2 && strcmp(argv[1], "--probe") == 0)
+		return probe();
+	parse_args(argc, argv, &a);
+	setup_status_fd(a.status_fd);
+
+	refuse_setuid();                                 /* 1 */
+	load_policy(a.policy_path, &pol);                /* 2: parse, */
+	landlock_prepare(&pol, &ll);                     /*    open every rule path, */
+	seccomp_prepare(pol.seccomp_path, &bpf);         /*    read the BPF program, */
+	enforce_strict(&pol, &ll, &bpf);
+	st.bridges = bridges_start(&pol);                /*    start the bridges */
+	set_no_new_privs();                              /* 3 */
+	landlock_apply(&ll);                             /* 4 */
+	close_fds_except(a.status_fd);                   /* 5 */
+	caps_drop_all();                                 /* 6 */
+	st.seccomp = seccomp_install(&bpf);              /* 7 */
+
+	st.nnp = 1;
+	st.caps = 1;
+	st.abi = ll.abi;
+	st.kernel_abi = ll.kernel_abi;
+	st.fs = ll.fs;
+	st.net = ll.net;
+	st.scope = ll.scope;
+	st.rules = ll.n_rules + ll.n_ports;
+	st.skipped = ll.skipped;
+	if (a.status_fd >= 0) {                          /* 8 */
+		status_write_ok(a.status_fd, &st);
+		util_set_status_fd(-1);
+		close(a.status_fd);
+	}
+	exec_command(a.command);                         /* 9 */
+}

@@ -1,0 +1,61 @@
+"""JSON-lines audit log: one event per line, appended.
+
+The file is opened ``O_APPEND`` (mode 0600 when created) and every event is a
+single ``write(2)`` of one complete line, so concurrent writers — threads here,
+or several safebox runs sharing a log — never interleave within a line.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import pathlib
+import threading
+from typing import Any
+
+__all__ = ["AuditLog"]
+
+
+class AuditLog:
+    """Append-only JSON-lines writer; thread-safe.
+
+    Each line is ``{"time": <UTC ISO 8601>, "event": kind, **fields}``.
+    Values that JSON cannot encode are written with ``str()``.
+    """
+
+    def __init__(self, path: pathlib.Path | str) -> None:
+        self.path = pathlib.Path(path)
+        self._lock = threading.Lock()
+        self._fd: int | None = os.open(
+            self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600
+        )
+
+    def event(self, kind: str, **fields: Any) -> None:
+        """Append one event line; silently dropped after :meth:`close`."""
+        record = {
+            "time": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="milliseconds"),
+            "event": kind,
+            **fields,
+        }
+        line = (json.dumps(record, default=str, separators=(",", ":")) + "\n").encode()
+        with self._lock:
+            if self._fd is None:
+                return
+            view = memoryview(line)
+            while view:  # a regular-file append writes it all at once; loop for safety
+                written = os.write(self._fd, view)
+                view = view[written:]
+
+    def close(self) -> None:
+        """Close the file; idempotent."""
+        with self._lock:
+            if self._fd is not None:
+                os.close(self._fd)
+                self._fd = None
+
+    def __enter__(self) -> AuditLog:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,127 @@
+"""Pure: ResolvedPolicy → bubblewrap argv. Touches no filesystem.
+
+Mount order (bwrap applies its arguments in order; a later mount on a deeper
+path shadows an earlier one, so the order *is* the policy):
+
+1. ``--ro-bind / /``: the whole host, read-only.
+2. ``--dev /dev``, ``--proc /proc``: a minimal devtmpfs and a fresh procfs for
+   the new pid namespace (the command cannot see host processes).
+3. ``--tmpfs /tmp``: private, writable, gone with the sandbox.
+4. Write roots, shallow first: ``--bind W W``.
+5. Pinned directories (``.git``): ``--bind G G`` so they cannot be renamed
+   away from the read-only entries below them (a mount point cannot be renamed).
+6. Sealed directories (a ``.git`` missing ``hooks``/``config``): ``--ro-bind D D``
+   then each existing unprotected child ``--bind C C``: creating the missing
+   entry fails with EROFS.
+7. Read-only re-binds beneath write roots: mandatory protection, ``denyWrite``,
+   safebox's own installation and state dir.
+8. Deny-read: directories get ``--tmpfs D`` (made read-only in step 10, so a
+   write there fails rather than vanishing), files get ``--ro-bind /dev/null F``.
+9. The run dir, read-only, so the helper finds its policy even when a mask
+   covers the run dir's parent.
+10. ``--remount-ro`` every deny-read tmpfs.
+11. Namespaces and process options: ``--unshare-all`` (user, ipc, pid, net,
+    uts, cgroup), ``--die-with-parent``, ``--new-session`` (no TIOCSTI into
+    the caller's terminal), ``--cap-drop ALL``, ``--chdir``.
+12. The command: the helper (``--policy-file``, ``--status-fd``), or, with
+    ``--without helper``, the command itself (behind a shell that starts the
+    socat bridges when there is a proxy).
+"""
+
+from __future__ import annotations
+
+import shlex
+
+from safebox.builder.resolved import Layers, ResolvedPolicy
+
+
+def _under(path: str, root: str) -> bool:
+    return path == root or path.startswith(root.rstrip("/") + "/")
+
+
+def mount_args(rp: ResolvedPolicy) -> list[str]:
+    """Steps 1-10 of the module docstring."""
+    a: list[str] = ["--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
+    for t in rp.private_tmp:
+        a += ["--tmpfs", t]
+    for w in rp.write_roots:
+        a += ["--bind", w, w]
+    for g in rp.pinned_dirs:
+        a += ["--bind", g, g]
+    for d, kids in rp.sealed_dirs:
+        a += ["--ro-bind", d, d]
+        for k in kids:
+            a += ["--bind", k, k]
+    for p in rp.read_only:
+        a += ["--ro-bind", p, p]
+    masked: list[str] = []
+    for d in rp.mask_dirs:
+        if any(_under(d, t) for t in rp.private_tmp) or _under(d, "/proc") or _under(d, "/dev"):
+            continue  # already private and empty inside the sandbox
+        a += ["--tmpfs", d]
+        masked.append(d)
+    for f in rp.mask_files:
+        if any(_under(f, t) for t in rp.private_tmp) or _under(f, "/proc") or _under(f, "/dev"):
+            continue
+        a += ["--ro-bind", "/dev/null", f]
+    if rp.run_dir:
+        a += ["--ro-bind", rp.run_dir, rp.run_dir]
+    for d in masked:
+        a += ["--remount-ro", d]
+    return a
+
+
+def namespace_args(rp: ResolvedPolicy, *, bwrap_status_fd: int | None) -> list[str]:
+    """Step 11."""
+    a = ["--unshare-all", "--die-with-parent", "--new-session", "--cap-drop", "ALL",
+         "--hostname", "safebox", "--chdir", rp.cwd]
+    if bwrap_status_fd is not None:
+        a += ["--json-status-fd", str(bwrap_status_fd)]
+    return a
+
+
+# What the launcher shell reports on the status fd when there is no helper:
+# the same protocol line, with every helper layer absent.
+NO_HELPER_STATUS = '{"v":1,"ok":true,"landlock":null,"nnp":false,"caps":false,"seccomp":false,"bridges":0}'
+
+
+def launcher_script(rp: ResolvedPolicy, *, socat: str, status_fd: int | None) -> str:
+    """The shell that stands in for the helper with ``--without helper``: it
+    starts the bridges, reports on the status fd (so Python can tell a bwrap
+    set-up failure from the command's own exit status), and execs the command."""
+    lines = []
+    for b in rp.bridges:
+        lines.append(f"{shlex.quote(socat)} -b 262144 TCP-LISTEN:{b.port},bind=127.0.0.1,fork,reuseaddr "
+                     f"UNIX-CONNECT:{shlex.quote(b.socket_path)} </dev/null >/dev/null 2>&1 &")
+    for b in rp.bridges:
+        lines.append(f"i=0; until {shlex.quote(socat)} -u OPEN:/dev/null TCP:127.0.0.1:{b.port} 2>/dev/null; "
+                     f"do i=$((i+1)); [ $i -gt 200 ] && {{ echo 'safebox: bridge did not start' >&2; exit 125; }}; "
+                     f"sleep 0.01; done")
+    if status_fd is not None:
+        lines.append(f"printf '%s\\n' '{NO_HELPER_STATUS}' >&{status_fd}; exec {status_fd}>&-")
+    lines.append('exec "$@"')
+    return "\n".join(lines)
+
+
+def command_args(rp: ResolvedPolicy, command: list[str], *, status_fd: int | None, socat: str) -> list[str]:
+    """Step 12."""
+    match rp.layers:
+        case Layers.BOTH:
+            a = [rp.helper_path, "--policy-file", rp.policy_path]
+            if status_fd is not None:
+                a += ["--status-fd", str(status_fd)]
+            return ["--", *a, "--", *command]
+        case Layers.BWRAP_ONLY:
+            if rp.bridges or status_fd is not None:
+                script = launcher_script(rp, socat=socat, status_fd=status_fd)
+                return ["--", "/bin/sh", "-c", script, "safebox-launcher", *command]
+            return ["--", *command]
+        case Layers.HELPER_ONLY:
+            raise ValueError("no bwrap argv on a helper-only run")
+
+
+def build_argv(rp: ResolvedPolicy, command: list[str], *, status_fd: int | None,
+               bwrap_status_fd: int | None = None, socat: str = "socat") -> list[str]:
+    """The complete argument list for bwrap (without ``bwrap`` itself), in order."""
+    return [*mount_args(rp), *namespace_args(rp, bwrap_status_fd=bwrap_status_fd),
+            *command_args(rp, command, status_fd=status_fd, socat=socat)]

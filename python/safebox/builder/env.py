@@ -1,0 +1,69 @@
+"""Pure: the command's environment: the caller's, minus credential variables,
+plus the proxy variables when there is a proxy.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from fnmatch import fnmatchcase
+
+from safebox.builder.resolved import Bridge
+
+# Variables that steer safebox itself or the dynamic loader are not passed:
+# LD_PRELOAD/LD_LIBRARY_PATH would be inherited by the helper's exec target
+# anyway, but they must not reach socat or the helper before it restricts.
+_ALWAYS_DROP = ("LD_PRELOAD", "LD_AUDIT", "SAFEBOX_*")
+_PROXY_VARS = ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "NO_PROXY", "FTP_PROXY", "GRPC_PROXY")
+
+
+def scrub(environ: Mapping[str, str], *, deny: tuple[str, ...], allow: tuple[str, ...]) -> tuple[dict[str, str], list[str]]:
+    """(kept environment, names removed). ``allow`` exempts names from ``deny``."""
+    kept: dict[str, str] = {}
+    removed: list[str] = []
+    for k, v in environ.items():
+        exempt = any(fnmatchcase(k, a) for a in allow)
+        if any(fnmatchcase(k, p) for p in _ALWAYS_DROP) or (
+            not exempt and any(fnmatchcase(k, p) for p in deny)
+        ):
+            removed.append(k)
+            continue
+        # The caller's proxy settings point at hosts the sandbox cannot reach
+        # (and NO_PROXY could send an allowed destination around our proxy).
+        if k.upper() in _PROXY_VARS:
+            removed.append(k)
+            continue
+        kept[k] = v
+    return kept, sorted(removed)
+
+
+def proxy_env(bridges: tuple[Bridge, ...]) -> dict[str, str]:
+    """HTTP_PROXY/HTTPS_PROXY/ALL_PROXY (and lower case) pointing at the bridges."""
+    http = next((b for b in bridges if b.scheme == "http"), None)
+    socks = next((b for b in bridges if b.scheme == "socks5h"), None)
+    env: dict[str, str] = {}
+    if http:
+        url = f"http://127.0.0.1:{http.port}"
+        for k in ("HTTP_PROXY", "HTTPS_PROXY"):
+            env[k] = env[k.lower()] = url
+    if socks:
+        url = f"socks5h://127.0.0.1:{socks.port}"
+        env["ALL_PROXY"] = env["all_proxy"] = url
+        if http:
+            env["GIT_SSH_COMMAND"] = (
+            f"ssh -o ProxyCommand='socat - PROXY:127.0.0.1:%h:%p,proxyport={http.port}'"
+        )
+    if env:
+        # Nothing may bypass the proxy: everything else is an empty namespace.
+        env["NO_PROXY"] = env["no_proxy"] = ""
+    return env
+
+
+def build_env(environ: Mapping[str, str], *, deny: tuple[str, ...], allow: tuple[str, ...],
+              bridges: tuple[Bridge, ...], private_tmp: bool) -> tuple[dict[str, str], list[str]]:
+    """The command's environment and the names scrubbed from it."""
+    env, removed = scrub(environ, deny=deny, allow=allow)
+    env.update(proxy_env(bridges))
+    if private_tmp:
+        env["TMPDIR"] = "/tmp"
+    env["SAFEBOX_SANDBOX"] = "1"
+    return env, removed

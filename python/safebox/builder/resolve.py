@@ -1,0 +1,287 @@
+"""The only impure builder step: look at the host and fix every path decision.
+
+``resolve`` lstats and realpaths every deny path, runs ripgrep under every
+write root for the mandatory-protected files, lists directories for the
+Landlock sibling walk, and returns a frozen ``ResolvedPolicy``. Everything
+after it (``bwrap.py``, ``landlock.py``, ``helper_policy.py``) is pure.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+from safebox.builder.resolved import Bridge, Layers, NetKind, ResolvedPolicy
+from safebox.errors import BuildError
+from safebox.policy import defaults
+from safebox.policy.effective import EffectivePolicy
+
+
+@dataclass(frozen=True)
+class HostFacts:
+    """Paths safebox itself lives at; all are kept read-only inside."""
+
+    helper_path: str
+    self_paths: tuple[str, ...]  # package dir, venv prefix, interpreter, helper
+    state_dir: str
+    run_dir: str
+    policy_path: str
+    rg_path: str | None
+
+
+def _is_under(path: str, root: str) -> bool:
+    return path == root or root == "/" or path.startswith(root.rstrip("/") + "/")
+
+
+def _lstat(path: str) -> os.stat_result | None:
+    try:
+        return os.lstat(path)
+    except FileNotFoundError:
+        return None
+    except NotADirectoryError:
+        return None
+    except OSError as e:
+        raise BuildError(f"cannot inspect {path}: {e.strerror}; refusing to run without masking it") from None
+
+
+def _realpath_existing(path: str) -> str | None:
+    """The resolved target of ``path`` if it exists, following every symlink."""
+    real = os.path.realpath(path)
+    return real if os.path.exists(real) else None
+
+
+def classify_deny_read(paths: tuple[str, ...]) -> tuple[list[str], list[str], list[str]]:
+    """Split deny-read paths into (dirs, files, notes) after following symlinks.
+
+    A symlinked credential dir (WSL2's ``~/.aws -> /mnt/c/...``) cannot be
+    mounted over as a link: its resolved target is masked instead, so it stays
+    unreadable. Missing paths are skipped (nothing to read). A path that exists
+    but cannot be inspected is an error: skipping it could leave it readable.
+    """
+    dirs: list[str] = []
+    files: list[str] = []
+    notes: list[str] = []
+    for p in paths:
+        st = _lstat(p)
+        if st is None:
+            continue
+        target = p
+        if stat.S_ISLNK(st.st_mode):
+            real = _realpath_existing(p)
+            if real is None:
+                notes.append(f"deny-read {p} is a dangling symlink; nothing to mask")
+                continue
+            target = real
+            notes.append(f"deny-read {p} is a symlink; masking its target {real}")
+            st = os.stat(real)
+        else:
+            target = os.path.realpath(p)
+        if target == "/":
+            raise BuildError(f"filesystem.denyRead: {p} resolves to '/', which cannot be masked")
+        (dirs if stat.S_ISDIR(st.st_mode) else files).append(target)
+    return sorted(set(dirs)), sorted(set(files)), notes
+
+
+def _rg_protected(rg: str, root: str, depth: int) -> list[str]:
+    """Protected files and directories under ``root`` found by ripgrep, as paths."""
+    globs: list[str] = []
+    for name in defaults.PROTECTED_FILES:
+        globs += ["-g", f"**/{name}"]
+    for d in defaults.PROTECTED_DIRS:
+        globs += ["-g", f"**/{d}/**"]
+    globs += ["-g", "**/.git/HEAD", "-g", "**/.git"]
+    cmd = [rg, "--files", "--hidden", "--no-ignore", "--no-messages", "--no-config",
+           "--max-depth", str(depth + 3), *globs, "--", root]
+    try:
+        r = subprocess.run(cmd, capture_output=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        raise BuildError(f"ripgrep failed under {root}: {e}; cannot find protected files") from None
+    if r.returncode not in (0, 1):  # 1 = nothing found
+        raise BuildError(f"ripgrep failed under {root} (exit {r.returncode}): "
+                         f"{r.stderr.decode(errors='replace').strip()[:200]}")
+    found: set[str] = set()
+    for line in r.stdout.split(b"\n"):
+        if not line:
+            continue
+        p = os.fsdecode(line)
+        parts = p.split("/")
+        # Reduce a file inside a protected directory to the directory itself.
+        for d in defaults.PROTECTED_DIRS:
+            dparts = d.split("/")
+            for i in range(len(parts) - len(dparts)):
+                if parts[i:i + len(dparts)] == dparts:
+                    found.add("/".join(parts[:i + len(dparts)]))
+                    break
+        base = parts[-1]
+        if base in defaults.PROTECTED_FILES:
+            found.add(p)
+        if base == ".git" or (base == "HEAD" and len(parts) > 1 and parts[-2] == ".git"):
+            found.add("/".join(parts[:-1]) if base == "HEAD" else p)
+    return sorted(found)
+
+
+def protected_paths(rg: str | None, write_roots: list[str], depth: int, home: str
+                    ) -> tuple[list[str], list[str], list[tuple[str, list[str]]], list[str]]:
+    """(existing protected paths, missing ones to watch, sealed dirs, git dirs).
+
+    Existing ones are re-bound read-only. A git directory missing one of its
+    protected entries (``.git/hooks`` deleted) is sealed: bound read-only with
+    its other children bound back read-write, so creating the entry fails.
+    A missing top-level protected file cannot be made to fail without a
+    placeholder in the user's tree; it is watched and quarantined after the run.
+    """
+    if rg is None:
+        raise BuildError("ripgrep (rg) not found; it finds the files safebox must keep read-only",
+                         hint="install ripgrep (apt-get install ripgrep) or run `safebox doctor`")
+    existing: set[str] = set()
+    missing: set[str] = set()
+    sealed: list[tuple[str, list[str]]] = []
+    for root in write_roots:
+        for p in _rg_protected(rg, root, depth):
+            existing.add(p)
+        # Nested repositories: the .git dirs found above; protect their inner entries.
+        for git in [p for p in list(existing) if p.endswith("/.git") and _is_under(p, root)]:
+            if not os.path.isdir(git):
+                continue
+            absent = []
+            for entry in defaults.PROTECTED_IN_GIT_DIR:
+                q = os.path.join(git, entry)
+                if os.path.lexists(q):
+                    existing.add(q)
+                else:
+                    absent.append(entry)
+            if {"hooks", "config"} & set(absent):
+                kids = sorted(os.listdir(git))
+                sealed.append((git, [os.path.join(git, k) for k in kids
+                                     if k not in defaults.PROTECTED_IN_GIT_DIR]))
+        # Missing top-level protected files of the root (and of $HOME if it is the root).
+        for name in defaults.PROTECTED_FILES:
+            q = os.path.join(root, name)
+            if not os.path.lexists(q):
+                missing.add(q)
+    # A .git directory is bound onto itself read-write (git still works): a
+    # mount point cannot be renamed, so `mv .git .git-old` cannot shed the
+    # protection of the entries below it.
+    git_dirs = sorted(p for p in existing if p.endswith("/.git") and os.path.isdir(p))
+    return sorted(existing - set(git_dirs)), sorted(missing), sealed, git_dirs
+
+
+def landlock_rules(*, layers: Layers, write_roots: list[str], mask_dirs: list[str],
+                   mask_files: list[str]) -> list[tuple[str, str]]:
+    """Landlock rules as (class, path).
+
+    Under bwrap the mounts already hide denied paths, so Landlock grants read
+    on ``/`` and write on the write roots: a second wall for writes. On a
+    helper-only host Landlock is the only wall, so a denied path must lie
+    outside every grant: walk from ``/`` to it, grant ``readdir`` on each
+    ancestor and ``read`` on every sibling (see docs/layers.md). Write roots
+    that contain a denied path are split the same way.
+    """
+    rules: list[tuple[str, str]] = [("dev", "/dev")]
+    denied = sorted(set(mask_dirs) | set(mask_files))
+    if layers is not Layers.HELPER_ONLY or not denied:
+        rules.insert(0, ("read", "/"))
+        rules += [("write", r) for r in write_roots]
+        rules += [("write", t) for t in ("/dev/shm",) if os.path.isdir(t)]
+        return rules
+    rules += _walk_excluding("read", "/", denied)
+    for root in write_roots:
+        inside = [d for d in denied if _is_under(d, root) and d != root]
+        if any(_is_under(root, d) for d in denied):
+            continue  # the write root itself is denied: grant nothing there
+        if inside:
+            rules += _walk_excluding("write", root, inside)
+        else:
+            rules.append(("write", root))
+    return rules
+
+
+def _walk_excluding(access: str, top: str, denied: list[str]) -> list[tuple[str, str]]:
+    out: list[tuple[str, str]] = []
+    stack = [top]
+    while stack:
+        d = stack.pop()
+        out.append(("readdir" if access == "read" else "read", d))
+        try:
+            names = os.listdir(d)
+        except OSError:
+            continue
+        for n in names:
+            child = os.path.join(d, n)
+            if child in denied:
+                continue
+            if any(_is_under(x, child) for x in denied):
+                stack.append(child)
+            else:
+                out.append((access, child))
+    return out
+
+
+def resolve(policy: EffectivePolicy, *, layers: Layers, cwd: str, home: str, host: HostFacts,
+            bridges: tuple[Bridge, ...] = ()) -> ResolvedPolicy:
+    """Look at the host once and decide every mount and rule."""
+    notes: list[str] = []
+    write_roots: list[str] = []
+    for w in policy.allow_write:
+        if w == "/tmp" and layers is not Layers.HELPER_ONLY:
+            continue  # private tmpfs, not the host's /tmp
+        real = os.path.realpath(w)
+        if not os.path.isdir(real) and not os.path.isfile(real):
+            notes.append(f"allow-write {w} does not exist; skipped")
+            continue
+        if real == "/":
+            raise BuildError("filesystem.allowWrite: '/' would make the whole host writable; refusing")
+        write_roots.append(real)
+    write_roots = sorted(set(write_roots), key=lambda p: (p.count("/"), p))
+
+    mask_dirs, mask_files, n = classify_deny_read(policy.deny_read)
+    notes += n
+    for w in write_roots:
+        for d in mask_dirs + mask_files:
+            if _is_under(w, d):
+                raise BuildError(f"filesystem.allowWrite {w} lies inside denied {d}: "
+                                 "a write root cannot be unreadable; remove one of them")
+
+    existing, missing, sealed, git_dirs = protected_paths(host.rg_path, write_roots, policy.search_depth, home)
+    read_only: set[str] = set(existing)
+    for p in policy.deny_write:
+        real = os.path.realpath(p)
+        if os.path.lexists(real):
+            read_only.add(real)
+    # Self-protection: safebox's installation, its state dir (policy cache,
+    # seccomp cache, run dirs) stay read-only even beneath a write root.
+    for p in (*host.self_paths, host.state_dir):
+        if os.path.lexists(p):
+            read_only.add(os.path.realpath(p))
+    # Only what lies beneath a write root needs re-binding; outside, / is read-only already.
+    read_only_list = sorted((p for p in read_only
+                             if any(_is_under(p, w) for w in write_roots)
+                             and not any(_is_under(p, m) for m in mask_dirs)),
+                            key=lambda p: (p.count("/"), p))
+    net = NetKind.PROXY if bridges else NetKind.NONE
+    rules = landlock_rules(layers=layers, write_roots=write_roots, mask_dirs=mask_dirs, mask_files=mask_files)
+    private_tmp = ("/tmp",) if layers is not Layers.HELPER_ONLY else ()
+    if layers is not Layers.HELPER_ONLY:
+        rules.append(("write", "/tmp"))
+    return ResolvedPolicy(
+        layers=layers, cwd=cwd, write_roots=tuple(write_roots), read_only=tuple(read_only_list),
+        sealed_dirs=tuple((d, tuple(k)) for d, k in sealed),
+        pinned_dirs=tuple(g for g in git_dirs if g not in {d for d, _ in sealed}),
+        mask_dirs=tuple(mask_dirs), mask_files=tuple(mask_files), private_tmp=private_tmp,
+        net=net, bridges=bridges, helper_path=host.helper_path, policy_path=host.policy_path,
+        run_dir=host.run_dir, watch_missing=tuple(missing), landlock_rules=tuple(rules),
+        notes=tuple(notes))
+
+
+def self_paths() -> tuple[str, ...]:
+    """safebox's own installation: the package, the interpreter's prefix (venv)."""
+    import sys
+
+    import safebox
+
+    pkg = str(Path(safebox.__file__).resolve().parent)
+    out = {pkg, os.path.realpath(sys.prefix)}
+    return tuple(sorted(out))

@@ -1,0 +1,68 @@
+"""The resolved policy: every filesystem fact the builders need, as frozen data.
+
+``builder/resolve.py`` (impure: lstat, realpath, ripgrep, listdir) makes it;
+``builder/bwrap.py`` and ``builder/landlock.py`` are pure functions of it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+
+class Layers(StrEnum):
+    """Which layers run (``--without``)."""
+
+    BOTH = "both"
+    BWRAP_ONLY = "bwrap-only"  # --without helper
+    HELPER_ONLY = "helper-only"  # --without bwrap, or a host where bwrap cannot run
+
+
+class NetKind(StrEnum):
+    """What network the command gets."""
+
+    NONE = "none"  # empty net namespace (or Landlock/seccomp deny on helper-only hosts)
+    PROXY = "proxy"  # only the filtering proxy, through bridges
+
+
+@dataclass(frozen=True)
+class Bridge:
+    """One proxy endpoint exposed inside the sandbox as 127.0.0.1:port."""
+
+    port: int
+    socket_path: str
+    scheme: str  # "http" or "socks5h"
+
+
+@dataclass(frozen=True)
+class ResolvedPolicy:
+    """Everything decided, with host paths already looked up."""
+
+    layers: Layers
+    cwd: str
+    # Read-write binds, shallow first.
+    write_roots: tuple[str, ...]
+    # Read-only re-binds beneath write roots (mandatory protection, denyWrite, self-protection).
+    read_only: tuple[str, ...]
+    # Directories that must refuse new entries (a protected child is missing):
+    # bound read-only, with each existing unprotected child bound back read-write.
+    sealed_dirs: tuple[tuple[str, tuple[str, ...]], ...]
+    # Directories bound onto themselves read-write so they cannot be renamed
+    # away from the read-only entries beneath them (.git).
+    pinned_dirs: tuple[str, ...] = ()
+    # Deny-read: directories covered by an empty read-only tmpfs; files by /dev/null.
+    mask_dirs: tuple[str, ...] = ()
+    mask_files: tuple[str, ...] = ()
+    # Directories that get the private /tmp-like tmpfs.
+    private_tmp: tuple[str, ...] = ("/tmp",)
+    net: NetKind = NetKind.NONE
+    bridges: tuple[Bridge, ...] = ()
+    # Host paths of the helper and its inputs (in the run dir).
+    helper_path: str = ""
+    policy_path: str = ""
+    run_dir: str = ""
+    # Protected paths that did not exist when the run started; checked afterwards.
+    watch_missing: tuple[str, ...] = ()
+    # Landlock rules for the helper: (access class, path).
+    landlock_rules: tuple[tuple[str, str], ...] = ()
+    notes: tuple[str, ...] = field(default=(), compare=False)

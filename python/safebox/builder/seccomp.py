@@ -1,0 +1,577 @@
+"""The seccomp denylist, kept as data, and its compiler (libseccomp via pyseccomp).
+
+The filter is the last layer the helper installs (after no_new_privs, Landlock
+and the capability drop). It is a *denylist* on top of namespaces and Landlock,
+as bubblewrap/flatpak use it: the default action is ALLOW, and the entries of
+:data:`RULES` close kernel interfaces that the other layers do not cover
+(ptrace, io_uring, keyrings, new namespaces, TIOCSTI, socket families, ...).
+Every denied call fails with ``EPERM``; ``clone3`` fails with ``ENOSYS`` so that
+glibc falls back to ``clone``, whose flags this filter can inspect.
+
+Architecture (see ``docs/seccomp.md``): the program is built for the native
+architecture only. ``ACT_BADARCH`` is ``KILL_PROCESS``, so a call made through
+another ABI (``int 0x80`` -> ``AUDIT_ARCH_I386``) kills the process with SIGSYS;
+on x86_64 libseccomp also sends every syscall number with the x32 bit
+(``0x40000000``) to the bad-arch action, so x32 entry points are killed too.
+Both are asserted by ``tests/security/test_seccomp.py``.
+
+Arguments the kernel declares as ``int``/``unsigned int`` are compared on their
+low 32 bits only (``MASKED_EQ`` with mask ``0xffffffff``): the kernel truncates
+the register, so junk in the upper half must not dodge a match (flatpak's
+TIOCSTI bypass, CVE-2019-10063). Where a rule compares the full 64 bits
+(``NE``, ``GT``, ``GE``) junk in the upper half makes the rule *match*, i.e. the
+call is denied: failing closed.
+
+Caching: :func:`load_or_compile` keys the program on data only (this module's
+table and options, the safebox version, the machine), so a cache hit never
+imports pyseccomp, which loads libseccomp through ctypes. See its docstring
+for why leaving the libseccomp version out of the key is safe.
+"""
+
+from __future__ import annotations
+
+import errno
+import hashlib
+import json
+import os
+import platform
+import struct
+import sys
+import tempfile
+from dataclasses import dataclass
+from enum import StrEnum
+from pathlib import Path
+from typing import Any, assert_never
+
+from safebox import __version__
+from safebox.errors import BuildError
+
+# The helper's limit (docs/helper-protocol.md); the kernel's is BPF_MAXINSNS = 4096 too.
+MAX_INSTRUCTIONS = 4096
+BPF_INSTRUCTION_SIZE = 8  # sizeof(struct sock_filter)
+
+# Bump when the meaning of the table or the cache file format changes without
+# a safebox version change (the key includes both).
+CACHE_FORMAT = 1
+_CACHE_MAGIC = b"safebox-bpf 1\n"
+
+
+class InetMode(StrEnum):
+    """What the filter does with ``socket(AF_INET/AF_INET6, ...)``."""
+
+    ANY = "any"
+    """bwrap runs the command in its own network namespace (empty, or only the
+    bridges): inet sockets can reach nothing the namespace does not offer."""
+    TCP_ONLY = "tcp_only"
+    """Helper-only host with a proxy: Landlock restricts TCP connect/bind to the
+    bridge ports, but it has no UDP/raw rules, so every non-TCP inet socket is
+    denied here (and TCP Fast Open, which connects without ``connect``)."""
+    NONE = "none"
+    """Helper-only host with no network: no inet socket at all."""
+
+
+class Action(StrEnum):
+    """What a matching call gets."""
+
+    EPERM = "EPERM"  # the denylist's answer
+    ENOSYS = "ENOSYS"  # "this kernel has no such call": makes callers fall back (clone3)
+
+
+class Op(StrEnum):
+    """Argument comparisons (libseccomp's ``SCMP_CMP_*``); 64-bit unless masked."""
+
+    EQ = "EQ"
+    NE = "NE"
+    GT = "GT"
+    GE = "GE"
+    MASKED_EQ = "MASKED_EQ"  # (arg & mask) == value
+
+
+class When(StrEnum):
+    """Which compile options an entry applies under."""
+
+    ALWAYS = "always"
+    UNIX_DENIED = "unix_denied"  # allow_unix_sockets is False
+    INET_TCP_ONLY = "inet_tcp_only"  # allow_inet is InetMode.TCP_ONLY
+    INET_NONE = "inet_none"  # allow_inet is InetMode.NONE
+
+
+@dataclass(frozen=True)
+class Cond:
+    """One argument comparison; all conditions of an entry must hold (AND)."""
+
+    arg: int
+    op: Op
+    value: int
+    mask: int = 0  # MASKED_EQ only
+
+    def matches(self, args: tuple[int, ...]) -> bool:
+        """Evaluate on raw 64-bit register values, as the compiled program does."""
+        a = args[self.arg] & 0xFFFF_FFFF_FFFF_FFFF
+        match self.op:
+            case Op.EQ:
+                return a == self.value
+            case Op.NE:
+                return a != self.value
+            case Op.GT:
+                return a > self.value
+            case Op.GE:
+                return a >= self.value
+            case Op.MASKED_EQ:
+                return (a & self.mask) == self.value
+            case _:  # pragma: no cover
+                assert_never(self.op)
+
+
+@dataclass(frozen=True)
+class Rule:
+    """One denylist entry: ``syscall`` with all of ``conds`` gets ``action``."""
+
+    syscall: str
+    conds: tuple[Cond, ...]
+    action: Action
+    why: str
+    when: When = When.ALWAYS
+
+
+# ----------------------------------------------------------------- constants
+# UAPI values, spelled out so the table is data (and identical on every host).
+
+_LOW32 = 0xFFFF_FFFF
+_SOCK_TYPE_MASK = 0xF  # the kernel's SOCK_TYPE_MASK; SOCK_NONBLOCK/SOCK_CLOEXEC live above it
+
+AF_UNSPEC, AF_UNIX, AF_INET, AF_INET6, AF_NETLINK, AF_PACKET, AF_VSOCK = 0, 1, 2, 10, 16, 17, 40
+SOCK_STREAM = 1
+IPPROTO_TCP = 6
+NETLINK_ROUTE = 0
+TIOCSTI, TIOCLINUX = 0x5412, 0x541C
+MSG_FASTOPEN = 0x2000_0000
+
+# CLONE_NEW* flags. CLONE_NEWTIME (0x80) overlaps clone()'s exit-signal byte
+# (CSIGNAL), so only unshare() can take it; clone3() is ENOSYS as a whole.
+CLONE_NEWNS = 0x0002_0000
+CLONE_NEWCGROUP = 0x0200_0000
+CLONE_NEWUTS = 0x0400_0000
+CLONE_NEWIPC = 0x0800_0000
+CLONE_NEWUSER = 0x1000_0000
+CLONE_NEWPID = 0x2000_0000
+CLONE_NEWNET = 0x4000_0000
+CLONE_NEWTIME = 0x0000_0080
+_CLONE_NS_FLAGS = {
+    "CLONE_NEWNS": CLONE_NEWNS,
+    "CLONE_NEWCGROUP": CLONE_NEWCGROUP,
+    "CLONE_NEWUTS": CLONE_NEWUTS,
+    "CLONE_NEWIPC": CLONE_NEWIPC,
+    "CLONE_NEWUSER": CLONE_NEWUSER,
+    "CLONE_NEWPID": CLONE_NEWPID,
+    "CLONE_NEWNET": CLONE_NEWNET,
+}
+
+# Families socket() may create; every other family is denied (flatpak keeps a
+# family allowlist the same way). AF_UNIX is conditional, AF_INET/AF_INET6
+# depend on InetMode, AF_NETLINK is limited to NETLINK_ROUTE.
+_SOCKET_FAMILY_LIMIT = AF_PACKET  # families >= 17 are all denied by one GE rule
+_DENIED_LOW_FAMILIES = {
+    AF_UNSPEC: "AF_UNSPEC",
+    3: "AF_AX25",
+    4: "AF_IPX",
+    5: "AF_APPLETALK",
+    6: "AF_NETROM",
+    7: "AF_BRIDGE",
+    8: "AF_ATMPVC",
+    9: "AF_X25",
+    11: "AF_ROSE",
+    12: "AF_DECnet",
+    13: "AF_NETBEUI",
+    14: "AF_SECURITY",
+    15: "AF_KEY",
+}
+
+# Syscalls libseccomp 2.5.4 cannot name yet, by native number. Only consulted
+# when libseccomp resolves the name to nothing.
+_FALLBACK_NUMBERS: dict[str, dict[str, int]] = {
+    "x86_64": {"open_tree_attr": 467},
+}
+
+
+def _deny(syscall: str, why: str, *conds: Cond, when: When = When.ALWAYS) -> Rule:
+    return Rule(syscall, conds, Action.EPERM, why, when)
+
+
+def _low32(arg: int, value: int) -> Cond:
+    """``arg``'s low 32 bits equal ``value`` (for ``int``/``unsigned int`` arguments)."""
+    return Cond(arg, Op.MASKED_EQ, value, _LOW32)
+
+
+def _bit(arg: int, flag: int) -> Cond:
+    """``flag`` is set in ``arg``."""
+    return Cond(arg, Op.MASKED_EQ, flag, flag)
+
+
+def _inet_rules() -> tuple[Rule, ...]:
+    rules: list[Rule] = []
+    for fam, fam_name in ((AF_INET, "AF_INET"), (AF_INET6, "AF_INET6")):
+        rules.append(_deny(
+            "socket", f"{fam_name}: no network at all on a helper-only host without a proxy",
+            Cond(0, Op.EQ, fam), when=When.INET_NONE))
+        # Types: everything but SOCK_STREAM (DGRAM, RAW, SEQPACKET, DCCP, PACKET, and
+        # the invalid ones, so a future type is denied too). Type masked to the
+        # kernel's SOCK_TYPE_MASK: SOCK_NONBLOCK|SOCK_CLOEXEC must not dodge it.
+        for sock_type in (0, *range(2, _SOCK_TYPE_MASK + 1)):
+            rules.append(_deny(
+                "socket",
+                f"{fam_name} type {sock_type}: Landlock only restricts TCP; UDP/raw would bypass it",
+                Cond(0, Op.EQ, fam), Cond(1, Op.MASKED_EQ, sock_type, _SOCK_TYPE_MASK),
+                when=When.INET_TCP_ONLY))
+        # Protocols: SOCK_STREAM is also SCTP (132), SMC (256) and MPTCP (262), which
+        # Landlock's TCP rules do not cover since sk_is_tcp() (kernel 6.14-era fix).
+        # 1..5 name no stream protocol (EPROTONOSUPPORT) but are denied to fail closed.
+        rules.append(_deny(
+            "socket", f"{fam_name} protocol > IPPROTO_TCP (SCTP, SMC, MPTCP): not covered by Landlock",
+            Cond(0, Op.EQ, fam), Cond(2, Op.GT, IPPROTO_TCP), when=When.INET_TCP_ONLY))
+        for proto in range(1, IPPROTO_TCP):
+            rules.append(_deny(
+                "socket", f"{fam_name} protocol {proto}: only 0 and IPPROTO_TCP are TCP",
+                Cond(0, Op.EQ, fam), Cond(2, Op.EQ, proto), when=When.INET_TCP_ONLY))
+    # TCP Fast Open: sendto/sendmsg with MSG_FASTOPEN connects an unconnected TCP
+    # socket without connect(2), so without the LSM connect hook Landlock relies on.
+    for name, flags_arg in (("sendto", 3), ("sendmsg", 2), ("sendmmsg", 3)):
+        rules.append(_deny(
+            name, "MSG_FASTOPEN connects without connect(2), bypassing Landlock's TCP connect rules",
+            _bit(flags_arg, MSG_FASTOPEN), when=When.INET_TCP_ONLY))
+    return tuple(rules)
+
+
+RULES: tuple[Rule, ...] = (
+    # --- other processes' memory and tracing
+    _deny("ptrace", "inspect/modify other processes; Yama/Landlock limit it, but no sandboxed tool needs it"),
+    _deny("process_vm_readv", "read another process's memory (ptrace-equivalent)"),
+    _deny("process_vm_writev", "write another process's memory (ptrace-equivalent)"),
+    _deny("pidfd_getfd", "steal a descriptor from another process (ptrace-equivalent)"),
+    # --- kernel attack surface with a long CVE history and no use in a sandbox
+    _deny("bpf", "eBPF verifier/JIT attack surface; unprivileged bpf is only a liability here"),
+    _deny("perf_event_open", "perf: kernel attack surface and side channels"),
+    _deny("userfaultfd", "stalls kernel copies at will: the classic race-exploit primitive"),
+    _deny("io_uring_setup", "io_uring runs socket/open/... without passing through this filter"),
+    _deny("io_uring_enter", "io_uring (see io_uring_setup)"),
+    _deny("io_uring_register", "io_uring (see io_uring_setup)"),
+    _deny("keyctl", "kernel keyrings are not namespaced: the user's keys are reachable"),
+    _deny("add_key", "kernel keyrings (see keyctl)"),
+    _deny("request_key", "kernel keyrings (see keyctl)"),
+    # --- mounts and root changes: the filesystem view is bwrap's and Landlock's
+    _deny("mount", "change the filesystem view the other layers set up"),
+    _deny("umount2", "uncover paths bwrap masked"),
+    _deny("move_mount", "new mount API (see mount)"),
+    _deny("open_tree", "new mount API: clone a mount tree"),
+    _deny("open_tree_attr", "new mount API (6.15): open_tree with attributes"),
+    _deny("fsopen", "new mount API (see mount)"),
+    _deny("fsconfig", "new mount API (see mount)"),
+    _deny("fsmount", "new mount API (see mount)"),
+    _deny("fspick", "new mount API (see mount)"),
+    _deny("mount_setattr", "change mount flags such as read-only"),
+    _deny("pivot_root", "change the root mount"),
+    _deny("chroot", "needs CAP_SYS_CHROOT (dropped); denied anyway, no sandboxed tool needs it"),
+    # --- namespaces: a new user namespace gives back every capability inside it
+    _deny("setns", "join another namespace"),
+    *(
+        _deny("unshare", f"{name}: a new namespace (user ns: full caps inside it)", _bit(0, flag))
+        for name, flag in (*_CLONE_NS_FLAGS.items(), ("CLONE_NEWTIME", CLONE_NEWTIME))
+    ),
+    *(
+        # clone(flags, ...) on x86_64: flags are argument 0 (the kernel reads its low 32 bits).
+        _deny("clone", f"{name}: a new namespace (see unshare)", _bit(0, flag))
+        for name, flag in _CLONE_NS_FLAGS.items()
+    ),
+    Rule("clone3", (), Action.ENOSYS,
+         "flags sit in a struct seccomp cannot read; ENOSYS makes glibc fall back to clone"),
+    # --- terminal injection: a sandboxed process must not type into the user's shell
+    _deny("ioctl", "TIOCSTI pushes input into the terminal", _low32(1, TIOCSTI)),
+    _deny("ioctl", "TIOCLINUX (e.g. paste selection) injects input on a VT", _low32(1, TIOCLINUX)),
+    # --- sockets
+    _deny("socket", "AF_UNIX off by policy: host daemons (docker, dbus, ssh-agent) listen there",
+          Cond(0, Op.EQ, AF_UNIX), when=When.UNIX_DENIED),
+    _deny("socket", "families >= 17 (AF_PACKET, AF_ALG, AF_VSOCK to the VM host, AF_XDP, AF_SMC, ...) "
+          "and any value with junk in the upper 32 bits", Cond(0, Op.GE, _SOCKET_FAMILY_LIMIT)),
+    *(
+        _deny("socket", f"{name}: legacy/unneeded socket family", Cond(0, Op.EQ, fam))
+        for fam, name in _DENIED_LOW_FAMILIES.items()
+    ),
+    _deny("socket", "AF_NETLINK other than NETLINK_ROUTE (sock_diag lists host sockets, audit, "
+          "uevents, netfilter, generic); ROUTE stays for getifaddrs/iproute (writes need CAP_NET_ADMIN)",
+          Cond(0, Op.EQ, AF_NETLINK), Cond(2, Op.NE, NETLINK_ROUTE)),
+    *_inet_rules(),
+    # --- personality: only PER_LINUX may be set (as flatpak). libseccomp 2.5 allows one
+    # comparison per argument per rule, so allowing the 0xffffffff query as well would need
+    # hundreds of rules; ADDR_NO_RANDOMIZE/READ_IMPLIES_EXEC/MMAP_PAGE_ZERO are exploit aids.
+    _deny("personality", "only PER_LINUX: other personalities disable ASLR/NX or map page zero",
+          Cond(0, Op.NE, 0)),
+    # --- legacy, privileged or system-wide calls (all need dropped capabilities; denied
+    # so that a kernel bug in their permission checks is not reachable)
+    _deny("vm86", "i386 only (unreachable: i386 is ACT_BADARCH); kept for a multi-arch filter"),
+    _deny("vm86old", "i386 only (see vm86)"),
+    _deny("uselib", "a.out loader from 1990s Linux; ENOSYS unless CONFIG_USELIB"),
+    _deny("kexec_load", "replace the running kernel"),
+    _deny("kexec_file_load", "replace the running kernel"),
+    _deny("init_module", "load kernel code"),
+    _deny("finit_module", "load kernel code"),
+    _deny("delete_module", "unload kernel code"),
+    _deny("open_by_handle_at", "opens any inode by handle, escaping mounts (the 'shocker' breakout)"),
+    _deny("acct", "process accounting to a file: system-wide"),
+    _deny("quotactl", "disk quotas: system-wide"),
+    _deny("quotactl_fd", "disk quotas: system-wide"),
+    _deny("swapon", "system-wide swap"),
+    _deny("swapoff", "system-wide swap"),
+    _deny("reboot", "reboot/halt, or kexec a loaded kernel"),
+    _deny("syslog", "kernel log: kernel addresses and host activity"),
+    _deny("lookup_dcookie", "oprofile leftover; leaks paths (removed in 6.10, ENOSYS)"),
+    _deny("nfsservctl", "removed in 3.1; ENOSYS"),
+    _deny("ioperm", "raw I/O port access"),
+    _deny("iopl", "raw I/O privilege level"),
+    _deny("sethostname", "a helper-only host shares the host's UTS namespace"),
+    _deny("setdomainname", "a helper-only host shares the host's UTS namespace"),
+    _deny("settimeofday", "the clock is system-wide (CLOCK_REALTIME is not namespaced)"),
+    _deny("clock_settime", "the clock is system-wide (see settimeofday)"),
+)
+"""The denylist, in the order it is compiled. ``adjtimex``/``clock_adjtime`` stay
+allowed (``modes == 0`` is a read used by time tools; setting needs
+CAP_SYS_TIME, dropped) and so does ``name_to_handle_at`` (a handle is useless
+without ``open_by_handle_at``). ``socketpair`` is never filtered: a connected
+pair reaches nothing outside the process tree."""
+
+
+def applies(rule: Rule, *, allow_unix_sockets: bool, allow_inet: InetMode) -> bool:
+    """True when ``rule`` is part of the program compiled with these options."""
+    match rule.when:
+        case When.ALWAYS:
+            return True
+        case When.UNIX_DENIED:
+            return not allow_unix_sockets
+        case When.INET_TCP_ONLY:
+            return allow_inet is InetMode.TCP_ONLY
+        case When.INET_NONE:
+            return allow_inet is InetMode.NONE
+        case _:  # pragma: no cover
+            assert_never(rule.when)
+
+
+def active_rules(*, allow_unix_sockets: bool, allow_inet: InetMode) -> tuple[Rule, ...]:
+    """The entries of :data:`RULES` compiled under these options, in order."""
+    return tuple(r for r in RULES if applies(r, allow_unix_sockets=allow_unix_sockets, allow_inet=allow_inet))
+
+
+def decide(syscall: str, args: tuple[int, ...] = (), *, allow_unix_sockets: bool,
+           allow_inet: InetMode) -> Action | None:
+    """What the table says for one call (``None``: allowed). Pure; no libseccomp.
+
+    Matches what the compiled program does for the native ABI; the unit tests
+    check the two against each other with a BPF interpreter.
+    """
+    padded = tuple(args) + (0,) * (6 - len(args))
+    for rule in active_rules(allow_unix_sockets=allow_unix_sockets, allow_inet=allow_inet):
+        if rule.syscall == syscall and all(c.matches(padded) for c in rule.conds):
+            return rule.action
+    return None
+
+
+# ------------------------------------------------------------------ compiling
+
+
+def _errno_of(action: Action) -> int:
+    match action:
+        case Action.EPERM:
+            return errno.EPERM
+        case Action.ENOSYS:
+            return errno.ENOSYS
+        case _:  # pragma: no cover
+            assert_never(action)
+
+
+def _resolve(sc: Any, name: str) -> int | None:
+    """Native syscall number, or None when the syscall does not exist on this arch."""
+    nr = int(sc.resolve_syscall(sc.Arch.NATIVE, name))
+    if nr >= 0:
+        return nr
+    fallback = _FALLBACK_NUMBERS.get(platform.machine(), {}).get(name)
+    if fallback is not None:
+        return fallback
+    # libseccomp gives a negative pseudo-number (e.g. vm86 on x86_64, -10071) for a
+    # syscall that exists on other arches only, and -1 for a name it does not know.
+    if nr == -1:
+        raise BuildError(f"seccomp: libseccomp does not know syscall {name!r}",
+                         hint="upgrade libseccomp, or add its number to _FALLBACK_NUMBERS")
+    return None
+
+
+def libseccomp_version() -> str:
+    """The loaded libseccomp's version, ``"2.5.4"`` (imports pyseccomp)."""
+    import ctypes
+
+    import pyseccomp as sc
+
+    class _Version(ctypes.Structure):
+        _fields_ = [("major", ctypes.c_uint), ("minor", ctypes.c_uint), ("micro", ctypes.c_uint)]
+
+    fn = sc._libseccomp.seccomp_version  # noqa: SLF001 -- pyseccomp does not wrap it
+    fn.restype = ctypes.POINTER(_Version)
+    fn.argtypes = ()
+    v = fn().contents
+    return f"{v.major}.{v.minor}.{v.micro}"
+
+
+def compile_program(*, allow_unix_sockets: bool, allow_inet: InetMode) -> bytes:
+    """Compile the active rules into a raw classic-BPF program (native endian).
+
+    Raises :class:`BuildError` if libseccomp is missing or rejects a rule.
+    """
+    try:
+        import pyseccomp as sc
+    except (ImportError, RuntimeError) as exc:  # pyseccomp raises RuntimeError without libseccomp
+        raise BuildError(f"seccomp: cannot load pyseccomp/libseccomp: {exc}",
+                         hint="install libseccomp (Debian: libseccomp2) and pyseccomp") from exc
+    ops = {Op.EQ: sc.EQ, Op.NE: sc.NE, Op.GT: sc.GT, Op.GE: sc.GE, Op.MASKED_EQ: sc.MASKED_EQ}
+    try:
+        filt = sc.SyscallFilter(sc.ALLOW)
+        # Only the native arch is in the filter: any other audit arch (i386 via int 0x80)
+        # and, on x86_64, any x32 syscall number (libseccomp adds that check) is killed.
+        filt.set_attr(sc.Attr.ACT_BADARCH, sc.KILL_PROCESS)
+        for rule in active_rules(allow_unix_sockets=allow_unix_sockets, allow_inet=allow_inet):
+            nr = _resolve(sc, rule.syscall)
+            if nr is None:
+                continue  # not on this arch: unreachable through the native ABI
+            args = [
+                sc.Arg(c.arg, ops[c.op], c.mask if c.op is Op.MASKED_EQ else c.value,
+                       c.value if c.op is Op.MASKED_EQ else 0)
+                for c in rule.conds
+            ]
+            filt.add_rule(sc.ERRNO(_errno_of(rule.action)), nr, *args)
+        with tempfile.TemporaryFile() as out:
+            filt.export_bpf(out)
+            out.seek(0)
+            program = out.read()
+    except OSError as exc:
+        raise BuildError(f"seccomp: libseccomp failed: {exc}") from exc
+    _check_program(program)
+    return program
+
+
+def _check_program(program: bytes) -> None:
+    n, rem = divmod(len(program), BPF_INSTRUCTION_SIZE)
+    if n == 0 or rem or n > MAX_INSTRUCTIONS:
+        raise BuildError(f"seccomp: bad BPF program size {len(program)} bytes "
+                         f"(need a non-zero multiple of {BPF_INSTRUCTION_SIZE}, "
+                         f"at most {MAX_INSTRUCTIONS} instructions)")
+
+
+# -------------------------------------------------------------------- caching
+
+
+def table_digest() -> str:
+    """sha256 of the rule table's repr: changes whenever any entry changes."""
+    return hashlib.sha256(repr(RULES).encode()).hexdigest()
+
+
+def cache_key(*, allow_unix_sockets: bool, allow_inet: InetMode) -> str:
+    """Full sha256 hex key of the program for these options (pure: no libseccomp)."""
+    material = repr((
+        CACHE_FORMAT, __version__, table_digest(), platform.machine(), sys.byteorder,
+        ("allow_unix_sockets", allow_unix_sockets), ("allow_inet", allow_inet.value),
+    ))
+    return hashlib.sha256(material.encode()).hexdigest()
+
+
+def filter_id(*, allow_unix_sockets: bool, allow_inet: InetMode) -> str:
+    """The first 16 hex digits of :func:`cache_key`: names the program in logs and the cache."""
+    return cache_key(allow_unix_sockets=allow_unix_sockets, allow_inet=allow_inet)[:16]
+
+
+def _read_cached(path: Path, key: str) -> bytes | None:
+    """The cached program if ``path`` holds a valid entry for ``key``, else None."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        with os.fdopen(fd, "rb") as f:
+            data = f.read(len(_CACHE_MAGIC) + 4096 + MAX_INSTRUCTIONS * BPF_INSTRUCTION_SIZE + 1)
+    except OSError:
+        return None
+    if not data.startswith(_CACHE_MAGIC):
+        return None
+    meta_line, sep, program = data[len(_CACHE_MAGIC):].partition(b"\n")
+    if not sep:
+        return None
+    try:
+        meta = json.loads(meta_line)
+    except ValueError:
+        return None
+    if not isinstance(meta, dict) or meta.get("key") != key:
+        return None
+    if meta.get("sha256") != hashlib.sha256(program).hexdigest():
+        return None  # truncated or corrupted: recompile
+    n, rem = divmod(len(program), BPF_INSTRUCTION_SIZE)
+    if n == 0 or rem or n > MAX_INSTRUCTIONS:
+        return None
+    return program
+
+
+def _write_cached(cache_dir: Path, path: Path, key: str, program: bytes, libseccomp: str) -> None:
+    """Atomically replace ``path`` (mode 0600) with an entry for ``program``."""
+    meta = {"key": key, "sha256": hashlib.sha256(program).hexdigest(),
+            "libseccomp": libseccomp, "safebox": __version__, "machine": platform.machine()}
+    blob = _CACHE_MAGIC + json.dumps(meta, sort_keys=True).encode() + b"\n" + program
+    cache_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=cache_dir, prefix=".seccomp-", suffix=".tmp")  # mode 0600
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(blob)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
+def load_or_compile(*, cache_dir: Path, allow_unix_sockets: bool,
+                    allow_inet: InetMode) -> tuple[bytes, str]:
+    """The program for these options and its filter id, from ``cache_dir`` when possible.
+
+    The key (:func:`cache_key`) is computed from data only — the rule table,
+    the options, the safebox version, the cache format, ``platform.machine()``
+    and byte order — so a hit costs a hash and one file read and never imports
+    pyseccomp (which ``dlopen``\\s libseccomp and runs ``ldconfig -p`` to find it).
+
+    The libseccomp version is *not* in the key, only recorded in the entry's
+    metadata. That is safe because the program's meaning is fixed by the key:
+    syscall numbers and UAPI constants are kernel ABI, and a different
+    libseccomp only lays out equivalent instructions differently. A safebox
+    upgrade (which may change the table or the libseccomp it needs) changes
+    the key. Entries are checked on read (magic, full key, sha256 of the
+    program, size) and recompiled when anything is off; a cache that cannot be
+    written is not an error (the program is returned uncached).
+
+    The cache is trusted: ``cache_dir`` must be outside every path the sandbox
+    can write, or a sandboxed command could plant a weaker filter for the next
+    run (``docs/seccomp.md``).
+    """
+    key = cache_key(allow_unix_sockets=allow_unix_sockets, allow_inet=allow_inet)
+    fid = key[:16]
+    path = cache_dir / f"seccomp-{fid}.bpf"
+    cached = _read_cached(path, key)
+    if cached is not None:
+        return cached, fid
+    program = compile_program(allow_unix_sockets=allow_unix_sockets, allow_inet=allow_inet)
+    try:
+        _write_cached(cache_dir, path, key, program, libseccomp_version())
+    except OSError:
+        pass  # caching is an optimisation; the program itself is fine
+    return program, fid
+
+
+def instructions(program: bytes) -> list[tuple[int, int, int, int]]:
+    """Decode ``program`` into ``(code, jt, jf, k)`` tuples (for tests and debugging)."""
+    _check_program(program)
+    return [struct.unpack_from("=HBBI", program, off) for off in range(0, len(program), BPF_INSTRUCTION_SIZE)]

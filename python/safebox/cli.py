@@ -1,0 +1,257 @@
+"""The ``safebox`` command. The only place where errors become messages and exit statuses.
+
+``safebox exec`` is on a hot path: a well-formed ``exec`` command line is parsed
+by a small parser generated from the same option table as the click command,
+so neither click nor pydantic is imported when the policy cache is warm.
+Anything the fast parser does not recognise (``--help``, a typo, a missing
+value) goes to click, which owns every error message.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import dataclass
+from typing import Any, NoReturn
+
+from safebox.errors import EXIT_SAFEBOX_FAILED, SafeboxError
+
+
+@dataclass(frozen=True)
+class Opt:
+    """One ``exec`` option, shared by the click command and the fast parser."""
+
+    long: str
+    dest: str
+    help: str
+    short: str | None = None
+    value: str | None = None  # metavar when the option takes a value
+    multiple: bool = False
+    choices: tuple[str, ...] = ()
+
+
+EXEC_OPTIONS: tuple[Opt, ...] = (
+    Opt("--policy", "policy_file", "Policy file (JSON or TOML), layered after the user and project files.",
+        short="-p", value="FILE"),
+    Opt("--allow-write", "allow_write", "Also allow writing beneath PATH (repeatable).", value="PATH", multiple=True),
+    Opt("--deny-read", "deny_read", "Also make PATH unreadable (repeatable).", value="PATH", multiple=True),
+    Opt("--deny-write", "deny_write", "Keep PATH read-only even beneath a write root (repeatable).",
+        value="PATH", multiple=True),
+    Opt("--allow-domain", "allow_domains", "Allow DOMAIN through the proxy; *.example.com = subdomains (repeatable).",
+        value="DOMAIN", multiple=True),
+    Opt("--deny-domain", "deny_domains", "Refuse DOMAIN even if allowed (repeatable).", value="DOMAIN", multiple=True),
+    Opt("--strict", "strict", "Refuse to run unless every layer is fully enforced."),
+    Opt("--without", "without", "Run one layer alone: 'bwrap' (helper only) or 'helper' (bubblewrap only).",
+        value="LAYER", choices=("bwrap", "helper")),
+    Opt("--dry-run", "dry_run", "Print the bwrap argv and the helper policy; run nothing."),
+    Opt("--audit-log", "audit_log", "Append JSON-lines events (start, stop, network decisions) to FILE.",
+        value="FILE"),
+    Opt("--verbose", "verbose", "Say which layers were enforced and what was adjusted.", short="-v"),
+)
+_BY_NAME = {o.long: o for o in EXEC_OPTIONS} | {o.short: o for o in EXEC_OPTIONS if o.short}
+
+
+def fast_parse_exec(args: list[str]) -> dict[str, Any] | None:
+    """Parse ``exec`` arguments; None when click must handle them (help, errors)."""
+    out: dict[str, Any] = {o.dest: ([] if o.multiple else (None if o.value else False)) for o in EXEC_OPTIONS}
+    i = 0
+    while i < len(args):
+        a = args[i]
+        if a == "--":
+            i += 1
+            break
+        if not a.startswith("-") or a == "-":
+            break
+        name, eq, inline = a.partition("=") if a.startswith("--") else (a, "", "")
+        opt = _BY_NAME.get(name)
+        if opt is None:
+            return None
+        if opt.value is None:
+            if eq:
+                return None
+            out[opt.dest] = True
+            i += 1
+            continue
+        if eq:
+            val = inline
+            i += 1
+        else:
+            if i + 1 >= len(args):
+                return None
+            val = args[i + 1]
+            i += 2
+        if opt.choices and val not in opt.choices:
+            return None
+        if opt.multiple:
+            out[opt.dest].append(val)
+        elif out[opt.dest] is not None:
+            return None  # repeated single option: let click decide what that means
+        else:
+            out[opt.dest] = val
+    command = args[i:]
+    if not command:
+        return None
+    out["command"] = command
+    return out
+
+
+def _request(parsed: dict[str, Any]):  # -> ExecRequest
+    from safebox.policy.load import Flags
+    from safebox.runner import ExecRequest, Without
+
+    return ExecRequest(
+        command=tuple(parsed["command"]),
+        policy_file=parsed["policy_file"],
+        flags=Flags(allow_write=tuple(parsed["allow_write"]), deny_read=tuple(parsed["deny_read"]),
+                    deny_write=tuple(parsed["deny_write"]), allow_domains=tuple(parsed["allow_domains"]),
+                    deny_domains=tuple(parsed["deny_domains"]), strict=bool(parsed["strict"])),
+        without=Without(parsed["without"]) if parsed["without"] else None,
+        strict=bool(parsed["strict"]), dry_run=bool(parsed["dry_run"]),
+        audit_log=parsed["audit_log"], verbose=bool(parsed["verbose"]))
+
+
+def fail(err: SafeboxError) -> NoReturn:
+    """Print ``safebox: <message>`` (and one ``hint:`` line) and exit with the error's status."""
+    msg = " ".join(err.message.split("\n"))
+    sys.stderr.write(f"safebox: {msg}\n")
+    if err.hint:
+        sys.stderr.write(f"hint: {err.hint}\n")
+    sys.stderr.flush()
+    sys.exit(err.exit_code)
+
+
+def _guarded(fn, *args: Any) -> int:
+    try:
+        return int(fn(*args))
+    except SafeboxError as e:
+        fail(e)
+    except KeyboardInterrupt:
+        return 130
+    except Exception as e:  # noqa: BLE001 — fail closed with one line, never a traceback
+        if os.environ.get("SAFEBOX_DEBUG"):
+            raise
+        sys.stderr.write(f"safebox: internal error: {type(e).__name__}: {e}\n")
+        return EXIT_SAFEBOX_FAILED
+
+
+def _run_exec(parsed: dict[str, Any]) -> int:
+    from safebox.runner import run
+
+    return run(_request(parsed))
+
+
+# ------------------------------------------------------------------ click
+
+def _click_app():
+    import click
+
+    from safebox import __version__
+
+    @click.group(context_settings={"help_option_names": ["-h", "--help"]})
+    @click.version_option(__version__, prog_name="safebox")
+    def app() -> None:
+        """Run untrusted commands in a Linux sandbox.
+
+        Two layers from one policy: bubblewrap (namespaces, read-only root,
+        masked credentials) and a helper that applies Landlock, drops every
+        capability and installs a seccomp filter. Network goes only through a
+        filtering proxy to the allowed domains.
+        """
+
+    def exec_options(f):
+        for o in reversed(EXEC_OPTIONS):
+            names = [n for n in (o.short, o.long) if n]
+            if o.value is None:
+                f = click.option(*names, o.dest, is_flag=True, help=o.help)(f)
+            else:
+                typ = click.Choice(o.choices) if o.choices else click.STRING
+                f = click.option(*names, o.dest, metavar=o.value, type=typ, multiple=o.multiple, help=o.help)(f)
+        return f
+
+    @app.command("exec", context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
+    @exec_options
+    @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
+    def exec_cmd(command: tuple[str, ...], **kw: Any) -> None:
+        """Run COMMAND inside the sandbox.
+
+        Exit status: the command's own; 128+N if it died of signal N; 125 when
+        safebox fails (bad policy, bwrap missing, helper refused); 126 the
+        command is not executable; 127 it was not found.
+        """
+        if command and command[0] == "--":
+            command = command[1:]
+        if not command:
+            raise click.UsageError("missing COMMAND after --")
+        kw["command"] = list(command)
+        sys.exit(_guarded(_run_exec, kw))
+
+    @app.command("doctor")
+    @click.option("--json", "as_json", is_flag=True, help="Print the checks as JSON (schema in docs/doctor.md).")
+    def doctor_cmd(as_json: bool) -> None:
+        """Check bwrap, socat, ripgrep, the helper and the kernel; exit 1 if a required check fails."""
+        from safebox import doctor
+        from safebox.helper import find_helper
+
+        sys.exit(doctor.main(["--json"] if as_json else [], helper_path=find_helper(), standalone=False))
+
+    @app.group("policy")
+    def policy_grp() -> None:
+        """Validate and inspect policies."""
+
+    @policy_grp.command("check")
+    @click.argument("file", type=click.Path(dir_okay=False))
+    def policy_check(file: str) -> None:
+        """Validate FILE (JSON or TOML); exit 125 naming the key on error."""
+        from pathlib import Path
+
+        from safebox.policy.load import Layer, _read_file, parse_document, validate_layer
+
+        def check() -> int:
+            p = Path(file)
+            try:
+                raw = _read_file(p)
+            except FileNotFoundError:
+                from safebox.errors import PolicyError
+
+                raise PolicyError(f"{file}: policy file not found") from None
+            validate_layer(Layer(file, parse_document(p, raw)))
+            click.echo(f"{file}: ok")
+            return 0
+
+        sys.exit(_guarded(check))
+
+    @policy_grp.command("show")
+    @click.option("-p", "--policy", "policy_file", metavar="FILE", help="Also layer FILE, as exec --policy does.")
+    @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text.")
+    def policy_show(policy_file: str | None, as_json: bool) -> None:
+        """Print the effective merged policy, each entry with where it came from."""
+        import json
+
+        from safebox.policy.load import Context, Flags, load
+        from safebox.runner import _home
+
+        def show() -> int:
+            eff = load(Context(cwd=os.path.realpath(os.getcwd()), home=_home()),
+                       policy_file=policy_file, flags=Flags())
+            if as_json:
+                click.echo(json.dumps(eff.to_json_dict(), indent=2))
+                return 0
+            for key, entries in eff.sources.items():
+                click.echo(f"{key}:")
+                for e in entries:
+                    click.echo(f"  {e}")
+            return 0
+
+        sys.exit(_guarded(show))
+
+    return app
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Entry point of the ``safebox`` console script."""
+    args = sys.argv[1:] if argv is None else list(argv)
+    if args and args[0] == "exec":
+        parsed = fast_parse_exec(args[1:])
+        if parsed is not None:
+            sys.exit(_guarded(_run_exec, parsed))
+    _click_app()(args=args, prog_name="safebox")

@@ -1,0 +1,129 @@
+"""Built-in defaults: credential paths, credential environment variables and the
+files whose modification leads to code execution outside the sandbox.
+
+Standard library only (on the exec hot path). Every list is documented in
+``docs/policy-reference.md``; a test checks the two agree.
+"""
+
+from __future__ import annotations
+
+# Read-denied by default. `~` is the invoking user's home. Missing paths are
+# skipped; symlinked ones have their resolved target masked (builder/resolve.py).
+CREDENTIAL_PATHS: tuple[str, ...] = (
+    "~/.ssh",
+    "~/.aws",
+    "~/.gnupg",
+    "~/.config/gcloud",
+    "~/.azure",
+    "~/.kube",
+    "~/.docker",
+    "~/.netrc",
+    "~/.git-credentials",
+    "~/.npmrc",
+    "~/.pypirc",
+    "~/.config/gh",
+    "~/.cargo/credentials.toml",
+    "~/.cargo/credentials",
+    "~/.config/hub",
+    "~/.terraform.d/credentials.tfrc.json",
+    "~/.vault-token",
+    "~/.password-store",
+    "~/.local/share/keyrings",
+    "~/.mozilla",
+    "~/.config/google-chrome",
+    "~/.config/chromium",
+    "~/.config/safebox",
+    "/etc/shadow",
+    "/etc/gshadow",
+    "/etc/ssh/ssh_host_rsa_key",
+    "/etc/ssh/ssh_host_ecdsa_key",
+    "/etc/ssh/ssh_host_ed25519_key",
+    "/var/run/secrets",
+    "/run/secrets",
+)
+
+# Environment variables removed from the command's environment. fnmatch-style,
+# matched case-sensitively against the variable name.
+ENV_DENY_PATTERNS: tuple[str, ...] = (
+    "AWS_SECRET_ACCESS_KEY",
+    "AWS_SESSION_TOKEN",
+    "AWS_ACCESS_KEY_ID",
+    "GITHUB_TOKEN",
+    "GH_TOKEN",
+    "GITLAB_TOKEN",
+    "ACTIONS_RUNTIME_TOKEN",
+    "ACTIONS_ID_TOKEN_REQUEST_TOKEN",
+    "ACTIONS_ID_TOKEN_REQUEST_URL",
+    "NPM_TOKEN",
+    "PYPI_TOKEN",
+    "ANTHROPIC_API_KEY",
+    "OPENAI_API_KEY",
+    "GOOGLE_APPLICATION_CREDENTIALS",
+    "AZURE_CLIENT_SECRET",
+    "DOCKER_AUTH_CONFIG",
+    "SSH_AUTH_SOCK",
+    "*_TOKEN",
+    "*_TOKEN_*",
+    "*_SECRET",
+    "*_SECRET_*",
+    "*_SECRETS",
+    "*_PASSWORD",
+    "*_PASSWD",
+    "*_API_KEY",
+    "*_APIKEY",
+    "*_PRIVATE_KEY",
+    "*_CREDENTIALS",
+)
+
+# Mandatory protection: read-only even beneath a write root. Names match a
+# path component anywhere under a write root (found with ripgrep); entries
+# ending in "/" are directories protected with everything beneath them.
+PROTECTED_FILES: tuple[str, ...] = (
+    ".bashrc",
+    ".bash_profile",
+    ".bash_login",
+    ".bash_logout",
+    ".profile",
+    ".zshrc",
+    ".zshenv",
+    ".zprofile",
+    ".zlogin",
+    ".zlogout",
+    ".kshrc",
+    ".cshrc",
+    ".tcshrc",
+    ".inputrc",
+    ".gitconfig",
+    ".gitmodules",
+    ".gitattributes",
+    ".npmrc",
+    ".pypirc",
+    ".netrc",
+    ".envrc",
+    ".mcp.json",
+    ".safebox.toml",
+    ".safebox.json",
+)
+PROTECTED_DIRS: tuple[str, ...] = (
+    ".vscode",
+    ".idea",
+    ".claude",
+    ".cursor",
+    ".codex",
+    ".gemini",
+    ".continue",
+    ".config/fish",
+    ".config/git",
+    ".config/autostart",
+    ".config/systemd",
+    ".config/environment.d",
+    ".ssh",
+    ".git/hooks",
+)
+# Inside every git repository found (a directory holding `.git`), these are protected.
+PROTECTED_IN_GIT_DIR: tuple[str, ...] = ("config", "hooks", "info", "modules")
+
+# How deep below each write root nested repositories and protected files are
+# searched. Deeper ones are not protected by the outer layer (Landlock still
+# confines writes to the write roots); documented in policy-reference.md.
+DEFAULT_SEARCH_DEPTH = 6

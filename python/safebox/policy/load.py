@@ -1,0 +1,337 @@
+"""Reading, validating and layering policy files.
+
+Layers, later wins for scalars and lists concatenate:
+built-in defaults < user file < project file < ``--policy`` < command-line flags.
+
+The merged result is cached (keyed by the bytes of every input) so the hot
+path imports neither pydantic nor tomllib when nothing changed; see
+``load_cached``. The cache lives in safebox's state directory, which the
+sandbox can never write (builder/resolve.py protects it).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from safebox import __version__
+from safebox.errors import PolicyError
+from safebox.policy import defaults
+from safebox.policy.effective import EffectivePolicy
+
+USER_FILES = ("policy.toml", "policy.json")
+PROJECT_FILES = (".safebox.toml", ".safebox.json")
+MAX_POLICY_BYTES = 1 << 20
+
+# Keys of a project file that widen access. A repository you just cloned can
+# ship a project file; it may narrow the sandbox freely, but widening needs
+# `trustProjectFiles = true` in your user file or --policy (a cloned repo must
+# not grant itself the network or your home directory).
+_WIDENING = (
+    ("network", "allowedDomains"),
+    ("network", "allowUnixSockets"),
+    ("network", "allowAllUnixSockets"),
+    ("network", "allowLocalBinding"),
+    ("network", "allowLocalDestinations"),
+    ("filesystem", "allowWrite"),
+    ("env", "allow"),
+    ("trustProjectFiles",),
+)
+
+
+@dataclass(frozen=True)
+class Flags:
+    """Command-line additions (the last layer)."""
+
+    allow_write: tuple[str, ...] = ()
+    deny_read: tuple[str, ...] = ()
+    deny_write: tuple[str, ...] = ()
+    allow_domains: tuple[str, ...] = ()
+    deny_domains: tuple[str, ...] = ()
+    strict: bool = False
+
+
+@dataclass(frozen=True)
+class Layer:
+    """One source of policy: its name (a path or 'defaults'/'flags') and raw document."""
+
+    name: str
+    data: dict[str, Any]
+    project: bool = False
+
+
+@dataclass
+class Context:
+    """Where relative and ``~`` paths point."""
+
+    cwd: str
+    home: str
+    sources: dict[str, list[str]] = field(default_factory=dict)
+
+
+def user_config_dir(home: str) -> Path:
+    """``$XDG_CONFIG_HOME/safebox`` or ``~/.config/safebox``."""
+    base = os.environ.get("XDG_CONFIG_HOME") or os.path.join(home, ".config")
+    return Path(base) / "safebox"
+
+
+def state_dir(home: str) -> Path:
+    """``$XDG_CACHE_HOME/safebox`` or ``~/.cache/safebox``: caches and run dirs."""
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(home, ".cache")
+    return Path(base) / "safebox"
+
+
+def expand_path(p: str, ctx: Context) -> str:
+    """``~``, ``~/x``, absolute, or relative to the working directory → normalised absolute."""
+    if p == "~":
+        p = ctx.home
+    elif p.startswith("~/"):
+        p = os.path.join(ctx.home, p[2:])
+    elif not p.startswith("/"):
+        p = os.path.join(ctx.cwd, p)
+    # normpath, not realpath: symlinks are resolved deliberately in resolve.py.
+    out = os.path.normpath(p)
+    if out.startswith("//"):
+        out = "/" + out.lstrip("/")
+    return out
+
+
+def _read_file(path: Path) -> bytes:
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except FileNotFoundError:
+        raise
+    except OSError as e:
+        raise PolicyError(f"{path}: cannot read policy file: {e.strerror}") from None
+    with os.fdopen(fd, "rb") as f:
+        data = f.read(MAX_POLICY_BYTES + 1)
+    if len(data) > MAX_POLICY_BYTES:
+        raise PolicyError(f"{path}: policy file larger than {MAX_POLICY_BYTES} bytes")
+    return data
+
+
+def parse_document(path: Path, raw: bytes) -> dict[str, Any]:
+    """JSON or TOML by extension (``.json``/``.toml``); anything else is tried as JSON then TOML."""
+    suffix = path.suffix.lower()
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise PolicyError(f"{path}: not UTF-8 ({e.reason} at byte {e.start})") from None
+    errors = []
+    for kind in (("json",) if suffix == ".json" else ("toml",) if suffix == ".toml" else ("json", "toml")):
+        try:
+            if kind == "json":
+                doc = json.loads(text)
+            else:
+                import tomllib
+
+                doc = tomllib.loads(text)
+        except ValueError as e:  # JSONDecodeError and TOMLDecodeError are ValueErrors
+            errors.append(f"invalid {kind.upper()}: {e}")
+            continue
+        if not isinstance(doc, dict):
+            raise PolicyError(f"{path}: the top level must be an object/table, not {type(doc).__name__}")
+        return doc
+    raise PolicyError(f"{path}: " + "; ".join(errors))
+
+
+def _format_validation_error(name: str, exc: Any) -> PolicyError:
+    first = exc.errors()[0]
+    loc = ".".join(str(p) if not isinstance(p, int) else f"[{p}]" for p in first["loc"]).replace(".[", "[")
+    msg = first["msg"]
+    if first["type"] == "extra_forbidden":
+        msg = "unknown key (check the spelling; see docs/policy-reference.md)"
+    more = len(exc.errors()) - 1
+    tail = f" (and {more} more error{'s' if more > 1 else ''})" if more else ""
+    return PolicyError(f"{name}: {loc}: {msg}{tail}")
+
+
+def validate_layer(layer: Layer) -> dict[str, Any]:
+    """Validate one layer with pydantic; return its document with defaults left out."""
+    from pydantic import ValidationError
+
+    from safebox.policy.model import validate
+
+    try:
+        model = validate(layer.data)
+    except ValidationError as e:
+        raise _format_validation_error(layer.name, e) from None
+    doc = model.model_dump(exclude_none=True)
+    if doc.get("enableWeakerNestedSandbox"):
+        raise PolicyError(f"{layer.name}: enableWeakerNestedSandbox: safebox never weakens its sandbox; remove the key")
+    net = doc.get("network", {})
+    for k in ("httpProxyPort", "socksProxyPort"):
+        if k in net:
+            raise PolicyError(f"{layer.name}: network.{k}: an external proxy would bypass safebox's filtering proxy; remove the key")
+    return doc
+
+
+def _get(doc: dict[str, Any], path: tuple[str, ...]) -> Any:
+    cur: Any = doc
+    for k in path:
+        if not isinstance(cur, dict) or k not in cur:
+            return None
+        cur = cur[k]
+    return cur
+
+
+def merge(layers: list[tuple[Layer, dict[str, Any]]], ctx: Context) -> EffectivePolicy:
+    """Merge validated layers in order into an EffectivePolicy."""
+    trust = any(_get(doc, ("trustProjectFiles",)) for layer, doc in layers if not layer.project)
+    lists: dict[str, list[str]] = {k: [] for k in (
+        "allowed_domains", "denied_domains", "allow_unix_sockets", "deny_read",
+        "allow_write", "deny_write", "env_deny", "env_allow")}
+    scalars: dict[str, Any] = {}
+    sources: dict[str, list[str]] = {}
+    mapping = {
+        ("network", "allowedDomains"): ("allowed_domains", False),
+        ("network", "deniedDomains"): ("denied_domains", False),
+        ("network", "allowUnixSockets"): ("allow_unix_sockets", True),
+        ("filesystem", "denyRead"): ("deny_read", True),
+        ("filesystem", "allowWrite"): ("allow_write", True),
+        ("filesystem", "denyWrite"): ("deny_write", True),
+        ("env", "deny"): ("env_deny", False),
+        ("env", "allow"): ("env_allow", False),
+    }
+    scalar_map = {
+        ("network", "allowAllUnixSockets"): "allow_all_unix_sockets",
+        ("network", "allowLocalBinding"): "allow_local_binding",
+        ("network", "allowLocalDestinations"): "allow_local_destinations",
+        ("strict",): "strict",
+        ("mandatoryDenySearchDepth",): "search_depth",
+    }
+    for layer, doc in layers:
+        if layer.project and not trust:
+            for key in _WIDENING:
+                value = _get(doc, key)
+                if value:
+                    raise PolicyError(
+                        f"{layer.name}: {'.'.join(key)}: a project file may not widen the sandbox",
+                        hint="set trustProjectFiles = true in your user policy or pass the file with --policy",
+                    )
+        for key, (target, is_path) in mapping.items():
+            values = _get(doc, key)
+            if not values:
+                continue
+            for v in values:
+                item = expand_path(v, ctx) if is_path else v
+                lists[target].append(item)
+                sources.setdefault(target, []).append(f"{item}  <- {layer.name}")
+        for key, target in scalar_map.items():
+            value = _get(doc, key)
+            if value is not None:
+                scalars[target] = value
+                sources[target] = [f"{value!r}  <- {layer.name}"]
+
+    def dedupe(xs: list[str]) -> tuple[str, ...]:
+        return tuple(dict.fromkeys(xs))
+
+    return EffectivePolicy(**{k: dedupe(v) for k, v in lists.items()}, **scalars, sources=sources)
+
+
+def default_layer() -> Layer:
+    """Built-in defaults: read everywhere but the credential list; write the working dir and /tmp."""
+    return Layer("defaults", {
+        "filesystem": {"denyRead": list(defaults.CREDENTIAL_PATHS), "allowWrite": [".", "/tmp"]},
+        "env": {"deny": list(defaults.ENV_DENY_PATTERNS)},
+        "mandatoryDenySearchDepth": defaults.DEFAULT_SEARCH_DEPTH,
+    })
+
+
+def flags_layer(flags: Flags) -> Layer:
+    """Command-line flags as the last layer."""
+    data: dict[str, Any] = {}
+    fs = {k: list(v) for k, v in (("allowWrite", flags.allow_write), ("denyRead", flags.deny_read),
+                                  ("denyWrite", flags.deny_write)) if v}
+    net = {k: list(v) for k, v in (("allowedDomains", flags.allow_domains),
+                                   ("deniedDomains", flags.deny_domains)) if v}
+    if fs:
+        data["filesystem"] = fs
+    if net:
+        data["network"] = net
+    if flags.strict:
+        data["strict"] = True
+    return Layer("command line", data)
+
+
+def discover_files(ctx: Context, *, policy_file: str | None) -> list[tuple[Path, bool]]:
+    """The policy files that apply, in layer order, as (path, is_project)."""
+    out: list[tuple[Path, bool]] = []
+    udir = user_config_dir(ctx.home)
+    for name in USER_FILES:
+        p = udir / name
+        if p.exists():
+            out.append((p, False))
+            break
+    for name in PROJECT_FILES:
+        p = Path(ctx.cwd) / name
+        if p.exists():
+            out.append((p, True))
+            break
+    if policy_file is not None:
+        out.append((Path(expand_path(policy_file, ctx)), False))
+    return out
+
+
+def _read_inputs(files: list[tuple[Path, bool]]) -> list[tuple[Path, bool, bytes]]:
+    out = []
+    for path, project in files:
+        try:
+            raw = _read_file(path)
+        except FileNotFoundError:
+            raise PolicyError(f"{path}: policy file not found") from None
+        out.append((path, project, raw))
+    return out
+
+
+def load(ctx: Context, *, policy_file: str | None, flags: Flags) -> EffectivePolicy:
+    """The slow path: read, validate (pydantic) and merge every layer."""
+    inputs = _read_inputs(discover_files(ctx, policy_file=policy_file))
+    return _load_from(inputs, ctx, flags)
+
+
+def _load_from(inputs: list[tuple[Path, bool, bytes]], ctx: Context, flags: Flags) -> EffectivePolicy:
+    layers = [default_layer()]
+    for path, project, raw in inputs:
+        layers.append(Layer(str(path), parse_document(path, raw), project=project))
+    layers.append(flags_layer(flags))
+    return merge([(layer, validate_layer(layer)) for layer in layers], ctx)
+
+
+def load_cached(ctx: Context, *, policy_file: str | None, flags: Flags, cache_dir: Path) -> EffectivePolicy:
+    """``load``, memoised on disk by a digest of every input byte.
+
+    A hit costs a few stats, reads and one JSON parse; a miss (or a cache file
+    that is not ours and private) falls back to ``load`` and rewrites it.
+    """
+    inputs = _read_inputs(discover_files(ctx, policy_file=policy_file))
+    h = hashlib.sha256()
+    h.update(repr((__version__, ctx.cwd, ctx.home, flags,
+                   os.environ.get("XDG_CONFIG_HOME"))).encode())
+    for path, project, raw in inputs:
+        h.update(f"\0{path}\0{project}\0{len(raw)}\0".encode() + raw)
+    key = h.hexdigest()[:32]
+    cache = cache_dir / f"policy-{key}.json"
+    try:
+        fd = os.open(cache, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        with os.fdopen(fd, "rb") as f:
+            st = os.fstat(f.fileno())
+            if st.st_uid == os.getuid() and (st.st_mode & 0o077) == 0:
+                return EffectivePolicy.from_json_dict(json.loads(f.read()))
+    except (OSError, ValueError, TypeError):
+        pass
+    policy = _load_from(inputs, ctx, flags)
+    try:
+        cache_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        tmp = cache.with_suffix(f".{os.getpid()}.tmp")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        with os.fdopen(fd, "w") as f:
+            json.dump(policy.to_json_dict(), f)
+        os.replace(tmp, cache)
+    except OSError:
+        pass  # an unwritable cache only costs speed
+    return policy

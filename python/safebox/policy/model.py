@@ -1,0 +1,141 @@
+"""pydantic models of a policy file (JSON or TOML).
+
+The keys are sandbox-runtime's settings keys, so an srt settings file works
+unchanged; safebox's additions sit beside them. Every model forbids unknown
+keys: a typo (``allowWrites``) is an error naming the key, never a silently
+weaker sandbox.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+from typing import Annotated, Any
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+
+_LABEL = re.compile(r"^[a-z0-9_]([a-z0-9_-]{0,61}[a-z0-9_])?$")
+
+
+def _check_domain_pattern(value: str) -> str:
+    """Accept ``example.com``, ``*.example.com``, ``localhost``, IP literals
+    (IPv6 in brackets or bare). Reject schemes, paths, ports, and wildcards that
+    are anywhere but a leading ``*.`` or cover a whole TLD (``*.com``)."""
+    v = value.strip()
+    if v != value or not v:
+        raise ValueError("empty or padded domain pattern")
+    if v.startswith("[") and v.endswith("]"):
+        ipaddress.IPv6Address(v[1:-1])
+        return v
+    try:
+        ipaddress.ip_address(v)
+        return v
+    except ValueError:
+        pass
+    if "://" in v or "/" in v or ":" in v or "@" in v:
+        raise ValueError(f"{value!r} is not a domain: no scheme, port, path or userinfo")
+    body = v[2:] if v.startswith("*.") else v
+    if "*" in body:
+        raise ValueError(f"{value!r}: a wildcard is only allowed as a leading '*.'")
+    labels = body.rstrip(".").lower().split(".")
+    try:
+        labels = [lbl.encode("idna").decode("ascii") if not lbl.isascii() else lbl for lbl in labels]
+    except UnicodeError as e:
+        raise ValueError(f"{value!r}: not a valid internationalised name ({e})") from None
+    if not all(_LABEL.match(lbl) for lbl in labels):
+        raise ValueError(f"{value!r}: invalid characters or empty label")
+    if v.startswith("*.") and len(labels) < 2:
+        raise ValueError(f"{value!r} is too broad: it covers a whole top-level domain")
+    if len(labels) < 2 and body != "localhost":
+        raise ValueError(f"{value!r}: a domain needs at least two labels (or 'localhost')")
+    return v
+
+
+def _check_denied_pattern(value: str) -> str:
+    """deniedDomains also accepts a bare ``*`` (deny everything not otherwise decided)."""
+    return value if value == "*" else _check_domain_pattern(value)
+
+
+def _check_path(value: str) -> str:
+    if not value or "\0" in value:
+        raise ValueError("a path must be non-empty and contain no NUL byte")
+    if value.startswith("~") and not (value == "~" or value.startswith("~/")):
+        raise ValueError(f"{value!r}: only '~' and '~/...' are supported, not '~user'")
+    return value
+
+
+def _check_env_pattern(value: str) -> str:
+    if not re.fullmatch(r"[A-Za-z0-9_*?\[\]!]+", value):
+        raise ValueError(f"{value!r}: an environment pattern uses letters, digits, '_' and glob characters")
+    return value
+
+
+DomainPattern = Annotated[str, AfterValidator(_check_domain_pattern)]
+DeniedPattern = Annotated[str, AfterValidator(_check_denied_pattern)]
+PolicyPath = Annotated[str, AfterValidator(_check_path)]
+EnvPattern = Annotated[str, AfterValidator(_check_env_pattern)]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, populate_by_name=False)
+
+
+class NetworkSettings(_Strict):
+    """``network``: with no allowed domain the sandbox has no network at all."""
+
+    allowedDomains: list[DomainPattern] | None = None
+    deniedDomains: list[DeniedPattern] | None = None
+    allowUnixSockets: list[PolicyPath] | None = None
+    allowAllUnixSockets: bool | None = None
+    allowLocalBinding: bool | None = None
+    # safebox addition: let allowed names resolve to loopback/private addresses.
+    allowLocalDestinations: bool | None = None
+    # srt: route through a proxy the caller runs. safebox always runs its own
+    # filtering proxy; accepting these silently would bypass it, so they are refused.
+    httpProxyPort: Annotated[int, Field(ge=1, le=65535)] | None = None
+    socksProxyPort: Annotated[int, Field(ge=1, le=65535)] | None = None
+
+
+class FilesystemSettings(_Strict):
+    """``filesystem``: read everywhere except ``denyRead``; write only ``allowWrite``."""
+
+    denyRead: list[PolicyPath] | None = None
+    allowWrite: list[PolicyPath] | None = None
+    denyWrite: list[PolicyPath] | None = None
+
+
+class EnvSettings(_Strict):
+    """``env`` (safebox addition): credential variable scrubbing."""
+
+    deny: list[EnvPattern] | None = None
+    allow: list[EnvPattern] | None = None
+
+
+class RipgrepSettings(_Strict):
+    """srt's ``ripgrep`` key: accepted for compatibility; safebox runs ``rg`` from PATH."""
+
+    command: str | None = None
+    args: list[str] | None = None
+
+
+class PolicyFile(_Strict):
+    """One policy file. Every key is optional; layers merge (later wins for
+    scalars, lists concatenate)."""
+
+    network: NetworkSettings | None = None
+    filesystem: FilesystemSettings | None = None
+    env: EnvSettings | None = None
+    strict: bool | None = None
+    trustProjectFiles: bool | None = None
+    mandatoryDenySearchDepth: Annotated[int, Field(ge=1, le=20)] | None = None
+    # srt keys that do not change enforcement in safebox; accepted so that an
+    # srt settings file works unchanged (see policy-reference.md).
+    ignoreViolations: dict[str, list[str]] | None = None
+    allowPty: bool | None = None
+    ripgrep: RipgrepSettings | None = None
+    enableWeakerNestedSandbox: bool | None = None
+
+
+def validate(data: Any) -> PolicyFile:
+    """Validate a decoded document; raises pydantic.ValidationError."""
+    return PolicyFile.model_validate(data)

@@ -1,0 +1,366 @@
+"""Pure network decisions: which host names, IP literals and resolved addresses
+the proxy lets a sandboxed command reach.
+
+Two checks run for every request, in this order:
+
+1. :meth:`NetworkRules.check_host` on the name the client asked for, after
+   normalisation (case, one trailing dot, IDNA).  ``deniedDomains`` wins over
+   ``allowedDomains``; ``*.example.com`` matches strict subdomains only, never
+   the apex.  IP literals pass only when listed literally in ``allowedDomains``.
+2. :meth:`NetworkRules.check_address` on *every* address the name resolves to
+   (DNS rebinding: an allowed name that resolves inward gets nowhere).
+   Loopback, private, link-local, CGNAT, multicast, reserved, … are refused
+   unless ``allowLocalDestinations`` is set; cloud metadata addresses only
+   when listed literally, whatever ``allowLocalDestinations`` says.
+
+Nothing here touches the network or the filesystem; the tests are tables.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+from dataclasses import dataclass
+
+__all__ = [
+    "RULE_ALLOWED",
+    "RULE_DENIED",
+    "RULE_LOCAL",
+    "RULE_REQUEST",
+    "Decision",
+    "HostError",
+    "NetworkRules",
+    "normalize_host",
+    "parse_ip_literal",
+    "validate_pattern",
+]
+
+IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
+
+#: Policy keys a refusal points at: the key the user would change.
+RULE_ALLOWED = "network.allowedDomains"
+RULE_DENIED = "network.deniedDomains"
+RULE_LOCAL = "network.allowLocalDestinations"
+#: Not a policy key: the request itself is malformed; no policy change helps.
+RULE_REQUEST = "request"
+
+#: RFC 1035 limits, on the ASCII (IDNA) form.
+MAX_NAME_LENGTH = 253
+MAX_LABEL_LENGTH = 63
+
+# Letters, digits, hyphen; underscore is tolerated because real names use it
+# (``_dmarc``, some S3 buckets) and it cannot smuggle a delimiter.
+_LABEL_RE = re.compile(r"[a-z0-9_](?:[a-z0-9_-]*[a-z0-9_])?\Z")
+# Anything getaddrinfo/inet_aton would read as a number: "127.1", "0x7f.1",
+# "2130706433", "0177.0.0.1".  WHATWG URL treats a host whose last label is
+# numeric as IPv4; so do we, and only the canonical dotted quad is accepted.
+_NUMERIC_LABEL_RE = re.compile(r"(?:0x[0-9a-f]*|[0-9]+)\Z")
+_CANONICAL_V4_RE = re.compile(r"(?:(?:25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])\.){3}"
+                              r"(?:25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])\Z")
+
+#: Cloud instance-metadata endpoints (AWS/GCP/Azure/OpenStack, AWS IPv6 on
+#: Nitro, Alibaba).  Credentials live there, so ``allowLocalDestinations`` is
+#: not enough: they must be listed literally in ``allowedDomains``.
+METADATA_ADDRESSES: frozenset[IPAddress] = frozenset(
+    {
+        ipaddress.ip_address("169.254.169.254"),
+        ipaddress.ip_address("fd00:ec2::254"),
+        ipaddress.ip_address("100.100.100.200"),
+    }
+)
+
+_CGNAT = ipaddress.ip_network("100.64.0.0/10")
+_NAT64 = ipaddress.ip_network("64:ff9b::/96")
+_NAT64_LOCAL = ipaddress.ip_network("64:ff9b:1::/48")
+_UNIQUE_LOCAL = ipaddress.ip_network("fc00::/7")
+_SITE_LOCAL = ipaddress.ip_network("fec0::/10")
+_BROADCAST = ipaddress.ip_address("255.255.255.255")
+
+
+class HostError(ValueError):
+    """A host name or IP literal is malformed; the message says what is wrong."""
+
+
+@dataclass(frozen=True)
+class Decision:
+    """The verdict on one host or address.
+
+    ``rule`` names the policy key to change to get the other verdict
+    (:data:`RULE_ALLOWED`, :data:`RULE_DENIED`, :data:`RULE_LOCAL`), or
+    :data:`RULE_REQUEST` when the request is malformed.  ``reason`` is one
+    human sentence fragment, used in 403 bodies and the audit log.
+    """
+
+    allowed: bool
+    rule: str
+    reason: str
+
+
+def parse_ip_literal(host: str) -> IPAddress | None:
+    """Return the address if ``host`` is an IP literal (``1.2.3.4``, ``::1``,
+    ``[::1]``), ``None`` if it is a name.
+
+    Raises :class:`HostError` for numeric forms other than the canonical dotted
+    quad (``127.1``, ``0x7f.0.0.1``, ``2130706433``, ``0177.0.0.1``): resolvers
+    read them as addresses, so they are never names, and refusing them keeps one
+    spelling per address.  IPv6 zone ids (``fe80::1%eth0``) are refused too.
+    """
+    text = host
+    if text.startswith("[") or text.endswith("]"):
+        if not (text.startswith("[") and text.endswith("]")):
+            raise HostError(f"unbalanced brackets in {host!r}")
+        text = text[1:-1]
+        if ":" not in text:
+            raise HostError(f"brackets around a non-IPv6 host {host!r}")
+    if ":" in text:
+        if "%" in text:
+            raise HostError(f"IPv6 zone ids are not allowed: {host!r}")
+        try:
+            return ipaddress.IPv6Address(text)
+        except ValueError:
+            raise HostError(f"malformed IPv6 literal {host!r}") from None
+    lowered = text.lower().removesuffix(".")
+    last = lowered.rsplit(".", 1)[-1]
+    if _NUMERIC_LABEL_RE.match(last):
+        if not _CANONICAL_V4_RE.match(lowered):
+            raise HostError(
+                f"ambiguous numeric host {host!r}: write IPv4 addresses as a plain dotted quad"
+            )
+        return ipaddress.IPv4Address(lowered)
+    return None
+
+
+def normalize_host(host: str) -> str:
+    """Return the canonical form of a host: an IP literal in its compressed
+    form (no brackets), or a lower-case ASCII (IDNA) name without trailing dot.
+
+    Raises :class:`HostError` for userinfo (``a@b``), ports, fragments, empty
+    labels, bad characters, over-long names and labels, and undecodable
+    ``xn--`` labels.
+    """
+    if not host:
+        raise HostError("empty host")
+    if len(host) > 1024:
+        raise HostError("host name too long")
+    ip = parse_ip_literal(host)
+    if ip is not None:
+        return ip.compressed
+    for bad, what in (("@", "userinfo"), ("#", "a fragment"), ("/", "a path"),
+                      ("?", "a query"), (":", "a port"), ("%", "percent-encoding")):
+        if bad in host:
+            raise HostError(f"host {host!r} contains {what} ({bad!r})")
+    name = host.removesuffix(".")
+    if not name.isascii():
+        try:
+            name = name.encode("idna").decode("ascii")
+        except UnicodeError as exc:
+            raise HostError(f"host {host!r} is not a valid internationalised name: {exc}") from None
+    name = name.lower()
+    if _NUMERIC_LABEL_RE.match(name.rsplit(".", 1)[-1]):
+        # Only reachable through IDNA mapping ("¹²⁷.0.0.1" -> "127.0.0.1"):
+        # a number spelled in other characters is not a name either.
+        raise HostError(f"host {host!r} maps to a numeric name")
+    if len(name) > MAX_NAME_LENGTH:
+        raise HostError(f"host name longer than {MAX_NAME_LENGTH} characters")
+    for label in name.split("."):
+        if not label:
+            raise HostError(f"empty label in host {host!r}")
+        if len(label) > MAX_LABEL_LENGTH:
+            raise HostError(f"label longer than {MAX_LABEL_LENGTH} characters in host {host!r}")
+        if not _LABEL_RE.match(label):
+            raise HostError(f"bad character in host {host!r}")
+        if label.startswith("xn--"):
+            try:
+                label.encode("ascii").decode("idna")
+            except UnicodeError:
+                raise HostError(f"invalid IDNA label {label!r} in host {host!r}") from None
+    return name
+
+
+def validate_pattern(pattern: str) -> str:
+    """Return the canonical form of an ``allowedDomains``/``deniedDomains``
+    entry: ``example.com``, ``*.example.com`` or an IP literal.
+
+    Raises :class:`HostError` for anything else (``*`` alone, ``a.*.com``,
+    ``*example.com``, malformed names).
+    """
+    if pattern.startswith("*."):
+        rest = pattern[2:]
+        if "*" in rest:
+            raise HostError(f"pattern {pattern!r}: '*' is only allowed as the first label")
+        if parse_ip_literal(rest) is not None:
+            raise HostError(f"pattern {pattern!r}: wildcards do not apply to IP addresses")
+        return "*." + normalize_host(rest)
+    if "*" in pattern:
+        raise HostError(f"pattern {pattern!r}: only '*.' followed by a domain is allowed")
+    return normalize_host(pattern)
+
+
+def _matches(name: str, pattern: str) -> bool:
+    """Whether the canonical ``name`` matches the canonical ``pattern``."""
+    if pattern.startswith("*."):
+        return name.endswith(pattern[1:])  # ".example.com": strict subdomains
+    return name == pattern
+
+
+def _embedded_ipv4(ip: ipaddress.IPv6Address) -> list[ipaddress.IPv4Address]:
+    """IPv4 addresses an IPv6 address reaches: mapped (``::ffff:a.b.c.d``),
+    compatible (``::a.b.c.d``), NAT64 (``64:ff9b::/96``), 6to4 and Teredo."""
+    found: list[ipaddress.IPv4Address] = []
+    if ip.ipv4_mapped is not None:
+        found.append(ip.ipv4_mapped)
+    packed = ip.packed
+    if packed[:12] == bytes(12) and int(ip) > 1:
+        found.append(ipaddress.IPv4Address(packed[12:]))
+    if ip in _NAT64:
+        found.append(ipaddress.IPv4Address(packed[12:]))
+    if ip.sixtofour is not None:
+        found.append(ip.sixtofour)
+    if ip.teredo is not None:
+        found.extend(ip.teredo)
+    return found
+
+
+def address_class(ip: IPAddress) -> str | None:
+    """Name the non-public class of ``ip`` (``"loopback"``, ``"private"``, …),
+    or ``None`` for an ordinary public address.  IPv6 forms that embed an
+    IPv4 address are classed by the embedded address as well."""
+    if isinstance(ip, ipaddress.IPv6Address):
+        embedded = _embedded_ipv4(ip)
+        for v4 in embedded:
+            inner = address_class(v4)
+            if inner is not None:
+                return f"{inner} (embedded in {ip.compressed})"
+        if embedded:
+            return None  # a translation of public IPv4 addresses: as public as they are
+        if ip in _NAT64_LOCAL:
+            return "local-use NAT64"
+        if ip in _UNIQUE_LOCAL:
+            return "private"
+        if ip in _SITE_LOCAL:
+            return "site-local"
+    if ip.is_unspecified:
+        return "unspecified"
+    if ip.is_loopback:
+        return "loopback"
+    if ip.is_link_local:
+        return "link-local"
+    if ip.is_multicast:
+        return "multicast"
+    if ip == _BROADCAST:
+        return "broadcast"
+    if isinstance(ip, ipaddress.IPv4Address) and ip in _CGNAT:
+        return "shared address space (CGNAT)"
+    if ip.is_reserved:
+        return "reserved"
+    if ip.is_private:
+        return "private"
+    if not ip.is_global:
+        return "special-purpose"
+    return None
+
+
+@dataclass(frozen=True)
+class NetworkRules:
+    """The network part of a policy, canonicalised once.
+
+    Build it with :meth:`from_policy`; ``check_host`` and ``check_address``
+    are pure and cheap enough to call per request.
+    """
+
+    allowed: tuple[str, ...]
+    denied: tuple[str, ...]
+    allow_local_destinations: bool = False
+
+    @classmethod
+    def from_policy(
+        cls,
+        allowed_domains: tuple[str, ...] | list[str],
+        denied_domains: tuple[str, ...] | list[str] = (),
+        *,
+        allow_local_destinations: bool = False,
+    ) -> NetworkRules:
+        """Canonicalise the entries; raises :class:`HostError` naming a bad one."""
+        return cls(
+            allowed=tuple(validate_pattern(p) for p in allowed_domains),
+            denied=tuple(validate_pattern(p) for p in denied_domains),
+            allow_local_destinations=allow_local_destinations,
+        )
+
+    def _literal_ips(self, patterns: tuple[str, ...]) -> set[IPAddress]:
+        """The IP literals among canonical ``patterns``."""
+        found: set[IPAddress] = set()
+        for p in patterns:
+            if not p.startswith("*."):
+                try:
+                    found.add(ipaddress.ip_address(p))
+                except ValueError:
+                    pass
+        return found
+
+    def check_host(self, host: str) -> Decision:
+        """Decide on the host a client asked for, before any resolution."""
+        try:
+            name = normalize_host(host)
+        except HostError as exc:
+            return Decision(False, RULE_REQUEST, f"invalid host: {exc}")
+        try:
+            ip = ipaddress.ip_address(name)
+        except ValueError:
+            ip = None
+        if ip is not None:
+            if ip in self._literal_ips(self.denied):
+                return Decision(False, RULE_DENIED, f"{name} is listed in {RULE_DENIED}")
+            if ip in self._literal_ips(self.allowed):
+                return Decision(True, RULE_ALLOWED, f"{name} is listed literally in {RULE_ALLOWED}")
+            return Decision(
+                False, RULE_ALLOWED,
+                f"IP address {name} is not listed literally in {RULE_ALLOWED}",
+            )
+        for p in self.denied:
+            if _matches(name, p):
+                return Decision(False, RULE_DENIED, f"{name} matches {p!r} in {RULE_DENIED}")
+        for p in self.allowed:
+            if _matches(name, p):
+                return Decision(True, RULE_ALLOWED, f"{name} matches {p!r} in {RULE_ALLOWED}")
+        return Decision(False, RULE_ALLOWED, f"{name} is not in {RULE_ALLOWED}")
+
+    def check_address(self, ip: IPAddress, *, host: str = "") -> Decision:
+        """Decide on one address a host resolved to (or an IP literal).
+
+        An address listed literally in ``allowedDomains`` is an explicit grant
+        and passes whatever its class; a listed ``deniedDomains`` literal never
+        passes.  ``host`` only enriches the reason.
+        """
+        via = f"{host} resolves to " if host and host != ip.compressed else ""
+        if ip in self._literal_ips(self.denied):
+            return Decision(False, RULE_DENIED, f"{via}{ip.compressed}, listed in {RULE_DENIED}")
+        literal = self._literal_ips(self.allowed)
+        if ip in literal:
+            return Decision(True, RULE_ALLOWED, f"{ip.compressed} is listed literally in {RULE_ALLOWED}")
+        embedded = _embedded_ipv4(ip) if isinstance(ip, ipaddress.IPv6Address) else []
+        if ip in METADATA_ADDRESSES or any(v4 in METADATA_ADDRESSES for v4 in embedded):
+            return Decision(
+                False, RULE_ALLOWED,
+                f"{via}{ip.compressed}, a cloud metadata address; it is reachable only when "
+                f"listed literally in {RULE_ALLOWED}",
+            )
+        cls = address_class(ip)
+        if cls is None:
+            return Decision(True, RULE_ALLOWED, f"{via}{ip.compressed}, a public address")
+        if self.allow_local_destinations:
+            return Decision(True, RULE_LOCAL, f"{via}{ip.compressed} ({cls}); {RULE_LOCAL} is set")
+        return Decision(
+            False, RULE_LOCAL,
+            f"{via}{ip.compressed}, a {cls} address; local destinations need {RULE_LOCAL}",
+        )
+
+    def check_addresses(self, addresses: list[IPAddress], *, host: str = "") -> Decision:
+        """Check every address; the first refusal wins, else the first grant."""
+        if not addresses:
+            return Decision(False, RULE_REQUEST, f"{host} resolved to no address")
+        verdicts = [self.check_address(a, host=host) for a in addresses]
+        for d in verdicts:
+            if not d.allowed:
+                return d
+        return verdicts[0]

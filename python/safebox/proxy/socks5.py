@@ -1,0 +1,120 @@
+"""SOCKS5 front end (RFC 1928): no authentication, CONNECT only, address
+types domain name, IPv4 and IPv6.
+
+Replies: 0x02 when the policy refuses the destination (the reason is in the
+audit log, SOCKS has no room for it), 0x07 for a command other than CONNECT,
+0x08 for an unknown address type, and for upstream failures 0x04 (host
+unreachable: resolution failed or no route), 0x05 (connection refused),
+0x06 (timed out) or 0x01 (anything else).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import socket
+import struct
+
+from safebox.proxy.upstream import Gate, Refused, Relay, UpstreamError, adopt_stream
+
+__all__ = ["HANDSHAKE_TIMEOUT", "REPLY", "handle"]
+
+HANDSHAKE_TIMEOUT = 30.0
+
+#: Reply codes, RFC 1928 section 6.
+REPLY = {
+    "succeeded": 0x00,
+    "failure": 0x01,
+    "not_allowed": 0x02,
+    "network_unreachable": 0x03,
+    "host_unreachable": 0x04,
+    "refused": 0x05,
+    "ttl_expired": 0x06,
+    "command_not_supported": 0x07,
+    "address_type_not_supported": 0x08,
+}
+_UPSTREAM_REPLY = {
+    "resolve": REPLY["host_unreachable"],
+    "unreachable": REPLY["host_unreachable"],
+    "refused": REPLY["refused"],
+    "timeout": REPLY["ttl_expired"],
+    "error": REPLY["failure"],
+}
+
+
+def reply(code: int, bound: tuple[str, int] | None = None) -> bytes:
+    """A SOCKS5 reply; ``bound`` is the upstream socket's local address on success."""
+    if bound is not None:
+        ip = ipaddress.ip_address(bound[0].split("%", 1)[0])
+        atyp = 0x01 if ip.version == 4 else 0x04
+        return bytes([5, code, 0, atyp]) + ip.packed + struct.pack("!H", bound[1])
+    return bytes([5, code, 0, 1, 0, 0, 0, 0, 0, 0])
+
+
+async def _handshake(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> tuple[str, int] | None:
+    """Method negotiation and the request; returns (host, port), or ``None``
+    after answering an error."""
+    ver, nmethods = await reader.readexactly(2)
+    if ver != 5:
+        return None  # not SOCKS5 (SOCKS4? HTTP?): nothing sensible to answer
+    methods = await reader.readexactly(nmethods)
+    if 0x00 not in methods:
+        writer.write(b"\x05\xff")  # no acceptable method
+        return None
+    writer.write(b"\x05\x00")
+    ver, cmd, _rsv, atyp = await reader.readexactly(4)
+    if ver != 5:
+        writer.write(reply(REPLY["failure"]))
+        return None
+    if atyp == 0x01:
+        host = str(ipaddress.IPv4Address(await reader.readexactly(4)))
+    elif atyp == 0x04:
+        host = "[" + ipaddress.IPv6Address(await reader.readexactly(16)).compressed + "]"
+    elif atyp == 0x03:
+        length = (await reader.readexactly(1))[0]
+        raw = await reader.readexactly(length)
+        try:
+            host = raw.decode("utf-8")
+        except UnicodeDecodeError:
+            host = raw.decode("latin-1")  # the policy check refuses it as a bad name
+    else:
+        writer.write(reply(REPLY["address_type_not_supported"]))
+        return None
+    (port,) = struct.unpack("!H", await reader.readexactly(2))
+    if cmd != 0x01:
+        writer.write(reply(REPLY["command_not_supported"]))
+        return None
+    return host, port
+
+
+async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, gate: Gate) -> None:
+    """Serve one SOCKS5 client connection."""
+    try:
+        target = await asyncio.wait_for(_handshake(reader, writer), HANDSHAKE_TIMEOUT)
+    except (asyncio.IncompleteReadError, TimeoutError):
+        return
+    if target is None:
+        await writer.drain()
+        return
+    host, port = target
+    relay = Relay()
+    try:
+        upstream = await gate.open(host, port, "socks5", relay)
+    except Refused:
+        writer.write(reply(REPLY["not_allowed"]))
+        await writer.drain()
+        return
+    except UpstreamError as exc:
+        writer.write(reply(_UPSTREAM_REPLY[exc.kind]))
+        await writer.drain()
+        return
+    try:
+        sock = upstream.get_extra_info("socket")
+        bound = sock.getsockname() if isinstance(sock, socket.socket) or sock is not None else None
+        writer.write(reply(REPLY["succeeded"], bound[:2] if bound else ("0.0.0.0", 0)))
+        leftover, eof = adopt_stream(reader)
+        relay.start(writer.transport, leftover=leftover, client_eof=eof)  # type: ignore[arg-type]
+        await relay.done
+    finally:
+        relay.abort()
+        upstream.abort()

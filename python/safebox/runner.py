@@ -1,0 +1,527 @@
+"""Running one sandboxed command: run dir, plumbing, spawn, signal relay, exit status.
+
+The sequence (``run``):
+
+1. Mark every inherited descriptor above 2 close-on-exec (the command gets
+   only stdin, stdout and stderr).
+2. Sweep run dirs left by killed runs; create a private 0700 run dir holding a
+   lock that lives exactly as long as this process.
+3. Load the policy (cached; pydantic only on a miss); pick the layers.
+4. Start the filtering proxy when any domain is allowed.
+5. Resolve (lstat, realpath, ripgrep) and build: bwrap argv, helper policy
+   (0600), seccomp program (cached).
+6. Spawn bwrap (or the helper alone) in its own process group; read the
+   helper's status line; relay SIGINT/SIGTERM/SIGHUP/SIGQUIT to the command.
+7. Wait; map the exit status (own; 128+N on signal N; 125 when safebox or
+   bwrap failed before the command ran); quarantine any protected file the
+   command created; stop the proxy; remove the run dir.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import json
+import os
+import secrets
+import shutil
+import signal
+import sys
+import time
+from dataclasses import dataclass, field
+from enum import StrEnum
+from pathlib import Path
+from typing import Any
+
+from safebox.builder.resolved import Bridge, Layers, NetKind, ResolvedPolicy
+from safebox.errors import EXIT_SAFEBOX_FAILED, BuildError, HelperError, RunError
+from safebox.policy.effective import EffectivePolicy
+from safebox.policy.load import Context, Flags, load_cached, state_dir
+
+# Ports the bridges listen on inside the sandbox's own network namespace
+# (private, so fixed numbers cannot collide with anything on the host).
+HTTP_BRIDGE_PORT = 3128
+SOCKS_BRIDGE_PORT = 1080
+FORWARDED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT,
+                     signal.SIGUSR1, signal.SIGUSR2, signal.SIGWINCH, signal.SIGCONT)
+
+
+class Without(StrEnum):
+    """``--without``: run one layer alone."""
+
+    BWRAP = "bwrap"
+    HELPER = "helper"
+
+
+@dataclass(frozen=True)
+class ExecRequest:
+    """Everything ``safebox exec`` was asked to do."""
+
+    command: tuple[str, ...]
+    policy_file: str | None = None
+    flags: Flags = field(default_factory=Flags)
+    without: Without | None = None
+    strict: bool = False
+    dry_run: bool = False
+    audit_log: str | None = None
+    verbose: bool = False
+
+
+def _say(msg: str) -> None:
+    sys.stderr.write(f"safebox: {msg}\n")
+    sys.stderr.flush()
+
+
+def _cloexec_inherited() -> None:
+    try:
+        fds = [int(n) for n in os.listdir("/proc/self/fd")]
+    except OSError:
+        fds = list(range(3, 1024))
+    for fd in fds:
+        if fd > 2:
+            try:
+                os.set_inheritable(fd, False)
+            except OSError:
+                pass
+
+
+def _home() -> str:
+    home = os.environ.get("HOME")
+    if not home or not home.startswith("/"):
+        import pwd
+
+        home = pwd.getpwuid(os.getuid()).pw_dir
+    return os.path.normpath(home)
+
+
+def _private_dir(path: Path) -> None:
+    """Create ``path`` 0700 (and parents); refuse one that is not ours and private."""
+    path.mkdir(parents=True, exist_ok=True, mode=0o700)
+    st = os.lstat(path)
+    if not os.path.isdir(path) or os.path.islink(path) or st.st_uid != os.getuid():
+        raise RunError(f"{path} is not a directory owned by you; refusing to use it")
+    if st.st_mode & 0o077:
+        os.chmod(path, 0o700)
+
+
+def sweep_stale(run_base: Path) -> None:
+    """Remove run dirs whose owner died (their lock is free)."""
+    try:
+        names = os.listdir(run_base)
+    except FileNotFoundError:
+        return
+    for name in names:
+        d = run_base / name
+        try:
+            fd = os.open(d / "lock", os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
+        except OSError:
+            # A dir without a lock: a run killed between mkdir and lock; old enough ⇒ stale.
+            try:
+                if time.time() - os.lstat(d).st_mtime > 60:
+                    shutil.rmtree(d, ignore_errors=True)
+            except OSError:
+                pass
+            continue
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(fd)
+            continue  # alive
+        shutil.rmtree(d, ignore_errors=True)
+        os.close(fd)
+
+
+class RunDir:
+    """A private run dir under the state dir, locked for this process's lifetime."""
+
+    def __init__(self, base: Path) -> None:
+        _private_dir(base)
+        sweep_stale(base)
+        self.path = base / f"{os.getpid()}-{secrets.token_hex(4)}"
+        os.mkdir(self.path, 0o700)
+        self._lock = os.open(self.path / "lock", os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+        fcntl.flock(self._lock, fcntl.LOCK_EX)
+
+    def remove(self) -> None:
+        """Delete the run dir (idempotent)."""
+        shutil.rmtree(self.path, ignore_errors=True)
+        if self._lock >= 0:
+            os.close(self._lock)
+            self._lock = -1
+
+
+def decide_layers(req: ExecRequest, *, bwrap: str | None) -> tuple[Layers, list[str]]:
+    """Which layers run, and what to tell the user about it."""
+    notes: list[str] = []
+    match req.without:
+        case Without.BWRAP:
+            return Layers.HELPER_ONLY, notes
+        case Without.HELPER:
+            return Layers.BWRAP_ONLY, notes
+        case None:
+            if bwrap is None:
+                notes.append("bubblewrap not found: running with the helper alone "
+                             "(Landlock + seccomp + capability drop; no mount or pid isolation)")
+                return Layers.HELPER_ONLY, notes
+            return Layers.BOTH, notes
+
+
+def _seccomp_program(layers: Layers, policy: EffectivePolicy, net: NetKind, cache_dir: Path) -> tuple[bytes, str]:
+    from safebox.builder.seccomp import InetMode, load_or_compile
+
+    if layers is Layers.HELPER_ONLY:
+        inet = InetMode.TCP_ONLY if net is NetKind.PROXY else InetMode.NONE
+    else:
+        inet = InetMode.ANY  # an empty network namespace: inet sockets reach nothing
+    return load_or_compile(cache_dir=cache_dir,
+                           allow_unix_sockets=bool(policy.allow_unix_sockets or policy.allow_all_unix_sockets),
+                           allow_inet=inet)
+
+
+def helper_policy_for(rp: ResolvedPolicy, policy: EffectivePolicy, *, strict: bool,
+                      seccomp_path: str | None, connect_ports: tuple[int, ...], socat: str | None) -> bytes:
+    """The helper policy bytes for a resolved run (pure)."""
+    from safebox.builder.helper_policy import FsAccess, HelperPolicy, NetMode, render
+
+    abi_max = os.environ.get("SAFEBOX_TEST_ABI_MAX")  # test-only: prove the down-level paths
+    net = NetMode.PROXY if rp.net is NetKind.PROXY else NetMode.OFF
+    bridges = tuple((b.port, b.socket_path) for b in rp.bridges) if rp.layers is Layers.BOTH else ()
+    hp = HelperPolicy(
+        fs_rules=tuple((FsAccess(c), p) for c, p in rp.landlock_rules),
+        net=net, connect_ports=connect_ports if net is NetMode.PROXY else (),
+        bind_any=policy.allow_local_binding, seccomp_path=seccomp_path, strict=strict,
+        abi_max=int(abi_max) if abi_max else None, bridges=bridges,
+        socat_path=socat if bridges else None)
+    return render(hp)
+
+
+def _spawn(path: str, argv: list[str], env: dict[str, str], *, pass_fds: tuple[int, ...], cwd: str) -> int:
+    for fd in pass_fds:
+        os.set_inheritable(fd, True)
+    # Python ignores SIGPIPE; the command must get the default dispositions back.
+    sigdef = (signal.SIGPIPE, signal.SIGXFSZ, *FORWARDED_SIGNALS)
+    old = os.getcwd()
+    os.chdir(cwd)
+    try:
+        return os.posix_spawn(path, argv, env, setpgroup=0, setsigdef=sigdef, setsigmask=())
+    except OSError as e:
+        raise RunError(f"cannot start {path}: {e.strerror}") from None
+    finally:
+        os.chdir(old)
+        for fd in pass_fds:
+            try:
+                os.set_inheritable(fd, False)
+            except OSError:
+                pass
+
+
+class _Relay:
+    """Forwards signals to the command's process group."""
+
+    def __init__(self) -> None:
+        self.target_pgid: int | None = None
+        self.bwrap_child: int | None = None
+        self.spawned: int | None = None
+        self.got: list[int] = []
+
+    def _command_pgid(self) -> int | None:
+        if self.target_pgid:
+            return self.target_pgid
+        if self.bwrap_child:
+            # bwrap's pid 1 (reaper) has one child: the helper, which became the
+            # command; it leads its own session (--new-session), so its pid is its pgid.
+            try:
+                with open(f"/proc/{self.bwrap_child}/task/{self.bwrap_child}/children") as f:
+                    kids = f.read().split()
+                if kids:
+                    return int(kids[0])
+            except OSError:
+                return None
+        return None
+
+    def handler(self, signum: int, frame: Any) -> None:
+        self.got.append(signum)
+        pgid = self._command_pgid()
+        try:
+            if pgid:
+                os.killpg(pgid, signum)
+            elif self.spawned:
+                os.kill(self.spawned, signal.SIGKILL if signum != signal.SIGWINCH else 0)
+        except ProcessLookupError:
+            pass
+
+    def install(self) -> None:
+        for s in FORWARDED_SIGNALS:
+            signal.signal(s, self.handler)
+
+
+def _exit_status(wstatus: int) -> int:
+    code = os.waitstatus_to_exitcode(wstatus)
+    return 128 - code if code < 0 else code
+
+
+def _wait(pid: int) -> int:
+    while True:
+        try:
+            _, st = os.waitpid(pid, 0)
+            return st
+        except ChildProcessError:
+            return 0
+        except InterruptedError:
+            continue
+
+
+def _read_bwrap_child(fd: int) -> int | None:
+    """bwrap's --json-status-fd: the first document holds "child-pid" once the sandbox exists."""
+    buf = b""
+    while True:
+        try:
+            chunk = os.read(fd, 4096)
+        except InterruptedError:
+            continue
+        if not chunk:
+            break
+        buf += chunk
+        if b"}" in buf:
+            break
+    if not buf:
+        return None
+    try:
+        doc = json.loads(buf[: buf.index(b"}") + 1])
+        return int(doc["child-pid"])
+    except (ValueError, KeyError):
+        return None
+
+
+def quarantine(paths: tuple[str, ...], state: Path) -> list[tuple[str, str]]:
+    """Move protected files the command created (they did not exist before) out of the tree."""
+    moved = []
+    for p in paths:
+        if os.path.lexists(p):
+            dest_dir = state / "quarantine" / time.strftime("%Y%m%dT%H%M%S")
+            dest_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+            dest = dest_dir / (p.strip("/").replace("/", "%"))
+            try:
+                os.rename(p, dest)
+            except OSError:
+                shutil.move(p, dest)
+            moved.append((p, str(dest)))
+    return moved
+
+
+def run(req: ExecRequest) -> int:
+    """Run ``req.command`` sandboxed; return the exit status for ``safebox exec``."""
+    if not req.command:
+        raise RunError("no command given (usage: safebox exec [OPTIONS] -- COMMAND [ARGS]...)")
+    _cloexec_inherited()
+    cwd = os.path.realpath(os.getcwd())
+    home = _home()
+    ctx = Context(cwd=cwd, home=home)
+    state = state_dir(home)
+    flags = req.flags
+    if req.strict and not flags.strict:
+        flags = Flags(**{**flags.__dict__, "strict": True})
+    _private_dir(state)
+    policy = load_cached(ctx, policy_file=req.policy_file, flags=flags, cache_dir=state / "cache")
+    strict = policy.strict
+
+    bwrap = shutil.which("bwrap")
+    layers, notes = decide_layers(req, bwrap=bwrap)
+    if strict and layers is not Layers.BOTH:
+        raise BuildError(f"--strict: refusing to run with {layers.value} (every layer must be enforced)",
+                         hint="run `safebox doctor` to see why bubblewrap cannot run here")
+    for n in notes:
+        _say(n)
+
+    from safebox.builder.resolve import HostFacts, resolve, self_paths
+    from safebox.helper import check_helper, find_helper
+
+    helper = find_helper()
+    if layers is not Layers.BWRAP_ONLY:
+        check_helper(helper)
+    socat = shutil.which("socat")
+    audit = None
+    if req.audit_log:
+        from safebox.audit import AuditLog
+
+        audit = AuditLog(Path(req.audit_log))
+
+    run_dir: RunDir | None = None
+    proxy = None
+    try:
+        if req.dry_run:
+            run_path = state / "run" / "DRY-RUN"
+        else:
+            run_dir = RunDir(state / "run")
+            run_path = run_dir.path
+        bridges: tuple[Bridge, ...] = ()
+        connect_ports: tuple[int, ...] = ()
+        net = NetKind.PROXY if policy.allowed_domains else NetKind.NONE
+        if net is NetKind.PROXY:
+            if layers is not Layers.HELPER_ONLY and socat is None:
+                raise BuildError("socat not found; it bridges the proxy into the sandbox",
+                                 hint="install socat (apt-get install socat)")
+            if not req.dry_run:
+                from safebox.proxy import ProxyConfig, ProxyServer
+
+                proxy = ProxyServer(ProxyConfig(
+                    allowed_domains=policy.allowed_domains, denied_domains=policy.denied_domains,
+                    allow_local_destinations=policy.allow_local_destinations,
+                    audit_log=Path(req.audit_log) if req.audit_log else None),
+                    run_dir=run_path, tcp=layers is Layers.HELPER_ONLY)
+                proxy.start()
+                http_sock, socks_sock = str(proxy.http_socket), str(proxy.socks_socket)
+            else:
+                http_sock, socks_sock = str(run_path / "http.sock"), str(run_path / "socks.sock")
+            if layers is Layers.HELPER_ONLY:
+                ports = (proxy.http_port, proxy.socks_port) if proxy else (0, 0)
+                connect_ports = tuple(p for p in ports if p)
+                bridges = (Bridge(ports[0] or 0, http_sock, "http"), Bridge(ports[1] or 0, socks_sock, "socks5h"))
+            else:
+                bridges = (Bridge(HTTP_BRIDGE_PORT, http_sock, "http"),
+                           Bridge(SOCKS_BRIDGE_PORT, socks_sock, "socks5h"))
+                connect_ports = (HTTP_BRIDGE_PORT, SOCKS_BRIDGE_PORT)
+
+        host = HostFacts(helper_path=str(helper), self_paths=(*self_paths(), str(helper)),
+                         state_dir=str(state), run_dir=str(run_path),
+                         policy_path=str(run_path / "policy"), rg_path=shutil.which("rg"))
+        rp = resolve(policy, layers=layers, cwd=cwd, home=home, host=host, bridges=bridges)
+        if req.verbose:
+            for n in rp.notes:
+                _say(n)
+
+        seccomp_path: str | None = None
+        bpf = b""
+        filter_id = ""
+        if layers is not Layers.BWRAP_ONLY:
+            bpf, filter_id = _seccomp_program(layers, policy, rp.net, state / "cache")
+            seccomp_path = str(run_path / "seccomp.bpf")
+        policy_bytes = helper_policy_for(rp, policy, strict=strict, seccomp_path=seccomp_path,
+                                         connect_ports=connect_ports, socat=socat)
+
+        from safebox.builder.env import build_env
+
+        env, removed = build_env(os.environ, deny=policy.env_deny, allow=policy.env_allow,
+                                 bridges=rp.bridges if layers is not Layers.HELPER_ONLY else
+                                 tuple(Bridge(b.port, b.socket_path, b.scheme) for b in rp.bridges if b.port),
+                                 private_tmp=layers is not Layers.HELPER_ONLY)
+        if req.verbose and removed:
+            _say(f"removed from the environment: {', '.join(removed)}")
+
+        if req.dry_run:
+            return _dry_run(rp, req, policy_bytes, filter_id, socat=socat or "socat")
+
+        from safebox.builder.helper_policy import write_policy_file
+
+        if seccomp_path:
+            write_policy_file(seccomp_path, bpf)
+        write_policy_file(rp.policy_path, policy_bytes)
+        if audit:
+            audit.event("start", command=list(req.command), layers=layers.value, cwd=cwd)
+        rc = _execute(rp, req, env, bwrap=bwrap, socat=socat or "socat", strict=strict)
+        moved = quarantine(rp.watch_missing, state) if layers is not Layers.HELPER_ONLY else \
+            quarantine(rp.watch_missing, state)
+        for src, dest in moved:
+            _say(f"the command created protected file {src}; moved it to {dest}")
+        if audit:
+            audit.event("stop", exit=rc, quarantined=[m[0] for m in moved])
+        return rc
+    finally:
+        if proxy is not None:
+            proxy.stop()
+        if run_dir is not None:
+            run_dir.remove()
+
+
+def _dry_run(rp: ResolvedPolicy, req: ExecRequest, policy_bytes: bytes, filter_id: str, *, socat: str) -> int:
+    import shlex
+
+    from safebox.builder.bwrap import build_argv
+
+    if rp.layers is not Layers.HELPER_ONLY:
+        argv = ["bwrap", *build_argv(rp, list(req.command), status_fd=3, bwrap_status_fd=4, socat=socat)]
+    else:
+        argv = [rp.helper_path, "--policy-file", rp.policy_path, "--status-fd", "3", "--", *req.command]
+    print("# bwrap argv" if rp.layers is not Layers.HELPER_ONLY else "# helper argv (no bwrap)")
+    print(" \\\n  ".join(shlex.quote(a) for a in argv))
+    print(f"# helper policy ({rp.policy_path}; seccomp filter {filter_id or 'none'})")
+    sys.stdout.write(policy_bytes.decode())
+    return 0
+
+
+def _execute(rp: ResolvedPolicy, req: ExecRequest, env: dict[str, str], *, bwrap: str | None,
+             socat: str, strict: bool) -> int:
+    relay = _Relay()
+    status_r = status_w = -1
+    bw_r = bw_w = -1
+    args_fd = -1
+    pid = -1
+    try:
+        status_r, status_w = os.pipe()
+        if rp.layers is Layers.HELPER_ONLY:
+            argv = [rp.helper_path, "--policy-file", rp.policy_path, "--status-fd", str(status_w),
+                    "--", *req.command]
+            relay.install()
+            pid = _spawn(rp.helper_path, argv, env, pass_fds=(status_w,), cwd=rp.cwd)
+            relay.spawned = pid
+            relay.target_pgid = pid  # setpgroup=0: the helper (then the command) leads its group
+        else:
+            from safebox.builder.bwrap import command_args, mount_args, namespace_args
+
+            assert bwrap is not None
+            bw_r, bw_w = os.pipe()
+            opts = mount_args(rp) + namespace_args(rp, bwrap_status_fd=bw_w)
+            # bwrap reads its options from a descriptor: thousands of deny
+            # entries never hit E2BIG, and the argv stays short in `ps`.
+            args_fd = os.memfd_create("safebox-bwrap-args")
+            os.write(args_fd, b"\0".join(os.fsencode(a) for a in opts) + b"\0")
+            os.lseek(args_fd, 0, os.SEEK_SET)
+            tail = command_args(rp, list(req.command), status_fd=status_w if status_w >= 0 else None, socat=socat)
+            argv = ["bwrap", "--args", str(args_fd), *tail]
+            relay.install()
+            fds = (args_fd, bw_w) + ((status_w,) if status_w >= 0 else ())
+            pid = _spawn(bwrap, argv, env, pass_fds=fds, cwd="/")
+            relay.spawned = pid
+            os.close(bw_w)
+            bw_w = -1
+            os.close(args_fd)
+            args_fd = -1
+            relay.bwrap_child = _read_bwrap_child(bw_r)
+        status = None
+        if status_w >= 0:
+            os.close(status_w)
+            status_w = -1
+            from safebox.helper import read_status
+
+            status = read_status(status_r)
+        wstatus = _wait(pid)
+        pid = -1
+        rc = _exit_status(wstatus)
+        if status is not None and not status.ok:
+            raise HelperError(f"helper refused: {status.error}")
+        if status is None and rp.layers is not Layers.HELPER_ONLY:
+            raise RunError(f"bubblewrap could not create the sandbox (exit {rc}; its message is above)",
+                           hint="run `safebox doctor`; on hosts without user namespaces use --without bwrap")
+        if status is None:
+            raise HelperError(f"the helper exited before reporting (exit {rc}; its message is above)")
+        if req.verbose:
+            _say(f"layers: {rp.layers.value}; " + (status.summary() if status else "helper not used"))
+        return rc
+    finally:
+        if pid > 0:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            _wait(pid)
+        for fd in (status_r, status_w, bw_r, bw_w, args_fd):
+            if fd >= 0:
+                try:
+                    os.close(fd)
+                except OSError:
+                    pass
+        for s in FORWARDED_SIGNALS:
+            signal.signal(s, signal.SIG_DFL if s != signal.SIGINT else signal.default_int_handler)
+
+
+__all__ = ["ExecRequest", "Without", "run", "errno"]

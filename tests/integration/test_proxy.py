@@ -1,0 +1,510 @@
+"""The filtering proxy against loopback-only upstreams, with real curl and socat.
+
+Every packet stays on 127.0.0.1/::1 or inside a network namespace a test
+creates itself (``unshare -n``).  Names resolve through the host's
+/etc/hosts (``localhost``) or, in the namespace test, a private bind-mounted
+/etc/hosts.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import http.server
+import json
+import os
+import pathlib
+import shutil
+import socket
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from safebox.proxy import ProxyConfig, ProxyServer
+
+pytestmark = pytest.mark.skipif(
+    shutil.which("curl") is None or shutil.which("socat") is None, reason="needs curl and socat"
+)
+
+BIG = 64 * 1024 * 1024
+_BLOCK = hashlib.sha256(b"safebox").digest() * (1024 * 1024 // 32)  # 1 MiB, deterministic
+BIG_SHA = hashlib.sha256(_BLOCK * (BIG // len(_BLOCK))).hexdigest()
+PYTHON_DIR = pathlib.Path(__file__).resolve().parents[2] / "python"
+
+
+class Handler(http.server.BaseHTTPRequestHandler):
+    """/hello, /host (echoes the Host header), /big (64 MiB)."""
+
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+    def do_GET(self) -> None:
+        if self.path == "/big":
+            self.send_response(200)
+            self.send_header("Content-Length", str(BIG))
+            self.end_headers()
+            for _ in range(BIG // len(_BLOCK)):
+                self.wfile.write(_BLOCK)
+            return
+        body = {"/hello": b"hello from upstream\n", "/host": (self.headers.get("Host") or "").encode(),
+                "/headers": str(sorted(k.lower() for k in self.headers.keys())).encode()}.get(self.path)
+        if body is None:
+            self.send_error(404)
+            return
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.send_header("Connection", "close")
+        self.end_headers()
+        self.wfile.write(body)
+
+
+class V6Server(http.server.ThreadingHTTPServer):
+    address_family = socket.AF_INET6
+
+
+def _serve(server: http.server.HTTPServer) -> Iterator[int]:
+    server.daemon_threads = True  # type: ignore[attr-defined]
+    t = threading.Thread(target=server.serve_forever, daemon=True)
+    t.start()
+    try:
+        yield server.server_address[1]
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+@pytest.fixture(scope="module")
+def upstream() -> Iterator[int]:
+    yield from _serve(http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler))
+
+
+@pytest.fixture(scope="module")
+def upstream6() -> Iterator[int]:
+    yield from _serve(V6Server(("::1", 0), Handler))
+
+
+@pytest.fixture
+def make_proxy(tmp_path: pathlib.Path) -> Iterator:
+    started: list[ProxyServer] = []
+
+    def make(allowed: tuple[str, ...] = ("localhost",), denied: tuple[str, ...] = (), *,
+             local: bool = True, audit: bool = False) -> ProxyServer:
+        run_dir = tmp_path / f"run{len(started)}"
+        run_dir.mkdir(mode=0o700)
+        cfg = ProxyConfig(allowed, denied, allow_local_destinations=local,
+                          audit_log=tmp_path / "audit.jsonl" if audit else None)
+        p = ProxyServer(cfg, run_dir=run_dir, tcp=True)
+        p.start()
+        started.append(p)
+        return p
+
+    yield make
+    for p in started:
+        p.stop()
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture
+def bridge() -> Iterator:
+    """socat TCP-LISTEN on 127.0.0.1 -> unix socket, as the sandbox bridges it."""
+    procs: list[subprocess.Popen[bytes]] = []
+
+    def make(path: pathlib.Path) -> int:
+        port = _free_port()
+        procs.append(subprocess.Popen(
+            ["socat", "-b", "262144", f"TCP-LISTEN:{port},bind=127.0.0.1,fork,reuseaddr",
+             f"UNIX-CONNECT:{path}"]))
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline:
+            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 0.2):
+                return port
+            time.sleep(0.02)
+        raise RuntimeError("socat bridge did not start")
+
+    yield make
+    for p in procs:
+        p.terminate()
+        p.wait(5)
+
+
+def curl(*args: str, timeout: float = 30) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(["curl", "-sS", "-m", str(int(timeout)), *args],
+                          capture_output=True, text=True, timeout=timeout + 5)
+
+
+def raw(path: pathlib.Path, data: bytes, *, timeout: float = 10) -> bytes:
+    """Send ``data`` on the proxy's unix socket, return everything it answers."""
+    with socket.socket(socket.AF_UNIX) as s:
+        s.settimeout(timeout)
+        s.connect(str(path))
+        s.sendall(data)
+        s.shutdown(socket.SHUT_WR)
+        chunks = []
+        while chunk := s.recv(65536):
+            chunks.append(chunk)
+        return b"".join(chunks)
+
+
+def socks_connect(path: pathlib.Path, request: bytes) -> bytes:
+    """A SOCKS5 greeting then ``request``; returns the reply to the request."""
+    with socket.socket(socket.AF_UNIX) as s:
+        s.settimeout(10)
+        s.connect(str(path))
+        s.sendall(b"\x05\x01\x00")
+        assert s.recv(2) == b"\x05\x00"
+        s.sendall(request)
+        return s.recv(64)
+
+
+# -- each path reaches an allowed local server ------------------------------------
+
+
+def test_plain_http_through_socat_bridge_reaches_allowed_local_server(make_proxy, bridge, upstream) -> None:
+    p = make_proxy()
+    port = bridge(p.http_socket)
+    r = curl("-x", f"http://127.0.0.1:{port}", f"http://localhost:{upstream}/hello")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout == "hello from upstream\n"
+
+
+def test_plain_http_forwards_origin_form_without_hop_by_hop_headers(make_proxy, bridge, upstream) -> None:
+    p = make_proxy()
+    port = bridge(p.http_socket)
+    r = curl("-x", f"http://127.0.0.1:{port}", "-H", "Keep-Alive: 5", "-H", "Proxy-Authorization: Basic eA==",
+             f"http://localhost:{upstream}/headers")
+    assert "host" in r.stdout and "keep-alive" not in r.stdout and "proxy-" not in r.stdout
+
+
+def test_connect_tunnel_through_socat_bridge(make_proxy, bridge, upstream) -> None:
+    p = make_proxy()
+    port = bridge(p.http_socket)
+    r = curl("-p", "-x", f"http://127.0.0.1:{port}", f"http://localhost:{upstream}/hello")
+    assert (r.returncode, r.stdout) == (0, "hello from upstream\n"), r.stderr
+
+
+@pytest.mark.parametrize(
+    ("url", "allowed", "scheme"),
+    [
+        ("http://localhost:{v4}/hello", ("localhost",), "socks5h"),  # ATYP domain
+        ("http://127.0.0.1:{v4}/hello", ("127.0.0.1",), "socks5"),  # ATYP IPv4
+        ("http://[::1]:{v6}/hello", ("[::1]",), "socks5h"),  # ATYP IPv6
+    ],
+)
+def test_socks5_on_the_unix_socket_for_each_address_type(make_proxy, upstream, upstream6, url, allowed, scheme) -> None:
+    p = make_proxy(allowed)
+    r = curl("-x", f"{scheme}://localhost{p.socks_socket}", url.format(v4=upstream, v6=upstream6))
+    assert (r.returncode, r.stdout) == (0, "hello from upstream\n"), r.stderr
+
+
+def test_socks5_through_socat_bridge(make_proxy, bridge, upstream) -> None:
+    p = make_proxy()
+    port = bridge(p.socks_socket)
+    r = curl("-x", f"socks5h://127.0.0.1:{port}", f"http://localhost:{upstream}/hello")
+    assert (r.returncode, r.stdout) == (0, "hello from upstream\n"), r.stderr
+
+
+# -- refusals --------------------------------------------------------------------
+
+
+def test_allowed_name_resolving_to_loopback_is_refused_without_allow_local(make_proxy, upstream) -> None:
+    p = make_proxy(local=False)
+    r = curl("-x", f"http://127.0.0.1:{p.http_port}", "-w", "%{http_code}", f"http://localhost:{upstream}/hello")
+    assert r.stdout.startswith("safebox: connection to localhost port")
+    assert "loopback" in r.stdout and "change network.allowLocalDestinations" in r.stdout
+    assert r.stdout.endswith("403")
+    r = curl("-p", "-x", f"http://127.0.0.1:{p.http_port}", f"http://localhost:{upstream}/hello")
+    assert r.returncode == 56 and "403" in r.stderr
+    r = curl("-x", f"socks5h://localhost{p.socks_socket}", f"http://localhost:{upstream}/hello")
+    assert r.returncode == 97 and "(2)" in r.stderr
+
+
+@pytest.mark.parametrize(
+    ("target", "rule"),
+    [
+        ("CONNECT example.org:443", "network.allowedDomains"),
+        ("CONNECT bad.localhost:443", "network.deniedDomains"),
+        ("CONNECT 127.0.0.1:80", "network.allowedDomains"),
+        ("CONNECT [::ffff:127.0.0.1]:80", "network.allowedDomains"),
+        ("CONNECT [::1]:80", "network.allowedDomains"),
+        ("GET http://example.org/", "network.allowedDomains"),
+    ],
+)
+def test_refusal_is_403_naming_host_and_policy_key(make_proxy, target, rule) -> None:
+    p = make_proxy(("localhost", "*.localhost"), ("bad.localhost",))
+    out = raw(p.http_socket, f"{target} HTTP/1.1\r\n\r\n".encode())
+    head, _, body = out.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 403 ")
+    assert f"X-Safebox-Rule: {rule}".encode() in head
+    assert b"safebox: connection to " in body and f"change {rule}".encode() in body
+
+
+@pytest.mark.parametrize(
+    "authority",
+    ["127.1:80", "0x7f.1:80", "2130706433:80", "0177.0.0.1:80", "evil.com@localhost:80",
+     "localhost.:80x", "local host:80", "[::1:80", "localhost", "localhost:0", "localhost:65536", "a..b:80"],
+)
+def test_host_tricks_are_refused(make_proxy, authority) -> None:
+    p = make_proxy()
+    out = raw(p.http_socket, f"CONNECT {authority} HTTP/1.1\r\n\r\n".encode())
+    assert out.split(b" ", 2)[1] in (b"400", b"403"), out
+
+
+@pytest.mark.parametrize("name", ["example.org", "127.1", "2130706433", "bad.localhost"])
+def test_socks5_refuses_names_with_0x02(make_proxy, name) -> None:
+    p = make_proxy(("localhost", "*.localhost"), ("bad.localhost",))
+    req = b"\x05\x01\x00\x03" + bytes([len(name)]) + name.encode() + b"\x00\x50"
+    assert socks_connect(p.socks_socket, req)[:2] == b"\x05\x02"
+
+
+def test_socks5_unsupported_command_and_address_type(make_proxy) -> None:
+    p = make_proxy()
+    assert socks_connect(p.socks_socket, b"\x05\x02\x00\x01\x7f\x00\x00\x01\x00\x50")[:2] == b"\x05\x07"
+    assert socks_connect(p.socks_socket, b"\x05\x01\x00\x09\x7f\x00\x00\x01\x00\x50")[:2] == b"\x05\x08"
+    assert raw(p.socks_socket, b"\x05\x01\x02") == b"\x05\xff"  # username/password only
+
+
+def test_host_header_disagreeing_with_target_is_refused(make_proxy, upstream) -> None:
+    p = make_proxy()
+    out = raw(p.http_socket, f"GET http://localhost:{upstream}/host HTTP/1.1\r\nHost: evil.com\r\n\r\n".encode())
+    assert out.startswith(b"HTTP/1.1 400 ") and b"disagrees" in out
+    out = raw(p.http_socket, f"GET http://localhost:{upstream}/host HTTP/1.1\r\nHost: LOCALHOST:{upstream}\r\n\r\n".encode())
+    assert out.startswith(b"HTTP/1.1 200 ") and out.endswith(f"LOCALHOST:{upstream}".encode())
+
+
+# -- robustness ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("data", "status"),
+    [
+        (b"garbage\r\n\r\n", b"400"),
+        (b"GET /local HTTP/1.1\r\n\r\n", b"400"),
+        (b"GET https://localhost/ HTTP/1.1\r\n\r\n", b"400"),
+        (b"GET http://localhost/#x HTTP/1.1\r\n\r\n", b"400"),
+        (b"GET http://localhost/ HTTP/2.0\r\n\r\n", b"505"),
+        (b"GET http://localhost/ HTTP/1.1\r\n folded\r\n\r\n", b"400"),
+        (b"GET http://localhost/ HTTP/1.1\r\nX: a\r\nX y\r\n\r\n", b"400"),
+        (b"GET http://localhost/ HTTP/1.1\r\nHost: a\r\nHost: a\r\n\r\n", b"400"),
+        (b"POST http://localhost/ HTTP/1.1\r\nContent-Length: 1\r\nTransfer-Encoding: chunked\r\n\r\n", b"400"),
+        (b"CONNECT localhost:80 HTTP/1.1\r\nX: " + b"a" * 70000 + b"\r\n\r\n", b"431"),
+        (b"GET http://localhost/ HTTP/1.1\r\nX: 1", b"400"),  # truncated
+    ],
+)
+def test_malformed_requests_get_an_error_and_the_proxy_keeps_serving(make_proxy, upstream, data, status) -> None:
+    p = make_proxy()
+    out = raw(p.http_socket, data)
+    assert out.split(b" ", 2)[1] == status, out[:200]
+    assert out.split(b"\r\n\r\n", 1)[1].startswith(b"safebox: ")
+    ok = raw(p.http_socket, f"GET http://localhost:{upstream}/hello HTTP/1.1\r\n\r\n".encode())
+    assert ok.endswith(b"hello from upstream\n")
+
+
+def test_slow_client_gets_408(make_proxy, monkeypatch) -> None:
+    import safebox.proxy.http as proxy_http
+
+    monkeypatch.setattr(proxy_http, "HEAD_TIMEOUT", 0.3)
+    p = make_proxy()
+    with socket.socket(socket.AF_UNIX) as s:
+        s.settimeout(5)
+        s.connect(str(p.http_socket))
+        s.sendall(b"GET http://localhost/ HTTP/1.1\r\n")
+        assert s.recv(100).startswith(b"HTTP/1.1 408 ")
+
+
+def test_upstream_refusing_gives_502_and_socks_0x05(make_proxy) -> None:
+    p = make_proxy()
+    closed = _free_port()
+    out = raw(p.http_socket, f"CONNECT localhost:{closed} HTTP/1.1\r\n\r\n".encode())
+    assert out.startswith(b"HTTP/1.1 502 ") and b"refused" in out
+    req = b"\x05\x01\x00\x03\x09localhost" + closed.to_bytes(2, "big")
+    assert socks_connect(p.socks_socket, req)[:2] == b"\x05\x05"
+
+
+def test_upstream_reset_mid_stream_closes_the_client_and_proxy_keeps_serving(make_proxy, upstream) -> None:
+    p = make_proxy()
+    with socket.socket() as srv:
+        srv.bind(("127.0.0.1", 0))
+        srv.listen()
+        port = srv.getsockname()[1]
+        with socket.socket(socket.AF_UNIX) as c:
+            c.settimeout(5)
+            c.connect(str(p.http_socket))
+            c.sendall(f"CONNECT localhost:{port} HTTP/1.1\r\n\r\n".encode())
+            conn, _ = srv.accept()
+            assert c.recv(100).startswith(b"HTTP/1.1 200 ")
+            conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
+            conn.close()  # RST
+            with contextlib.suppress(ConnectionResetError):
+                assert c.recv(100) == b""
+    assert raw(p.http_socket, f"GET http://localhost:{upstream}/hello HTTP/1.1\r\n\r\n".encode()).endswith(b"upstream\n")
+
+
+def test_a_thousand_concurrent_connections(make_proxy) -> None:
+    p = make_proxy()
+
+    async def main() -> None:
+        async def echo(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
+            w.write(await r.readexactly(5))
+            await w.drain()
+            w.close()
+
+        server = await asyncio.start_server(echo, "127.0.0.1", 0, backlog=2048)
+        port = server.sockets[0].getsockname()[1]
+
+        async def client(i: int) -> bytes:
+            r, w = await asyncio.open_unix_connection(str(p.http_socket))
+            w.write(f"CONNECT localhost:{port} HTTP/1.1\r\n\r\n".encode())
+            assert (await r.readuntil(b"\r\n\r\n")).startswith(b"HTTP/1.1 200 ")
+            w.write(f"{i:05d}".encode())
+            data = await r.read()
+            w.close()
+            return data
+
+        async with server:
+            results = await asyncio.wait_for(asyncio.gather(*(client(i) for i in range(1000))), 60)
+        assert results == [f"{i:05d}".encode() for i in range(1000)]
+
+    asyncio.run(main())
+    deadline = time.monotonic() + 5
+    while p.active_connections and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert p.active_connections == 0
+
+
+@pytest.mark.parametrize("path", ["http", "connect", "socks5"])
+def test_64_mib_download_arrives_whole(make_proxy, bridge, upstream, tmp_path, path) -> None:
+    p = make_proxy()
+    if path == "socks5":
+        args = ["-x", f"socks5h://127.0.0.1:{bridge(p.socks_socket)}"]
+    else:
+        args = (["-p"] if path == "connect" else []) + ["-x", f"http://127.0.0.1:{bridge(p.http_socket)}"]
+    out = tmp_path / "big"
+    r = curl(*args, "-o", str(out), f"http://localhost:{upstream}/big", timeout=120)
+    assert r.returncode == 0, r.stderr
+    h = hashlib.sha256()
+    with out.open("rb") as f:
+        while chunk := f.read(1 << 20):
+            h.update(chunk)
+    assert h.hexdigest() == BIG_SHA
+
+
+# -- audit, lifecycle --------------------------------------------------------------
+
+
+def test_audit_log_has_one_json_line_per_decision(make_proxy, upstream, tmp_path) -> None:
+    p = make_proxy(("localhost",), ("denied.example",), audit=True)
+    raw(p.http_socket, f"GET http://localhost:{upstream}/hello HTTP/1.1\r\n\r\n".encode())
+    raw(p.http_socket, b"CONNECT denied.example:443 HTTP/1.1\r\n\r\n")
+    socks_connect(p.socks_socket, b"\x05\x01\x00\x03\x0bexample.org\x01\xbb")
+    p.stop()
+    lines = [json.loads(x) for x in (tmp_path / "audit.jsonl").read_text().splitlines()]
+    assert [(x["protocol"], x["verdict"], x["rule"]) for x in lines] == [
+        ("http", "allow", "network.allowLocalDestinations"),
+        ("connect", "deny", "network.deniedDomains"),
+        ("socks5", "deny", "network.allowedDomains"),
+    ]
+    assert all({"time", "host", "port", "reason"} <= x.keys() for x in lines)
+    assert oct((tmp_path / "audit.jsonl").stat().st_mode & 0o777) == "0o600"
+
+
+def test_stop_removes_sockets_closes_connections_and_is_idempotent(tmp_path) -> None:
+    before = len(os.listdir("/proc/self/fd"))
+    threads = threading.active_count()
+    p = ProxyServer(ProxyConfig(("localhost",)), run_dir=tmp_path)
+    p.start()
+    assert oct(p.http_socket.stat().st_mode & 0o777) == "0o600"
+    assert p.http_port is None
+    held = socket.socket(socket.AF_UNIX)
+    held.connect(str(p.socks_socket))  # an idle client must not block stop()
+    p.stop()
+    p.stop()
+    assert held.recv(10) == b""
+    held.close()
+    assert not p.http_socket.exists() and not p.socks_socket.exists()
+    assert len(os.listdir("/proc/self/fd")) == before
+    assert threading.active_count() == threads
+
+
+def test_bad_pattern_and_unusable_run_dir_raise_proxy_error(tmp_path) -> None:
+    from safebox.errors import ProxyError
+
+    with pytest.raises(ProxyError, match="pattern"):
+        ProxyServer(ProxyConfig(("a.*.com",)), run_dir=tmp_path)
+    with pytest.raises(ProxyError):
+        ProxyServer(ProxyConfig(("a.com",)), run_dir=tmp_path / "missing").start()
+
+
+# -- cloud metadata, in a network namespace of our own -------------------------------
+
+_METADATA_SCRIPT = textwrap.dedent(
+    """
+    import http.server, json, pathlib, subprocess, sys, tempfile, threading
+    sys.path.insert(0, sys.argv[1])
+    from safebox.proxy import ProxyConfig, ProxyServer
+
+    class H(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            self.send_response(200); self.send_header("Content-Length", "6"); self.end_headers()
+            self.wfile.write(b"SECRET")
+        def log_message(self, *a): pass
+
+    srv = http.server.ThreadingHTTPServer(("169.254.169.254", 80), H)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    out = {}
+    def run(key, allowed, local, *args):
+        d = pathlib.Path(tempfile.mkdtemp())
+        p = ProxyServer(ProxyConfig(allowed, allow_local_destinations=local), run_dir=d, tcp=True)
+        p.start()
+        try:
+            args = [a.format(http=p.http_port, socks=p.socks_port) for a in args]
+            r = subprocess.run(["curl", "-sS", "-m", "10", *args], capture_output=True, text=True)
+            out[key] = [r.returncode, r.stdout, r.stderr]
+        finally:
+            p.stop()
+    names = ("metadata.test", "localhost")
+    run("literal_http", names, True, "-x", "http://127.0.0.1:{http}", "http://169.254.169.254/latest/")
+    run("name_http", names, True, "-x", "http://127.0.0.1:{http}", "http://metadata.test/latest/")
+    run("name_connect", names, True, "-p", "-x", "http://127.0.0.1:{http}", "http://metadata.test/latest/")
+    run("name_socks", names, True, "-x", "socks5h://127.0.0.1:{socks}", "http://metadata.test/latest/")
+    run("mapped_socks", names, True, "-x", "socks5h://127.0.0.1:{socks}", "http://[::ffff:169.254.169.254]/")
+    run("listed_literally", ("169.254.169.254",), False, "-x", "http://127.0.0.1:{http}", "http://169.254.169.254/")
+    print(json.dumps(out))
+    """
+)
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or shutil.which("unshare") is None, reason="needs root and unshare")
+def test_cloud_metadata_is_refused_by_the_proxy_inside_a_private_netns(tmp_path) -> None:
+    hosts = tmp_path / "hosts"
+    hosts.write_text("127.0.0.1 localhost\n169.254.169.254 metadata.test\n")
+    script = tmp_path / "meta.py"
+    script.write_text(_METADATA_SCRIPT)
+    cmd = (f"mount --bind {hosts} /etc/hosts && ip link set lo up && "
+           f"ip addr add 169.254.169.254/32 dev lo && exec {sys.executable} {script} {PYTHON_DIR}")
+    r = subprocess.run(["unshare", "-n", "-m", "sh", "-c", cmd], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    for key in ("literal_http", "name_http"):
+        code, body, _ = out[key]
+        assert code == 0 and body.startswith("safebox: connection to ") and "SECRET" not in body, out[key]
+    assert "not listed literally in network.allowedDomains" in out["literal_http"][1]
+    assert "cloud metadata address" in out["name_http"][1]
+    assert out["name_connect"][0] == 56 and "403" in out["name_connect"][2]
+    assert out["name_socks"][0] == 97 and "(2)" in out["name_socks"][2]
+    assert out["mapped_socks"][0] == 97 and "(2)" in out["mapped_socks"][2]
+    # The fake metadata server is reachable when listed literally: a broken
+    # guard would have been seen above, not hidden by an unreachable address.
+    assert out["listed_literally"][1] == "SECRET"

@@ -1,0 +1,527 @@
+"""Unit tests for safebox.doctor: every check's failure modes, on a faked host.
+
+Subprocesses are faked with pytest-subprocess (``fp``; an unregistered command
+is an error), and every host read goes through the small functions doctor.py
+exposes for this (``read_file``, ``which``, ``landlock_abi_syscall``, …).
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+from safebox import __version__, doctor
+from safebox.doctor import Check, Status
+
+BWRAP = "/usr/bin/bwrap"
+SMOKE = [BWRAP, *doctor.BWRAP_SMOKE_ARGS]
+APPARMOR_STDERR = "bwrap: setting up uid map: Permission denied\n"
+
+
+@pytest.fixture
+def files(monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
+    """The /proc and /sys files the checks read: an empty host unless a test adds some."""
+    fake: dict[str, str] = {}
+    monkeypatch.setattr(doctor, "read_file", lambda path: fake.get(path))
+    monkeypatch.delenv("container", raising=False)
+    return fake
+
+
+@pytest.fixture
+def tools(monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
+    """Commands on PATH: bwrap, socat and rg unless a test removes them."""
+    fake = {"bwrap": BWRAP, "socat": "/usr/bin/socat", "rg": "/usr/bin/rg"}
+    monkeypatch.setattr(doctor, "which", lambda name: fake.get(name))
+    return fake
+
+
+@pytest.fixture
+def helper(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """An executable file standing in for the helper, owned (we pretend) by another user."""
+    path = tmp_path / "_bin" / "safebox-helper"
+    path.parent.mkdir()
+    path.write_text("#!/bin/sh\nexit 99\n")
+    path.chmod(0o755)
+    monkeypatch.setattr(doctor, "euid", lambda: 1000)
+    monkeypatch.setattr(doctor, "is_writable", lambda p: False)
+    monkeypatch.setattr(doctor, "source_build_id", lambda: None)
+    return path
+
+
+def _register_bwrap_ok(fp) -> None:  # type: ignore[no-untyped-def]
+    fp.register([BWRAP, "--version"], stdout="bubblewrap 0.8.0\n")
+    fp.register(SMOKE)
+
+
+def _register_helper_version(fp, helper: Path, line: str,  # type: ignore[no-untyped-def]
+                             *, probe_build_id: str = "0123456789abcdef") -> None:
+    fp.register([str(helper), "--version"], stdout=line + "\n")
+    fp.register([str(helper), "--probe"],
+                stdout=json.dumps({"v": 1, "version": __version__, "build_id": probe_build_id,
+                                   "landlock_abi": 7, "seccomp": True, "nnp": True}) + "\n")
+
+
+# ------------------------------------------------------------------- linux, kernel
+
+
+def _uname(release: str, machine: str = "x86_64") -> os.uname_result:
+    return os.uname_result(("Linux", "host", release, "#1", machine))
+
+
+def test_current_kernel_is_ok(monkeypatch):
+    monkeypatch.setattr(doctor, "uname", lambda: _uname("6.18.44"))
+    assert doctor.check_kernel().status is Status.OK
+
+
+def test_kernel_below_5_13_warns_that_landlock_is_missing(monkeypatch):
+    monkeypatch.setattr(doctor, "uname", lambda: _uname("5.10.0-28-amd64"))
+    check = doctor.check_kernel()
+    assert check.status is Status.WARN
+    assert "no Landlock" in check.found
+    assert "5.13" in check.fix
+
+
+def test_kernel_below_3_17_fails_for_lack_of_seccomp_syscall(monkeypatch):
+    monkeypatch.setattr(doctor, "uname", lambda: _uname("3.10.0-1160.el7.x86_64"))
+    check = doctor.check_kernel()
+    assert check.status is Status.FAIL
+    assert check.required
+
+
+def test_unknown_architecture_warns(monkeypatch):
+    monkeypatch.setattr(doctor, "uname", lambda: _uname("6.8.0", "ppc64le"))
+    assert doctor.check_linux().status is Status.WARN
+
+
+def test_non_linux_platform_fails(monkeypatch):
+    monkeypatch.setattr(doctor.sys, "platform", "darwin")
+    check = doctor.check_linux()
+    assert check.status is Status.FAIL
+    assert "darwin" in check.found
+
+
+# ------------------------------------------------------------------------ bwrap
+
+
+def test_bwrap_that_creates_a_sandbox_is_ok(fp, tools, files):
+    _register_bwrap_ok(fp)
+    check = doctor.check_bwrap()
+    assert check.status is Status.OK
+    assert "bubblewrap 0.8.0" in check.found
+    assert fp.call_count(SMOKE) == 1
+
+
+def test_missing_bwrap_fails_with_the_package_to_install(fp, tools, files):
+    del tools["bwrap"]
+    check = doctor.check_bwrap()
+    assert check.status is Status.FAIL
+    assert "apt-get install bubblewrap" in check.fix
+
+
+def test_bwrap_blocked_by_apparmor_names_the_ubuntu_restriction_and_profile_fix(
+        fp, tools, files):
+    fp.register([BWRAP, "--version"], stdout="bubblewrap 0.9.0\n")
+    fp.register(SMOKE, returncode=1, stderr=APPARMOR_STDERR)
+    files["/proc/sys/user/max_user_namespaces"] = "63260\n"
+    files["/proc/sys/kernel/apparmor_restrict_unprivileged_userns"] = "1\n"
+    check = doctor.check_bwrap()
+    assert check.status is Status.FAIL
+    assert "setting up uid map: Permission denied" in check.found
+    assert "apparmor_restrict_unprivileged_userns = 1" in check.found
+    assert "/etc/apparmor.d/bwrap" in check.fix
+    assert "userns," in check.fix
+    assert "apparmor_parser -r" in check.fix
+
+
+def test_bwrap_with_user_namespaces_disabled_gives_the_sysctl_fix(fp, tools, files):
+    fp.register([BWRAP, "--version"], stdout="bubblewrap 0.8.0\n")
+    fp.register(SMOKE, returncode=1,
+                stderr="bwrap: No permissions to creating new namespace, likely because "
+                       "the kernel does not allow non-privileged user namespaces.\n")
+    files["/proc/sys/user/max_user_namespaces"] = "0\n"
+    check = doctor.check_bwrap()
+    assert check.status is Status.FAIL
+    assert "user.max_user_namespaces = 0" in check.found
+    assert "sysctl -w user.max_user_namespaces=15000" in check.fix
+
+
+def test_bwrap_blocked_by_the_debian_userns_knob_gives_its_sysctl_fix(fp, tools, files):
+    fp.register([BWRAP, "--version"], stdout="bubblewrap 0.8.0\n")
+    fp.register(SMOKE, returncode=1, stderr="bwrap: No permissions to creating new namespace\n")
+    files["/proc/sys/user/max_user_namespaces"] = "63260"
+    files["/proc/sys/kernel/unprivileged_userns_clone"] = "0"
+    check = doctor.check_bwrap()
+    assert "unprivileged_userns_clone = 0" in check.found
+    assert "sysctl -w kernel.unprivileged_userns_clone=1" in check.fix
+
+
+def test_bwrap_failing_inside_a_container_suggests_unconfined_or_helper_only(fp, tools, files):
+    fp.register([BWRAP, "--version"], stdout="bubblewrap 0.8.0\n")
+    fp.register(SMOKE, returncode=1,
+                stderr="bwrap: Creating new namespace failed: Operation not permitted\n")
+    files["/.dockerenv"] = ""
+    check = doctor.check_bwrap()
+    assert "container" in check.found
+    assert "docker" in check.found
+    assert "seccomp=unconfined" in check.fix
+    assert "--without bwrap" in check.fix
+
+
+def test_bwrap_failing_for_an_unknown_reason_reports_its_message(fp, tools, files):
+    fp.register([BWRAP, "--version"], stdout="bubblewrap 0.8.0\n")
+    fp.register(SMOKE, returncode=1, stderr="bwrap: something odd\n")
+    check = doctor.check_bwrap()
+    assert check.status is Status.FAIL
+    assert "something odd" in check.found
+
+
+def test_bwrap_hanging_times_out_as_a_failure(fp, tools, files):
+    def hang(process):  # type: ignore[no-untyped-def]
+        raise subprocess.TimeoutExpired(SMOKE, doctor.SANDBOX_TIMEOUT)
+
+    fp.register([BWRAP, "--version"], stdout="bubblewrap 0.8.0\n")
+    fp.register(SMOKE, callback=hang)
+    check = doctor.check_bwrap()
+    assert check.status is Status.FAIL
+    assert "timed out" in check.found
+
+
+# ------------------------------------------------------------------- socat, rg
+
+
+def test_missing_socat_fails(fp, tools):
+    del tools["socat"]
+    check = doctor.check_socat()
+    assert check.status is Status.FAIL
+    assert "apt-get install socat" in check.fix
+
+
+def test_socat_version_is_reported(fp, tools):
+    fp.register(["/usr/bin/socat", "-V"],
+                stdout="socat by Gerhard Rieger\nsocat version 1.7.4.4 on 06 Nov 2022\n")
+    assert doctor.check_socat().found.startswith("socat version 1.7.4.4")
+
+
+def test_missing_ripgrep_fails(fp, tools):
+    del tools["rg"]
+    check = doctor.check_ripgrep()
+    assert check.status is Status.FAIL
+    assert "apt-get install ripgrep" in check.fix
+
+
+def test_ripgrep_that_does_not_run_fails(fp, tools):
+    fp.register(["/usr/bin/rg", "--version"], returncode=127, stderr="rg: broken\n")
+    assert doctor.check_ripgrep().status is Status.FAIL
+
+
+# ---------------------------------------------------------------------- landlock
+
+
+@pytest.mark.parametrize("err", [errno.ENOSYS, errno.EOPNOTSUPP])
+def test_no_landlock_warns_that_writes_rely_on_bwrap_only(tmp_path, monkeypatch, err):
+    monkeypatch.setattr(doctor, "landlock_abi_syscall", lambda: (0, err))
+    check = doctor.check_landlock(tmp_path / "missing-helper")
+    assert check.status is Status.WARN
+    assert "bwrap's read-only mounts only" in check.found
+    assert check.fix
+
+
+def test_landlock_disabled_at_boot_names_the_lsm_parameter(tmp_path, monkeypatch):
+    monkeypatch.setattr(doctor, "landlock_abi_syscall", lambda: (0, errno.EOPNOTSUPP))
+    assert "lsm=landlock" in doctor.check_landlock(tmp_path / "none").fix
+
+
+def test_landlock_abi_3_lists_every_missing_step(tmp_path, monkeypatch):
+    monkeypatch.setattr(doctor, "landlock_abi_syscall", lambda: (3, 0))
+    check = doctor.check_landlock(tmp_path / "none")
+    assert check.status is Status.WARN
+    for cost in ("no TCP port rules", "device ioctl", "scoping", "denial logging"):
+        assert cost in check.found
+    assert "truncate" not in check.found
+
+
+def test_landlock_abi_6_is_ok_and_only_misses_logging(tmp_path, monkeypatch):
+    monkeypatch.setattr(doctor, "landlock_abi_syscall", lambda: (6, 0))
+    check = doctor.check_landlock(tmp_path / "none")
+    assert check.status is Status.OK
+    assert "denial logging" in check.found
+
+
+def test_landlock_abi_comes_from_the_helper_probe_when_built(fp, helper, monkeypatch):
+    monkeypatch.setattr(doctor, "landlock_abi_syscall", lambda: pytest.fail("raw syscall used"))
+    fp.register([str(helper), "--probe"],
+                stdout='{"v":1,"version":"0.1.0","landlock_abi":7,"seccomp":true,"nnp":true}\n')
+    check = doctor.check_landlock(helper)
+    assert check.status is Status.OK
+    assert "ABI 7 via helper --probe" in check.found
+
+
+def test_helper_probe_reporting_no_landlock_is_explained(fp, helper):
+    fp.register([str(helper), "--probe"],
+                stdout='{"v":1,"version":"0.1.0","landlock_abi":0,"landlock_errno":"ENOSYS",'
+                       '"seccomp":true,"nnp":true}\n')
+    check = doctor.check_landlock(helper)
+    assert check.status is Status.WARN
+    assert "ENOSYS" in check.found
+
+
+def test_broken_helper_probe_falls_back_to_the_raw_syscall(fp, helper, monkeypatch):
+    monkeypatch.setattr(doctor, "landlock_abi_syscall", lambda: (7, 0))
+    fp.register([str(helper), "--probe"], stdout="not json\n")
+    check = doctor.check_landlock(helper)
+    assert check.status is Status.OK
+    assert "landlock_create_ruleset" in check.found
+    assert "no JSON" in check.found
+
+
+# ----------------------------------------------------------------------- seccomp
+
+
+def test_seccomp_filters_supported_is_ok(files, monkeypatch):
+    files["/proc/self/status"] = "Name:\tpython\nSeccomp:\t0\nSeccomp_filters:\t0\n"
+    monkeypatch.setattr(doctor, "seccomp_prctl", lambda: (0, 0, errno.EFAULT))
+    assert doctor.check_seccomp().status is Status.OK
+
+
+def test_kernel_without_config_seccomp_fails(files, monkeypatch):
+    files["/proc/self/status"] = "Name:\tpython\n"
+    check = doctor.check_seccomp()
+    assert check.status is Status.FAIL
+    assert "CONFIG_SECCOMP" in check.fix
+
+
+def test_kernel_without_seccomp_filter_fails(files, monkeypatch):
+    files["/proc/self/status"] = "Seccomp:\t0\n"
+    monkeypatch.setattr(doctor, "seccomp_prctl", lambda: (0, 0, errno.EINVAL))
+    check = doctor.check_seccomp()
+    assert check.status is Status.FAIL
+    assert "CONFIG_SECCOMP_FILTER" in check.found
+
+
+def test_seccomp_probe_blocked_by_an_outer_filter_warns(files, monkeypatch):
+    files["/proc/self/status"] = "Seccomp:\t2\nSeccomp_filters:\t1\n"
+    monkeypatch.setattr(doctor, "seccomp_prctl", lambda: (2, 0, errno.EPERM))
+    check = doctor.check_seccomp()
+    assert check.status is Status.WARN
+    assert "EPERM" in check.found
+
+
+def test_missing_libseccomp_fails(monkeypatch):
+    monkeypatch.setattr(doctor, "libseccomp_version", lambda: (None, None))
+    check = doctor.check_libseccomp()
+    assert check.status is Status.FAIL
+    assert "libseccomp2" in check.fix
+
+
+def test_old_libseccomp_warns(monkeypatch):
+    monkeypatch.setattr(doctor, "libseccomp_version", lambda: ("libseccomp.so.2", (2, 3, 3)))
+    check = doctor.check_libseccomp()
+    assert check.status is Status.WARN
+    assert "2.3.3" in check.found
+
+
+# ------------------------------------------------------------------------ helper
+
+
+def test_helper_matching_this_version_and_not_writable_is_ok(fp, helper):
+    _register_helper_version(fp, helper, f"safebox-helper {__version__} 0123456789abcdef")
+    check = doctor.check_helper(helper, standalone=False)
+    assert check.status is Status.OK
+    assert "0123456789abcdef" in check.found
+
+
+def test_helper_not_built_warns_from_a_checkout(tmp_path):
+    check = doctor.check_helper(tmp_path / "safebox-helper", standalone=True)
+    assert check.status is Status.WARN
+    assert "not built yet" in check.found
+    assert "python3 build.py setup" in check.fix
+
+
+def test_helper_missing_fails_for_safebox_doctor(tmp_path):
+    check = doctor.check_helper(tmp_path / "safebox-helper", standalone=False)
+    assert check.status is Status.FAIL
+
+
+def test_helper_not_executable_fails(fp, helper, monkeypatch):
+    helper.chmod(0o644)  # no x bit at all: not executable even for root
+    assert doctor.check_helper(helper, standalone=False).status is Status.FAIL
+
+
+def test_helper_version_mismatch_fails(fp, helper):
+    _register_helper_version(fp, helper, "safebox-helper 0.0.9 0123456789abcdef")
+    check = doctor.check_helper(helper, standalone=False)
+    assert check.status is Status.FAIL
+    assert "0.0.9" in check.found
+    assert __version__ in check.found
+
+
+def test_helper_printing_garbage_for_version_fails(fp, helper):
+    _register_helper_version(fp, helper, "Segmentation fault")
+    assert doctor.check_helper(helper, standalone=False).status is Status.FAIL
+
+
+def test_helper_writable_by_the_user_fails(fp, helper, monkeypatch):
+    _register_helper_version(fp, helper, f"safebox-helper {__version__}")
+    monkeypatch.setattr(doctor, "is_writable", lambda p: p == helper)
+    check = doctor.check_helper(helper, standalone=False)
+    assert check.status is Status.FAIL
+    assert "replace the inner layer" in check.found
+    assert "chown root:root" in check.fix
+
+
+def test_helper_in_a_directory_writable_by_the_user_fails(fp, helper, monkeypatch):
+    _register_helper_version(fp, helper, f"safebox-helper {__version__}")
+    monkeypatch.setattr(doctor, "is_writable", lambda p: p == helper.parent)
+    assert doctor.check_helper(helper, standalone=False).status is Status.FAIL
+
+
+def _fake_stat(uid: int, mode: int) -> os.stat_result:
+    return os.stat_result((mode, 0, 0, 1, uid, 0, 0, 0, 0, 0))
+
+
+def test_helper_group_writable_fails_even_when_running_as_root(fp, helper, monkeypatch):
+    _register_helper_version(fp, helper, f"safebox-helper {__version__}")
+    monkeypatch.setattr(doctor, "euid", lambda: 0)
+    monkeypatch.setattr(doctor, "stat_path",
+                        lambda p: _fake_stat(0, 0o100775 if p == helper else 0o40755))
+    check = doctor.check_helper(helper, standalone=False)
+    assert check.status is Status.FAIL
+    assert "0775" in check.found
+
+
+def test_root_owned_helper_not_writable_by_others_is_ok_for_root(fp, helper, monkeypatch):
+    _register_helper_version(fp, helper, f"safebox-helper {__version__}")
+    monkeypatch.setattr(doctor, "euid", lambda: 0)
+    monkeypatch.setattr(doctor, "stat_path",
+                        lambda p: _fake_stat(0, 0o100755 if p == helper else 0o40755))
+    assert doctor.check_helper(helper, standalone=False).status is Status.OK
+
+
+def test_helper_build_id_is_taken_from_probe_when_version_omits_it(fp, helper, monkeypatch):
+    _register_helper_version(fp, helper, f"safebox-helper {__version__}",
+                             probe_build_id="cccccccccccccccc")
+    monkeypatch.setattr(doctor, "source_build_id", lambda: "cccccccccccccccc")
+    check = doctor.check_helper(helper, standalone=False)
+    assert check.status is Status.OK
+    assert "build cccccccccccccccc" in check.found
+
+
+def test_helper_whose_probe_build_id_differs_from_the_sources_warns_stale(fp, helper, monkeypatch):
+    _register_helper_version(fp, helper, f"safebox-helper {__version__}",
+                             probe_build_id="aaaaaaaaaaaaaaaa")
+    monkeypatch.setattr(doctor, "source_build_id", lambda: "bbbbbbbbbbbbbbbb")
+    assert doctor.check_helper(helper, standalone=False).status is Status.WARN
+
+
+def test_helper_built_from_other_sources_warns_stale(fp, helper, monkeypatch):
+    _register_helper_version(fp, helper, f"safebox-helper {__version__} aaaaaaaaaaaaaaaa")
+    monkeypatch.setattr(doctor, "source_build_id", lambda: "bbbbbbbbbbbbbbbb")
+    check = doctor.check_helper(helper, standalone=False)
+    assert check.status is Status.WARN
+    assert "python3 build.py helper" in check.fix
+
+
+# ------------------------------------------------------------------------ userns
+
+
+def test_userns_reports_an_apparmor_restriction_as_a_non_required_warning(files):
+    files["/proc/sys/kernel/apparmor_restrict_unprivileged_userns"] = "1"
+    check = doctor.check_userns()
+    assert check.status is Status.WARN
+    assert not check.required
+
+
+def test_userns_names_the_container(files, monkeypatch):
+    monkeypatch.setenv("container", "podman")
+    assert "podman" in doctor.check_userns().found
+
+
+# ---------------------------------------------------------- runner, rendering
+
+
+CANNED = [
+    Check("linux", Status.OK, "Linux x86_64", None, True),
+    Check("landlock", Status.WARN, "ABI 3", "upgrade", True),
+    Check("userns", Status.FAIL, "odd", "look", False),
+]
+
+
+def test_exit_code_is_zero_when_required_checks_are_ok_or_warn():
+    assert doctor.exit_code(CANNED) == 0
+
+
+def test_exit_code_is_one_when_a_required_check_fails():
+    assert doctor.exit_code([*CANNED, Check("bwrap", Status.FAIL, "x", "y", True)]) == 1
+
+
+def test_json_report_has_the_documented_schema():
+    doc = json.loads(doctor.render_json(CANNED))
+    assert set(doc) == {"schema", "ok", "checks"}
+    assert doc["schema"] == 1
+    assert doc["ok"] is True
+    for item in doc["checks"]:
+        assert list(item) == ["name", "status", "required", "found", "fix"]
+        assert item["status"] in {"ok", "warn", "fail"}
+        assert isinstance(item["required"], bool)
+    assert doc["checks"][0] == {"name": "linux", "status": "ok", "required": True,
+                                "found": "Linux x86_64", "fix": None}
+
+
+def test_json_report_is_not_ok_when_a_required_check_fails():
+    doc = json.loads(doctor.render_json([Check("bwrap", Status.FAIL, "x", "y", True)]))
+    assert doc["ok"] is False
+
+
+def test_text_report_puts_each_fix_on_its_own_indented_line():
+    text = doctor.render_text(CANNED)
+    lines = text.splitlines()
+    assert lines[0].split() == ["STATUS", "CHECK", "FOUND"]
+    warn = next(i for i, line in enumerate(lines) if line.startswith("warn"))
+    assert lines[warn + 1].strip() == "fix: upgrade"
+    assert lines[warn + 1].index("fix:") == lines[0].index("FOUND")
+    assert "fix" not in lines[1]  # ok rows carry no fix
+
+
+def test_a_crashing_check_becomes_a_failure_not_a_traceback(monkeypatch):
+    def boom() -> Check:
+        raise RuntimeError("kaboom")
+
+    for name in ("check_linux", "check_kernel", "check_bwrap", "check_socat", "check_ripgrep",
+                 "check_seccomp", "check_libseccomp", "check_userns"):
+        monkeypatch.setattr(doctor, name, boom)
+    monkeypatch.setattr(doctor, "check_landlock", lambda helper: boom())
+    monkeypatch.setattr(doctor, "check_helper", lambda helper, standalone: boom())
+    checks = doctor.run_checks(helper_path=Path("/nonexistent"))
+    assert [c.name for c in checks] == ["linux", "kernel", "bwrap", "socat", "ripgrep",
+                                        "landlock", "seccomp", "libseccomp", "helper", "userns"]
+    assert all(c.status is Status.FAIL for c in checks)
+    assert "RuntimeError: kaboom" in checks[0].found
+    assert doctor.exit_code(checks) == 1
+
+
+def test_main_prints_json_and_returns_the_exit_code(monkeypatch, capsys):
+    monkeypatch.setattr(doctor, "run_checks", lambda **kw: CANNED)
+    assert doctor.main(["--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["schema"] == 1
+
+
+def test_main_passes_helper_path_and_standalone_through(monkeypatch, capsys, tmp_path):
+    seen = {}
+
+    def fake(**kw):  # type: ignore[no-untyped-def]
+        seen.update(kw)
+        return [Check("helper", Status.FAIL, "x", "y", True)]
+
+    monkeypatch.setattr(doctor, "run_checks", fake)
+    assert doctor.main([], helper_path=tmp_path, standalone=True) == 1
+    assert seen == {"helper_path": tmp_path, "standalone": True}
+    assert "helper" in capsys.readouterr().out
+
+
+def test_run_cannot_be_called_without_a_timeout():
+    with pytest.raises(TypeError):
+        doctor.run(["true"])  # type: ignore[call-arg]
