@@ -1,0 +1,85 @@
+"""Generic test markers and the "skips are failures" switch.
+
+* ``needs_bwrap``: skipped unless bubblewrap can create a sandbox here.
+* ``needs_landlock(abi)``: skipped unless the kernel's Landlock ABI is >= abi.
+* ``SAFEBOX_MUST_WORK=1`` (CI): every skip is turned into a failure, as
+  bubblewrap's ``BWRAP_MUST_WORK`` does — a missing helper, probe, bwrap or
+  Landlock must not make a green run.
+* ``SAFEBOX_TEST_LANDLOCK_ABI=N``: the run is refused unless the kernel's
+  Landlock ABI is exactly N (as rust-landlock's ``LANDLOCK_CRATE_TEST_ABI``),
+  so a CI runner on an unexpected kernel cannot quietly test less.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import os
+import shutil
+import subprocess
+from collections.abc import Generator
+
+import pytest
+
+_SYS_LANDLOCK_CREATE_RULESET = {"x86_64": 444, "aarch64": 444}
+_LANDLOCK_CREATE_RULESET_VERSION = 1
+
+
+def must_work() -> bool:
+    """True when skips must fail (``SAFEBOX_MUST_WORK=1``)."""
+    return os.environ.get("SAFEBOX_MUST_WORK") == "1"
+
+
+@functools.cache
+def landlock_abi() -> int:
+    """The kernel's Landlock ABI version, 0 when Landlock is unavailable."""
+    nr = _SYS_LANDLOCK_CREATE_RULESET.get(os.uname().machine)
+    if nr is None:
+        return 0
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.syscall.restype = ctypes.c_long
+    abi = libc.syscall(ctypes.c_long(nr), None, ctypes.c_size_t(0), ctypes.c_uint32(_LANDLOCK_CREATE_RULESET_VERSION))
+    return max(int(abi), 0)
+
+
+@functools.cache
+def bwrap_works() -> bool:
+    """True when ``bwrap`` exists and can run ``true`` in a new namespace."""
+    bwrap = shutil.which("bwrap")
+    if bwrap is None:
+        return False
+    try:
+        done = subprocess.run([bwrap, "--ro-bind", "/", "/", "--unshare-all", "true"],
+                              capture_output=True, timeout=30, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return done.returncode == 0
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Refuse the run when ``SAFEBOX_TEST_LANDLOCK_ABI`` disagrees with the kernel."""
+    wanted = os.environ.get("SAFEBOX_TEST_LANDLOCK_ABI")
+    if wanted is not None and wanted.strip() != str(landlock_abi()):
+        raise pytest.UsageError(
+            f"SAFEBOX_TEST_LANDLOCK_ABI={wanted} but this kernel's Landlock ABI is {landlock_abi()}")
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """Skip tests whose ``needs_*`` markers this host does not satisfy."""
+    if item.get_closest_marker("needs_bwrap") and not bwrap_works():
+        pytest.skip("needs_bwrap: bubblewrap is missing or cannot create namespaces here")
+    for mark in item.iter_markers("needs_landlock"):
+        need = int(mark.args[0]) if mark.args else 1
+        if landlock_abi() < need:
+            pytest.skip(f"needs_landlock({need}): kernel Landlock ABI is {landlock_abi()}")
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Generator[None, None, None]:
+    """With ``SAFEBOX_MUST_WORK=1`` a skip (from a marker, fixture or test) is a failure."""
+    outcome = yield
+    report = outcome.get_result()
+    if must_work() and report.skipped and not hasattr(report, "wasxfail"):
+        reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
+        report.outcome = "failed"
+        report.longrepr = f"SAFEBOX_MUST_WORK=1 forbids skips: {reason}"
