@@ -19,7 +19,7 @@ void util_set_die_hook(void (*hook)(void))
 }
 
 /* Format, print, report and exit.  ERRNUM 0 means no strerror suffix. */
-SB_NORETURN static void vdie(int errnum, const char *hint, const char *fmt, va_list ap)
+SB_NORETURN SB_PRINTF(3, 0) static void vdie(int errnum, const char *hint, const char *fmt, va_list ap)
 {
 	char msg[1024];
 	int n;

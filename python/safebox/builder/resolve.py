@@ -204,7 +204,10 @@ def _walk_excluding(access: str, top: str, denied: list[str]) -> list[tuple[str,
     stack = [top]
     while stack:
         d = stack.pop()
-        out.append(("readdir" if access == "read" else "read", d))
+        # An ancestor of a denied path: listable, but READ_FILE/EXECUTE (and
+        # for write roots, creating entries) beneath it would reach the denied
+        # path too, so only its other children get the full grant.
+        out.append(("readdir", d))
         try:
             names = os.listdir(d)
         except OSError:
