@@ -11,14 +11,16 @@ from __future__ import annotations
 
 import os
 import sys
-from dataclasses import dataclass
-from typing import Any, NoReturn
 
+from safebox._record import Frozen
 from safebox.errors import EXIT_SAFEBOX_FAILED, SafeboxError
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any, NoReturn
 
-@dataclass(frozen=True)
-class Opt:
+
+class Opt(Frozen):
     """One ``exec`` option, shared by the click command and the fast parser."""
 
     long: str
@@ -31,22 +33,22 @@ class Opt:
 
 
 EXEC_OPTIONS: tuple[Opt, ...] = (
-    Opt("--policy", "policy_file", "Policy file (JSON or TOML), layered after the user and project files.",
-        short="-p", value="FILE"),
-    Opt("--allow-write", "allow_write", "Also allow writing beneath PATH (repeatable).", value="PATH", multiple=True),
-    Opt("--deny-read", "deny_read", "Also make PATH unreadable (repeatable).", value="PATH", multiple=True),
-    Opt("--deny-write", "deny_write", "Keep PATH read-only even beneath a write root (repeatable).",
+    Opt(long="--policy", dest="policy_file",
+        help="Policy file (JSON or TOML), layered after the user and project files.", short="-p", value="FILE"),
+    Opt(long="--allow-write", dest="allow_write", help="Also allow writing beneath PATH (repeatable).", value="PATH", multiple=True),
+    Opt(long="--deny-read", dest="deny_read", help="Also make PATH unreadable (repeatable).", value="PATH", multiple=True),
+    Opt(long="--deny-write", dest="deny_write", help="Keep PATH read-only even beneath a write root (repeatable).",
         value="PATH", multiple=True),
-    Opt("--allow-domain", "allow_domains", "Allow DOMAIN through the proxy; *.example.com = subdomains (repeatable).",
+    Opt(long="--allow-domain", dest="allow_domains", help="Allow DOMAIN through the proxy; *.example.com = subdomains (repeatable).",
         value="DOMAIN", multiple=True),
-    Opt("--deny-domain", "deny_domains", "Refuse DOMAIN even if allowed (repeatable).", value="DOMAIN", multiple=True),
-    Opt("--strict", "strict", "Refuse to run unless every layer is fully enforced."),
-    Opt("--without", "without", "Run one layer alone: 'bwrap' (helper only) or 'helper' (bubblewrap only).",
+    Opt(long="--deny-domain", dest="deny_domains", help="Refuse DOMAIN even if allowed (repeatable).", value="DOMAIN", multiple=True),
+    Opt(long="--strict", dest="strict", help="Refuse to run unless every layer is fully enforced."),
+    Opt(long="--without", dest="without", help="Run one layer alone: 'bwrap' (helper only) or 'helper' (bubblewrap only).",
         value="LAYER", choices=("bwrap", "helper")),
-    Opt("--dry-run", "dry_run", "Print the bwrap argv and the helper policy; run nothing."),
-    Opt("--audit-log", "audit_log", "Append JSON-lines events (start, stop, network decisions) to FILE.",
+    Opt(long="--dry-run", dest="dry_run", help="Print the bwrap argv and the helper policy; run nothing."),
+    Opt(long="--audit-log", dest="audit_log", help="Append JSON-lines events (start, stop, network decisions) to FILE.",
         value="FILE"),
-    Opt("--verbose", "verbose", "Say which layers were enforced and what was adjusted.", short="-v"),
+    Opt(long="--verbose", dest="verbose", help="Say which layers were enforced and what was adjusted.", short="-v"),
 )
 _BY_NAME = {o.long: o for o in EXEC_OPTIONS} | {o.short: o for o in EXEC_OPTIONS if o.short}
 
@@ -192,7 +194,9 @@ def _click_app():
         from safebox import doctor
         from safebox.helper import find_helper
 
-        sys.exit(doctor.main(["--json"] if as_json else [], helper_path=find_helper(), standalone=False))
+        from pathlib import Path
+
+        sys.exit(doctor.main(["--json"] if as_json else [], helper_path=Path(find_helper()), standalone=False))
 
     @app.group("policy")
     def policy_grp() -> None:

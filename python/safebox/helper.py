@@ -6,39 +6,35 @@ The helper writes one JSON line on a status descriptor just before exec
 
 from __future__ import annotations
 
-import json
 import os
-from dataclasses import dataclass
-from pathlib import Path
 
+from safebox._record import Frozen
 from safebox.errors import HelperError
 
 STATUS_VERSION = 1
 
 
-def find_helper() -> Path:
+def find_helper() -> str:
     """The helper installed inside the package (``_bin/safebox-helper``)."""
     override = os.environ.get("SAFEBOX_HELPER")
     if override:
         # For the test suite and packagers; the path must be absolute.
-        p = Path(override)
-        if not p.is_absolute():
+        if not override.startswith("/"):
             raise HelperError(f"SAFEBOX_HELPER must be an absolute path, not {override!r}")
-        return p
-    return Path(__file__).resolve().parent / "_bin" / "safebox-helper"
+        return override
+    return os.path.join(os.path.dirname(os.path.realpath(__file__)), "_bin", "safebox-helper")
 
 
-def check_helper(path: Path) -> None:
-    """Refuse a helper that is missing, not executable, or writable by us."""
-    if not path.is_file():
+def check_helper(path: str) -> None:
+    """Refuse a helper that is missing or not executable."""
+    if not os.path.isfile(path):
         raise HelperError(f"helper not found at {path}",
                           hint="reinstall safebox (pip install . compiles it) or run `safebox doctor`")
     if not os.access(path, os.X_OK):
         raise HelperError(f"helper at {path} is not executable", hint="run `safebox doctor`")
 
 
-@dataclass(frozen=True)
-class LandlockStatus:
+class LandlockStatus(Frozen):
     """What the helper's Landlock step achieved."""
 
     abi: int
@@ -50,8 +46,7 @@ class LandlockStatus:
     skipped: int
 
 
-@dataclass(frozen=True)
-class HelperStatus:
+class HelperStatus(Frozen):
     """The helper's one-line report."""
 
     ok: bool
@@ -79,35 +74,51 @@ class HelperStatus:
         return ", ".join(parts)
 
 
+# The exact opening of a success line (docs/helper-protocol.md): checking it
+# needs no JSON parser on the hot path; details are parsed only when asked for.
+_OK_PREFIX = b'{"v":1,"ok":true,'
+
+
+def status_ok(line: bytes) -> bool:
+    """True when ``line`` is a success status line."""
+    return line.startswith(_OK_PREFIX)
+
+
 def parse_status(line: bytes) -> HelperStatus:
     """Parse the status line; raises HelperError on anything unexpected."""
+    import json
+
     try:
         d = json.loads(line)
         if d.get("v") != STATUS_VERSION:
             raise ValueError(f"status version {d.get('v')!r}")
         if not d.get("ok"):
-            return HelperStatus(False, str(d.get("error", "unknown error")), None, False, False, False, 0)
+            return HelperStatus(ok=False, error=str(d.get("error", "unknown error")), landlock=None,
+                                nnp=False, caps=False, seccomp=False, bridges=0)
         ll = d.get("landlock")
         lls = None
         if ll is not None:
-            lls = LandlockStatus(int(ll["abi"]), int(ll.get("kernel_abi", ll["abi"])), ll.get("fs"),
-                                 ll.get("net"), ll.get("scope"), int(ll.get("rules", 0)),
-                                 int(ll.get("skipped", 0)))
-        return HelperStatus(True, None, lls, bool(d.get("nnp")), bool(d.get("caps")),
-                            bool(d.get("seccomp")), int(d.get("bridges", 0)))
+            lls = LandlockStatus(abi=int(ll["abi"]), kernel_abi=int(ll.get("kernel_abi", ll["abi"])),
+                                 fs=ll.get("fs"), net=ll.get("net"), scope=ll.get("scope"),
+                                 rules=int(ll.get("rules", 0)), skipped=int(ll.get("skipped", 0)))
+        return HelperStatus(ok=True, error=None, landlock=lls, nnp=bool(d.get("nnp")), caps=bool(d.get("caps")),
+                            seccomp=bool(d.get("seccomp")), bridges=int(d.get("bridges", 0)))
     except (ValueError, KeyError, TypeError) as e:
         raise HelperError(f"unreadable helper status line ({e})") from None
 
 
-def read_status(fd: int) -> HelperStatus | None:
+def read_status_line(fd: int) -> bytes | None:
     """Read one line from ``fd`` (blocking). None when it closed without a line
     (the helper never ran: bwrap failed before it)."""
     buf = b""
     while b"\n" not in buf and len(buf) < 65536:
-        chunk = os.read(fd, 4096)
+        try:
+            chunk = os.read(fd, 4096)
+        except InterruptedError:
+            continue
         if not chunk:
             break
         buf += chunk
     if not buf.strip():
         return None
-    return parse_status(buf.split(b"\n", 1)[0])
+    return buf.split(b"\n", 1)[0]

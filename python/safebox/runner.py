@@ -19,24 +19,22 @@ The sequence (``run``):
 
 from __future__ import annotations
 
-import errno
 import fcntl
-import json
 import os
-import secrets
-import shutil
 import signal
 import sys
 import time
-from dataclasses import dataclass, field
 from enum import StrEnum
-from pathlib import Path
-from typing import Any
 
+from safebox._record import Frozen, rmtree, which
 from safebox.builder.resolved import Bridge, Layers, NetKind, ResolvedPolicy
-from safebox.errors import EXIT_SAFEBOX_FAILED, BuildError, HelperError, RunError
+from safebox.errors import BuildError, HelperError, RunError
 from safebox.policy.effective import EffectivePolicy
 from safebox.policy.load import Context, Flags, load_cached, state_dir
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 # Ports the bridges listen on inside the sandbox's own network namespace
 # (private, so fixed numbers cannot collide with anything on the host).
@@ -53,13 +51,12 @@ class Without(StrEnum):
     HELPER = "helper"
 
 
-@dataclass(frozen=True)
-class ExecRequest:
+class ExecRequest(Frozen):
     """Everything ``safebox exec`` was asked to do."""
 
     command: tuple[str, ...]
     policy_file: str | None = None
-    flags: Flags = field(default_factory=Flags)
+    flags: Flags = Flags()
     without: Without | None = None
     strict: bool = False
     dry_run: bool = False
@@ -94,31 +91,34 @@ def _home() -> str:
     return os.path.normpath(home)
 
 
-def _private_dir(path: Path) -> None:
+def _private_dir(path: str) -> None:
     """Create ``path`` 0700 (and parents); refuse one that is not ours and private."""
-    path.mkdir(parents=True, exist_ok=True, mode=0o700)
-    st = os.lstat(path)
+    try:
+        os.makedirs(path, mode=0o700, exist_ok=True)
+        st = os.lstat(path)
+    except OSError as e:
+        raise RunError(f"cannot create {path}: {e.strerror}") from None
     if not os.path.isdir(path) or os.path.islink(path) or st.st_uid != os.getuid():
         raise RunError(f"{path} is not a directory owned by you; refusing to use it")
     if st.st_mode & 0o077:
         os.chmod(path, 0o700)
 
 
-def sweep_stale(run_base: Path) -> None:
+def sweep_stale(run_base: str) -> None:
     """Remove run dirs whose owner died (their lock is free)."""
     try:
         names = os.listdir(run_base)
     except FileNotFoundError:
         return
     for name in names:
-        d = run_base / name
+        d = os.path.join(run_base, name)
         try:
-            fd = os.open(d / "lock", os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
+            fd = os.open(os.path.join(d, "lock"), os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
         except OSError:
             # A dir without a lock: a run killed between mkdir and lock; old enough ⇒ stale.
             try:
                 if time.time() - os.lstat(d).st_mtime > 60:
-                    shutil.rmtree(d, ignore_errors=True)
+                    rmtree(d)
             except OSError:
                 pass
             continue
@@ -127,24 +127,24 @@ def sweep_stale(run_base: Path) -> None:
         except OSError:
             os.close(fd)
             continue  # alive
-        shutil.rmtree(d, ignore_errors=True)
+        rmtree(d)
         os.close(fd)
 
 
 class RunDir:
     """A private run dir under the state dir, locked for this process's lifetime."""
 
-    def __init__(self, base: Path) -> None:
+    def __init__(self, base: str) -> None:
         _private_dir(base)
         sweep_stale(base)
-        self.path = base / f"{os.getpid()}-{secrets.token_hex(4)}"
+        self.path = os.path.join(base, f"{os.getpid()}-{os.urandom(4).hex()}")
         os.mkdir(self.path, 0o700)
-        self._lock = os.open(self.path / "lock", os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+        self._lock = os.open(os.path.join(self.path, "lock"), os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
         fcntl.flock(self._lock, fcntl.LOCK_EX)
 
     def remove(self) -> None:
         """Delete the run dir (idempotent)."""
-        shutil.rmtree(self.path, ignore_errors=True)
+        rmtree(self.path)
         if self._lock >= 0:
             os.close(self._lock)
             self._lock = -1
@@ -166,16 +166,17 @@ def decide_layers(req: ExecRequest, *, bwrap: str | None) -> tuple[Layers, list[
             return Layers.BOTH, notes
 
 
-def _seccomp_program(layers: Layers, policy: EffectivePolicy, net: NetKind, cache_dir: Path) -> tuple[bytes, str]:
-    from safebox.builder.seccomp import InetMode, load_or_compile
+def _seccomp_program(layers: Layers, policy: EffectivePolicy, net: NetKind, cache_dir: str) -> tuple[bytes, str]:
+    from safebox.builder import bpf_cache
 
+    # The values of seccomp.InetMode (not imported here: see bpf_cache).
     if layers is Layers.HELPER_ONLY:
-        inet = InetMode.TCP_ONLY if net is NetKind.PROXY else InetMode.NONE
+        inet = "tcp_only" if net is NetKind.PROXY else "none"
     else:
-        inet = InetMode.ANY  # an empty network namespace: inet sockets reach nothing
-    return load_or_compile(cache_dir=cache_dir,
-                           allow_unix_sockets=bool(policy.allow_unix_sockets or policy.allow_all_unix_sockets),
-                           allow_inet=inet)
+        inet = "any"  # an empty network namespace: inet sockets reach nothing
+    return bpf_cache.load(cache_dir=cache_dir,
+                          allow_unix_sockets=bool(policy.allow_unix_sockets or policy.allow_all_unix_sockets),
+                          inet=inet)
 
 
 def helper_policy_for(rp: ResolvedPolicy, policy: EffectivePolicy, *, strict: bool,
@@ -272,7 +273,9 @@ def _wait(pid: int) -> int:
 
 
 def _read_bwrap_child(fd: int) -> int | None:
-    """bwrap's --json-status-fd: the first document holds "child-pid" once the sandbox exists."""
+    """bwrap's --json-status-fd: the first document holds "child-pid" once the
+    sandbox exists. A fixed key in a fixed document; read without a JSON parser
+    (``json`` costs ~5 ms of import on the hot path)."""
     buf = b""
     while True:
         try:
@@ -286,26 +289,29 @@ def _read_bwrap_child(fd: int) -> int | None:
             break
     if not buf:
         return None
-    try:
-        doc = json.loads(buf[: buf.index(b"}") + 1])
-        return int(doc["child-pid"])
-    except (ValueError, KeyError):
+    key = b'"child-pid":'
+    at = buf.find(key)
+    if at < 0:
         return None
+    digits = buf[at + len(key):].lstrip(b" ").split(b",", 1)[0].split(b"}", 1)[0].strip()
+    return int(digits) if digits.isdigit() else None
 
 
-def quarantine(paths: tuple[str, ...], state: Path) -> list[tuple[str, str]]:
+def quarantine(paths: tuple[str, ...], state: str) -> list[tuple[str, str]]:
     """Move protected files the command created (they did not exist before) out of the tree."""
     moved = []
     for p in paths:
         if os.path.lexists(p):
-            dest_dir = state / "quarantine" / time.strftime("%Y%m%dT%H%M%S")
-            dest_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
-            dest = dest_dir / (p.strip("/").replace("/", "%"))
+            dest_dir = os.path.join(state, "quarantine", time.strftime("%Y%m%dT%H%M%S"))
+            os.makedirs(dest_dir, mode=0o700, exist_ok=True)
+            dest = os.path.join(dest_dir, p.strip("/").replace("/", "%"))
             try:
                 os.rename(p, dest)
             except OSError:
+                import shutil
+
                 shutil.move(p, dest)
-            moved.append((p, str(dest)))
+            moved.append((p, dest))
     return moved
 
 
@@ -320,12 +326,12 @@ def run(req: ExecRequest) -> int:
     state = state_dir(home)
     flags = req.flags
     if req.strict and not flags.strict:
-        flags = Flags(**{**flags.__dict__, "strict": True})
+        flags = flags.replace(strict=True)
     _private_dir(state)
-    policy = load_cached(ctx, policy_file=req.policy_file, flags=flags, cache_dir=state / "cache")
+    policy = load_cached(ctx, policy_file=req.policy_file, flags=flags, cache_dir=os.path.join(state, "cache"))
     strict = policy.strict
 
-    bwrap = shutil.which("bwrap")
+    bwrap = which("bwrap")
     layers, notes = decide_layers(req, bwrap=bwrap)
     if strict and layers is not Layers.BOTH:
         raise BuildError(f"--strict: refusing to run with {layers.value} (every layer must be enforced)",
@@ -339,9 +345,11 @@ def run(req: ExecRequest) -> int:
     helper = find_helper()
     if layers is not Layers.BWRAP_ONLY:
         check_helper(helper)
-    socat = shutil.which("socat")
+    socat = which("socat")
     audit = None
     if req.audit_log:
+        from pathlib import Path
+
         from safebox.audit import AuditLog
 
         audit = AuditLog(Path(req.audit_log))
@@ -350,9 +358,9 @@ def run(req: ExecRequest) -> int:
     proxy = None
     try:
         if req.dry_run:
-            run_path = state / "run" / "DRY-RUN"
+            run_path = os.path.join(state, "run", "DRY-RUN")
         else:
-            run_dir = RunDir(state / "run")
+            run_dir = RunDir(os.path.join(state, "run"))
             run_path = run_dir.path
         bridges: tuple[Bridge, ...] = ()
         connect_ports: tuple[int, ...] = ()
@@ -362,17 +370,19 @@ def run(req: ExecRequest) -> int:
                 raise BuildError("socat not found; it bridges the proxy into the sandbox",
                                  hint="install socat (apt-get install socat)")
             if not req.dry_run:
+                from pathlib import Path
+
                 from safebox.proxy import ProxyConfig, ProxyServer
 
                 proxy = ProxyServer(ProxyConfig(
                     allowed_domains=policy.allowed_domains, denied_domains=policy.denied_domains,
                     allow_local_destinations=policy.allow_local_destinations,
                     audit_log=Path(req.audit_log) if req.audit_log else None),
-                    run_dir=run_path, tcp=layers is Layers.HELPER_ONLY)
+                    run_dir=Path(run_path), tcp=layers is Layers.HELPER_ONLY)
                 proxy.start()
                 http_sock, socks_sock = str(proxy.http_socket), str(proxy.socks_socket)
             else:
-                http_sock, socks_sock = str(run_path / "http.sock"), str(run_path / "socks.sock")
+                http_sock, socks_sock = os.path.join(run_path, "http.sock"), os.path.join(run_path, "socks.sock")
             if layers is Layers.HELPER_ONLY:
                 ports = (proxy.http_port, proxy.socks_port) if proxy else (0, 0)
                 connect_ports = tuple(p for p in ports if p)
@@ -382,9 +392,9 @@ def run(req: ExecRequest) -> int:
                            Bridge(SOCKS_BRIDGE_PORT, socks_sock, "socks5h"))
                 connect_ports = (HTTP_BRIDGE_PORT, SOCKS_BRIDGE_PORT)
 
-        host = HostFacts(helper_path=str(helper), self_paths=(*self_paths(), str(helper)),
-                         state_dir=str(state), run_dir=str(run_path),
-                         policy_path=str(run_path / "policy"), rg_path=shutil.which("rg"))
+        host = HostFacts(helper_path=helper, self_paths=(*self_paths(), helper),
+                         state_dir=state, run_dir=run_path,
+                         policy_path=os.path.join(run_path, "policy"), rg_path=which("rg"))
         rp = resolve(policy, layers=layers, cwd=cwd, home=home, host=host, bridges=bridges)
         if req.verbose:
             for n in rp.notes:
@@ -394,8 +404,8 @@ def run(req: ExecRequest) -> int:
         bpf = b""
         filter_id = ""
         if layers is not Layers.BWRAP_ONLY:
-            bpf, filter_id = _seccomp_program(layers, policy, rp.net, state / "cache")
-            seccomp_path = str(run_path / "seccomp.bpf")
+            bpf, filter_id = _seccomp_program(layers, policy, rp.net, os.path.join(state, "cache"))
+            seccomp_path = os.path.join(run_path, "seccomp.bpf")
         policy_bytes = helper_policy_for(rp, policy, strict=strict, seccomp_path=seccomp_path,
                                          connect_ports=connect_ports, socat=socat)
 
@@ -403,7 +413,7 @@ def run(req: ExecRequest) -> int:
 
         env, removed = build_env(os.environ, deny=policy.env_deny, allow=policy.env_allow,
                                  bridges=rp.bridges if layers is not Layers.HELPER_ONLY else
-                                 tuple(Bridge(b.port, b.socket_path, b.scheme) for b in rp.bridges if b.port),
+                                 tuple(b for b in rp.bridges if b.port),
                                  private_tmp=layers is not Layers.HELPER_ONLY)
         if req.verbose and removed:
             _say(f"removed from the environment: {', '.join(removed)}")
@@ -487,22 +497,23 @@ def _execute(rp: ResolvedPolicy, req: ExecRequest, env: dict[str, str], *, bwrap
             os.close(args_fd)
             args_fd = -1
             relay.bwrap_child = _read_bwrap_child(bw_r)
-        status = None
-        if status_w >= 0:
-            os.close(status_w)
-            status_w = -1
-            from safebox.helper import read_status
+        os.close(status_w)
+        status_w = -1
+        from safebox.helper import parse_status, read_status_line, status_ok
 
-            status = read_status(status_r)
+        line = read_status_line(status_r)
         wstatus = _wait(pid)
         pid = -1
         rc = _exit_status(wstatus)
-        if status is not None and not status.ok:
-            raise HelperError(f"helper refused: {status.error}")
-        if status is None and rp.layers is not Layers.HELPER_ONLY:
+        status = None
+        if line is not None and (req.verbose or not status_ok(line)):
+            status = parse_status(line)
+            if not status.ok:
+                raise HelperError(f"helper refused: {status.error}")
+        if line is None and rp.layers is not Layers.HELPER_ONLY:
             raise RunError(f"bubblewrap could not create the sandbox (exit {rc}; its message is above)",
                            hint="run `safebox doctor`; on hosts without user namespaces use --without bwrap")
-        if status is None:
+        if line is None:
             raise HelperError(f"the helper exited before reporting (exit {rc}; its message is above)")
         if req.verbose:
             _say(f"layers: {rp.layers.value}; " + (status.summary() if status else "helper not used"))
@@ -524,4 +535,4 @@ def _execute(rp: ResolvedPolicy, req: ExecRequest, env: dict[str, str], *, bwrap
             signal.signal(s, signal.SIG_DFL if s != signal.SIGINT else signal.default_int_handler)
 
 
-__all__ = ["ExecRequest", "Without", "run", "errno"]
+__all__ = ["ExecRequest", "Without", "run"]

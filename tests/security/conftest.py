@@ -28,6 +28,20 @@ from safebox.builder.helper_policy import FsAccess, HelperPolicy, NetMode, Scope
 from safebox.builder.seccomp import InetMode, compile_program
 
 REPO = Path(__file__).resolve().parents[2]
+
+
+def landlock_abi() -> int:
+    """The kernel's Landlock ABI, from ``tests/conftest.py`` (both modules are named conftest)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("safebox_tests_root_conftest", REPO / "tests" / "conftest.py")
+    assert spec is not None and spec.loader is not None
+    module = sys.modules.get(spec.name)
+    if module is None:
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[spec.name] = module
+        spec.loader.exec_module(module)
+    return int(module.landlock_abi())
 HELPER = Path(os.environ.get("SAFEBOX_HELPER", REPO / "python" / "safebox" / "_bin" / "safebox-helper"))
 
 # The probe: one operation, exit status = its errno (0 on success).

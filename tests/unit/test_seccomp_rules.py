@@ -220,7 +220,7 @@ def test_compiled_program_agrees_with_the_table_for_every_entry(programs, unix: 
 
 
 @needs_x86_64
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=300, deadline=None, database=None)  # no .hypothesis/ in the repo
 @given(name=st.sampled_from(["socket", "ioctl", "clone", "unshare", "personality", "sendto", "sendmsg",
                              "getpid", "clone3"]),
        args=st.tuples(*(st.one_of(U64, st.integers(0, 64), st.sampled_from([0x5412, 0x541C, 1 << 32 | 0x5412,

@@ -30,8 +30,6 @@ path shadows an earlier one, so the order *is* the policy):
 
 from __future__ import annotations
 
-import shlex
-
 from safebox.builder.resolved import Layers, ResolvedPolicy
 
 
@@ -89,6 +87,8 @@ def launcher_script(rp: ResolvedPolicy, *, socat: str, status_fd: int | None) ->
     """The shell that stands in for the helper with ``--without helper``: it
     starts the bridges, reports on the status fd (so Python can tell a bwrap
     set-up failure from the command's own exit status), and execs the command."""
+    import shlex  # only for --without helper; shlex pulls in re
+
     lines = []
     for b in rp.bridges:
         lines.append(f"{shlex.quote(socat)} -b 262144 TCP-LISTEN:{b.port},bind=127.0.0.1,fork,reuseaddr "

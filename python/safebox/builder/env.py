@@ -4,10 +4,12 @@ plus the proxy variables when there is a proxy.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from fnmatch import fnmatchcase
-
+from safebox._record import glob_match as fnmatchcase
 from safebox.builder.resolved import Bridge
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Mapping
 
 # Variables that steer safebox itself or the dynamic loader are not passed:
 # LD_PRELOAD/LD_LIBRARY_PATH would be inherited by the helper's exec target

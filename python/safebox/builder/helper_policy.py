@@ -7,8 +7,9 @@ Paths are hex-encoded so any path bytes are unambiguous; the file ends with
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
 from enum import StrEnum
+
+from safebox._record import Frozen
 
 FORMAT_VERSION = 1
 
@@ -37,8 +38,7 @@ class Scope(StrEnum):
     SIGNAL = "signal"
 
 
-@dataclass(frozen=True)
-class HelperPolicy:
+class HelperPolicy(Frozen):
     """Everything the helper enforces, already decided by Python."""
 
     fs_rules: tuple[tuple[FsAccess, str], ...]
@@ -52,7 +52,7 @@ class HelperPolicy:
     landlock: bool = True
     bridges: tuple[tuple[int, str], ...] = ()
     socat_path: str | None = None
-    extra: dict[str, str] = field(default_factory=dict)  # never set in production; for tests only
+    extra: tuple[tuple[str, str], ...] = ()  # never set in production; for tests only
 
 
 def _hex(path: str | bytes) -> str:
@@ -83,7 +83,7 @@ def render(policy: HelperPolicy) -> bytes:
         lines.append(f"socat {_hex(policy.socat_path)}")
         for port, sock in policy.bridges:
             lines.append(f"bridge {port} {_hex(sock)}")
-    for key, value in policy.extra.items():
+    for key, value in policy.extra:
         lines.append(f"{key} {value}")
     lines.append("end")
     return ("\n".join(lines) + "\n").encode()
@@ -93,6 +93,8 @@ def write_policy_file(path: str | os.PathLike[str], data: bytes) -> None:
     """Create ``path`` with mode 0600 (never following a symlink) and write ``data``."""
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
     try:
-        os.write(fd, data)
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
     finally:
         os.close(fd)

@@ -10,18 +10,15 @@ from __future__ import annotations
 
 import os
 import stat
-import subprocess
-from dataclasses import dataclass
-from pathlib import Path
 
+from safebox._record import Frozen, run_capture
 from safebox.builder.resolved import Bridge, Layers, NetKind, ResolvedPolicy
 from safebox.errors import BuildError
 from safebox.policy import defaults
 from safebox.policy.effective import EffectivePolicy
 
 
-@dataclass(frozen=True)
-class HostFacts:
+class HostFacts(Frozen):
     """Paths safebox itself lives at; all are kept read-only inside."""
 
     helper_path: str
@@ -96,14 +93,14 @@ def _rg_protected(rg: str, root: str, depth: int) -> list[str]:
     cmd = [rg, "--files", "--hidden", "--no-ignore", "--no-messages", "--no-config",
            "--max-depth", str(depth + 3), *globs, "--", root]
     try:
-        r = subprocess.run(cmd, capture_output=True, timeout=60)
-    except (OSError, subprocess.TimeoutExpired) as e:
+        rc, stdout, stderr = run_capture(cmd, timeout=60)
+    except (OSError, TimeoutError) as e:
         raise BuildError(f"ripgrep failed under {root}: {e}; cannot find protected files") from None
-    if r.returncode not in (0, 1):  # 1 = nothing found
-        raise BuildError(f"ripgrep failed under {root} (exit {r.returncode}): "
-                         f"{r.stderr.decode(errors='replace').strip()[:200]}")
+    if rc not in (0, 1):  # 1 = nothing found
+        raise BuildError(f"ripgrep failed under {root} (exit {rc}): "
+                         f"{stderr.decode(errors='replace').strip()[:200]}")
     found: set[str] = set()
-    for line in r.stdout.split(b"\n"):
+    for line in stdout.split(b"\n"):
         if not line:
             continue
         p = os.fsdecode(line)
@@ -285,6 +282,6 @@ def self_paths() -> tuple[str, ...]:
 
     import safebox
 
-    pkg = str(Path(safebox.__file__).resolve().parent)
+    pkg = os.path.dirname(os.path.realpath(safebox.__file__))
     out = {pkg, os.path.realpath(sys.prefix)}
     return tuple(sorted(out))

@@ -6,8 +6,9 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from enum import StrEnum
+
+from safebox._record import Frozen
 
 
 class Layers(StrEnum):
@@ -25,8 +26,7 @@ class NetKind(StrEnum):
     PROXY = "proxy"  # only the filtering proxy, through bridges
 
 
-@dataclass(frozen=True)
-class Bridge:
+class Bridge(Frozen):
     """One proxy endpoint exposed inside the sandbox as 127.0.0.1:port."""
 
     port: int
@@ -34,8 +34,7 @@ class Bridge:
     scheme: str  # "http" or "socks5h"
 
 
-@dataclass(frozen=True)
-class ResolvedPolicy:
+class ResolvedPolicy(Frozen):
     """Everything decided, with host paths already looked up."""
 
     layers: Layers
@@ -65,4 +64,4 @@ class ResolvedPolicy:
     watch_missing: tuple[str, ...] = ()
     # Landlock rules for the helper: (access class, path).
     landlock_rules: tuple[tuple[str, str], ...] = ()
-    notes: tuple[str, ...] = field(default=(), compare=False)
+    notes: tuple[str, ...] = ()

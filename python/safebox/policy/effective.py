@@ -7,12 +7,14 @@ never imports pydantic when the policy files have not changed.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field, fields
-from typing import Any
+from safebox._record import Frozen
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 
-@dataclass(frozen=True)
-class EffectivePolicy:
+class EffectivePolicy(Frozen):
     """The merged policy. Paths are absolute (``~`` and relative ones expanded)."""
 
     allowed_domains: tuple[str, ...] = ()
@@ -29,23 +31,16 @@ class EffectivePolicy:
     search_depth: int = 6
     strict: bool = False
     # Where each top-level key's value came from, for `safebox policy show`.
-    sources: dict[str, list[str]] = field(default_factory=dict, compare=False)
+    sources: dict[str, list[str]] | None = None
 
     def to_json_dict(self) -> dict[str, Any]:
         """A JSON-ready dict (tuples become lists)."""
-        return asdict(self)
+        return {k: (list(v) if isinstance(v, tuple) else v) for k, v in self.asdict().items()}
 
     @classmethod
     def from_json_dict(cls, data: dict[str, Any]) -> "EffectivePolicy":
         """Inverse of ``to_json_dict``; unknown keys are an error (a stale cache is rebuilt)."""
-        names = {f.name for f in fields(cls)}
-        unknown = set(data) - names
+        unknown = set(data) - set(cls.__fields__)
         if unknown:
             raise ValueError(f"unknown keys {sorted(unknown)}")
-        kw: dict[str, Any] = {}
-        for f in fields(cls):
-            if f.name not in data:
-                continue
-            v = data[f.name]
-            kw[f.name] = tuple(v) if isinstance(v, list) and f.name != "sources" else v
-        return cls(**kw)
+        return cls(**{k: (tuple(v) if isinstance(v, list) else v) for k, v in data.items()})

@@ -11,17 +11,18 @@ sandbox can never write (builder/resolve.py protects it).
 
 from __future__ import annotations
 
-import hashlib
-import json
+import marshal
 import os
-from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any
 
 from safebox import __version__
+from safebox._record import Frozen, sha256_hex
 from safebox.errors import PolicyError
 from safebox.policy import defaults
 from safebox.policy.effective import EffectivePolicy
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 USER_FILES = ("policy.toml", "policy.json")
 PROJECT_FILES = (".safebox.toml", ".safebox.json")
@@ -43,8 +44,7 @@ _WIDENING = (
 )
 
 
-@dataclass(frozen=True)
-class Flags:
+class Flags(Frozen):
     """Command-line additions (the last layer)."""
 
     allow_write: tuple[str, ...] = ()
@@ -55,8 +55,7 @@ class Flags:
     strict: bool = False
 
 
-@dataclass(frozen=True)
-class Layer:
+class Layer(Frozen):
     """One source of policy: its name (a path or 'defaults'/'flags') and raw document."""
 
     name: str
@@ -64,25 +63,23 @@ class Layer:
     project: bool = False
 
 
-@dataclass
-class Context:
+class Context(Frozen):
     """Where relative and ``~`` paths point."""
 
     cwd: str
     home: str
-    sources: dict[str, list[str]] = field(default_factory=dict)
 
 
-def user_config_dir(home: str) -> Path:
+def user_config_dir(home: str) -> str:
     """``$XDG_CONFIG_HOME/safebox`` or ``~/.config/safebox``."""
     base = os.environ.get("XDG_CONFIG_HOME") or os.path.join(home, ".config")
-    return Path(base) / "safebox"
+    return os.path.join(base, "safebox")
 
 
-def state_dir(home: str) -> Path:
+def state_dir(home: str) -> str:
     """``$XDG_CACHE_HOME/safebox`` or ``~/.cache/safebox``: caches and run dirs."""
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(home, ".cache")
-    return Path(base) / "safebox"
+    return os.path.join(base, "safebox")
 
 
 def expand_path(p: str, ctx: Context) -> str:
@@ -100,7 +97,7 @@ def expand_path(p: str, ctx: Context) -> str:
     return out
 
 
-def _read_file(path: Path) -> bytes:
+def _read_file(path: str) -> bytes:
     try:
         fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     except FileNotFoundError:
@@ -114,9 +111,9 @@ def _read_file(path: Path) -> bytes:
     return data
 
 
-def parse_document(path: Path, raw: bytes) -> dict[str, Any]:
+def parse_document(path: str, raw: bytes) -> dict[str, Any]:
     """JSON or TOML by extension (``.json``/``.toml``); anything else is tried as JSON then TOML."""
-    suffix = path.suffix.lower()
+    suffix = os.path.splitext(path)[1].lower()
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as e:
@@ -125,6 +122,8 @@ def parse_document(path: Path, raw: bytes) -> dict[str, Any]:
     for kind in (("json",) if suffix == ".json" else ("toml",) if suffix == ".toml" else ("json", "toml")):
         try:
             if kind == "json":
+                import json
+
                 doc = json.loads(text)
             else:
                 import tomllib
@@ -235,7 +234,7 @@ def merge(layers: list[tuple[Layer, dict[str, Any]]], ctx: Context) -> Effective
 
 def default_layer() -> Layer:
     """Built-in defaults: read everywhere but the credential list; write the working dir and /tmp."""
-    return Layer("defaults", {
+    return Layer(name="defaults", data={
         "filesystem": {"denyRead": list(defaults.CREDENTIAL_PATHS), "allowWrite": [".", "/tmp"]},
         "env": {"deny": list(defaults.ENV_DENY_PATTERNS)},
         "mandatoryDenySearchDepth": defaults.DEFAULT_SEARCH_DEPTH,
@@ -255,29 +254,29 @@ def flags_layer(flags: Flags) -> Layer:
         data["network"] = net
     if flags.strict:
         data["strict"] = True
-    return Layer("command line", data)
+    return Layer(name="command line", data=data)
 
 
-def discover_files(ctx: Context, *, policy_file: str | None) -> list[tuple[Path, bool]]:
+def discover_files(ctx: Context, *, policy_file: str | None) -> list[tuple[str, bool]]:
     """The policy files that apply, in layer order, as (path, is_project)."""
-    out: list[tuple[Path, bool]] = []
+    out: list[tuple[str, bool]] = []
     udir = user_config_dir(ctx.home)
     for name in USER_FILES:
-        p = udir / name
-        if p.exists():
+        p = os.path.join(udir, name)
+        if os.path.exists(p):
             out.append((p, False))
             break
     for name in PROJECT_FILES:
-        p = Path(ctx.cwd) / name
-        if p.exists():
+        p = os.path.join(ctx.cwd, name)
+        if os.path.exists(p):
             out.append((p, True))
             break
     if policy_file is not None:
-        out.append((Path(expand_path(policy_file, ctx)), False))
+        out.append((expand_path(policy_file, ctx), False))
     return out
 
 
-def _read_inputs(files: list[tuple[Path, bool]]) -> list[tuple[Path, bool, bytes]]:
+def _read_inputs(files: list[tuple[str, bool]]) -> list[tuple[str, bool, bytes]]:
     out = []
     for path, project in files:
         try:
@@ -294,43 +293,47 @@ def load(ctx: Context, *, policy_file: str | None, flags: Flags) -> EffectivePol
     return _load_from(inputs, ctx, flags)
 
 
-def _load_from(inputs: list[tuple[Path, bool, bytes]], ctx: Context, flags: Flags) -> EffectivePolicy:
+def _load_from(inputs: list[tuple[str, bool, bytes]], ctx: Context, flags: Flags) -> EffectivePolicy:
     layers = [default_layer()]
     for path, project, raw in inputs:
-        layers.append(Layer(str(path), parse_document(path, raw), project=project))
+        layers.append(Layer(name=path, data=parse_document(path, raw), project=project))
     layers.append(flags_layer(flags))
     return merge([(layer, validate_layer(layer)) for layer in layers], ctx)
 
 
-def load_cached(ctx: Context, *, policy_file: str | None, flags: Flags, cache_dir: Path) -> EffectivePolicy:
+def load_cached(ctx: Context, *, policy_file: str | None, flags: Flags, cache_dir: str) -> EffectivePolicy:
     """``load``, memoised on disk by a digest of every input byte.
 
-    A hit costs a few stats, reads and one JSON parse; a miss (or a cache file
-    that is not ours and private) falls back to ``load`` and rewrites it.
+    A hit costs a few stats and reads and one ``marshal.loads``; a miss (or a
+    cache file that is not ours and private) falls back to ``load`` and
+    rewrites it. marshal is not safe against hostile bytes, which is why the
+    file must be ours, 0600, in a directory the sandbox can never write.
     """
     inputs = _read_inputs(discover_files(ctx, policy_file=policy_file))
-    h = hashlib.sha256()
-    h.update(repr((__version__, ctx.cwd, ctx.home, flags,
-                   os.environ.get("XDG_CONFIG_HOME"))).encode())
+    parts = [repr((__version__, ctx.cwd, ctx.home, flags, os.environ.get("XDG_CONFIG_HOME"))).encode()]
     for path, project, raw in inputs:
-        h.update(f"\0{path}\0{project}\0{len(raw)}\0".encode() + raw)
-    key = h.hexdigest()[:32]
-    cache = cache_dir / f"policy-{key}.json"
+        parts.append(f"\0{path}\0{project}\0{len(raw)}\0".encode() + raw)
+    key = sha256_hex(b"".join(parts))[:32]
+    cache = os.path.join(cache_dir, f"policy-{key}.marshal")
     try:
         fd = os.open(cache, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
-        with os.fdopen(fd, "rb") as f:
-            st = os.fstat(f.fileno())
+        try:
+            st = os.fstat(fd)
             if st.st_uid == os.getuid() and (st.st_mode & 0o077) == 0:
-                return EffectivePolicy.from_json_dict(json.loads(f.read()))
-    except (OSError, ValueError, TypeError):
+                return EffectivePolicy.from_json_dict(marshal.loads(os.read(fd, 1 << 22)))
+        finally:
+            os.close(fd)
+    except (OSError, ValueError, TypeError, EOFError):
         pass
     policy = _load_from(inputs, ctx, flags)
     try:
-        cache_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
-        tmp = cache.with_suffix(f".{os.getpid()}.tmp")
+        os.makedirs(cache_dir, mode=0o700, exist_ok=True)
+        tmp = f"{cache}.{os.getpid()}.tmp"
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-        with os.fdopen(fd, "w") as f:
-            json.dump(policy.to_json_dict(), f)
+        try:
+            os.write(fd, marshal.dumps(policy.to_json_dict()))
+        finally:
+            os.close(fd)
         os.replace(tmp, cache)
     except OSError:
         pass  # an unwritable cache only costs speed

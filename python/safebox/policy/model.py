@@ -65,8 +65,8 @@ def _check_path(value: str) -> str:
 
 
 def _check_env_pattern(value: str) -> str:
-    if not re.fullmatch(r"[A-Za-z0-9_*?\[\]!]+", value):
-        raise ValueError(f"{value!r}: an environment pattern uses letters, digits, '_' and glob characters")
+    if not re.fullmatch(r"[A-Za-z0-9_*?]+", value):
+        raise ValueError(f"{value!r}: an environment pattern uses letters, digits, '_', '*' and '?'")
     return value
 
 

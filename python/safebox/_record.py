@@ -1,0 +1,189 @@
+"""A minimal frozen record, and small replacements for stdlib helpers whose
+import is expensive, for the ``safebox exec`` hot path.
+
+Why not dataclasses: importing ``dataclasses`` (and ``inspect`` with it) costs
+about 15 ms and each class about 0.7 ms of code generation, measured on the
+CI machine with ``python -X importtime``; the whole start-up budget is about
+30 ms (docs/benchmarks.md). ``typing``, ``json``/``re``, ``pathlib``,
+``shutil`` and ``subprocess`` are avoided on the hot path for the same reason.
+"""
+
+from __future__ import annotations
+
+import os
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
+
+class Frozen:
+    """Immutable record: fields are the annotated class attributes (a default
+    is the class attribute's value); construction is keyword-only."""
+
+    __fields__: tuple[str, ...] = ()
+
+    def __init_subclass__(cls, **kw: Any) -> None:
+        super().__init_subclass__(**kw)
+        names: list[str] = []
+        for klass in reversed(cls.__mro__):
+            for n in klass.__dict__.get("__annotations__", {}):
+                if not n.startswith("_") and n not in names:
+                    names.append(n)
+        cls.__fields__ = tuple(names)
+
+    def __init__(self, **kw: Any) -> None:
+        cls = type(self)
+        for n in cls.__fields__:
+            if n in kw:
+                v = kw.pop(n)
+            elif n in dir(cls):
+                v = getattr(cls, n)
+            else:
+                raise TypeError(f"{cls.__name__}: missing field {n!r}")
+            object.__setattr__(self, n, v)
+        if kw:
+            raise TypeError(f"{cls.__name__}: unknown field(s) {sorted(kw)}")
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError(f"{type(self).__name__} is frozen")
+
+    def __delattr__(self, name: str) -> None:
+        raise AttributeError(f"{type(self).__name__} is frozen")
+
+    def _values(self) -> tuple[Any, ...]:
+        return tuple(getattr(self, n) for n in self.__fields__)
+
+    def __eq__(self, other: object) -> bool:
+        return type(other) is type(self) and self._values() == other._values()  # type: ignore[attr-defined]
+
+    def __hash__(self) -> int:
+        return hash((type(self).__name__, self._values()))
+
+    def __repr__(self) -> str:
+        inner = ", ".join(f"{n}={getattr(self, n)!r}" for n in self.__fields__)
+        return f"{type(self).__name__}({inner})"
+
+    def replace(self, **changes: Any) -> Any:
+        """A copy with ``changes`` applied."""
+        values = {n: getattr(self, n) for n in self.__fields__}
+        values.update(changes)
+        return type(self)(**values)
+
+    def asdict(self) -> dict[str, Any]:
+        """Fields as a dict (shallow)."""
+        return {n: getattr(self, n) for n in self.__fields__}
+
+
+def which(name: str, path: str | None = None) -> str | None:
+    """``shutil.which`` for a bare command name."""
+    if "/" in name:
+        return name if os.access(name, os.X_OK) and not os.path.isdir(name) else None
+    for d in (path if path is not None else os.environ.get("PATH", os.defpath)).split(os.pathsep):
+        p = os.path.join(d or ".", name)
+        if os.access(p, os.X_OK) and not os.path.isdir(p):
+            return p
+    return None
+
+
+def rmtree(path: str) -> None:
+    """Remove ``path`` recursively without following symlinks; ignore errors."""
+    try:
+        entries = list(os.scandir(path))
+    except NotADirectoryError:
+        try:
+            os.unlink(path)
+        except OSError:
+            pass
+        return
+    except OSError:
+        return
+    for e in entries:
+        try:
+            if e.is_dir(follow_symlinks=False):
+                rmtree(e.path)
+            else:
+                os.unlink(e.path)
+        except OSError:
+            pass
+    try:
+        os.rmdir(path)
+    except OSError:
+        pass
+
+
+def glob_match(name: str, pattern: str) -> bool:
+    """Case-sensitive match with ``*`` and ``?`` only (``fnmatch`` compiles a regex per pattern)."""
+    n, p = 0, 0
+    star_p, star_n = -1, 0
+    while n < len(name):
+        if p < len(pattern) and (pattern[p] == "?" or pattern[p] == name[n]):
+            n += 1
+            p += 1
+        elif p < len(pattern) and pattern[p] == "*":
+            star_p, star_n = p, n
+            p += 1
+        elif star_p >= 0:
+            p = star_p + 1
+            star_n += 1
+            n = star_n
+        else:
+            return False
+    while p < len(pattern) and pattern[p] == "*":
+        p += 1
+    return p == len(pattern)
+
+
+def sha256_hex(data: bytes) -> str:
+    """sha256 without importing hashlib (its import pulls in more than the digest)."""
+    try:
+        from _sha256 import sha256  # CPython 3.11
+    except ImportError:  # pragma: no cover - 3.12+ renamed it
+        try:
+            from _sha2 import sha256  # type: ignore[no-redef]
+        except ImportError:
+            from hashlib import sha256  # type: ignore[no-redef]
+    return sha256(data).hexdigest()
+
+
+def run_capture(argv: list[str], *, timeout: float = 60.0) -> tuple[int, bytes, bytes]:
+    """Run ``argv`` (absolute path) and return (exit status, stdout, stderr).
+
+    ``subprocess`` costs ~8 ms to import; this is posix_spawn with two pipes.
+    """
+    import select
+    import time
+
+    out_r, out_w = os.pipe()
+    err_r, err_w = os.pipe()
+    try:
+        fa = [(os.POSIX_SPAWN_DUP2, out_w, 1), (os.POSIX_SPAWN_DUP2, err_w, 2),
+              (os.POSIX_SPAWN_OPEN, 0, "/dev/null", os.O_RDONLY, 0)]
+        pid = os.posix_spawn(argv[0], argv, os.environ, file_actions=fa)
+    except OSError:
+        for fd in (out_r, out_w, err_r, err_w):
+            os.close(fd)
+        raise
+    os.close(out_w)
+    os.close(err_w)
+    bufs: dict[int, list[bytes]] = {out_r: [], err_r: []}
+    open_fds = [out_r, err_r]
+    deadline = time.monotonic() + timeout
+    try:
+        while open_fds:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                os.kill(pid, 9)
+                raise TimeoutError(f"{argv[0]} did not finish in {timeout:.0f} s")
+            ready, _, _ = select.select(open_fds, [], [], left)
+            for fd in ready:
+                chunk = os.read(fd, 1 << 16)
+                if chunk:
+                    bufs[fd].append(chunk)
+                else:
+                    open_fds.remove(fd)
+    finally:
+        for fd in (out_r, err_r):
+            os.close(fd)
+        _, status = os.waitpid(pid, 0)
+    return os.waitstatus_to_exitcode(status), b"".join(bufs[out_r]), b"".join(bufs[err_r])

@@ -1,0 +1,86 @@
+"""The exec hot path's view of the seccomp program cache.
+
+``builder/seccomp.py`` owns the rule table and its own cache, keyed on the
+table's content; importing it costs ~20 ms (dataclasses, typing, json,
+hashlib, platform). This module answers the common case — nothing changed —
+from a second cache keyed on the safebox version, the seccomp module file's
+identity (size and mtime, as Python's own .pyc cache does) and the options,
+and imports ``seccomp`` only on a miss.
+
+The cache lives in the state dir, which the sandbox can never write
+(builder/resolve.py binds it read-only, Landlock grants it no write). Entries
+are still checked on read: ours, 0600, magic, size a non-zero multiple of 8.
+"""
+
+from __future__ import annotations
+
+import os
+
+from safebox import __version__
+from safebox._record import sha256_hex
+
+_MAGIC = b"safebox-bpf-fast 1 "
+
+
+def _seccomp_module_file() -> str:
+    return os.path.join(os.path.dirname(os.path.realpath(__file__)), "seccomp.py")
+
+
+def fast_key(*, allow_unix_sockets: bool, inet: str) -> str:
+    """Key from cheap facts only: no import of the rule table."""
+    st = os.stat(_seccomp_module_file())
+    material = repr((__version__, st.st_size, st.st_mtime_ns, st.st_ino, os.uname().machine,
+                     allow_unix_sockets, inet))
+    return sha256_hex(material.encode())[:32]
+
+
+def _read(path: str) -> tuple[bytes, str] | None:
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        st = os.fstat(fd)
+        if st.st_uid != os.getuid() or st.st_mode & 0o077 or st.st_size > 1 << 16:
+            return None
+        data = os.read(fd, st.st_size + 1)
+    finally:
+        os.close(fd)
+    if not data.startswith(_MAGIC):
+        return None
+    header, sep, program = data[len(_MAGIC):].partition(b"\n")
+    if not sep or not program or len(program) % 8:
+        return None
+    fid, _, digest = header.decode("ascii", "replace").partition(" ")
+    if sha256_hex(program) != digest:
+        return None
+    return program, fid
+
+
+def load(*, cache_dir: str, allow_unix_sockets: bool, inet: str) -> tuple[bytes, str]:
+    """(BPF program, filter id) for these options."""
+    path = os.path.join(cache_dir, f"bpf-{fast_key(allow_unix_sockets=allow_unix_sockets, inet=inet)}.bin")
+    hit = _read(path)
+    if hit is not None:
+        return hit
+    from pathlib import Path
+
+    from safebox.builder.seccomp import InetMode, load_or_compile
+
+    program, fid = load_or_compile(cache_dir=Path(cache_dir), allow_unix_sockets=allow_unix_sockets,
+                                   allow_inet=InetMode(inet))
+    try:
+        os.makedirs(cache_dir, mode=0o700, exist_ok=True)
+        tmp = f"{path}.{os.getpid()}.tmp"
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        try:
+            blob = _MAGIC + f"{fid} {sha256_hex(program)}\n".encode() + program
+            view = memoryview(blob)
+            while view:
+                view = view[os.write(fd, view):]
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+    except OSError:
+        pass  # an unwritable cache only costs speed
+    return program, fid
