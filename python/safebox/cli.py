@@ -211,14 +211,13 @@ def _click_app():
         from safebox.policy.load import Layer, _read_file, parse_document, validate_layer
 
         def check() -> int:
-            p = Path(file)
             try:
-                raw = _read_file(p)
+                raw = _read_file(file)
             except FileNotFoundError:
                 from safebox.errors import PolicyError
 
                 raise PolicyError(f"{file}: policy file not found") from None
-            validate_layer(Layer(file, parse_document(p, raw)))
+            validate_layer(Layer(name=file, data=parse_document(file, raw)))
             click.echo(f"{file}: ok")
             return 0
 

@@ -1,0 +1,257 @@
+"""Shared helpers for the black-box tests: run the real ``safebox`` CLI.
+
+Every test here drives ``.venv/bin/safebox exec`` in a subprocess against the
+real kernel, bubblewrap and helper. Each run gets a throwaway ``HOME`` holding
+fake credentials laid out like a developer's machine:
+
+* ``~/.ssh/id_rsa`` (a default credential path),
+* ``~/.aws -> ~/.aws-real`` (a symlinked credential dir, as on WSL2),
+* ``~/.bashrc`` (a protected shell rc file),
+* ``~/outside.txt`` (writable on the host, outside every write root),
+* ``~/proj``: a git work tree (``.git/config``, ``.git/hooks``, ``.mcp.json``),
+  the working directory and so the default write root.
+
+The fake homes live under ``/var/tmp`` (never ``/tmp``: inside the sandbox
+``/tmp`` is a private tmpfs, which would hide them and make every "cannot
+read" assertion vacuous). Nothing is written into the repository, so the
+tests run as root and as an unprivileged user.
+
+Skips go through :func:`missing`, which fails instead when
+``SAFEBOX_MUST_WORK=1``.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, NoReturn
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+SAFEBOX = REPO / ".venv" / "bin" / "safebox"
+PROBE_SRC = REPO / "tests" / "helper" / "probe.c"
+OWN_PROBES = REPO / "tests" / "security" / "probes"
+PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+# Layer modes of `safebox exec`: both layers, the helper alone (what a host
+# without user namespaces gets), bubblewrap alone.
+BOTH = "both"
+HELPER_ONLY = "helper-only"
+BWRAP_ONLY = "bwrap-only"
+MODE_FLAGS: dict[str, tuple[str, ...]] = {
+    BOTH: (),
+    HELPER_ONLY: ("--without", "bwrap"),
+    BWRAP_ONLY: ("--without", "helper"),
+}
+
+EPERM, ENOENT, ESRCH, EACCES, EBUSY, EROFS, ECONNREFUSED, ENETUNREACH = 1, 2, 3, 13, 16, 30, 111, 101
+
+
+def missing(reason: str) -> NoReturn:
+    """Skip for a truly missing precondition; a failure under ``SAFEBOX_MUST_WORK=1``."""
+    if os.environ.get("SAFEBOX_MUST_WORK") == "1":
+        pytest.fail(f"SAFEBOX_MUST_WORK=1: precondition missing: {reason}")
+    pytest.skip(reason)
+
+
+def token() -> str:
+    """A unique marker for argv, file contents and names."""
+    return secrets.token_hex(6)
+
+
+def unique_sleep_arg() -> str:
+    """A ``sleep`` duration (~10 min) that is unique, so ``ps`` can find exactly our process."""
+    return f"600.{secrets.randbelow(10**8):08d}1"
+
+
+def pids_with_arg(arg: str) -> list[int]:
+    """Host pids whose argv contains ``arg`` (excluding zombies)."""
+    found = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            argv = Path(f"/proc/{name}/cmdline").read_bytes().split(b"\0")
+            state = Path(f"/proc/{name}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if arg.encode() in argv and state != "Z":
+            found.append(int(name))
+    return found
+
+
+def wait_for(pred: Any, timeout: float = 10.0, step: float = 0.05) -> bool:
+    """Poll ``pred()`` until true or ``timeout`` seconds passed."""
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if pred():
+            return True
+        time.sleep(step)
+    return bool(pred())
+
+
+@dataclass
+class FakeHome:
+    """A throwaway HOME with fake credentials and a git work tree."""
+
+    root: Path
+    secret: str
+
+    @property
+    def work(self) -> Path:
+        """The git work tree; the default working directory (and write root)."""
+        return self.root / "proj"
+
+    @property
+    def run_base(self) -> Path:
+        """Where safebox keeps its per-run dirs for this HOME."""
+        return self.root / ".cache" / "safebox" / "run"
+
+    def env(self, extra: dict[str, str] | None = None) -> dict[str, str]:
+        """A minimal, deterministic environment pointing HOME at the fake home."""
+        env = {"PATH": PATH, "HOME": str(self.root), "LC_ALL": "C", "LANG": "C"}
+        env.update(extra or {})
+        return env
+
+    def argv(self, command: Sequence[str], *, mode: str = BOTH, opts: Sequence[str] = ()) -> list[str]:
+        """The full ``safebox exec`` argv."""
+        return [str(SAFEBOX), "exec", *MODE_FLAGS[mode], *opts, "--", *command]
+
+    def run(self, command: Sequence[str], *, mode: str = BOTH, opts: Sequence[str] = (), cwd: Path | None = None,
+            env: dict[str, str] | None = None, pass_fds: Sequence[int] = (), input: str | None = None,
+            timeout: float = 60) -> subprocess.CompletedProcess[str]:
+        """Run ``safebox exec [mode flags] [opts] -- command``; never raises on exit status."""
+        return subprocess.run(self.argv(command, mode=mode, opts=opts), cwd=cwd or self.work, env=self.env(env),
+                              pass_fds=tuple(pass_fds), input=input, capture_output=True, text=True,
+                              timeout=timeout, check=False, stdin=None if input is not None else subprocess.DEVNULL)
+
+    def popen(self, command: Sequence[str], *, mode: str = BOTH, opts: Sequence[str] = (),
+              env: dict[str, str] | None = None, **kw: Any) -> subprocess.Popen[str]:
+        """Start ``safebox exec`` without waiting (for signal and leftover tests)."""
+        kw.setdefault("stdin", subprocess.DEVNULL)
+        kw.setdefault("stdout", subprocess.PIPE)
+        kw.setdefault("stderr", subprocess.PIPE)
+        return subprocess.Popen(self.argv(command, mode=mode, opts=opts), cwd=self.work, env=self.env(env),
+                                text=True, **kw)
+
+
+def host(command: Sequence[str], **kw: Any) -> subprocess.CompletedProcess[str]:
+    """Control: run ``command`` on the host, without safebox."""
+    kw.setdefault("stdin", subprocess.DEVNULL)
+    return subprocess.run(list(command), capture_output=True, text=True, timeout=60, check=False, **kw)
+
+
+def make_home(base: Path) -> FakeHome:
+    """Create a fresh fake home under ``base``."""
+    root = Path(tempfile.mkdtemp(prefix="home-", dir=base))
+    root.chmod(0o755)
+    secret = f"FAKE-CREDENTIAL-{token()}"
+    (root / ".ssh").mkdir(mode=0o700)
+    (root / ".ssh" / "id_rsa").write_text(f"-----BEGIN OPENSSH PRIVATE KEY-----\n{secret}\n")
+    (root / ".ssh" / "id_rsa").chmod(0o600)
+    (root / ".aws-real").mkdir()
+    (root / ".aws-real" / "credentials").write_text(f"[default]\naws_secret_access_key = {secret}\n")
+    (root / ".aws").symlink_to(root / ".aws-real")  # absolute, as WSL2's ~/.aws -> /mnt/c/Users/...
+    (root / ".netrc").write_text(f"machine example.com login me password {secret}\n")
+    (root / ".bashrc").write_text("# fake rc\n")
+    (root / "outside.txt").write_text("outside\n")
+    work = root / "proj"
+    git = work / ".git"
+    for d in ("hooks", "objects", "refs/heads", "info"):
+        (git / d).mkdir(parents=True)
+    (git / "HEAD").write_text("ref: refs/heads/main\n")
+    (git / "config").write_text("[core]\n\trepositoryformatversion = 0\n")
+    (git / "hooks" / "pre-commit.sample").write_text("#!/bin/sh\n")
+    (git / "description").write_text("fake\n")
+    (work / "README.md").write_text("hello\n")
+    (work / ".mcp.json").write_text("{}\n")
+    (work / "src").mkdir()
+    (work / "src" / "main.c").write_text("int main(void) { return 0; }\n")
+    return FakeHome(root=root, secret=secret)
+
+
+def tree_listing(top: Path, *, exclude: Sequence[Path] = ()) -> dict[str, tuple[int, int, str]]:
+    """Every entry below ``top``: relative path → (mode, size, link target)."""
+    out: dict[str, tuple[int, int, str]] = {}
+    skip = {str(p) for p in exclude}
+    for dirpath, dirnames, filenames in os.walk(top):
+        dirnames[:] = [d for d in dirnames if os.path.join(dirpath, d) not in skip]
+        for name in dirnames + filenames:
+            p = os.path.join(dirpath, name)
+            st = os.lstat(p)
+            link = os.readlink(p) if os.path.islink(p) else ""
+            out[os.path.relpath(p, top)] = (st.st_mode, st.st_size if not os.path.isdir(p) else 0, link)
+    return out
+
+
+def compile_c(src: Path, out: Path) -> Path:
+    """Compile one C file with the host compiler (a missing compiler is a missing precondition)."""
+    cc = next((c for c in (os.environ.get("CC"), "cc", "gcc", "clang") if c and shutil.which(c)), None)
+    if cc is None:
+        missing("no C compiler to build the probes")
+    r = subprocess.run([cc, "-O1", "-D_GNU_SOURCE", "-o", str(out), str(src)], capture_output=True, text=True,
+                       check=False)
+    assert r.returncode == 0, r.stderr
+    out.chmod(0o755)
+    return out
+
+
+@pytest.fixture(scope="session")
+def scratch() -> Iterator[Path]:
+    """A session scratch dir outside /tmp, visible (read-only) inside the sandbox."""
+    if not (SAFEBOX.is_file() and os.access(SAFEBOX, os.X_OK)):
+        missing(f"safebox is not installed at {SAFEBOX}: run `python3 build.py setup`")
+    base = Path("/var/tmp")
+    if not (base.is_dir() and os.access(base, os.W_OK)):
+        base = Path.home() / ".cache"
+        base.mkdir(parents=True, exist_ok=True)
+    d = Path(tempfile.mkdtemp(prefix="safebox-tests-", dir=base))
+    d.chmod(0o755)
+    yield d
+    shutil.rmtree(d, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def shared_home(scratch: Path) -> FakeHome:
+    """A fake home shared by tests that only read or write scratch files under ``work``."""
+    return make_home(scratch)
+
+
+@pytest.fixture
+def fresh_home(scratch: Path) -> Iterator[FakeHome]:
+    """A fake home of the test's own (for tests that change the tree)."""
+    h = make_home(scratch)
+    yield h
+    shutil.rmtree(h.root, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def probe(scratch: Path) -> Path:
+    """``tests/helper/probe.c`` compiled into the scratch dir (one syscall, exit status = errno)."""
+    if not PROBE_SRC.is_file():
+        missing(f"{PROBE_SRC} is missing")
+    return compile_c(PROBE_SRC, scratch / "probe")
+
+
+@pytest.fixture(scope="session")
+def own_probe(scratch: Path) -> Path:
+    """``tests/security/probes/sbprobe.c`` compiled into the scratch dir."""
+    return compile_c(OWN_PROBES / "sbprobe.c", scratch / "sbprobe")
+
+
+def kill_tree_by_arg(arg: str) -> None:
+    """Clean-up: SIGKILL every host process whose argv holds ``arg`` (only ours: unique)."""
+    for pid in pids_with_arg(arg):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass

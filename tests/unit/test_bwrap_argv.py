@@ -1,0 +1,107 @@
+"""Golden argv lists for the pure bwrap builder, and the ordering it depends on."""
+
+from __future__ import annotations
+
+import pytest
+
+from safebox.builder.bwrap import build_argv, mount_args
+from safebox.builder.resolved import Bridge, Layers, NetKind, ResolvedPolicy
+
+
+def policy(**kw) -> ResolvedPolicy:
+    base = dict(layers=Layers.BOTH, cwd="/home/u/proj", write_roots=("/home/u/proj",), read_only=(),
+                sealed_dirs=(), helper_path="/opt/sb/safebox-helper", policy_path="/run/sb/1/policy",
+                run_dir="/run/sb/1")
+    base.update(kw)
+    return ResolvedPolicy(**base)
+
+
+def test_minimal_policy_produces_the_golden_argv() -> None:
+    argv = build_argv(policy(), ["make", "test"], status_fd=5, bwrap_status_fd=6)
+    assert argv == [
+        "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc",
+        "--tmpfs", "/tmp",
+        "--bind", "/home/u/proj", "/home/u/proj",
+        "--ro-bind", "/run/sb/1", "/run/sb/1",
+        "--unshare-all", "--die-with-parent", "--new-session", "--cap-drop", "ALL",
+        "--hostname", "safebox", "--chdir", "/home/u/proj", "--json-status-fd", "6",
+        "--", "/opt/sb/safebox-helper", "--policy-file", "/run/sb/1/policy", "--status-fd", "5",
+        "--", "make", "test",
+    ]
+
+
+def test_full_policy_produces_the_golden_argv() -> None:
+    rp = policy(
+        write_roots=("/home/u", "/home/u/proj"),
+        pinned_dirs=("/home/u/proj/.git",),
+        sealed_dirs=(("/home/u/other/.git", ("/home/u/other/.git/objects", "/home/u/other/.git/HEAD")),),
+        read_only=("/home/u/.bashrc", "/home/u/proj/.git/config", "/home/u/proj/.git/hooks"),
+        mask_dirs=("/home/u/.ssh", "/mnt/c/Users/u/.aws", "/tmp/secret"),
+        mask_files=("/home/u/.netrc", "/etc/shadow"),
+    )
+    assert mount_args(rp) == [
+        "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc",
+        "--tmpfs", "/tmp",
+        "--bind", "/home/u", "/home/u",
+        "--bind", "/home/u/proj", "/home/u/proj",
+        "--bind", "/home/u/proj/.git", "/home/u/proj/.git",
+        "--ro-bind", "/home/u/other/.git", "/home/u/other/.git",
+        "--bind", "/home/u/other/.git/objects", "/home/u/other/.git/objects",
+        "--bind", "/home/u/other/.git/HEAD", "/home/u/other/.git/HEAD",
+        "--ro-bind", "/home/u/.bashrc", "/home/u/.bashrc",
+        "--ro-bind", "/home/u/proj/.git/config", "/home/u/proj/.git/config",
+        "--ro-bind", "/home/u/proj/.git/hooks", "/home/u/proj/.git/hooks",
+        "--tmpfs", "/home/u/.ssh",
+        "--tmpfs", "/mnt/c/Users/u/.aws",
+        "--ro-bind", "/dev/null", "/home/u/.netrc",
+        "--ro-bind", "/dev/null", "/etc/shadow",
+        "--ro-bind", "/run/sb/1", "/run/sb/1",
+        "--remount-ro", "/home/u/.ssh",
+        "--remount-ro", "/mnt/c/Users/u/.aws",
+    ]
+
+
+def test_masks_come_after_every_write_bind_so_a_write_root_cannot_uncover_them() -> None:
+    rp = policy(write_roots=("/home/u",), mask_dirs=("/home/u/.ssh",), mask_files=("/home/u/.netrc",))
+    a = mount_args(rp)
+    assert a.index("/home/u/.ssh") > a.index("--bind")
+    assert a.index("/home/u/.netrc") > a.index("--bind")
+
+
+def test_deny_read_tmpfs_is_remounted_read_only_after_everything_else() -> None:
+    a = mount_args(policy(mask_dirs=("/home/u/.aws",)))
+    assert a[-2:] == ["--remount-ro", "/home/u/.aws"]
+
+
+def test_masks_inside_the_private_tmp_are_not_mounted() -> None:
+    a = mount_args(policy(mask_dirs=("/tmp/x",), mask_files=("/tmp/y",)))
+    assert "/tmp/x" not in a and "/tmp/y" not in a
+
+
+def test_without_helper_the_command_runs_behind_the_launcher_shell() -> None:
+    argv = build_argv(policy(layers=Layers.BWRAP_ONLY), ["id"], status_fd=5)
+    tail = argv[argv.index("--"):]
+    assert tail[:3] == ["--", "/bin/sh", "-c"]
+    assert tail[-2:] == ["safebox-launcher", "id"]
+    assert ">&5" in tail[3]
+
+
+def test_bridges_are_started_by_the_launcher_when_there_is_no_helper() -> None:
+    rp = policy(layers=Layers.BWRAP_ONLY, net=NetKind.PROXY,
+                bridges=(Bridge(port=3128, socket_path="/run/sb/1/http.sock", scheme="http"),))
+    argv = build_argv(rp, ["true"], status_fd=None, socat="/usr/bin/socat")
+    script = argv[argv.index("-c") + 1]
+    assert "TCP-LISTEN:3128,bind=127.0.0.1" in script
+    assert "UNIX-CONNECT:/run/sb/1/http.sock" in script
+
+
+def test_helper_only_runs_have_no_bwrap_argv() -> None:
+    with pytest.raises(ValueError):
+        build_argv(policy(layers=Layers.HELPER_ONLY), ["true"], status_fd=5)
+
+
+def test_every_namespace_is_unshared_and_the_session_is_new() -> None:
+    argv = build_argv(policy(), ["true"], status_fd=None)
+    for flag in ("--unshare-all", "--new-session", "--die-with-parent"):
+        assert flag in argv
+    assert "--share-net" not in argv
