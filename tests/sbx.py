@@ -73,8 +73,11 @@ def unique_sleep_arg() -> str:
     return f"600.{secrets.randbelow(10**8):08d}1"
 
 
-def pids_with_arg(arg: str) -> list[int]:
-    """Host pids whose argv contains ``arg`` (excluding zombies)."""
+def pids_with_arg(arg: str, argv0: str = "sleep") -> list[int]:
+    """Host pids of ``argv0`` (basename) whose argv contains ``arg``, excluding zombies.
+
+    Filtering on ``argv0`` keeps out safebox and bwrap, whose own argv holds
+    the command's too."""
     found = []
     for name in os.listdir("/proc"):
         if not name.isdigit():
@@ -84,7 +87,7 @@ def pids_with_arg(arg: str) -> list[int]:
             state = Path(f"/proc/{name}/stat").read_text().rsplit(")", 1)[1].split()[0]
         except OSError:
             continue
-        if arg.encode() in argv and state != "Z":
+        if argv and os.path.basename(argv[0]) == argv0.encode() and arg.encode() in argv and state != "Z":
             found.append(int(name))
     return found
 

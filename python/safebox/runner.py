@@ -216,6 +216,23 @@ def _spawn(path: str, argv: list[str], env: dict[str, str], *, pass_fds: tuple[i
                 pass
 
 
+def _group_members(pgid: int) -> list[int]:
+    """Host pids whose process group is ``pgid`` (from /proc/*/stat field 5)."""
+    out = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        fields = stat[stat.rfind(b")") + 2:].split()
+        if len(fields) > 2 and int(fields[2]) == pgid:
+            out.append(int(name))
+    return out
+
+
 class _Relay:
     """Forwards signals to the command's process group."""
 
@@ -242,12 +259,23 @@ class _Relay:
 
     def handler(self, signum: int, frame: Any) -> None:
         self.got.append(signum)
-        pgid = self._command_pgid()
+        pid = self._command_pgid()
         try:
-            if pgid:
+            if pid is None:
+                if self.spawned:
+                    os.kill(self.spawned, signal.SIGKILL if signum != signal.SIGWINCH else 0)
+                return
+            pgid = os.getpgid(pid)
+            if self.bwrap_child and pgid == os.getpgid(self.bwrap_child):
+                # bwrap's --new-session puts its pid-1 reaper and the command in
+                # one group; signalling the group would kill the reaper and with
+                # it the whole namespace (SIGKILL instead of the signal). So the
+                # group's members other than the reaper are signalled one by one.
+                for member in _group_members(pgid):
+                    if member != self.bwrap_child:
+                        os.kill(member, signum)
+            else:
                 os.killpg(pgid, signum)
-            elif self.spawned:
-                os.kill(self.spawned, signal.SIGKILL if signum != signal.SIGWINCH else 0)
         except ProcessLookupError:
             pass
 

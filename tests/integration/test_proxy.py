@@ -428,7 +428,12 @@ def test_stop_removes_sockets_closes_connections_and_is_idempotent(tmp_path) -> 
     assert oct(p.http_socket.stat().st_mode & 0o777) == "0o600"
     assert p.http_port is None
     held = socket.socket(socket.AF_UNIX)
+    held.settimeout(10)
     held.connect(str(p.socks_socket))  # an idle client must not block stop()
+    deadline = time.monotonic() + 5
+    while not p.active_connections and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert p.active_connections == 1
     p.stop()
     p.stop()
     assert held.recv(10) == b""

@@ -215,8 +215,17 @@ def _walk_excluding(access: str, top: str, denied: list[str]) -> list[tuple[str,
                 continue
             if any(_is_under(x, child) for x in denied):
                 stack.append(child)
-            else:
-                out.append((access, child))
+                continue
+            if os.path.islink(child):
+                # The helper opens rule paths following symlinks, so a grant on
+                # ~/.aws -> ~/.aws-real (denied) would land on the denied target,
+                # and one on a link to an ancestor would cover it. Such links
+                # get no grant of their own; what they point at is decided by
+                # the target's own place in the walk.
+                target = os.path.realpath(child)
+                if any(_is_under(target, x) or _is_under(x, target) for x in denied):
+                    continue
+            out.append((access, child))
     return out
 
 

@@ -4,6 +4,7 @@
  *   sbprobe udp_send ADDR PORT     one UDP datagram "safebox-udp" to ADDR:PORT
  *   sbprobe raw_socket             socket(AF_INET, SOCK_RAW, IPPROTO_ICMP)
  *   sbprobe ids                    print "euid=N capeff=HEX" (setuid checks)
+ *   sbprobe mount_tmpfs DIR        mount a tmpfs on an existing DIR
  *
  * Exit status: the errno of the failing call, 0 on success; 200 usage.
  * Complements tests/helper/probe.c (owned elsewhere) without editing it.
@@ -15,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mount.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <unistd.h>
@@ -50,6 +52,8 @@ int main(int argc, char **argv)
 			return done("socket", -1);
 		return done("sendto", (int)sendto(fd, "safebox-udp", 11, 0, ai->ai_addr, ai->ai_addrlen));
 	}
+	if (argc == 3 && strcmp(argv[1], "mount_tmpfs") == 0)
+		return done("mount", mount("none", argv[2], "tmpfs", 0, NULL));
 	if (argc == 2 && strcmp(argv[1], "raw_socket") == 0)
 		return done("socket", socket(AF_INET, SOCK_RAW, IPPROTO_ICMP));
 	if (argc == 2 && strcmp(argv[1], "ids") == 0) {
@@ -62,6 +66,6 @@ int main(int argc, char **argv)
 				printf("capeff=%s", line + 8);
 		return 0;
 	}
-	fprintf(stderr, "usage: sbprobe unix_connect PATH | udp_send ADDR PORT | raw_socket | ids\n");
+	fprintf(stderr, "usage: sbprobe unix_connect PATH | udp_send ADDR PORT | raw_socket | ids | mount_tmpfs DIR\n");
 	return 200;
 }

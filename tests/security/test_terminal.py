@@ -1,0 +1,87 @@
+"""Terminal attacks: pushing keystrokes into the caller's terminal (TIOCSTI), TIOCLINUX, sessions.
+
+The caller is given a real pseudo-terminal as its controlling terminal
+(``setsid -c``, as an interactive shell has), so the control shows what an
+unsandboxed command could do to it.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from sbx import (BOTH, BWRAP_ONLY, EPERM, HELPER_ONLY, SAFEBOX, FakeHome, kill_tree_by_arg, missing,  # noqa: F401
+                 pids_with_arg, probe, scratch, shared_home, unique_sleep_arg, wait_for)
+
+ALL_MODES = [BOTH, BWRAP_ONLY, HELPER_ONLY]
+SECCOMP_MODES = [BOTH, HELPER_ONLY]
+
+
+@pytest.fixture
+def pty() -> Iterator[tuple[int, int]]:
+    """A pseudo-terminal (master, slave)."""
+    master, slave = os.openpty()
+    try:
+        yield master, slave
+    finally:
+        os.close(master)
+        os.close(slave)
+
+
+def _on_tty(argv: list[str], slave: int, env: dict[str, str], cwd: Path) -> subprocess.CompletedProcess[str]:
+    """Run argv in a new session whose controlling terminal is the pty slave."""
+    setsid = shutil.which("setsid")
+    if setsid is None:
+        missing("setsid (util-linux) is needed to give the caller a controlling terminal")
+    return subprocess.run([setsid, "-c", *argv], stdin=slave, capture_output=True, text=True, env=env, cwd=cwd,
+                          timeout=60, check=False)
+
+
+# Junk in the upper 32 bits of the ioctl number is a seccomp-filter concern;
+# bubblewrap's defence (the new session) does not depend on it.
+@pytest.mark.parametrize(("mode", "verb"), [(m, "tiocsti") for m in ALL_MODES] +
+                         [(m, "tiocsti_hi") for m in SECCOMP_MODES])
+def test_tiocsti_cannot_push_input_into_the_callers_terminal(shared_home: FakeHome, probe: Path,
+                                                            pty: tuple[int, int], mode: str, verb: str) -> None:
+    _, slave = pty
+    control = _on_tty([str(probe), verb], slave, shared_home.env(), shared_home.work)
+    # Root may inject (0); an unprivileged caller gets 0 or EIO (dev.tty.legacy_tiocsti=0). Never EPERM.
+    assert control.returncode in (0, 5), control.stdout
+    r = _on_tty(shared_home.argv([str(probe), verb], mode=mode), slave, shared_home.env(), shared_home.work)
+    # seccomp: EPERM; bubblewrap alone: --new-session, so the tty is not the command's controlling one (EPERM).
+    assert r.returncode == EPERM, r.stdout + r.stderr
+
+
+@pytest.mark.parametrize("mode", SECCOMP_MODES)
+def test_tioclinux_is_refused(shared_home: FakeHome, probe: Path, pty: tuple[int, int], mode: str) -> None:
+    _, slave = pty
+    control = _on_tty([str(probe), "tioclinux"], slave, shared_home.env(), shared_home.work)
+    assert control.returncode not in (0, EPERM), control.stdout  # reaches the tty driver (not a VT: EINVAL/ENOTTY)
+    r = _on_tty(shared_home.argv([str(probe), "tioclinux"], mode=mode), slave, shared_home.env(), shared_home.work)
+    assert r.returncode == EPERM, r.stdout + r.stderr
+
+
+@pytest.mark.parametrize("mode", [BOTH, BWRAP_ONLY])
+def test_command_runs_in_a_new_session(shared_home: FakeHome, mode: str) -> None:
+    arg = unique_sleep_arg()
+    proc = shared_home.popen(["sleep", arg], mode=mode)
+    try:
+        assert wait_for(lambda: pids_with_arg(arg)), proc.stderr
+        (pid,) = pids_with_arg(arg)
+        assert os.getsid(pid) != os.getsid(0)     # not the caller's session
+        assert os.getsid(pid) != os.getsid(proc.pid)  # nor safebox's: bwrap --new-session made one
+        control = subprocess.Popen(["sleep", arg + "1"])
+        try:
+            assert os.getsid(control.pid) == os.getsid(0)  # control: a plain child shares the caller's
+        finally:
+            control.kill()
+            control.wait()
+    finally:
+        proc.kill()
+        proc.communicate()
+        kill_tree_by_arg(arg)
