@@ -82,6 +82,15 @@ def classify_deny_read(paths: tuple[str, ...]) -> tuple[list[str], list[str], li
     return sorted(set(dirs)), sorted(set(files)), notes
 
 
+def _only_harmless_walk_errors(stderr: bytes) -> bool:
+    """ripgrep exits 2 on any walk error. Two kinds cannot hide a protected file
+    that the sandbox could write: an entry that vanished during the walk
+    (ENOENT, os error 2) and a directory we may not read (EACCES, os error 13:
+    the command, running as us, cannot write beneath it either)."""
+    lines = [ln for ln in stderr.decode(errors="replace").splitlines() if ln.strip()]
+    return bool(lines) and all("(os error 2)" in ln or "(os error 13)" in ln for ln in lines)
+
+
 def _rg_protected(rg: str, root: str, depth: int) -> list[str]:
     """Protected files and directories under ``root`` found by ripgrep, as paths."""
     globs: list[str] = []
@@ -90,12 +99,14 @@ def _rg_protected(rg: str, root: str, depth: int) -> list[str]:
     for d in defaults.PROTECTED_DIRS:
         globs += ["-g", f"**/{d}/**"]
     globs += ["-g", "**/.git/HEAD", "-g", "**/.git"]
-    cmd = [rg, "--files", "--hidden", "--no-ignore", "--no-messages", "--no-config",
+    cmd = [rg, "--files", "--hidden", "--no-ignore", "--no-config",
            "--max-depth", str(depth + 3), *globs, "--", root]
     try:
         rc, stdout, stderr = run_capture(cmd, timeout=60)
     except (OSError, TimeoutError) as e:
         raise BuildError(f"ripgrep failed under {root}: {e}; cannot find protected files") from None
+    if rc == 2 and _only_harmless_walk_errors(stderr):
+        rc = 0
     if rc not in (0, 1):  # 1 = nothing found
         raise BuildError(f"ripgrep failed under {root} (exit {rc}): "
                          f"{stderr.decode(errors='replace').strip()[:200]}")

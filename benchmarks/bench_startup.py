@@ -1,0 +1,87 @@
+#!/usr/bin/env python3
+"""Start-up overhead of `safebox exec -- true` against bare bubblewrap, same run.
+
+    .venv/bin/python benchmarks/bench_startup.py [--runs 60] [--write docs/benchmarks.md]
+
+Interleaves the variants (so drift affects all alike), reports medians and
+the ratio to the bare-bwrap baseline, and with --write replaces the section
+between <!-- startup:start --> and <!-- startup:end --> in the given file.
+This is a benchmark, not a test: it asserts nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+SAFEBOX = str(ROOT / ".venv" / "bin" / "safebox")
+BARE = ["bwrap", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--unshare-all",
+        "--die-with-parent", "true"]
+
+
+def timed(cmd: list[str], cwd: str) -> float:
+    t = time.perf_counter()
+    r = subprocess.run(cmd, cwd=cwd, stdin=subprocess.DEVNULL)
+    dt = time.perf_counter() - t
+    if r.returncode != 0:
+        raise SystemExit(f"{cmd} exited {r.returncode}")
+    return dt
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--runs", type=int, default=60)
+    ap.add_argument("--write", type=Path)
+    args = ap.parse_args()
+    work = tempfile.mkdtemp(prefix="safebox-bench-")
+    subprocess.run(["git", "init", "-q", work], check=True)
+    variants = {
+        "bare bwrap (baseline)": BARE,
+        "safebox exec -- true": [SAFEBOX, "exec", "--", "true"],
+        "safebox exec --without bwrap -- true": [SAFEBOX, "exec", "--without", "bwrap", "--", "true"],
+        "safebox exec --without helper -- true": [SAFEBOX, "exec", "--without", "helper", "--", "true"],
+        "python3 -c pass (interpreter alone)": [sys.executable, "-c", "pass"],
+    }
+    for cmd in variants.values():  # warm caches (policy, seccomp program, page cache)
+        timed(cmd, work)
+    samples: dict[str, list[float]] = {k: [] for k in variants}
+    for _ in range(args.runs):
+        for name, cmd in variants.items():
+            samples[name].append(timed(cmd, work))
+    base = statistics.median(samples["bare bwrap (baseline)"])
+    rows = ["| variant | median | p90 | ratio to bare bwrap |", "|---|---|---|---|"]
+    for name, xs in samples.items():
+        xs.sort()
+        med, p90 = statistics.median(xs), xs[int(len(xs) * 0.9) - 1]
+        rows.append(f"| {name} | {med * 1000:.1f} ms | {p90 * 1000:.1f} ms | {med / base:.1f}x |")
+    ratio = statistics.median(samples["safebox exec -- true"]) / base
+    uname = os.uname()
+    text = "\n".join([
+        f"Measured {time.strftime('%Y-%m-%d')} on {uname.sysname} {uname.release} ({os.cpu_count()} cores), "
+        f"{args.runs} interleaved runs each, warm caches, in a git work tree:",
+        "", "```", f".venv/bin/python benchmarks/bench_startup.py --runs {args.runs} --write docs/benchmarks.md",
+        "```", "", *rows, "",
+        f"**safebox exec -- true is {ratio:.1f}x bare bwrap** (target: at most 5x; sandbox-runtime measured "
+        "here: about 58x).", ""])
+    print(text)
+    if args.write:
+        doc = args.write.read_text() if args.write.exists() else "# Benchmarks\n"
+        start, end = "<!-- startup:start -->", "<!-- startup:end -->"
+        block = f"{start}\n{text}\n{end}"
+        if start in doc:
+            doc = doc[:doc.index(start)] + block + doc[doc.index(end) + len(end):]
+        else:
+            doc += f"\n## Start-up\n\n{block}\n"
+        args.write.write_text(doc)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
