@@ -414,10 +414,11 @@ def run(req: ExecRequest) -> int:
             if layers is Layers.HELPER_ONLY:
                 ports = (proxy.http_port, proxy.socks_port) if proxy else (0, 0)
                 connect_ports = tuple(p for p in ports if p)
-                bridges = (Bridge(ports[0] or 0, http_sock, "http"), Bridge(ports[1] or 0, socks_sock, "socks5h"))
+                bridges = (Bridge(port=ports[0] or 0, socket_path=http_sock, scheme="http"),
+                           Bridge(port=ports[1] or 0, socket_path=socks_sock, scheme="socks5h"))
             else:
-                bridges = (Bridge(HTTP_BRIDGE_PORT, http_sock, "http"),
-                           Bridge(SOCKS_BRIDGE_PORT, socks_sock, "socks5h"))
+                bridges = (Bridge(port=HTTP_BRIDGE_PORT, socket_path=http_sock, scheme="http"),
+                           Bridge(port=SOCKS_BRIDGE_PORT, socket_path=socks_sock, scheme="socks5h"))
                 connect_ports = (HTTP_BRIDGE_PORT, SOCKS_BRIDGE_PORT)
 
         host = HostFacts(helper_path=helper, self_paths=(*self_paths(), helper),
