@@ -113,6 +113,105 @@ def memory(pid: int) -> tuple[int, int]:
     return rss, pss
 
 
+SAFEBOX = pathlib.Path(sys.executable).with_name("safebox")
+
+_EXEC_SCRIPT = r"""
+set -ef
+url=http://localhost:$PORT
+for path in direct http connect socks5; do
+  case $path in
+    direct) args="--noproxy *" ;;
+    http) args="" ;;
+    connect) args="-p" ;;
+    socks5) args="-x socks5h://127.0.0.1:1080" ;;
+  esac
+  [ "$path" = direct ] && [ "$INSIDE" = 1 ] && continue
+  [ "$path" != direct ] && [ "$INSIDE" = 0 ] && continue
+  i=0; while [ $i -lt $TIMED ]; do
+    echo "$path time $(curl -sS $args -o /dev/null -w '%{time_total}' $url/big)"; i=$((i+1)); done
+  i=0; while [ $i -lt $TTFB ]; do
+    echo "$path ttfb $(curl -sS $args -o /dev/null -w '%{time_starttransfer}' $url/tiny)"; i=$((i+1)); done
+  i=0; while [ $i -lt $REPEAT ]; do
+    echo "$path sha $(curl -sS $args $url/big | sha256sum | cut -c1-64)"; i=$((i+1)); done
+done
+"""
+
+
+def exec_paths(port: int, policy: pathlib.Path, opts: argparse.Namespace, expected: str) -> list[tuple]:
+    """Direct on the host, then HTTP/CONNECT/SOCKS5 from inside one real ``safebox exec``."""
+    env = {**os.environ, "PORT": str(port), "TIMED": str(opts.timed), "TTFB": str(opts.ttfb),
+           "REPEAT": str(opts.repeat)}
+    for k in ("http_proxy", "https_proxy", "all_proxy", "HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY"):
+        env.pop(k, None)
+    out = subprocess.run(["sh", "-c", _EXEC_SCRIPT], env={**env, "INSIDE": "0"},
+                         check=True, capture_output=True, text=True).stdout
+    out += subprocess.run([str(SAFEBOX), "exec", "-p", str(policy), "--", "sh", "-c", _EXEC_SCRIPT],
+                          env={**env, "INSIDE": "1"}, check=True, capture_output=True, text=True).stdout
+    data: dict[str, dict[str, list[str]]] = {}
+    for line in out.splitlines():
+        path, kind, value = line.split()
+        data.setdefault(path, {}).setdefault(kind, []).append(value)
+    rows = []
+    for path, label in (("direct", "direct"), ("http", "HTTP"), ("connect", "CONNECT"), ("socks5", "SOCKS5")):
+        d = data[path]
+        mibs = opts.size_mib / statistics.median(float(x) for x in d["time"])
+        ttfb = statistics.median(float(x) for x in d["ttfb"])
+        ok = sum(x == expected for x in d["sha"])
+        rows.append((label, mibs, ttfb * 1000, ok))
+        print(f"exec {label:10s} {mibs:8.0f} MiB/s  ttfb {ttfb * 1000:6.2f} ms  sha ok {ok}/{opts.repeat}", flush=True)
+    return rows
+
+
+def tree_pss(root: int) -> tuple[int, int, int]:
+    """(PSS of the whole process tree, PSS of safebox + socat in it, socat count), KiB."""
+    children: dict[int, list[int]] = {}
+    for entry in pathlib.Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError):
+                continue
+            children.setdefault(ppid, []).append(int(entry.name))
+    total = net = socats = 0
+    todo = [root]
+    while todo:
+        pid = todo.pop()
+        todo += children.get(pid, [])
+        try:
+            pss = memory(pid)[1]
+            comm = pathlib.Path(f"/proc/{pid}/comm").read_text().strip()
+        except (OSError, AttributeError):
+            continue
+        total += pss
+        if pid == root or comm == "socat":
+            net += pss
+            socats += comm == "socat"
+    return total, net, socats
+
+
+def sandbox_memory(policy: pathlib.Path, n: int = 10) -> dict[str, float]:
+    """Mean PSS per process tree (MiB) with ``n`` running at once: bare ``sleep``,
+    ``safebox exec`` without network, and with the proxy (networked)."""
+    result: dict[str, float] = {}
+    cases = {"bare sleep": ["sleep", "6"],
+             "safebox exec, no network": [str(SAFEBOX), "exec", "--", "sleep", "6"],
+             "safebox exec, networked": [str(SAFEBOX), "exec", "-p", str(policy), "--", "sleep", "6"]}
+    for name, argv in cases.items():
+        procs = [subprocess.Popen(argv) for _ in range(n)]
+        try:
+            time.sleep(3)
+            figures = [tree_pss(p.pid) for p in procs]
+        finally:
+            for p in procs:
+                p.wait(30)
+        result[name] = sum(f[0] for f in figures) / n / 1024
+        if name.endswith("networked"):
+            result["safebox process + socat (networked)"] = sum(f[1] for f in figures) / n / 1024
+            result["socat per sandbox"] = sum(f[2] for f in figures) / n
+        print(f"{name:40s} {result[name]:6.1f} MiB PSS per tree", flush=True)
+    return result
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--size-mib", type=int, default=512)
@@ -121,7 +220,10 @@ def main() -> int:
     ap.add_argument("--timed", type=int, default=3, help="timed downloads per path (median)")
     ap.add_argument("--ttfb", type=int, default=50, help="tiny-file requests per path (median)")
     ap.add_argument("--write", type=pathlib.Path, help="replace the Proxy section of this markdown file")
+    ap.add_argument("--no-exec", action="store_true", help="skip the runs through a real safebox exec")
     opts = ap.parse_args()
+    exec_rows: list[tuple] = []
+    mem: dict[str, float] = {}
 
     with tempfile.TemporaryDirectory(dir="/dev/shm" if os.path.isdir("/dev/shm") else None) as tmp:
         d = pathlib.Path(tmp)
@@ -152,7 +254,12 @@ def main() -> int:
         port = server.server_address[1]
         rows = []
         peak = (0, 0)
+        policy = d / "policy.json"
+        policy.write_text('{"network":{"allowedDomains":["localhost"],"allowLocalDestinations":true}}')
         try:
+            if not opts.no_exec:
+                exec_rows = exec_paths(port, policy, opts, expected)
+                mem = sandbox_memory(policy)
             for name, args in paths.items():
                 url = f"http://localhost:{port}/big"
                 times = [curl_time(args, url)[0] for _ in range(opts.timed)]
@@ -172,8 +279,34 @@ def main() -> int:
                 b.wait()
             server.shutdown()
 
+    exec_ok = all(ok == opts.repeat for *_, ok in exec_rows)
     direct, direct_ttfb = rows[0][1], rows[0][2]
-    lines = [
+    lines = []
+    if exec_rows:
+        e_direct, e_ttfb = exec_rows[0][1], exec_rows[0][2]
+        lines += [
+            f"### Through `safebox exec`\n",
+            f"curl inside one `safebox exec -p policy.json` (bwrap + helper, socat bridges, proxy in the "
+            f"safebox process) against direct curl on the host, {opts.size_mib} MiB from a loopback "
+            f"sendfile server: median of {opts.timed} timed runs, {opts.repeat} downloads per path piped "
+            f"to sha256sum and compared, TTFB median of {opts.ttfb} one-byte requests.",
+            "",
+            "| path | MiB/s | vs direct | TTFB ms | sha256 ok |",
+            "|---|---:|---:|---:|---:|",
+        ]
+        for name, mibs, ttfb, ok in exec_rows:
+            lines.append(f"| {name} | {mibs:.0f} | {mibs / e_direct:.0%} | {ttfb:.2f} | {ok}/{opts.repeat} |")
+        lines += ["", "Memory, 10 sandboxes running `sleep` at once, mean PSS per process tree "
+                      "(the `safebox exec` process and all its descendants):", "",
+                  "| what | MiB PSS |", "|---|---:|"]
+        for name, value in mem.items():
+            if name != "socat per sandbox":
+                lines.append(f"| {name} | {value:.1f} |")
+        lines += ["", f"Added by networking per sandbox (networked minus no network): "
+                      f"{mem['safebox exec, networked'] - mem['safebox exec, no network']:.1f} MiB; "
+                      f"{mem['socat per sandbox']:.0f} socat processes per sandbox.", "",
+                  "### The proxy alone", ""]
+    lines += [
         f"{opts.size_mib} MiB from a loopback sendfile server with curl, median of {opts.timed} timed runs; "
         f"{opts.repeat} checksummed downloads per path; time to first byte: median of {opts.ttfb} "
         f"one-byte requests. {os.cpu_count()} cores, Python {sys.version.split()[0]}.",
@@ -196,7 +329,7 @@ def main() -> int:
         else:
             text = text.rstrip("\n") + "\n\n" + section
         opts.write.write_text(text)
-    return 0 if all(ok == opts.repeat for *_, ok in rows) else 1
+    return 0 if exec_ok and all(ok == opts.repeat for *_, ok in rows) else 1
 
 
 if __name__ == "__main__":

@@ -54,10 +54,12 @@ static void check_sock_path(const char *path)
 }
 
 /* Grandchild: stdio to /dev/null, no inherited descriptors, exec socat.
- * Never returns; exits 127 if exec fails (the wait below then times out). */
+ * Never returns; exits 127 if exec fails (the wait below then times out).
+ * "-b 262144": socat copies through a buffer of this size (default 8192, so
+ * 32 read/write pairs per 256 KiB); measured in docs/benchmarks.md. */
 SB_NORETURN static void exec_socat(const char *socat, char *listen, char *connect)
 {
-	char *argv[] = { (char *)"socat", listen, connect, NULL };
+	char *argv[] = { (char *)"socat", (char *)"-b", (char *)"262144", listen, connect, NULL };
 	int null = open("/dev/null", O_RDWR | O_CLOEXEC);
 
 	if (null >= 0) {
@@ -150,8 +152,8 @@ unsigned long bridges_start(const struct policy *pol)
 		char listen4[96], listen6[96], connect[SB_PATH_MAX + 32];
 
 		check_sock_path(b->sock_path);
-		snprintf(listen4, sizeof(listen4), "TCP4-LISTEN:%u,bind=127.0.0.1,reuseaddr,fork", b->port);
-		snprintf(listen6, sizeof(listen6), "TCP6-LISTEN:%u,bind=[::1],ipv6only=1,reuseaddr,fork",
+		snprintf(listen4, sizeof(listen4), "TCP4-LISTEN:%u,bind=127.0.0.1,reuseaddr,fork,nodelay", b->port);
+		snprintf(listen6, sizeof(listen6), "TCP6-LISTEN:%u,bind=[::1],ipv6only=1,reuseaddr,fork,nodelay",
 			 b->port);
 		snprintf(connect, sizeof(connect), "UNIX-CONNECT:%s", b->sock_path);
 		spawn_socat(pol->socat_path, listen4, connect);

@@ -15,6 +15,7 @@
 #include "util.h"
 
 #include <fcntl.h>
+#include <signal.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/prctl.h>
@@ -173,6 +174,21 @@ static void set_no_new_privs(void)
 		die_errno("prctl(PR_SET_NO_NEW_PRIVS)");
 }
 
+/* Tie the command's life to the helper's parent (safebox itself on a
+ * helper-only host, bwrap's reaper inside bwrap): when it dies, even by
+ * SIGKILL, the kernel sends the command SIGKILL.  The setting survives
+ * execve (prctl(2), PR_SET_PDEATHSIG; cleared only for set-user-ID or
+ * file-capability binaries, which no_new_privs already neutralises).
+ * PARENT is getppid() read at start: if it already differs, the parent
+ * died before the prctl and the command must not start.  Dies on failure. */
+static void die_with_parent(pid_t parent)
+{
+	if (prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0) < 0)
+		die_errno("prctl(PR_SET_PDEATHSIG)");
+	if (getppid() != parent)
+		die("the calling process exited before the command could start");
+}
+
 /* Close every descriptor above 2 except KEEP (-1: none): nothing the helper
  * or its caller opened may leak into the command.  Dies on failure. */
 static void close_fds_except(int keep)
@@ -208,6 +224,7 @@ int main(int argc, char **argv)
 	struct ll_plan ll;
 	struct bpf_blob bpf;
 	struct status st = { 0 };
+	pid_t parent = getppid();
 
 	if (argc == 2 && strcmp(argv[1], "--version") == 0)
 		return printf("safebox-helper %s\n", SAFEBOX_VERSION) < 0 ? SB_EXIT_FAILURE : 0;
@@ -217,6 +234,7 @@ int main(int argc, char **argv)
 	setup_status_fd(a.status_fd);
 
 	refuse_setuid();                                 /* 1 */
+	die_with_parent(parent);
 	load_policy(a.policy_path, &pol);                /* 2: parse, */
 	landlock_prepare(&pol, &ll);                     /*    open every rule path, */
 	seccomp_prepare(pol.seccomp_path, &bpf);         /*    read the BPF program, */

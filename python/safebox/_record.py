@@ -146,44 +146,57 @@ def sha256_hex(data: bytes) -> str:
     return sha256(data).hexdigest()
 
 
+class Spawned:
+    """A child started with its stdout and stderr on pipes; ``collect`` reads
+    both and reaps it. Lets the caller overlap the child with other work."""
+
+    def __init__(self, argv: list[str]) -> None:
+        out_r, out_w = os.pipe()
+        err_r, err_w = os.pipe()
+        try:
+            fa = [(os.POSIX_SPAWN_DUP2, out_w, 1), (os.POSIX_SPAWN_DUP2, err_w, 2),
+                  (os.POSIX_SPAWN_OPEN, 0, "/dev/null", os.O_RDONLY, 0)]
+            self.pid = os.posix_spawn(argv[0], argv, os.environ, file_actions=fa)
+        except OSError:
+            for fd in (out_r, out_w, err_r, err_w):
+                os.close(fd)
+            raise
+        os.close(out_w)
+        os.close(err_w)
+        self.argv = argv
+        self._out, self._err = out_r, err_r
+
+    def collect(self, *, timeout: float = 60.0) -> tuple[int, bytes, bytes]:
+        """(exit status, stdout, stderr); kills the child after ``timeout`` seconds."""
+        import select
+        import time
+
+        bufs: dict[int, list[bytes]] = {self._out: [], self._err: []}
+        open_fds = [self._out, self._err]
+        deadline = time.monotonic() + timeout
+        try:
+            while open_fds:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    os.kill(self.pid, 9)
+                    raise TimeoutError(f"{self.argv[0]} did not finish in {timeout:.0f} s")
+                ready, _, _ = select.select(open_fds, [], [], left)
+                for fd in ready:
+                    chunk = os.read(fd, 1 << 16)
+                    if chunk:
+                        bufs[fd].append(chunk)
+                    else:
+                        open_fds.remove(fd)
+        finally:
+            os.close(self._out)
+            os.close(self._err)
+            _, status = os.waitpid(self.pid, 0)
+        return os.waitstatus_to_exitcode(status), b"".join(bufs[self._out]), b"".join(bufs[self._err])
+
+
 def run_capture(argv: list[str], *, timeout: float = 60.0) -> tuple[int, bytes, bytes]:
     """Run ``argv`` (absolute path) and return (exit status, stdout, stderr).
 
     ``subprocess`` costs ~8 ms to import; this is posix_spawn with two pipes.
     """
-    import select
-    import time
-
-    out_r, out_w = os.pipe()
-    err_r, err_w = os.pipe()
-    try:
-        fa = [(os.POSIX_SPAWN_DUP2, out_w, 1), (os.POSIX_SPAWN_DUP2, err_w, 2),
-              (os.POSIX_SPAWN_OPEN, 0, "/dev/null", os.O_RDONLY, 0)]
-        pid = os.posix_spawn(argv[0], argv, os.environ, file_actions=fa)
-    except OSError:
-        for fd in (out_r, out_w, err_r, err_w):
-            os.close(fd)
-        raise
-    os.close(out_w)
-    os.close(err_w)
-    bufs: dict[int, list[bytes]] = {out_r: [], err_r: []}
-    open_fds = [out_r, err_r]
-    deadline = time.monotonic() + timeout
-    try:
-        while open_fds:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                os.kill(pid, 9)
-                raise TimeoutError(f"{argv[0]} did not finish in {timeout:.0f} s")
-            ready, _, _ = select.select(open_fds, [], [], left)
-            for fd in ready:
-                chunk = os.read(fd, 1 << 16)
-                if chunk:
-                    bufs[fd].append(chunk)
-                else:
-                    open_fds.remove(fd)
-    finally:
-        for fd in (out_r, err_r):
-            os.close(fd)
-        _, status = os.waitpid(pid, 0)
-    return os.waitstatus_to_exitcode(status), b"".join(bufs[out_r]), b"".join(bufs[err_r])
+    return Spawned(argv).collect(timeout=timeout)

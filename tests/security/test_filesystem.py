@@ -58,13 +58,7 @@ def test_netrc_credential_file_is_unreadable_inside(shared_home: FakeHome, mode:
     assert f"cat: {netrc}: Permission denied" in r.stderr, r.stderr
 
 
-SYMLINK_BUG = pytest.mark.xfail(strict=True, reason=(
-    "BUG: helper-only: resolve._walk_excluding grants `read` on every sibling of a denied path's ancestors, "
-    "including a symlink (~/.aws) whose target IS the denied dir (~/.aws-real); the helper opens rule paths "
-    "with O_PATH following symlinks, so the rule lands on the denied target and re-grants it"))
-
-
-@pytest.mark.parametrize("mode", [BOTH, BWRAP_ONLY, pytest.param(HELPER_ONLY, marks=SYMLINK_BUG)])
+@pytest.mark.parametrize("mode", ALL_MODES)
 @pytest.mark.parametrize("via", [".aws/credentials", ".aws-real/credentials"])
 def test_symlinked_credential_dir_is_masked_through_its_target(shared_home: FakeHome, mode: str, via: str) -> None:
     path = shared_home.root / via

@@ -22,9 +22,8 @@ SECRETS = {"GITHUB_TOKEN": "ghp_fake", "AWS_SECRET_ACCESS_KEY": "aws-fake", "FOO
            "ACTIONS_RUNTIME_TOKEN": "actions-fake"}
 
 HELPER_ONLY_ORPHANS = pytest.mark.xfail(strict=True, reason=(
-    "BUG: helper-only: nothing ties the command's processes to safebox's lifetime (no pid namespace, no "
-    "PR_SET_PDEATHSIG, no cgroup): processes that leave the command's process group, or all of them when "
-    "safebox is SIGKILLed, survive the run"))
+    "BUG: helper-only: nothing ties the command's descendants to the run (no pid namespace, no cgroup, no "
+    "subreaper kill): a background child that leaves the command's process group (setsid) survives"))
 
 
 def _env_dict(text: str) -> dict[str, str]:
@@ -103,7 +102,7 @@ def test_sigterm_to_safebox_stops_the_command_and_cleans_up(fresh_home: FakeHome
         kill_tree_by_arg(arg)
 
 
-@pytest.mark.parametrize("mode", [BOTH, BWRAP_ONLY, pytest.param(HELPER_ONLY, marks=HELPER_ONLY_ORPHANS)])
+@pytest.mark.parametrize("mode", ALL_MODES)
 def test_sigkill_to_safebox_kills_the_sandbox_and_the_next_start_sweeps_its_run_dir(fresh_home: FakeHome,
                                                                                   mode: str) -> None:
     arg = unique_sleep_arg()

@@ -17,8 +17,10 @@ path shadows an earlier one, so the order *is* the policy):
    safebox's own installation and state dir.
 8. Deny-read: directories get ``--tmpfs D`` (made read-only in step 10, so a
    write there fails rather than vanishing), files get ``--ro-bind /dev/null F``.
-9. The run dir, read-only, so the helper finds its policy even when a mask
-   covers the run dir's parent.
+9. Allowed unix sockets under the private ``/tmp`` or a mask, bound back in;
+   then the run dir, read-only, so the helper finds its policy even when a
+   mask covers the run dir's parent. (Unlisted host sockets are among the
+   step-8 file masks when ``allowUnixSockets`` lists paths.)
 10. ``--remount-ro`` every deny-read tmpfs.
 11. Namespaces and process options: ``--unshare-all`` (user, ipc, pid, net,
     uts, cgroup), ``--die-with-parent``, ``--new-session`` (no TIOCSTI into
@@ -62,6 +64,8 @@ def mount_args(rp: ResolvedPolicy) -> list[str]:
         if any(_under(f, t) for t in rp.private_tmp) or _under(f, "/proc") or _under(f, "/dev"):
             continue
         a += ["--ro-bind", "/dev/null", f]
+    for sock in rp.socket_binds:
+        a += ["--bind", sock, sock]
     if rp.run_dir:
         a += ["--ro-bind", rp.run_dir, rp.run_dir]
     for d in masked:

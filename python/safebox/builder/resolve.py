@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import stat
 
-from safebox._record import Frozen, run_capture
+from safebox._record import Frozen, Spawned
 from safebox.builder.resolved import Bridge, Layers, NetKind, ResolvedPolicy
 from safebox.errors import BuildError
 from safebox.policy import defaults
@@ -91,8 +91,8 @@ def _only_harmless_walk_errors(stderr: bytes) -> bool:
     return bool(lines) and all("(os error 2)" in ln or "(os error 13)" in ln for ln in lines)
 
 
-def _rg_protected(rg: str, root: str, depth: int) -> list[str]:
-    """Protected files and directories under ``root`` found by ripgrep, as paths."""
+def _rg_start(rg: str, root: str, depth: int) -> Spawned:
+    """Start ripgrep listing the protected files under ``root`` (collected by ``_rg_finish``)."""
     globs: list[str] = []
     for name in defaults.PROTECTED_FILES:
         globs += ["-g", f"**/{name}"]
@@ -102,8 +102,16 @@ def _rg_protected(rg: str, root: str, depth: int) -> list[str]:
     cmd = [rg, "--files", "--hidden", "--no-ignore", "--no-config",
            "--max-depth", str(depth + 3), *globs, "--", root]
     try:
-        rc, stdout, stderr = run_capture(cmd, timeout=60)
-    except (OSError, TimeoutError) as e:
+        return Spawned(cmd)
+    except OSError as e:
+        raise BuildError(f"ripgrep failed under {root}: {e}; cannot find protected files") from None
+
+
+def _rg_finish(proc: Spawned, root: str) -> list[str]:
+    """Protected files and directories under ``root`` found by ripgrep, as paths."""
+    try:
+        rc, stdout, stderr = proc.collect(timeout=60)
+    except TimeoutError as e:
         raise BuildError(f"ripgrep failed under {root}: {e}; cannot find protected files") from None
     if rc == 2 and _only_harmless_walk_errors(stderr):
         rc = 0
@@ -131,7 +139,15 @@ def _rg_protected(rg: str, root: str, depth: int) -> list[str]:
     return sorted(found)
 
 
-def protected_paths(rg: str | None, write_roots: list[str], depth: int, home: str
+def start_scans(rg: str | None, write_roots: list[str], depth: int) -> dict[str, Spawned]:
+    """Start one ripgrep per write root; they run while the rest of resolve works."""
+    if rg is None:
+        raise BuildError("ripgrep (rg) not found; it finds the files safebox must keep read-only",
+                         hint="install ripgrep (apt-get install ripgrep) or run `safebox doctor`")
+    return {root: _rg_start(rg, root, depth) for root in write_roots}
+
+
+def protected_paths(scans: dict[str, Spawned], write_roots: list[str], depth: int, home: str
                     ) -> tuple[list[str], list[str], list[tuple[str, list[str]]], list[str]]:
     """(existing protected paths, missing ones to watch, sealed dirs, git dirs).
 
@@ -141,14 +157,11 @@ def protected_paths(rg: str | None, write_roots: list[str], depth: int, home: st
     A missing top-level protected file cannot be made to fail without a
     placeholder in the user's tree; it is watched and quarantined after the run.
     """
-    if rg is None:
-        raise BuildError("ripgrep (rg) not found; it finds the files safebox must keep read-only",
-                         hint="install ripgrep (apt-get install ripgrep) or run `safebox doctor`")
     existing: set[str] = set()
     missing: set[str] = set()
     sealed: list[tuple[str, list[str]]] = []
     for root in write_roots:
-        for p in _rg_protected(rg, root, depth):
+        for p in _rg_finish(scans[root], root):
             existing.add(p)
         # Nested repositories: the .git dirs found above; protect their inner entries.
         for git in [p for p in list(existing) if p.endswith("/.git") and _is_under(p, root)]:
@@ -175,6 +188,49 @@ def protected_paths(rg: str | None, write_roots: list[str], depth: int, home: st
     # protection of the entries below it.
     git_dirs = sorted(p for p in existing if p.endswith("/.git") and os.path.isdir(p))
     return sorted(existing - set(git_dirs)), sorted(missing), sealed, git_dirs
+
+
+def host_unix_sockets() -> list[str]:
+    """Paths of the unix sockets bound in this network namespace (/proc/net/unix)."""
+    out = []
+    try:
+        with open("/proc/net/unix", "rb") as f:
+            lines = f.read().split(b"\n")[1:]
+    except OSError as e:
+        raise BuildError(f"cannot read /proc/net/unix ({e.strerror}); cannot hide unlisted sockets") from None
+    for line in lines:
+        fields = line.split(None, 7)
+        if len(fields) == 8 and fields[7].startswith(b"/"):
+            out.append(os.fsdecode(fields[7]))
+    return sorted(set(out))
+
+
+def split_unix_sockets(allowed: tuple[str, ...], candidates: list[str]) -> tuple[list[str], list[str]]:
+    """(sockets to hide, allowed sockets that exist).
+
+    seccomp cannot see a connect() path and Landlock has no unix-connect right
+    (ABI <= 7), so per-path filtering is done with mounts: every socket the
+    host has bound (``/proc/net/unix``) that is not listed gets /dev/null
+    bound over it, and connect() there fails (ECONNREFUSED). Sockets bound
+    after the sandbox starts are not covered (docs/policy-reference.md).
+    """
+    allowed_real = {os.path.realpath(a) for a in allowed}
+    hide, keep = [], []
+    for path in candidates:
+        try:
+            st = os.lstat(path)
+        except OSError:
+            continue
+        if not stat.S_ISSOCK(st.st_mode):
+            continue
+        (keep if os.path.realpath(path) in allowed_real else hide).append(path)
+    for a in sorted(allowed_real):
+        try:
+            if stat.S_ISSOCK(os.lstat(a).st_mode) and a not in keep:
+                keep.append(a)
+        except OSError:
+            pass
+    return sorted(set(hide)), sorted(set(keep))
 
 
 def landlock_rules(*, layers: Layers, write_roots: list[str], mask_dirs: list[str],
@@ -257,15 +313,31 @@ def resolve(policy: EffectivePolicy, *, layers: Layers, cwd: str, home: str, hos
         write_roots.append(real)
     write_roots = sorted(set(write_roots), key=lambda p: (p.count("/"), p))
 
-    mask_dirs, mask_files, n = classify_deny_read(policy.deny_read)
+    scans = start_scans(host.rg_path, write_roots, policy.search_depth)
+    try:
+        mask_dirs, mask_files, n = classify_deny_read(policy.deny_read)
+    except BaseException:
+        for proc in scans.values():
+            proc.collect(timeout=60)
+        raise
     notes += n
     for w in write_roots:
         for d in mask_dirs + mask_files:
             if _is_under(w, d):
+                for proc in scans.values():
+                    proc.collect(timeout=60)
                 raise BuildError(f"filesystem.allowWrite {w} lies inside denied {d}: "
                                  "a write root cannot be unreadable; remove one of them")
 
-    existing, missing, sealed, git_dirs = protected_paths(host.rg_path, write_roots, policy.search_depth, home)
+    rules = landlock_rules(layers=layers, write_roots=write_roots, mask_dirs=mask_dirs, mask_files=mask_files)
+    existing, missing, sealed, git_dirs = protected_paths(scans, write_roots, policy.search_depth, home)
+    socket_binds: list[str] = []
+    if policy.allow_unix_sockets and not policy.allow_all_unix_sockets and layers is not Layers.HELPER_ONLY:
+        hide, keep = split_unix_sockets(policy.allow_unix_sockets, host_unix_sockets())
+        mask_files = sorted(set(mask_files) | set(hide))
+        # An allowed socket under the private /tmp or a masked directory is
+        # invisible unless bound back in.
+        socket_binds = [k for k in keep if _is_under(k, "/tmp") or any(_is_under(k, m) for m in mask_dirs)]
     read_only: set[str] = set(existing)
     for p in policy.deny_write:
         real = os.path.realpath(p)
@@ -282,7 +354,6 @@ def resolve(policy: EffectivePolicy, *, layers: Layers, cwd: str, home: str, hos
                              and not any(_is_under(p, m) for m in mask_dirs)),
                             key=lambda p: (p.count("/"), p))
     net = NetKind.PROXY if bridges else NetKind.NONE
-    rules = landlock_rules(layers=layers, write_roots=write_roots, mask_dirs=mask_dirs, mask_files=mask_files)
     private_tmp = ("/tmp",) if layers is not Layers.HELPER_ONLY else ()
     if layers is not Layers.HELPER_ONLY:
         rules.append(("write", "/tmp"))
@@ -292,6 +363,7 @@ def resolve(policy: EffectivePolicy, *, layers: Layers, cwd: str, home: str, hos
         pinned_dirs=tuple(g for g in git_dirs if g not in {d for d, _ in sealed}),
         mask_dirs=tuple(mask_dirs), mask_files=tuple(mask_files), private_tmp=private_tmp,
         net=net, bridges=bridges, helper_path=host.helper_path, policy_path=host.policy_path,
+        socket_binds=tuple(socket_binds),
         run_dir=host.run_dir, watch_missing=tuple(missing), landlock_rules=tuple(rules),
         notes=tuple(notes))
 

@@ -52,6 +52,8 @@ class ResolvedPolicy(Frozen):
     # Deny-read: directories covered by an empty read-only tmpfs; files by /dev/null.
     mask_dirs: tuple[str, ...] = ()
     mask_files: tuple[str, ...] = ()
+    # Allowed unix sockets bound back in (they lie under the private /tmp or a mask).
+    socket_binds: tuple[str, ...] = ()
     # Directories that get the private /tmp-like tmpfs.
     private_tmp: tuple[str, ...] = ("/tmp",)
     net: NetKind = NetKind.NONE

@@ -1,18 +1,23 @@
 """Shared by the HTTP and SOCKS5 front ends: the gate (decide, resolve, check
 every address, connect to a checked address, audit) and the byte relay.
 
-The relay is two :class:`asyncio.Protocol` halves wired to each other's
-transports: bytes received on one side are handed straight to the other
-transport (no intermediate ``StreamReader`` copy), and write-buffer pressure
-on one side pauses reading on the other, so memory per connection stays
-bounded by the write-buffer high-water mark.
+After the handshake the relay moves bytes with ``splice(2)``: socket → pipe →
+socket, driven by the proxy's event loop (non-blocking, level-triggered), so
+the bulk bytes never enter Python and are not copied through user space. A
+direction reads only while its pipe is empty, so memory per connection is two
+pipe buffers. Where splice cannot be used (the client transport still holds
+unsent bytes, or ``os.splice`` is missing) it falls back to two
+:class:`asyncio.Protocol` halves wired to each other's transports, with
+write-buffer pressure on one side pausing reading on the other.
 """
 
 from __future__ import annotations
 
 import asyncio
 import errno
+import fcntl
 import ipaddress
+import os
 import socket
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -27,6 +32,14 @@ WRITE_HIGH_WATER = 1024 * 1024
 WRITE_LOW_WATER = 256 * 1024
 #: Socket buffers: large enough that a 256 KiB read is usually one syscall.
 SOCKET_BUFFER = 1024 * 1024
+#: Pipe size per relay direction. The kernel charges pipe pages to the user
+#: (fs.pipe-user-pages-soft, 64 MiB by default); past that, F_SETPIPE_SZ fails
+#: and the pipe keeps its default 64 KiB, which still works, only slower.
+PIPE_SIZE = 256 * 1024
+_SPLICE_FLAGS = getattr(os, "SPLICE_F_MOVE", 1) | getattr(os, "SPLICE_F_NONBLOCK", 2)
+_F_SETPIPE_SZ = getattr(fcntl, "F_SETPIPE_SZ", 1031)
+#: Errors that mean "the peer went away": abort the relay quietly.
+_GONE = (BrokenPipeError, ConnectionResetError, ConnectionAbortedError, TimeoutError)
 
 
 class Refused(Exception):
@@ -69,19 +82,32 @@ class _Half(asyncio.Protocol):
         self.peer: _Half | None = None
         self.eof = False
         self.lost = False
+        #: What the upstream sent before the relay started (a server that
+        #: speaks first: SSH, SMTP banners).
+        self.early = bytearray()
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert isinstance(transport, asyncio.Transport)
         self.transport = transport
         # Hold the upstream side still until the client side is wired up.
+        # Python 3.11's transport re-adds its reader right after
+        # connection_made, so bytes can still arrive early: kept in ``early``.
         if not self.relay.started:
             transport.pause_reading()
 
     def data_received(self, data: bytes) -> None:
+        if not self.relay.started:
+            self.early += data
+            assert self.transport is not None
+            self.transport.pause_reading()
+            return
         assert self.peer is not None and self.peer.transport is not None
         self.peer.transport.write(data)
 
     def eof_received(self) -> bool:
+        if not self.relay.started:
+            self.eof = True
+            return True
         self.relay.on_eof(self)
         return True  # keep our write side open: half-close, as TCP allows
 
@@ -96,6 +122,153 @@ class _Half(asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self.lost = True
         self.relay.on_lost(self, exc)
+
+
+class _Direction:
+    """One direction of a spliced relay: ``src`` → pipe → ``dst``.
+
+    Reads from ``src`` only while the pipe is empty; when ``dst`` cannot take
+    everything, stops reading and waits for ``dst`` to become writable. At EOF
+    with the pipe drained it shuts down ``dst`` for writing (TCP half-close).
+    """
+
+    def __init__(self, splicer: _Splicer, src: int, dst: int, prefix: bytes) -> None:
+        self.splicer = splicer
+        self.loop = splicer.loop
+        self.src, self.dst = src, dst
+        self.prefix = prefix  # bytes to send before anything read from src
+        self.pipe: tuple[int, int] | None = None
+        self.pending = 0  # bytes in the pipe
+        self.reading = self.writing = False
+        self.eof = self.done = False
+
+    def start(self) -> None:
+        """Send the prefix, then start reading."""
+        self._flush()
+
+    def _open_pipe(self) -> tuple[int, int]:
+        r, w = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
+        try:
+            fcntl.fcntl(w, _F_SETPIPE_SZ, PIPE_SIZE)
+        except OSError:
+            pass  # over the user's pipe quota: the default size still works
+        self.pipe = (r, w)
+        return self.pipe
+
+    def _set_reading(self, on: bool) -> None:
+        if on != self.reading:
+            self.reading = on
+            if on:
+                self.loop.add_reader(self.src, self._on_readable)
+            else:
+                self.loop.remove_reader(self.src)
+
+    def _set_writing(self, on: bool) -> None:
+        if on != self.writing:
+            self.writing = on
+            if on:
+                self.loop.add_writer(self.dst, self._flush)
+            else:
+                self.loop.remove_writer(self.dst)
+
+    def _on_readable(self) -> None:
+        r, w = self.pipe or self._open_pipe()
+        try:
+            n = os.splice(self.src, w, PIPE_SIZE, flags=_SPLICE_FLAGS)
+        except BlockingIOError:
+            return
+        except OSError as exc:
+            self.splicer.fail(exc)
+            return
+        if n == 0:
+            self.eof = True
+            self._set_reading(False)
+        self.pending += n
+        self._flush()
+
+    def _flush(self) -> None:
+        try:
+            while self.prefix:
+                sent = os.write(self.dst, self.prefix)
+                self.prefix = self.prefix[sent:]
+            while self.pending:
+                assert self.pipe is not None
+                self.pending -= os.splice(self.pipe[0], self.dst, self.pending, flags=_SPLICE_FLAGS)
+        except BlockingIOError:
+            self._set_reading(False)
+            self._set_writing(True)
+            return
+        except OSError as exc:
+            self.splicer.fail(exc)
+            return
+        self._set_writing(False)
+        if not self.eof:
+            self._set_reading(True)
+        elif not self.done:
+            self.done = True
+            try:
+                _shutdown_write(self.dst)
+            except OSError:
+                pass
+            self.splicer.direction_done()
+
+    def close(self) -> None:
+        """Stop watching the descriptors and close the pipe."""
+        self._set_reading(False)
+        self._set_writing(False)
+        if self.pipe is not None:
+            for fd in self.pipe:
+                os.close(fd)
+            self.pipe = None
+
+
+def _shutdown_write(fd: int) -> None:
+    """``shutdown(fd, SHUT_WR)`` on a descriptor we do not wrap in a socket object."""
+    s = socket.socket(fileno=fd)
+    try:
+        s.shutdown(socket.SHUT_WR)
+    finally:
+        s.detach()
+
+
+class _Splicer:
+    """Both directions of a spliced relay, on private duplicates of the two
+    sockets (the asyncio transports are closed once their sockets are duplicated)."""
+
+    def __init__(self, relay: Relay, client_fd: int, upstream_fd: int, *, up_prefix: bytes, client_eof: bool,
+                 down_prefix: bytes = b"", upstream_eof: bool = False) -> None:
+        self.relay = relay
+        self.loop = asyncio.get_running_loop()
+        self.fds = (client_fd, upstream_fd)
+        self.up = _Direction(self, client_fd, upstream_fd, up_prefix)
+        self.down = _Direction(self, upstream_fd, client_fd, down_prefix)
+        self.closed = False
+        self.up.eof = client_eof
+        self.down.eof = upstream_eof
+
+    def start(self) -> None:
+        self.up.start()
+        if not self.closed:
+            self.down.start()
+
+    def direction_done(self) -> None:
+        if self.up.done and self.down.done:
+            self.close()
+
+    def fail(self, exc: OSError) -> None:
+        """An error on either side: drop both (closing an fd with unread data sends RST)."""
+        self.close()
+
+    def close(self) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        for d in (self.up, self.down):
+            d.close()
+        for fd in self.fds:
+            os.close(fd)
+        if not self.relay.done.done():
+            self.relay.done.set_result(None)
 
 
 class Relay:
@@ -113,6 +286,8 @@ class Relay:
         self.upstream.peer = self.client
         self.done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self.bytes_up = 0
+        self.spliced = False
+        self._splicer: _Splicer | None = None
 
     def start(self, client: asyncio.Transport, *, leftover: bytes = b"",
               client_eof: bool = False, head: bytes = b"") -> None:
@@ -121,6 +296,8 @@ class Relay:
         assert self.upstream.transport is not None
         self.started = True
         up = self.upstream.transport
+        if self._try_splice(client, up, prefix=head + leftover, client_eof=client_eof):
+            return
         for t in (client, up):
             t.set_write_buffer_limits(high=WRITE_HIGH_WATER, low=WRITE_LOW_WATER)
             _tune(t.get_extra_info("socket"))
@@ -130,12 +307,41 @@ class Relay:
             up.write(head)
         if leftover:
             up.write(leftover)
+        if self.upstream.early:
+            client.write(bytes(self.upstream.early))
+            self.upstream.early.clear()
         if client_eof:
             self.on_eof(self.client)
         else:
             client.resume_reading()
-        if not up.is_closing():
+        if self.upstream.eof:
+            self.upstream.eof = False
+            self.on_eof(self.upstream)
+        elif not up.is_closing():
             up.resume_reading()
+
+    def _try_splice(self, client: asyncio.Transport, up: asyncio.Transport, *,
+                    prefix: bytes, client_eof: bool) -> bool:
+        """Move both sockets to a :class:`_Splicer`; False (nothing changed) when
+        splice cannot be used and the protocol relay must run instead."""
+        if not hasattr(os, "splice") or client.get_write_buffer_size() or up.get_write_buffer_size():
+            return False
+        socks = [t.get_extra_info("socket") for t in (client, up)]
+        if any(sk is None or up.is_closing() or client.is_closing() for sk in socks):
+            return False
+        fds = [os.dup(sk.fileno()) for sk in socks]
+        for sk in socks:
+            _tune(sk)
+        self.spliced = True
+        # The transports' own descriptors close here; the duplicates keep the
+        # connections open (no FIN: the files are still referenced).
+        client.pause_reading()
+        client.abort()
+        up.abort()
+        self._splicer = _Splicer(self, fds[0], fds[1], up_prefix=prefix, client_eof=client_eof,
+                                 down_prefix=bytes(self.upstream.early), upstream_eof=self.upstream.eof)
+        self._splicer.start()
+        return True
 
     def on_eof(self, half: _Half) -> None:
         """``half`` read EOF: pass it on; close both once both directions ended."""
@@ -152,6 +358,8 @@ class Relay:
     def on_lost(self, half: _Half, exc: Exception | None) -> None:
         """``half``'s connection is gone: close the other side (flushing it), or
         abort it if the loss was an error."""
+        if self.spliced:
+            return  # the transports were closed on purpose; the splicer owns the sockets
         peer = half.peer
         assert peer is not None
         if peer.transport is not None and not peer.lost:
@@ -171,6 +379,8 @@ class Relay:
 
     def abort(self) -> None:
         """Drop both sides now."""
+        if self._splicer is not None:
+            self._splicer.close()
         for h in (self.client, self.upstream):
             if h.transport is not None:
                 h.transport.abort()

@@ -1,0 +1,153 @@
+"""``safebox exec`` end to end: exit statuses, flags, --dry-run, --strict, stdio.
+
+Real bubblewrap, real helper, real kernel, driven through the installed CLI.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from sbx import BOTH, BWRAP_ONLY, HELPER_ONLY, FakeHome, fresh_home, host, scratch, shared_home, token  # noqa: F401
+
+ALL_MODES = [BOTH, BWRAP_ONLY, HELPER_ONLY]
+
+
+@pytest.mark.parametrize("mode", ALL_MODES)
+def test_exit_status_is_the_commands_own(shared_home: FakeHome, mode: str) -> None:
+    assert host(["sh", "-c", "exit 3"]).returncode == 3
+    assert shared_home.run(["sh", "-c", "exit 3"], mode=mode).returncode == 3
+    assert shared_home.run(["true"], mode=mode).returncode == 0
+
+
+@pytest.mark.parametrize("mode", ALL_MODES)
+def test_death_by_signal_n_exits_128_plus_n(shared_home: FakeHome, mode: str) -> None:
+    r = shared_home.run(["sh", "-c", "kill -TERM $$"], mode=mode)
+    assert r.returncode == 143, r.stderr
+    r = shared_home.run(["sh", "-c", "kill -KILL $$"], mode=mode)
+    assert r.returncode == 137, r.stderr
+
+
+@pytest.mark.parametrize("mode", ALL_MODES)
+def test_command_not_found_exits_127(shared_home: FakeHome, mode: str) -> None:
+    r = shared_home.run([f"no-such-command-{token()}"], mode=mode)
+    assert r.returncode == 127, r.stderr
+
+
+@pytest.mark.parametrize("mode", ALL_MODES)
+def test_command_not_executable_exits_126(shared_home: FakeHome, mode: str) -> None:
+    r = shared_home.run(["./README.md"], mode=mode)
+    assert r.returncode == 126, r.stderr
+
+
+@pytest.mark.parametrize("policy_text", ['{"filesystem": {"allowWrit": ["."]}}', '{"network": "yes"}', "{not json"])
+def test_bad_policy_exits_125_with_a_safebox_message(fresh_home: FakeHome, policy_text: str) -> None:
+    pol = fresh_home.root / "bad.json"
+    pol.write_text(policy_text)
+    marker = fresh_home.work / "ran"
+    r = fresh_home.run(["touch", str(marker)], opts=["--policy", str(pol)])
+    assert r.returncode == 125, r
+    assert r.stderr.startswith("safebox: "), r.stderr
+    assert "Traceback" not in r.stderr
+    assert not marker.exists()
+
+
+def test_unknown_policy_key_is_named_in_the_message(fresh_home: FakeHome) -> None:
+    pol = fresh_home.root / "bad.json"
+    pol.write_text('{"filesystem": {"allowWrit": ["."]}}')
+    r = fresh_home.run(["true"], opts=["--policy", str(pol)])
+    assert r.returncode == 125
+    assert "allowWrit" in r.stderr, r.stderr
+
+
+def test_missing_policy_file_exits_125(fresh_home: FakeHome) -> None:
+    r = fresh_home.run(["true"], opts=["--policy", str(fresh_home.root / "nope.json")])
+    assert r.returncode == 125
+    assert r.stderr.startswith("safebox: ")
+
+
+@pytest.mark.parametrize("mode", [BOTH, BWRAP_ONLY])
+def test_dry_run_prints_the_bwrap_argv_and_policy_and_runs_nothing(fresh_home: FakeHome, mode: str) -> None:
+    marker = fresh_home.work / f"marker-{token()}"
+    r = fresh_home.run(["touch", str(marker)], mode=mode, opts=["--dry-run"])
+    assert r.returncode == 0, r.stderr
+    assert not marker.exists()
+    assert r.stdout.startswith("# bwrap argv\n")
+    assert "--unshare-all" in r.stdout and "--new-session" in r.stdout and "--die-with-parent" in r.stdout
+    assert "# helper policy" in r.stdout
+    assert "safebox-policy 1\n" in r.stdout and r.stdout.endswith("end\n")
+    assert not (fresh_home.run_base / "DRY-RUN").exists()
+
+
+def test_dry_run_without_bwrap_prints_the_helper_argv(fresh_home: FakeHome) -> None:
+    marker = fresh_home.work / f"marker-{token()}"
+    r = fresh_home.run(["touch", str(marker)], mode=HELPER_ONLY, opts=["--dry-run"])
+    assert r.returncode == 0, r.stderr
+    assert not marker.exists()
+    assert r.stdout.startswith("# helper argv (no bwrap)\n")
+    assert "safebox-policy 1\n" in r.stdout
+
+
+@pytest.mark.parametrize("mode", [HELPER_ONLY, BWRAP_ONLY])
+def test_strict_refuses_to_run_with_a_layer_missing(fresh_home: FakeHome, mode: str) -> None:
+    marker = fresh_home.work / "ran"
+    r = fresh_home.run(["touch", str(marker)], mode=mode, opts=["--strict"])
+    assert r.returncode == 125, r
+    assert r.stderr.startswith("safebox: --strict"), r.stderr
+    assert not marker.exists()
+
+
+def test_strict_runs_when_every_layer_is_enforced(shared_home: FakeHome) -> None:
+    r = shared_home.run(["true"], opts=["--strict"])
+    assert r.returncode == 0, r.stderr
+
+
+def test_verbose_reports_the_enforced_layers(shared_home: FakeHome) -> None:
+    r = shared_home.run(["true"], opts=["-v"])
+    assert r.returncode == 0
+    assert "safebox: layers: both; landlock abi" in r.stderr, r.stderr
+    assert "seccomp yes" in r.stderr
+
+
+@pytest.mark.parametrize("mode", ALL_MODES)
+def test_stdin_and_stdout_are_the_commands_own(shared_home: FakeHome, mode: str) -> None:
+    r = shared_home.run(["tr", "a-z", "A-Z"], mode=mode, input="hello\n")
+    assert r.returncode == 0
+    assert r.stdout == "HELLO\n"
+
+
+@pytest.mark.parametrize("mode", ALL_MODES)
+def test_deny_read_flag_hides_a_directory_of_the_work_tree(shared_home: FakeHome, mode: str) -> None:
+    assert shared_home.run(["cat", "src/main.c"], mode=mode).returncode == 0  # control
+    r = shared_home.run(["cat", "src/main.c"], mode=mode, opts=["--deny-read", "src"])
+    assert r.returncode == 1
+    assert ("No such file or directory" if mode != HELPER_ONLY else "Permission denied") in r.stderr, r.stderr
+
+
+# Helper-only is not claimed: Landlock cannot subtract a path beneath a granted write root.
+@pytest.mark.parametrize("mode", [BOTH, BWRAP_ONLY])
+def test_deny_write_flag_keeps_a_file_read_only(fresh_home: FakeHome, mode: str) -> None:
+    r = fresh_home.run(["sh", "-c", "echo x >> README.md"], mode=mode, opts=["--deny-write", "README.md"])
+    assert r.returncode != 0
+    assert "README.md: Read-only file system" in r.stderr, r.stderr
+    assert (fresh_home.work / "README.md").read_text() == "hello\n"
+
+
+@pytest.mark.parametrize("mode", ALL_MODES)
+def test_allow_write_flag_adds_a_write_root(fresh_home: FakeHome, mode: str) -> None:
+    extra = fresh_home.root / "extra"
+    extra.mkdir()
+    r = fresh_home.run(["sh", "-c", f"echo ok > {extra}/f"], mode=mode)
+    assert r.returncode != 0  # control: not writable without the flag
+    r = fresh_home.run(["sh", "-c", f"echo ok > {extra}/f"], mode=mode, opts=["--allow-write", str(extra)])
+    assert r.returncode == 0, r.stderr
+    assert (extra / "f").read_text() == "ok\n"
+
+
+def test_policy_file_in_toml_is_accepted(fresh_home: FakeHome) -> None:
+    extra = fresh_home.root / "extra"
+    extra.mkdir()
+    pol = fresh_home.root / "p.toml"
+    pol.write_text(f'[filesystem]\nallowWrite = ["{extra}"]\n')
+    r = fresh_home.run(["sh", "-c", f"echo ok > {extra}/f"], opts=["--policy", str(pol)])
+    assert r.returncode == 0, r.stderr
+    assert (extra / "f").read_text() == "ok\n"

@@ -1,0 +1,252 @@
+"""The network proxy end to end, through the real ``safebox exec``.
+
+A small HTTP server listens on 127.0.0.1 in this test process; sandboxed curl
+reaches it by the name ``localhost`` (resolved by the proxy on the host) with
+``network.allowLocalDestinations``. Nothing is sent to any address other than
+loopback: refused names are refused by the proxy before any lookup, and the
+no-network cases run in an empty network namespace.
+
+Paths: plain HTTP through ``HTTP_PROXY``, CONNECT (``curl -p``) and SOCKS5
+(``curl -x socks5h://127.0.0.1:1080``). Refusals are asserted exactly: the 403
+body of docs/network.md, curl's exit 56 for a refused CONNECT and exit 97 for
+the SOCKS5 reply 0x02.
+
+"The proxy dies mid-run" cannot be injected into the safebox process from a
+test, so it is simulated from outside: the test removes the proxy's unix
+sockets while the command runs, which is what a bridge sees when the proxy is
+gone (its connect fails). The command's next request must fail at once, not
+hang.
+"""
+
+from __future__ import annotations
+
+import http.server
+import json
+import subprocess
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from sbx import (BOTH, EACCES, EPERM, HELPER_ONLY, FakeHome, fresh_home, host, scratch, shared_home,  # noqa: F401
+                 token, wait_for)
+
+pytestmark = pytest.mark.needs_bwrap
+
+SOCKS = ["-x", "socks5h://127.0.0.1:1080"]
+PATHS = {"http": [], "connect": ["-p"], "socks5": SOCKS}
+
+
+class _Server(http.server.BaseHTTPRequestHandler):
+    body = b""
+    hits: list[str] = []
+
+    def do_GET(self) -> None:  # noqa: N802
+        type(self).hits.append(self.path)
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(self.body)))
+        self.end_headers()
+        self.wfile.write(self.body)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[tuple[int, str]]:
+    """(port, body) of an HTTP server on 127.0.0.1."""
+    body = f"hello-{token()}"
+    _Server.body = body.encode()
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Server)
+    srv.daemon_threads = True
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    yield srv.server_address[1], body
+    srv.shutdown()
+    srv.server_close()
+
+
+def policy(home: FakeHome, network: dict[str, object]) -> list[str]:
+    """Write a policy file into the fake home; the ``-p`` option for it."""
+    path = home.root / f"policy-{token()}.json"
+    path.write_text(json.dumps({"network": network}))
+    return ["-p", str(path)]
+
+
+LOCAL = {"allowedDomains": ["localhost"], "allowLocalDestinations": True}
+
+
+def curl(home: FakeHome, args: list[str], url: str, *, opts: list[str], mode: str = BOTH
+         ) -> subprocess.CompletedProcess[str]:
+    return home.run(["curl", "-sS", "--max-time", "20", *args, url], opts=opts, mode=mode)
+
+
+def refusal(host_: str, port: int, rule: str, reason: str) -> str:
+    return (f"safebox: connection to {host_} port {port} refused: {reason}\n"
+            f"To allow it, change {rule} in the safebox policy.\n")
+
+
+@pytest.mark.parametrize("path", list(PATHS))
+def test_an_allowed_name_reaches_the_local_server(shared_home: FakeHome, server: tuple[int, str], path: str) -> None:
+    port, body = server
+    r = curl(shared_home, PATHS[path], f"http://localhost:{port}/{path}", opts=policy(shared_home, LOCAL))
+    assert (r.returncode, r.stdout) == (0, body), r.stderr
+
+
+def test_the_proxy_variables_point_at_the_bridges_and_no_proxy_is_empty(shared_home: FakeHome) -> None:
+    r = shared_home.run(["env"], opts=policy(shared_home, LOCAL))
+    env = dict(line.split("=", 1) for line in r.stdout.splitlines() if "=" in line)
+    assert env["HTTP_PROXY"] == env["http_proxy"] == "http://127.0.0.1:3128"
+    assert env["HTTPS_PROXY"] == env["https_proxy"] == "http://127.0.0.1:3128"
+    assert env["ALL_PROXY"] == env["all_proxy"] == "socks5h://127.0.0.1:1080"
+    assert env["NO_PROXY"] == env["no_proxy"] == ""
+
+
+def test_a_name_not_allowed_is_refused_with_the_documented_body(shared_home: FakeHome,
+                                                                  server: tuple[int, str]) -> None:
+    port, _ = server
+    opts = policy(shared_home, LOCAL)
+    r = curl(shared_home, ["-D", "/dev/stderr"], f"http://example.org:{port}/", opts=opts)
+    assert r.returncode == 0
+    assert "403 Forbidden" in r.stderr and "X-Safebox-Rule: network.allowedDomains" in r.stderr
+    assert r.stdout == refusal("example.org", port, "network.allowedDomains",
+                               "example.org is not in network.allowedDomains")
+    r = curl(shared_home, ["-p"], f"http://example.org:{port}/", opts=opts)
+    assert r.returncode == 56 and "CONNECT tunnel failed, response 403" in r.stderr
+    r = curl(shared_home, SOCKS, f"http://example.org:{port}/", opts=opts)
+    assert r.returncode == 97 and "SOCKS5" in r.stderr and "(2)" in r.stderr
+
+
+def test_a_denied_domain_wins_over_an_allowed_one(shared_home: FakeHome, server: tuple[int, str]) -> None:
+    port, _ = server
+    opts = policy(shared_home, {**LOCAL, "deniedDomains": ["localhost"]})
+    r = curl(shared_home, [], f"http://localhost:{port}/", opts=opts)
+    assert "network.deniedDomains" in r.stdout and r.stdout.startswith("safebox: connection to localhost")
+    assert _Server.hits.count("/") == 0
+
+
+def test_an_ip_literal_is_refused_unless_listed(shared_home: FakeHome, server: tuple[int, str]) -> None:
+    port, _ = server
+    r = curl(shared_home, [], f"http://127.0.0.1:{port}/", opts=policy(shared_home, LOCAL))
+    assert r.stdout == refusal("127.0.0.1", port, "network.allowedDomains",
+                               "IP address 127.0.0.1 is not listed literally in network.allowedDomains")
+
+
+@pytest.mark.parametrize("path", list(PATHS))
+def test_an_allowed_name_resolving_to_loopback_needs_allow_local_destinations(
+        shared_home: FakeHome, server: tuple[int, str], path: str) -> None:
+    port, _ = server
+    opts = policy(shared_home, {"allowedDomains": ["localhost"]})
+    before = len(_Server.hits)
+    r = curl(shared_home, PATHS[path], f"http://localhost:{port}/{path}", opts=opts)
+    if path == "http":
+        assert r.returncode == 0
+        assert r.stdout == refusal(
+            "localhost", port, "network.allowLocalDestinations",
+            "localhost resolves to 127.0.0.1, a loopback address; local destinations need "
+            "network.allowLocalDestinations")
+    elif path == "connect":
+        assert r.returncode == 56 and "response 403" in r.stderr
+    else:
+        assert r.returncode == 97
+    assert len(_Server.hits) == before
+
+
+def test_without_an_allowed_domain_nothing_reaches_the_network(shared_home: FakeHome,
+                                                                server: tuple[int, str]) -> None:
+    port, body = server
+    control = host(["curl", "-sS", "--noproxy", "*", f"http://127.0.0.1:{port}/"])
+    assert (control.returncode, control.stdout) == (0, body)
+    r = shared_home.run(["curl", "-sS", "--max-time", "10", f"http://127.0.0.1:{port}/"])
+    assert r.returncode == 7, r.stderr
+    r = shared_home.run(["getent", "hosts", "example.org"])
+    assert r.returncode == 2
+    script = (f"import socket\ns = socket.socket()\ntry:\n    s.connect(('127.0.0.1', {port}))\n"
+              "except OSError as e:\n    raise SystemExit(e.errno)\n")
+    assert shared_home.run(["python3", "-c", script]).returncode == EACCES
+
+
+def test_helper_only_mode_allows_the_proxy_ports_and_nothing_else(shared_home: FakeHome,
+                                                                  server: tuple[int, str]) -> None:
+    port, body = server
+    opts = policy(shared_home, LOCAL)
+    script = (
+        "import errno, os, socket, subprocess\n"
+        f"out = subprocess.run(['curl', '-sS', 'http://localhost:{port}/'], capture_output=True, text=True)\n"
+        "print('proxied', out.returncode, out.stdout)\n"
+        f"out = subprocess.run(['curl', '-sS', '--noproxy', '*', 'http://127.0.0.1:{port}/'], capture_output=True)\n"
+        "print('direct', out.returncode)\n"
+        "s = socket.socket()\n"
+        f"try:\n    s.connect(('127.0.0.1', {port}))\nexcept OSError as e:\n    print('connect', e.errno)\n"
+        "try:\n    socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\nexcept OSError as e:\n    print('udp', e.errno)\n"
+        "print('vars', os.environ['HTTP_PROXY'] != 'http://127.0.0.1:3128')\n"
+    )
+    r = shared_home.run(["python3", "-c", script], opts=opts, mode=HELPER_ONLY)
+    assert r.stdout.splitlines() == [f"proxied 0 {body}", "direct 7", f"connect {EACCES}", f"udp {EPERM}",
+                                     "vars True"], r.stderr
+
+
+def test_audit_log_has_one_json_line_per_decision(fresh_home: FakeHome, server: tuple[int, str]) -> None:
+    port, _ = server
+    log = fresh_home.root / "audit.jsonl"
+    script = (f"curl -sS -o /dev/null http://localhost:{port}/a; "
+              f"curl -sS -o /dev/null http://example.org:{port}/b; "
+              f"curl -sS -o /dev/null -x socks5h://127.0.0.1:1080 http://localhost:{port}/c; true")
+    r = fresh_home.run(["sh", "-c", script], opts=[*policy(fresh_home, LOCAL), "--audit-log", str(log)])
+    assert r.returncode == 0, r.stderr
+    events = [json.loads(line) for line in log.read_text().splitlines()]
+    net = [(e["host"], e["port"], e["protocol"], e["verdict"], e["rule"]) for e in events if e["event"] == "network"]
+    # An allowed loopback destination names the key that let it through.
+    assert net == [("localhost", port, "http", "allow", "network.allowLocalDestinations"),
+                   ("example.org", port, "http", "deny", "network.allowedDomains"),
+                   ("localhost", port, "socks5", "allow", "network.allowLocalDestinations")]
+
+
+def _socats_for(home: FakeHome) -> list[int]:
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                argv = (entry / "cmdline").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            if argv and argv[0].endswith(b"socat") and any(str(home.root).encode() in a for a in argv):
+                pids.append(int(entry.name))
+    return pids
+
+
+def test_proxy_gone_mid_run_fails_closed_without_hanging(fresh_home: FakeHome, server: tuple[int, str]) -> None:
+    port, body = server
+    ready, go = fresh_home.work / "ready", fresh_home.work / "go"
+    script = (f"curl -sS http://localhost:{port}/; echo; touch {ready}; "
+              f"i=0; while [ ! -e {go} ] && [ $i -lt 200 ]; do sleep 0.05; i=$((i+1)); done; "
+              f"curl -sS --max-time 30 http://localhost:{port}/; echo \"http=$?\"; "
+              f"curl -sS --max-time 30 -x socks5h://127.0.0.1:1080 http://localhost:{port}/; echo \"socks=$?\"")
+    proc = fresh_home.popen(["sh", "-c", script], opts=policy(fresh_home, LOCAL))
+    try:
+        assert wait_for(ready.exists, 30)
+        socks = list(fresh_home.run_base.glob("*/*-proxy.sock"))
+        assert len(socks) == 2
+        for s in socks:
+            s.unlink()
+        go.touch()
+        started = time.monotonic()
+        out, err = proc.communicate(timeout=30)
+    finally:
+        proc.kill()
+    assert time.monotonic() - started < 10
+    lines = out.splitlines()
+    assert lines[0] == body
+    assert lines[1] == "http=52" and lines[2] == "socks=97", (out, err)
+
+
+def test_no_socat_and_no_run_dir_are_left_behind(fresh_home: FakeHome, server: tuple[int, str]) -> None:
+    port, body = server
+    proc = fresh_home.popen(["sh", "-c", f"curl -sS http://localhost:{port}/ && sleep 1"],
+                            opts=policy(fresh_home, LOCAL))
+    assert wait_for(lambda: len(_socats_for(fresh_home)) >= 2, 20)
+    out, _ = proc.communicate(timeout=60)
+    assert out == body
+    assert wait_for(lambda: not _socats_for(fresh_home), 5), _socats_for(fresh_home)
+    assert not fresh_home.run_base.exists() or list(fresh_home.run_base.iterdir()) == []
