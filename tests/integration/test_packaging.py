@@ -4,6 +4,7 @@ a missing compiler is one clear line."""
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import tarfile
@@ -26,7 +27,18 @@ def backend(call: str, tmp: Path, env: dict | None = None) -> subprocess.Complet
 def dists(tmp_path_factory) -> tuple[Path, Path]:
     """pypa/build makes the sdist, then the wheel *from that sdist*, as a user's pip would."""
     out = tmp_path_factory.mktemp("dist")
-    r = subprocess.run([sys.executable, "-m", "build", "--outdir", str(out), str(ROOT)],
+    # Build from a copy: setuptools writes egg-info into the source tree, which
+    # must stay untouched (and is read-only for the unprivileged test user).
+    src = tmp_path_factory.mktemp("src") / "safebox"
+    keep = {"pyproject.toml", "build.py", "MANIFEST.in", "README.md", "doctor", "helper", "python", "docs"}
+
+    def ignore(directory: str, names: list[str]) -> set[str]:
+        if Path(directory) == ROOT:
+            return {n for n in names if n not in keep}
+        return {n for n in names if n in ("out", "_bin", "__pycache__") or n.endswith(".egg-info")}
+
+    shutil.copytree(ROOT, src, ignore=ignore)
+    r = subprocess.run([sys.executable, "-m", "build", "--outdir", str(out), str(src)],
                        cwd=out, capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
     (sd,) = out.glob("*.tar.gz")

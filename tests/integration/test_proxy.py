@@ -353,6 +353,13 @@ def test_upstream_reset_mid_stream_closes_the_client_and_proxy_keeps_serving(mak
 
 
 def test_a_thousand_concurrent_connections(make_proxy) -> None:
+    import resource
+
+    # Each connection costs the test (client + echo server) and the proxy
+    # (two sockets) descriptors; 1024, the usual soft limit, is not enough.
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != resource.RLIM_INFINITY and soft < 8192:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (min(8192, hard), hard))
     p = make_proxy()
 
     async def main() -> None:
@@ -439,7 +446,7 @@ def test_stop_removes_sockets_closes_connections_and_is_idempotent(tmp_path) -> 
     assert held.recv(10) == b""
     held.close()
     assert not p.http_socket.exists() and not p.socks_socket.exists()
-    assert len(os.listdir("/proc/self/fd")) == before
+    assert len(os.listdir("/proc/self/fd")) <= before  # nothing leaked
     assert threading.active_count() == threads
 
 
@@ -491,7 +498,7 @@ _METADATA_SCRIPT = textwrap.dedent(
 )
 
 
-@pytest.mark.skipif(os.geteuid() != 0 or shutil.which("unshare") is None, reason="needs root and unshare")
+@pytest.mark.skipif(shutil.which("unshare") is None, reason="needs unshare")
 def test_cloud_metadata_is_refused_by_the_proxy_inside_a_private_netns(tmp_path) -> None:
     hosts = tmp_path / "hosts"
     hosts.write_text("127.0.0.1 localhost\n169.254.169.254 metadata.test\n")
@@ -499,7 +506,11 @@ def test_cloud_metadata_is_refused_by_the_proxy_inside_a_private_netns(tmp_path)
     script.write_text(_METADATA_SCRIPT)
     cmd = (f"mount --bind {hosts} /etc/hosts && ip link set lo up && "
            f"ip addr add 169.254.169.254/32 dev lo && exec {sys.executable} {script} {PYTHON_DIR}")
-    r = subprocess.run(["unshare", "-n", "-m", "sh", "-c", cmd], capture_output=True, text=True, timeout=120)
+    # Unprivileged, a user namespace (-r) gives the capabilities for the new
+    # net and mount namespaces; as root they are not needed.
+    userns = [] if os.geteuid() == 0 else ["-r"]
+    r = subprocess.run(["unshare", *userns, "-n", "-m", "sh", "-c", cmd], capture_output=True, text=True,
+                       timeout=120)
     assert r.returncode == 0, r.stderr
     out = json.loads(r.stdout)
     for key in ("literal_http", "name_http"):
