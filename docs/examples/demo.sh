@@ -3,7 +3,10 @@
 # attempts inside the sandbox, each next to the same attempt without it.
 set -u
 SAFEBOX=${1:-safebox}
-demo=$(mktemp -d /tmp/safebox-demo.XXXXXX)
+# Not under /tmp: the sandbox has a private /tmp, which would hide the
+# demo home for a reason other than the one being shown.
+demo=$(mktemp -d /var/tmp/safebox-demo.XXXXXX)
+chmod 755 "$demo"
 srv_pid=
 cleanup() { [ -n "$srv_pid" ] && kill "$srv_pid" 2>/dev/null; rm -rf "$demo"; }
 trap cleanup EXIT
@@ -22,19 +25,19 @@ check() { # check "what" expected(blocked|works) command...
   local what=$1 want=$2; shift 2
   if "$@" >/dev/null 2>"$demo/err"; then got=works; else got=blocked; fi
   if [ "$got" = "$want" ]; then mark="ok  "; else mark="FAIL"; fails=$((fails+1)); fi
-  printf '%s %-48s %s\n' "$mark" "$what" "$got$( [ "$got" = blocked ] && printf ' (%s)' "$(tail -n1 "$demo/err" | cut -c1-60)")"
+  printf '%s %-48s %s\n' "$mark" "$what" "$got$( [ "$got" = blocked ] && printf ' (%s)' "$(tail -n1 "$demo/err" | sed 's/.*: //' | cut -c1-50)")"
 }
 echo "== without the sandbox =="
 check "read ~/.ssh/id_rsa"                 works   cat "$HOME/.ssh/id_rsa"
 check "read ~/.aws/credentials (symlink)"  works   cat "$HOME/.aws/credentials"
 check "write outside the work dir"         works   sh -c "echo x > '$HOME/outside'"
-check "reach a local server (network)"     works   curl -sf -m 5 "http://127.0.0.1:$port/"
+check "reach a local server (network)"     works   curl -sSf -m 5 "http://127.0.0.1:$port/"
 rm -f "$HOME/outside"
 echo "== inside: $SAFEBOX exec -- ... =="
 check "read ~/.ssh/id_rsa"                 blocked "$SAFEBOX" exec -- cat "$HOME/.ssh/id_rsa"
 check "read ~/.aws/credentials (symlink)"  blocked "$SAFEBOX" exec -- cat "$HOME/.aws/credentials"
 check "write outside the work dir"         blocked "$SAFEBOX" exec -- sh -c "echo x > '$HOME/outside'"
-check "reach a local server (network)"     blocked "$SAFEBOX" exec -- curl -sf -m 5 "http://127.0.0.1:$port/"
+check "reach a local server (network)"     blocked "$SAFEBOX" exec -- curl -sSf -m 5 "http://127.0.0.1:$port/"
 check "write inside the work dir"          works   "$SAFEBOX" exec -- sh -c "echo hello > notes.txt && cat notes.txt"
 echo
 "$SAFEBOX" exec -v -- true 2>&1 | sed 's/^/    /'
