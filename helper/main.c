@@ -212,7 +212,7 @@ SB_NORETURN static void exec_command(char **command)
 
 	execvp(command[0], command);
 	errnum = errno;
-	dprintf(STDERR_FILENO, "safebox-helper: cannot execute '%s': %s\n", command[0],
+	dprintf(STDERR_FILENO, "safebox: cannot execute '%s': %s\n", command[0],
 		strerror(errnum));
 	_exit(errnum == ENOENT ? SB_EXIT_NOENT : SB_EXIT_NOEXEC);
 }

@@ -63,7 +63,7 @@ void json_escape(char *out, size_t cap, size_t *len, const char *s)
 	out[*len] = '\0';
 }
 
-void status_write_error(int fd, const char *msg)
+int status_write_error(int fd, const char *msg)
 {
 	char line[8192];
 	size_t len = 0;
@@ -74,5 +74,5 @@ void status_write_error(int fd, const char *msg)
 	json_escape(line, sizeof(line) - 4, &len, msg);
 	memcpy(line + len, "\"}\n", 3);
 	len += 3;
-	(void)write_all(fd, line, len);
+	return write_all(fd, line, len);
 }

@@ -21,8 +21,9 @@ struct status {
 void status_write_ok(int fd, const struct status *st);
 
 /* Best effort: write {"v":1,"ok":false,"error":MSG} to FD.  Used by die(),
- * so it never dies itself. */
-void status_write_error(int fd, const char *msg);
+ * so it never dies itself: returns -1 (errno set) when the write failed, so
+ * the caller can fall back to stderr. */
+int status_write_error(int fd, const char *msg);
 
 /* Append S to OUT (capacity CAP, currently *LEN) as a JSON string body:
  * '"', '\\' and bytes < 0x20 or >= 0x7f escaped as \u00XX, so the line is

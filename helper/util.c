@@ -31,11 +31,13 @@ SB_NORETURN SB_PRINTF(3, 0) static void vdie(int errnum, const char *hint, const
 		size_t used = strlen(msg);
 		snprintf(msg + used, sizeof(msg) - used, ": %s", strerror(errnum));
 	}
-	dprintf(STDERR_FILENO, "safebox-helper: %s\n", msg);
+	/* With a status fd, safebox reads the reason from it and prints the
+	 * one `safebox:` line itself; printing here too would make two. */
+	if (status_fd < 0 || status_write_error(status_fd, msg) < 0)
+		dprintf(STDERR_FILENO, "safebox-helper: %s\n", msg);
 	if (hint != NULL)
 		dprintf(STDERR_FILENO, "hint: %s\n", hint);
 	if (status_fd >= 0) {
-		status_write_error(status_fd, msg);
 		close(status_fd);
 		status_fd = -1;
 	}
