@@ -114,6 +114,21 @@ def rmtree(path: str) -> None:
 
 def glob_match(name: str, pattern: str) -> bool:
     """Case-sensitive match with ``*`` and ``?`` only (``fnmatch`` compiles a regex per pattern)."""
+    if "?" not in pattern:
+        # The common case (``*_TOKEN``, ``*_SECRET_*``, literals): string methods.
+        parts = pattern.split("*")
+        if len(parts) == 1:
+            return name == pattern
+        head, tail = parts[0], parts[-1]
+        if len(name) < len(head) + len(tail) or not name.startswith(head) or not name.endswith(tail):
+            return False
+        pos, end = len(head), len(name) - len(tail)
+        for mid in parts[1:-1]:
+            at = name.find(mid, pos, end)
+            if at < 0:
+                return False
+            pos = at + len(mid)
+        return True
     n, p = 0, 0
     star_p, star_n = -1, 0
     while n < len(name):

@@ -216,6 +216,48 @@ def _spawn(path: str, argv: list[str], env: dict[str, str], *, pass_fds: tuple[i
                 pass
 
 
+def _become_subreaper() -> None:
+    """Without bwrap there is no pid namespace: make safebox the child
+    subreaper (prctl(2), PR_SET_CHILD_SUBREAPER), so descendants that detach
+    (``setsid cmd &``) are re-parented to safebox instead of init, and
+    ``_reap_descendants`` can end them when the command has exited."""
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    PR_SET_CHILD_SUBREAPER = 36
+    if libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
+        raise RunError(f"prctl(PR_SET_CHILD_SUBREAPER) failed: {os.strerror(ctypes.get_errno())}")
+
+
+def _children() -> list[int]:
+    out: list[int] = []
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            with open(f"/proc/self/task/{tid}/children") as f:
+                out += [int(x) for x in f.read().split()]
+        except OSError:
+            pass
+    return out
+
+
+def _reap_descendants() -> None:
+    """SIGKILL and reap every remaining child (orphans re-parented to us), until none is left."""
+    for _ in range(100):
+        kids = _children()
+        if not kids:
+            return
+        for k in kids:
+            try:
+                os.kill(k, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        for k in kids:
+            try:
+                os.waitpid(k, 0)
+            except ChildProcessError:
+                pass
+
+
 def _group_members(pgid: int) -> list[int]:
     """Host pids whose process group is ``pgid`` (from /proc/*/stat field 5)."""
     out = []
@@ -241,6 +283,18 @@ class _Relay:
         self.bwrap_child: int | None = None
         self.spawned: int | None = None
         self.got: list[int] = []
+        # Until the helper has reported (it is about to exec), there is no
+        # command to signal: signals are queued and replayed by ``ready``,
+        # never dropped, and never turned into a kill of bwrap.
+        self.is_ready = False
+        self.pending: list[int] = []
+
+    def ready(self) -> None:
+        """The command exists now: deliver what arrived before it did."""
+        self.is_ready = True
+        pending, self.pending = self.pending, []
+        for signum in pending:
+            self.handler(signum, None)
 
     def _command_pgid(self) -> int | None:
         if self.target_pgid:
@@ -259,6 +313,9 @@ class _Relay:
 
     def handler(self, signum: int, frame: Any) -> None:
         self.got.append(signum)
+        if not self.is_ready:
+            self.pending.append(signum)
+            return
         pid = self._command_pgid()
         try:
             if pid is None:
@@ -501,6 +558,7 @@ def _execute(rp: ResolvedPolicy, req: ExecRequest, env: dict[str, str], *, bwrap
             argv = [rp.helper_path, "--policy-file", rp.policy_path, "--status-fd", str(status_w),
                     "--", *req.command]
             relay.install()
+            _become_subreaper()
             pid = _spawn(rp.helper_path, argv, env, pass_fds=(status_w,), cwd=rp.cwd)
             relay.spawned = pid
             relay.target_pgid = pid  # setpgroup=0: the helper (then the command) leads its group
@@ -531,7 +589,10 @@ def _execute(rp: ResolvedPolicy, req: ExecRequest, env: dict[str, str], *, bwrap
         from safebox.helper import parse_status, read_status_line, status_ok
 
         line = read_status_line(status_r)
+        relay.ready()
         wstatus = _wait(pid)
+        if rp.layers is Layers.HELPER_ONLY:
+            _reap_descendants()
         pid = -1
         rc = _exit_status(wstatus)
         status = None

@@ -21,11 +21,6 @@ ALL_MODES = [BOTH, BWRAP_ONLY, HELPER_ONLY]
 SECRETS = {"GITHUB_TOKEN": "ghp_fake", "AWS_SECRET_ACCESS_KEY": "aws-fake", "FOO_PASSWORD": "pw-fake",
            "ACTIONS_RUNTIME_TOKEN": "actions-fake"}
 
-HELPER_ONLY_ORPHANS = pytest.mark.xfail(strict=True, reason=(
-    "BUG: helper-only: nothing ties the command's descendants to the run (no pid namespace, no cgroup, no "
-    "subreaper kill): a background child that leaves the command's process group (setsid) survives"))
-
-
 def _env_dict(text: str) -> dict[str, str]:
     return dict(line.split("=", 1) for line in text.splitlines() if "=" in line)
 
@@ -141,7 +136,7 @@ def test_signals_sent_to_safebox_reach_the_command(fresh_home: FakeHome, mode: s
         proc.communicate()
 
 
-@pytest.mark.parametrize("mode", [BOTH, BWRAP_ONLY, pytest.param(HELPER_ONLY, marks=HELPER_ONLY_ORPHANS)])
+@pytest.mark.parametrize("mode", [BOTH, BWRAP_ONLY, HELPER_ONLY])
 def test_background_children_die_with_the_command(fresh_home: FakeHome, mode: str) -> None:
     arg = unique_sleep_arg()
     try:
