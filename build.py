@@ -56,7 +56,8 @@ HOST_NEEDS = {
 }
 # Needed only by the test suite (fuzzing with libFuzzer, test hosts in netns).
 TEST_NEEDS = {
-    "clang": ("clang", "clang", "clang"),
+    # libFuzzer's runtime is a separate package on Debian (compiler-rt).
+    "clang": ("clang libclang-rt-dev", "clang compiler-rt", "clang compiler-rt"),
     "ip": ("iproute2", "iproute", "iproute2"),
     "unshare": ("util-linux", "util-linux", "util-linux"),
 }
@@ -206,7 +207,7 @@ def ensure_host_packages(*, for_tests: bool) -> None:
         raise BuildError("missing host tools and no apt-get/dnf/pacman: install "
                          + ", ".join(p[0] for p in missing))
     name, idx = pm
-    pkgs = sorted({p[idx] for p in missing})
+    pkgs = sorted({name for p in missing for name in p[idx].split()})
     if name == "apt-get" and not venv_ok:
         pkgs.append("python3-venv")
     sudo: list[str] = []

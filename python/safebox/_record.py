@@ -180,9 +180,13 @@ class Spawned:
         os.close(err_w)
         self.argv = argv
         self._out, self._err = out_r, err_r
+        self._result: tuple[int, bytes, bytes] | None = None
 
     def collect(self, *, timeout: float = 60.0) -> tuple[int, bytes, bytes]:
-        """(exit status, stdout, stderr); kills the child after ``timeout`` seconds."""
+        """(exit status, stdout, stderr); kills the child after ``timeout`` seconds.
+        Idempotent: a second call returns the first result."""
+        if self._result is not None:
+            return self._result
         import select
         import time
 
@@ -206,7 +210,8 @@ class Spawned:
             os.close(self._out)
             os.close(self._err)
             _, status = os.waitpid(self.pid, 0)
-        return os.waitstatus_to_exitcode(status), b"".join(bufs[self._out]), b"".join(bufs[self._err])
+        self._result = (os.waitstatus_to_exitcode(status), b"".join(bufs[self._out]), b"".join(bufs[self._err]))
+        return self._result
 
 
 def run_capture(argv: list[str], *, timeout: float = 60.0) -> tuple[int, bytes, bytes]:

@@ -424,8 +424,9 @@ def run(req: ExecRequest) -> int:
     for n in notes:
         _say(n)
 
-    from safebox.builder.resolve import HostFacts, resolve, self_paths
+    from safebox.builder.resolve import HostFacts, Scan, resolve, self_paths
     from safebox.helper import check_helper, find_helper
+
 
     helper = find_helper()
     if layers is not Layers.BWRAP_ONLY:
@@ -439,6 +440,8 @@ def run(req: ExecRequest) -> int:
 
         audit = AuditLog(Path(req.audit_log))
 
+    # ripgrep starts now and searches the write roots while the rest is prepared.
+    scan = Scan(policy, layers=layers, rg_path=which("rg"))
     run_dir: RunDir | None = None
     proxy = None
     try:
@@ -481,7 +484,7 @@ def run(req: ExecRequest) -> int:
         host = HostFacts(helper_path=helper, self_paths=(*self_paths(), helper),
                          state_dir=state, run_dir=run_path,
                          policy_path=os.path.join(run_path, "policy"), rg_path=which("rg"))
-        rp = resolve(policy, layers=layers, cwd=cwd, home=home, host=host, bridges=bridges)
+        rp = resolve(policy, layers=layers, cwd=cwd, home=home, host=host, bridges=bridges, scan=scan)
         if req.verbose:
             for n in rp.notes:
                 _say(n)
@@ -523,6 +526,7 @@ def run(req: ExecRequest) -> int:
             audit.event("stop", exit=rc, quarantined=[m[0] for m in moved])
         return rc
     finally:
+        scan.abandon()
         if proxy is not None:
             proxy.stop()
         if run_dir is not None:

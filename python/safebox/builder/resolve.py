@@ -296,41 +296,68 @@ def _walk_excluding(access: str, top: str, denied: list[str]) -> list[tuple[str,
     return out
 
 
-def resolve(policy: EffectivePolicy, *, layers: Layers, cwd: str, home: str, host: HostFacts,
-            bridges: tuple[Bridge, ...] = ()) -> ResolvedPolicy:
-    """Look at the host once and decide every mount and rule."""
-    notes: list[str] = []
-    write_roots: list[str] = []
-    for w in policy.allow_write:
-        if w == "/tmp" and layers is not Layers.HELPER_ONLY:
-            continue  # private tmpfs, not the host's /tmp
-        real = os.path.realpath(w)
-        if not os.path.isdir(real) and not os.path.isfile(real):
-            notes.append(f"allow-write {w} does not exist; skipped")
-            continue
-        if real == "/":
-            raise BuildError("filesystem.allowWrite: '/' would make the whole host writable; refusing")
-        write_roots.append(real)
-    write_roots = sorted(set(write_roots), key=lambda p: (p.count("/"), p))
+class Scan:
+    """The write roots and the ripgrep runs already searching them.
 
-    scans = start_scans(host.rg_path, write_roots, policy.search_depth)
+    Started as early as possible (right after the policy is known) so the
+    walk overlaps the rest of safebox's start-up; ``resolve`` collects it.
+    """
+
+    def __init__(self, policy: EffectivePolicy, *, layers: Layers, rg_path: str | None) -> None:
+        notes: list[str] = []
+        roots: list[str] = []
+        for w in policy.allow_write:
+            if w == "/tmp" and layers is not Layers.HELPER_ONLY:
+                continue  # private tmpfs, not the host's /tmp
+            real = os.path.realpath(w)
+            if not os.path.isdir(real) and not os.path.isfile(real):
+                notes.append(f"allow-write {w} does not exist; skipped")
+                continue
+            if real == "/":
+                raise BuildError("filesystem.allowWrite: '/' would make the whole host writable; refusing")
+            roots.append(real)
+        self.write_roots = sorted(set(roots), key=lambda p: (p.count("/"), p))
+        self.notes = notes
+        self.procs = start_scans(rg_path, self.write_roots, policy.search_depth)
+
+    def abandon(self) -> None:
+        """Reap the ripgrep runs when resolve fails before collecting them."""
+        for proc in self.procs.values():
+            try:
+                proc.collect(timeout=60)
+            except (OSError, TimeoutError):
+                pass
+        self.procs = {}
+
+
+def resolve(policy: EffectivePolicy, *, layers: Layers, cwd: str, home: str, host: HostFacts,
+            bridges: tuple[Bridge, ...] = (), scan: Scan | None = None) -> ResolvedPolicy:
+    """Look at the host once and decide every mount and rule."""
+    if scan is None:
+        scan = Scan(policy, layers=layers, rg_path=host.rg_path)
     try:
-        mask_dirs, mask_files, n = classify_deny_read(policy.deny_read)
+        return _resolve(policy, layers=layers, cwd=cwd, home=home, host=host, bridges=bridges, scan=scan)
     except BaseException:
-        for proc in scans.values():
-            proc.collect(timeout=60)
+        scan.abandon()
         raise
+
+
+def _resolve(policy: EffectivePolicy, *, layers: Layers, cwd: str, home: str, host: HostFacts,
+             bridges: tuple[Bridge, ...], scan: Scan) -> ResolvedPolicy:
+    notes = list(scan.notes)
+    write_roots = scan.write_roots
+    scans = scan.procs
+    mask_dirs, mask_files, n = classify_deny_read(policy.deny_read)
     notes += n
     for w in write_roots:
         for d in mask_dirs + mask_files:
             if _is_under(w, d):
-                for proc in scans.values():
-                    proc.collect(timeout=60)
                 raise BuildError(f"filesystem.allowWrite {w} lies inside denied {d}: "
                                  "a write root cannot be unreadable; remove one of them")
 
     rules = landlock_rules(layers=layers, write_roots=write_roots, mask_dirs=mask_dirs, mask_files=mask_files)
     existing, missing, sealed, git_dirs = protected_paths(scans, write_roots, policy.search_depth, home)
+    scan.procs = {}
     socket_binds: list[str] = []
     if policy.allow_unix_sockets and not policy.allow_all_unix_sockets and layers is not Layers.HELPER_ONLY:
         hide, keep = split_unix_sockets(policy.allow_unix_sockets, host_unix_sockets())
