@@ -149,6 +149,20 @@ def glob_match(name: str, pattern: str) -> bool:
     return p == len(pattern)
 
 
+def read_until(fd: int, marker: bytes, *, limit: int = 65536) -> bytes:
+    """Read from ``fd`` until ``marker`` was seen, EOF, or ``limit`` bytes."""
+    buf = b""
+    while marker not in buf and len(buf) < limit:
+        try:
+            chunk = os.read(fd, 4096)
+        except InterruptedError:
+            continue
+        if not chunk:
+            break
+        buf += chunk
+    return buf
+
+
 def sha256_hex(data: bytes) -> str:
     """sha256 without importing hashlib (its import pulls in more than the digest)."""
     try:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 
-from safebox._record import Frozen
+from safebox._record import Frozen, read_until
 from safebox.errors import HelperError
 
 STATUS_VERSION = 1
@@ -110,15 +110,7 @@ def parse_status(line: bytes) -> HelperStatus:
 def read_status_line(fd: int) -> bytes | None:
     """Read one line from ``fd`` (blocking). None when it closed without a line
     (the helper never ran: bwrap failed before it)."""
-    buf = b""
-    while b"\n" not in buf and len(buf) < 65536:
-        try:
-            chunk = os.read(fd, 4096)
-        except InterruptedError:
-            continue
-        if not chunk:
-            break
-        buf += chunk
+    buf = read_until(fd, b"\n")
     if not buf.strip():
         return None
     return buf.split(b"\n", 1)[0]

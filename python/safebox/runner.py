@@ -26,7 +26,7 @@ import sys
 import time
 from enum import StrEnum
 
-from safebox._record import Frozen, rmtree, which
+from safebox._record import Frozen, read_until, rmtree, which
 from safebox.builder.resolved import Bridge, Layers, NetKind, ResolvedPolicy
 from safebox.errors import BuildError, HelperError, RunError
 from safebox.policy.effective import EffectivePolicy
@@ -361,17 +361,7 @@ def _read_bwrap_child(fd: int) -> int | None:
     """bwrap's --json-status-fd: the first document holds "child-pid" once the
     sandbox exists. A fixed key in a fixed document; read without a JSON parser
     (``json`` costs ~5 ms of import on the hot path)."""
-    buf = b""
-    while True:
-        try:
-            chunk = os.read(fd, 4096)
-        except InterruptedError:
-            continue
-        if not chunk:
-            break
-        buf += chunk
-        if b"}" in buf:
-            break
+    buf = read_until(fd, b"}")
     if not buf:
         return None
     key = b'"child-pid":'
