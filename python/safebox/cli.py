@@ -53,6 +53,10 @@ EXEC_OPTIONS: tuple[Opt, ...] = (
 _BY_NAME = {o.long: o for o in EXEC_OPTIONS} | {o.short: o for o in EXEC_OPTIONS if o.short}
 
 
+class UnknownOption(Exception):
+    """An ``exec`` option that does not exist (before ``--`` and the command)."""
+
+
 def fast_parse_exec(args: list[str]) -> dict[str, Any] | None:
     """Parse ``exec`` arguments; None when click must handle them (help, errors)."""
     out: dict[str, Any] = {o.dest: ([] if o.multiple else (None if o.value else False)) for o in EXEC_OPTIONS}
@@ -67,6 +71,11 @@ def fast_parse_exec(args: list[str]) -> dict[str, Any] | None:
         name, eq, inline = a.partition("=") if a.startswith("--") else (a, "", "")
         opt = _BY_NAME.get(name)
         if opt is None:
+            if name not in ("-h", "--help"):
+                # Without this, click (ignore_unknown_options, so that the
+                # command's own options pass through) would run a typo such
+                # as --allow-writ as the command.
+                raise UnknownOption(name)
             return None
         if opt.value is None:
             if eq:
@@ -254,7 +263,25 @@ def main(argv: list[str] | None = None) -> None:
     """Entry point of the ``safebox`` console script."""
     args = sys.argv[1:] if argv is None else list(argv)
     if args and args[0] == "exec":
-        parsed = fast_parse_exec(args[1:])
+        try:
+            parsed = fast_parse_exec(args[1:])
+        except UnknownOption as e:
+            import difflib
+
+            near = difflib.get_close_matches(str(e), [o.long for o in EXEC_OPTIONS], n=1)
+            fail(SafeboxError(f"exec: no such option {e}" + (f" (did you mean {near[0]}?)" if near else ""),
+                              hint="put the command after --, e.g. safebox exec -- cmd --its-options"))
         if parsed is not None:
             sys.exit(_guarded(_run_exec, parsed))
+        import click
+
+        try:
+            _click_app().main(args=args, prog_name="safebox", standalone_mode=False)
+        except click.exceptions.Exit as e:
+            sys.exit(e.exit_code)
+        except click.ClickException as e:
+            # Like `docker run`: a usage error of exec is safebox failing: 125.
+            e.show()
+            sys.exit(EXIT_SAFEBOX_FAILED)
+        sys.exit(0)
     _click_app()(args=args, prog_name="safebox")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from click.testing import CliRunner
 
-from safebox.cli import EXEC_OPTIONS, _click_app, fast_parse_exec
+from safebox.cli import EXEC_OPTIONS, UnknownOption, _click_app, fast_parse_exec
 
 
 def click_parse(args: list[str]) -> dict | None:
@@ -45,11 +45,31 @@ def test_the_fast_parser_agrees_with_click(args: list[str]) -> None:
 
 
 @pytest.mark.parametrize("args", [
-    ["--help"], ["--allow-writ", "/x", "--", "true"], ["--without", "both", "--", "true"],
+    ["--help"], ["--without", "both", "--", "true"],
     ["--policy"], ["--"], [], ["--strict=1", "--", "true"], ["-p", "a", "-p", "b", "--", "true"],
 ])
 def test_anything_unusual_goes_to_click(args: list[str]) -> None:
     assert fast_parse_exec(args) is None
+
+
+def test_a_mistyped_option_is_an_error_not_the_command() -> None:
+    with pytest.raises(UnknownOption):
+        fast_parse_exec(["--allow-writ", "/x", "--", "true"])
+    assert fast_parse_exec(["--", "--allow-writ"])["command"] == ["--allow-writ"]
+
+
+@pytest.mark.parametrize("args, message", [
+    (["exec", "--allow-writ", "/x", "--", "true"], "safebox: exec: no such option --allow-writ (did you mean --allow-write?)"),
+    (["exec", "--without", "both", "--", "true"], "Invalid value for '--without'"),
+    (["exec", "--policy"], "Option '--policy' requires an argument"),
+])
+def test_exec_usage_errors_exit_125_with_a_message(args: list[str], message: str) -> None:
+    import subprocess
+    import sys
+
+    r = subprocess.run([sys.executable, "-m", "safebox", *args], capture_output=True, text=True)
+    assert r.returncode == 125
+    assert message in r.stderr
 
 
 def test_policy_check_names_the_key_and_exits_125(tmp_path) -> None:
