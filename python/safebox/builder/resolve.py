@@ -234,30 +234,35 @@ def split_unix_sockets(allowed: tuple[str, ...], candidates: list[str]) -> tuple
 
 
 def landlock_rules(*, layers: Layers, write_roots: list[str], mask_dirs: list[str],
-                   mask_files: list[str]) -> list[tuple[str, str]]:
+                   mask_files: list[str], write_exclude: tuple[str, ...] = ()) -> list[tuple[str, str]]:
     """Landlock rules as (class, path).
 
-    Under bwrap the mounts already hide denied paths, so Landlock grants read
-    on ``/`` and write on the write roots: a second wall for writes. On a
-    helper-only host Landlock is the only wall, so a denied path must lie
-    outside every grant: walk from ``/`` to it, grant ``readdir`` on each
-    ancestor and ``read`` on every sibling (see docs/layers.md). Write roots
-    that contain a denied path are split the same way.
+    Under bwrap the mounts already hide denied paths and keep safebox's own
+    files read-only, so Landlock grants read on ``/`` and write on the write
+    roots: a second wall for writes. On a helper-only host Landlock is the
+    only wall, so a denied path must lie outside every grant: walk from ``/``
+    to it, grant ``readdir`` on each ancestor and ``read`` on every sibling
+    (see docs/layers.md). Write roots that contain a denied path, or one of
+    ``write_exclude`` (safebox's installation and state dir: a command that
+    could write them would control the next run), are split the same way.
     """
     rules: list[tuple[str, str]] = [("dev", "/dev")]
     denied = sorted(set(mask_dirs) | set(mask_files))
-    if layers is not Layers.HELPER_ONLY or not denied:
+    if layers is not Layers.HELPER_ONLY:
         rules.insert(0, ("read", "/"))
         rules += [("write", r) for r in write_roots]
         rules += [("write", t) for t in ("/dev/shm",) if os.path.isdir(t)]
         return rules
-    rules += _walk_excluding("read", "/", denied)
+    if denied:
+        rules += _walk_excluding("read", "/", denied)
+    else:
+        rules.insert(0, ("read", "/"))
     for root in write_roots:
-        inside = [d for d in denied if _is_under(d, root) and d != root]
-        if any(_is_under(root, d) for d in denied):
-            continue  # the write root itself is denied: grant nothing there
+        if any(_is_under(root, d) for d in (*denied, *write_exclude)):
+            continue  # the write root itself is denied or safebox's own: grant nothing there
+        inside = [d for d in (*denied, *write_exclude) if _is_under(d, root) and d != root]
         if inside:
-            rules += _walk_excluding("write", root, inside)
+            rules += _walk_excluding("write", root, sorted(set(inside)))
         else:
             rules.append(("write", root))
     return rules
@@ -355,7 +360,9 @@ def _resolve(policy: EffectivePolicy, *, layers: Layers, cwd: str, home: str, ho
                 raise BuildError(f"filesystem.allowWrite {w} lies inside denied {d}: "
                                  "a write root cannot be unreadable; remove one of them")
 
-    rules = landlock_rules(layers=layers, write_roots=write_roots, mask_dirs=mask_dirs, mask_files=mask_files)
+    own = tuple(sorted({os.path.realpath(p) for p in (*host.self_paths, host.state_dir) if os.path.lexists(p)}))
+    rules = landlock_rules(layers=layers, write_roots=write_roots, mask_dirs=mask_dirs, mask_files=mask_files,
+                           write_exclude=own)
     existing, missing, sealed, git_dirs = protected_paths(scans, write_roots, policy.search_depth, home)
     scan.procs = {}
     socket_binds: list[str] = []
