@@ -16,6 +16,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -138,6 +139,25 @@ static void wait_listening(int family, uint16_t port)
 		 family == AF_INET ? "127.0.0.1" : "[::1]", port, BRIDGE_WAIT_MS);
 }
 
+/* Poll every 10 ms until the unix socket PATH exists; dies after 2 s. */
+static void wait_socket(const char *path)
+{
+	struct timespec tick = { 0, 10 * 1000 * 1000 };
+	struct stat st;
+	int waited;
+
+	for (waited = 0; waited < BRIDGE_WAIT_MS; waited += 10) {
+		if (stat(path, &st) == 0 && S_ISSOCK(st.st_mode))
+			return;
+		nanosleep(&tick, NULL);
+	}
+	die("published port's socket %s did not appear within %d ms", path, BRIDGE_WAIT_MS);
+}
+
+/* A "bridge": 127.0.0.1:PORT (and [::1]:PORT) inside forwards to the host's
+ * proxy socket.  A "publish": a unix socket in the run dir's pub/ directory
+ * forwards to 127.0.0.1:PORT inside, where the command listens; safebox
+ * exposes that socket on the host's 127.0.0.1:PORT.  Dies on failure. */
 unsigned long bridges_start(const struct policy *pol)
 {
 	int v6;
@@ -149,18 +169,29 @@ unsigned long bridges_start(const struct policy *pol)
 	v6 = ipv6_loopback_exists();
 	for (i = 0; i < pol->n_bridges; i++) {
 		const struct bridge_spec *b = &pol->bridges[i];
-		char listen4[96], listen6[96], connect[SB_PATH_MAX + 32];
+		char listen4[96], listen6[96], unixaddr[SB_PATH_MAX + 64], tcp[64];
 
 		check_sock_path(b->sock_path);
+		if (b->publish) {
+			snprintf(unixaddr, sizeof(unixaddr), "UNIX-LISTEN:%s,fork,unlink-early,mode=600",
+				 b->sock_path);
+			snprintf(tcp, sizeof(tcp), "TCP4:127.0.0.1:%u,nodelay", b->port);
+			spawn_socat(pol->socat_path, unixaddr, tcp);
+			continue;
+		}
 		snprintf(listen4, sizeof(listen4), "TCP4-LISTEN:%u,bind=127.0.0.1,reuseaddr,fork,nodelay", b->port);
 		snprintf(listen6, sizeof(listen6), "TCP6-LISTEN:%u,bind=[::1],ipv6only=1,reuseaddr,fork,nodelay",
 			 b->port);
-		snprintf(connect, sizeof(connect), "UNIX-CONNECT:%s", b->sock_path);
-		spawn_socat(pol->socat_path, listen4, connect);
+		snprintf(unixaddr, sizeof(unixaddr), "UNIX-CONNECT:%s", b->sock_path);
+		spawn_socat(pol->socat_path, listen4, unixaddr);
 		if (v6)
-			spawn_socat(pol->socat_path, listen6, connect);
+			spawn_socat(pol->socat_path, listen6, unixaddr);
 	}
 	for (i = 0; i < pol->n_bridges; i++) {
+		if (pol->bridges[i].publish) {
+			wait_socket(pol->bridges[i].sock_path);
+			continue;
+		}
 		wait_listening(AF_INET, pol->bridges[i].port);
 		if (v6)
 			wait_listening(AF_INET6, pol->bridges[i].port);

@@ -216,7 +216,9 @@ static int key_fs(struct parser *ps, const char *v, size_t len)
 	return 0;
 }
 
-static int key_bridge(struct parser *ps, const char *v, size_t len)
+/* "bridge PORT HEX" and "publish PORT HEX" share one table (and one port
+ * space: a port is either bridged out or published, not both). */
+static int key_bridge(struct parser *ps, const char *v, size_t len, int publish)
 {
 	struct policy *p = ps->p;
 	const char *sp = memchr(v, ' ', len);
@@ -240,6 +242,7 @@ static int key_bridge(struct parser *ps, const char *v, size_t len)
 		return -1;
 	p->bridges[p->n_bridges].port = (uint16_t)port;
 	p->bridges[p->n_bridges].sock_path = path;
+	p->bridges[p->n_bridges].publish = publish;
 	p->n_bridges++;
 	return 0;
 }
@@ -322,7 +325,9 @@ static int parse_record(struct parser *ps, const char *k, size_t klen, const cha
 	} else if (eq(k, klen, "socat")) {
 		return key_path_once(ps, &ps->seen_socat, &p->socat_path, v, vlen);
 	} else if (eq(k, klen, "bridge")) {
-		return key_bridge(ps, v, vlen);
+		return key_bridge(ps, v, vlen, 0);
+	} else if (eq(k, klen, "publish")) {
+		return key_bridge(ps, v, vlen, 1);
 	} else {
 		return fail(ps, "unknown key");
 	}
@@ -339,7 +344,7 @@ static int check_complete(struct parser *ps)
 	if (p->n_ports > 0 && p->net != NET_PROXY)
 		return fail(ps, "'connect_port' needs 'net proxy'");
 	if (p->n_bridges > 0 && p->socat_path == NULL)
-		return fail(ps, "'bridge' needs 'socat'");
+		return fail(ps, "'bridge' and 'publish' need 'socat'");
 	return 0;
 }
 

@@ -31,6 +31,7 @@ struct fs_rule {
 struct bridge_spec {
 	uint16_t port;
 	char *sock_path;
+	int publish; /* 0: "bridge" (TCP listen -> unix); 1: "publish" (unix listen -> TCP) */
 };
 
 struct policy {

@@ -42,6 +42,9 @@ EXEC_OPTIONS: tuple[Opt, ...] = (
     Opt(long="--allow-domain", dest="allow_domains", help="Allow DOMAIN through the proxy; *.example.com = subdomains (repeatable).",
         value="DOMAIN", multiple=True),
     Opt(long="--deny-domain", dest="deny_domains", help="Refuse DOMAIN even if allowed (repeatable).", value="DOMAIN", multiple=True),
+    Opt(long="--publish", dest="publish",
+        help="Make 127.0.0.1:PORT on the host reach 127.0.0.1:PORT inside (needs network.allowLocalBinding; "
+             "repeatable).", value="PORT", multiple=True),
     Opt(long="--strict", dest="strict", help="Refuse to run unless every layer is fully enforced."),
     Opt(long="--without", dest="without", help="Run one layer alone: 'bwrap' (helper only) or 'helper' (bubblewrap only).",
         value="LAYER", choices=("bwrap", "helper")),
@@ -118,6 +121,7 @@ def _request(parsed: dict[str, Any]):  # -> ExecRequest
                     deny_domains=tuple(parsed["deny_domains"]), strict=bool(parsed["strict"])),
         without=Without(parsed["without"]) if parsed["without"] else None,
         strict=bool(parsed["strict"]), dry_run=bool(parsed["dry_run"]),
+        publish=tuple(parsed["publish"]),
         audit_log=parsed["audit_log"], verbose=bool(parsed["verbose"]))
 
 

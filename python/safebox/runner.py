@@ -28,7 +28,7 @@ from enum import StrEnum
 
 from safebox._record import Frozen, read_until, rmtree, which
 from safebox.builder.resolved import Bridge, Layers, NetKind, ResolvedPolicy
-from safebox.errors import BuildError, HelperError, RunError
+from safebox.errors import BuildError, HelperError, PolicyError, RunError
 from safebox.policy.effective import EffectivePolicy
 from safebox.policy.load import Context, Flags, load_cached, state_dir
 
@@ -62,6 +62,7 @@ class ExecRequest(Frozen):
     dry_run: bool = False
     audit_log: str | None = None
     verbose: bool = False
+    publish: tuple[str, ...] = ()  # ports as given on the command line
 
 
 def _say(msg: str) -> None:
@@ -150,6 +151,22 @@ class RunDir:
             self._lock = -1
 
 
+def _publish_ports(raw: tuple[str, ...], policy: EffectivePolicy) -> tuple[int, ...]:
+    """Validate ``--publish`` values; publishing needs the command to be allowed to listen."""
+    ports: list[int] = []
+    for value in raw:
+        if not value.isdigit() or not 1 <= int(value) <= 65535:
+            raise PolicyError(f"--publish: {value!r} is not a port number (1-65535)")
+        if int(value) in ports:
+            raise PolicyError(f"--publish: port {value} given twice")
+        if int(value) in (HTTP_BRIDGE_PORT, SOCKS_BRIDGE_PORT) and policy.allowed_domains:
+            raise PolicyError(f"--publish: port {value} is taken by the proxy bridge inside the sandbox")
+        ports.append(int(value))
+    if ports and not policy.allow_local_binding:
+        raise PolicyError("--publish needs network.allowLocalBinding = true (the command may not listen otherwise)")
+    return tuple(ports)
+
+
 def decide_layers(req: ExecRequest, *, bwrap: str | None) -> tuple[Layers, list[str]]:
     """Which layers run, and what to tell the user about it."""
     notes: list[str] = []
@@ -187,12 +204,13 @@ def helper_policy_for(rp: ResolvedPolicy, policy: EffectivePolicy, *, strict: bo
     abi_max = os.environ.get("SAFEBOX_TEST_ABI_MAX")  # test-only: prove the down-level paths
     net = NetMode.PROXY if rp.net is NetKind.PROXY else NetMode.OFF
     bridges = tuple((b.port, b.socket_path) for b in rp.bridges) if rp.layers is Layers.BOTH else ()
+    publishes = rp.publish if rp.layers is Layers.BOTH else ()
     hp = HelperPolicy(
         fs_rules=tuple((FsAccess(c), p) for c, p in rp.landlock_rules),
         net=net, connect_ports=connect_ports if net is NetMode.PROXY else (),
         bind_any=policy.allow_local_binding, seccomp_path=seccomp_path, strict=strict,
-        abi_max=int(abi_max) if abi_max else None, bridges=bridges,
-        socat_path=socat if bridges else None)
+        abi_max=int(abi_max) if abi_max else None, bridges=bridges, publishes=publishes,
+        socat_path=socat if bridges or publishes else None)
     return render(hp)
 
 
@@ -406,6 +424,7 @@ def run(req: ExecRequest) -> int:
     policy = load_cached(ctx, policy_file=req.policy_file, flags=flags, cache_dir=os.path.join(state, "cache"))
     strict = policy.strict
 
+    ports = _publish_ports(req.publish, policy)
     bwrap = which("bwrap")
     layers, notes = decide_layers(req, bwrap=bwrap)
     if strict and layers is not Layers.BOTH:
@@ -434,6 +453,7 @@ def run(req: ExecRequest) -> int:
     scan = Scan(policy, layers=layers, rg_path=which("rg"))
     run_dir: RunDir | None = None
     proxy = None
+    forwarders: list[Any] = []
     try:
         if req.dry_run:
             run_path = os.path.join(state, "run", "DRY-RUN")
@@ -475,6 +495,20 @@ def run(req: ExecRequest) -> int:
                          state_dir=state, run_dir=run_path,
                          policy_path=os.path.join(run_path, "policy"), rg_path=which("rg"))
         rp = resolve(policy, layers=layers, cwd=cwd, home=home, host=host, bridges=bridges, scan=scan)
+        if ports and layers is not Layers.HELPER_ONLY:
+            # Without bwrap the command shares the host's network: its port
+            # is reachable as it is, and --publish has nothing to do.
+            if socat is None:
+                raise BuildError("socat not found; --publish needs it", hint="install socat")
+            pub_dir = os.path.join(run_path, "pub")
+            if not req.dry_run:
+                os.mkdir(pub_dir, 0o700)
+                from safebox.publish import PublishForwarder
+
+                for port in ports:
+                    forwarders.append(PublishForwarder(port, os.path.join(pub_dir, f"{port}.sock")))
+            rp = rp.replace(publish=tuple((p, os.path.join(pub_dir, f"{p}.sock")) for p in ports),
+                            publish_dir=pub_dir)
         if req.verbose:
             for n in rp.notes:
                 _say(n)
@@ -517,6 +551,8 @@ def run(req: ExecRequest) -> int:
         return rc
     finally:
         scan.abandon()
+        for fw in forwarders:
+            fw.close()
         if proxy is not None:
             proxy.stop()
         if run_dir is not None:

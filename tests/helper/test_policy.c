@@ -75,7 +75,12 @@ static const struct row rows[] = {
 	{ "port 65536", H "net proxy\nconnect_port 65536\n" E, 0, "not a number" },
 	{ "port without proxy", H "net off\nconnect_port 80\n" E, 0, "needs 'net proxy'" },
 	{ "bridge port 0", H "socat 2f73\nbridge 0 2f73\n" NET E, 0, "port not a number" },
-	{ "bridge without socat", H "bridge 80 2f73\n" NET E, 0, "needs 'socat'" },
+	{ "bridge without socat", H "bridge 80 2f73\n" NET E, 0, "need 'socat'" },
+	{ "publish without socat", H "publish 8080 2f73\n" NET E, 0, "need 'socat'" },
+	{ "publish port 0", H "socat 2f73\npublish 0 2f73\n" NET E, 0, "port not a number" },
+	{ "publish and bridge on one port", H "socat 2f73\nbridge 80 2f73\npublish 80 2f74\n" NET E, 0,
+	  "duplicate port" },
+	{ "publish accepted", H "socat 2f73\npublish 8080 2f73\n" NET E, 0, NULL },
 	{ "bridge dup port", H "socat 2f73\nbridge 80 2f73\nbridge 80 2f74\n" NET E, 0,
 	  "duplicate port" },
 	/* hex paths */

@@ -68,6 +68,9 @@ def mount_args(rp: ResolvedPolicy) -> list[str]:
         a += ["--bind", sock, sock]
     if rp.run_dir:
         a += ["--ro-bind", rp.run_dir, rp.run_dir]
+    if rp.publish_dir:
+        # The published ports' sockets are created inside, by the bridge.
+        a += ["--bind", rp.publish_dir, rp.publish_dir]
     for d in masked:
         a += ["--remount-ro", d]
     return a
@@ -101,6 +104,9 @@ def launcher_script(rp: ResolvedPolicy, *, socat: str, status_fd: int | None) ->
         lines.append(f"i=0; until {shlex.quote(socat)} -u OPEN:/dev/null TCP:127.0.0.1:{b.port} 2>/dev/null; "
                      f"do i=$((i+1)); [ $i -gt 200 ] && {{ echo 'safebox: bridge did not start' >&2; exit 125; }}; "
                      f"sleep 0.01; done")
+    for port, sock in rp.publish:
+        lines.append(f"{shlex.quote(socat)} -b 262144 UNIX-LISTEN:{shlex.quote(sock)},fork,unlink-early,mode=600 "
+                     f"TCP4:127.0.0.1:{port} </dev/null >/dev/null 2>&1 &")
     if status_fd is not None:
         lines.append(f"printf '%s\\n' '{NO_HELPER_STATUS}' >&{status_fd}; exec {status_fd}>&-")
     lines.append('exec "$@"')
@@ -116,7 +122,7 @@ def command_args(rp: ResolvedPolicy, command: list[str], *, status_fd: int | Non
                 a += ["--status-fd", str(status_fd)]
             return ["--", *a, "--", *command]
         case Layers.BWRAP_ONLY:
-            if rp.bridges or status_fd is not None:
+            if rp.bridges or rp.publish or status_fd is not None:
                 script = launcher_script(rp, socat=socat, status_fd=status_fd)
                 return ["--", "/bin/sh", "-c", script, "safebox-launcher", *command]
             return ["--", *command]

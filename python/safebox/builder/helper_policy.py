@@ -51,6 +51,7 @@ class HelperPolicy(Frozen):
     abi_max: int | None = None
     landlock: bool = True
     bridges: tuple[tuple[int, str], ...] = ()
+    publishes: tuple[tuple[int, str], ...] = ()
     socat_path: str | None = None
     extra: tuple[tuple[str, str], ...] = ()  # never set in production; for tests only
 
@@ -77,12 +78,14 @@ def render(policy: HelperPolicy) -> bytes:
         lines.append(f"scope {scope.value}")
     if policy.seccomp_path is not None:
         lines.append(f"seccomp {_hex(policy.seccomp_path)}")
-    if policy.bridges:
+    if policy.bridges or policy.publishes:
         if policy.socat_path is None:
-            raise ValueError("bridges need socat_path")
+            raise ValueError("bridges and publishes need socat_path")
         lines.append(f"socat {_hex(policy.socat_path)}")
         for port, sock in policy.bridges:
             lines.append(f"bridge {port} {_hex(sock)}")
+        for port, sock in policy.publishes:
+            lines.append(f"publish {port} {_hex(sock)}")
     for key, value in policy.extra:
         lines.append(f"{key} {value}")
     lines.append("end")

@@ -58,6 +58,9 @@ class ResolvedPolicy(Frozen):
     private_tmp: tuple[str, ...] = ("/tmp",)
     net: NetKind = NetKind.NONE
     bridges: tuple[Bridge, ...] = ()
+    # --publish: (port, unix socket in publish_dir); publish_dir is bound read-write.
+    publish: tuple[tuple[int, str], ...] = ()
+    publish_dir: str = ""
     # Host paths of the helper and its inputs (in the run dir).
     helper_path: str = ""
     policy_path: str = ""

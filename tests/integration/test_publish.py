@@ -1,0 +1,110 @@
+"""--publish PORT: a server inside is reachable from the host's 127.0.0.1:PORT,
+only when asked, only while the sandbox runs, and only with allowLocalBinding."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import time
+
+import pytest
+
+from sbx import BOTH, BWRAP_ONLY, FakeHome, fresh_home, scratch  # noqa: F401
+
+SERVER = ("import socket; s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1); "
+          "s.bind(('127.0.0.1', {port})); s.listen(4); print('listening', flush=True); "
+          "c, _ = s.accept(); c.sendall(b'hello from inside'); c.close()")
+
+
+def free_port() -> int:
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+def fetch(port: int, deadline: float = 10.0) -> bytes | OSError:
+    end = time.monotonic() + deadline
+    last: OSError | bytes = OSError("never tried")
+    while time.monotonic() < end:
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=5) as c:
+                data = c.recv(100)
+            if data:
+                return data
+            last = b""
+        except OSError as e:
+            last = e
+        time.sleep(0.1)
+    return last
+
+
+def policy(home: FakeHome, *, binding: bool) -> list[str]:
+    p = home.root / "bind.json"
+    p.write_text('{"network": {"allowLocalBinding": %s}}' % ("true" if binding else "false"))
+    return ["-p", str(p)]
+
+
+@pytest.mark.parametrize("mode", [BOTH, BWRAP_ONLY])
+def test_a_published_port_reaches_the_server_inside(fresh_home: FakeHome, mode: str) -> None:
+    port = free_port()
+    proc = fresh_home.popen(["python3", "-c", SERVER.format(port=port)], mode=mode,
+                            opts=[*policy(fresh_home, binding=True), "--publish", str(port)])
+    try:
+        assert proc.stdout is not None and proc.stdout.readline() == "listening\n"
+        assert fetch(port) == b"hello from inside"
+        assert proc.wait(timeout=30) == 0
+    finally:
+        proc.kill()
+        proc.communicate()
+    # After the run nothing listens on the host any more.
+    with pytest.raises(ConnectionRefusedError):
+        socket.create_connection(("127.0.0.1", port), timeout=5)
+
+
+@pytest.mark.parametrize("mode", [BOTH, BWRAP_ONLY])
+def test_without_publish_the_host_cannot_reach_a_server_inside(fresh_home: FakeHome, mode: str) -> None:
+    port = free_port()
+    proc = fresh_home.popen(["python3", "-c", SERVER.format(port=port) + "; "], mode=mode,
+                            opts=policy(fresh_home, binding=True))
+    try:
+        assert proc.stdout is not None and proc.stdout.readline() == "listening\n"
+        result = fetch(port, deadline=1.0)
+        assert isinstance(result, ConnectionRefusedError), result  # its own network namespace
+    finally:
+        proc.kill()
+        proc.communicate()
+
+
+def test_publish_without_allow_local_binding_is_refused(fresh_home: FakeHome) -> None:
+    r = fresh_home.run(["true"], opts=["--publish", "8080"])
+    assert r.returncode == 125
+    assert r.stderr.strip() == ("safebox: --publish needs network.allowLocalBinding = true "
+                                "(the command may not listen otherwise)")
+
+
+@pytest.mark.parametrize("value", ["0", "65536", "http"])
+def test_publish_needs_a_port_number(fresh_home: FakeHome, value: str) -> None:
+    r = fresh_home.run(["true"], opts=[*policy(fresh_home, binding=True), "--publish", value])
+    assert r.returncode == 125 and f"--publish: '{value}' is not a port number" in r.stderr
+
+
+def test_a_port_taken_on_the_host_is_a_clear_error(fresh_home: FakeHome) -> None:
+    busy = socket.socket()
+    busy.bind(("127.0.0.1", 0))
+    busy.listen(1)
+    port = busy.getsockname()[1]
+    try:
+        r = fresh_home.run(["true"], opts=[*policy(fresh_home, binding=True), "--publish", str(port)])
+        assert r.returncode == 125
+        assert f"safebox: --publish {port}: cannot listen on the host's 127.0.0.1:{port}" in r.stderr
+    finally:
+        busy.close()
+
+
+def test_without_allow_local_binding_the_command_cannot_listen(fresh_home: FakeHome) -> None:
+    r = fresh_home.run(["python3", "-c", "import socket; socket.socket().bind(('127.0.0.1', 0))"])
+    assert r.returncode == 1 and "PermissionError: [Errno 13] Permission denied" in r.stderr
+    ok = subprocess.run(["python3", "-c", "import socket; socket.socket().bind(('127.0.0.1', 0))"])
+    assert ok.returncode == 0  # control: the host may
