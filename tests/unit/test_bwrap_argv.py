@@ -105,3 +105,10 @@ def test_every_namespace_is_unshared_and_the_session_is_new() -> None:
     for flag in ("--unshare-all", "--new-session", "--die-with-parent"):
         assert flag in argv
     assert "--share-net" not in argv
+
+
+def test_a_helper_installed_under_tmp_is_bound_into_the_private_tmp() -> None:
+    a = mount_args(policy(helper_path="/tmp/x/.venv/safebox-helper"))
+    i = a.index("--tmpfs")
+    j = a.index("/tmp/x/.venv/safebox-helper")
+    assert a[j - 1] == "--ro-bind" and j > i

@@ -68,6 +68,9 @@ def mount_args(rp: ResolvedPolicy) -> list[str]:
         a += ["--bind", sock, sock]
     if rp.run_dir:
         a += ["--ro-bind", rp.run_dir, rp.run_dir]
+    if rp.helper_path and any(_under(rp.helper_path, t) for t in rp.private_tmp):
+        # safebox installed under /tmp: the private /tmp would hide the helper.
+        a += ["--ro-bind", rp.helper_path, rp.helper_path]
     if rp.publish_dir:
         # The published ports' sockets are created inside, by the bridge.
         a += ["--bind", rp.publish_dir, rp.publish_dir]
