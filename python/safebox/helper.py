@@ -57,6 +57,18 @@ class HelperStatus(Frozen):
     seccomp: bool
     bridges: int
 
+    def unenforced(self) -> list[str]:
+        """The requested parts this host could not enforce (empty when all were)."""
+        out = []
+        ll = self.landlock
+        if ll is not None:
+            for part, value in (("filesystem", ll.fs), ("TCP", ll.net), ("scopes", ll.scope)):
+                if value is False:
+                    out.append(f"Landlock {part} (kernel ABI {ll.kernel_abi}, used {ll.abi})")
+        if self.ok and not self.seccomp:
+            out.append("seccomp")
+        return out
+
     def summary(self) -> str:
         """One human line: which layers were enforced, at which ABI."""
         if not self.ok:

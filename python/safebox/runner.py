@@ -626,10 +626,15 @@ def _execute(rp: ResolvedPolicy, req: ExecRequest, env: dict[str, str], *, bwrap
         pid = -1
         rc = _exit_status(wstatus)
         status = None
-        if line is not None and (req.verbose or not status_ok(line)):
+        # A part that could not be enforced appears as `false` in the line;
+        # only then (or with -v, or on failure) is the JSON parsed.
+        if line is not None and (req.verbose or not status_ok(line) or b":false" in line):
             status = parse_status(line)
             if not status.ok:
                 raise HelperError(f"helper refused: {status.error}")
+            missing = status.unenforced() if rp.layers is not Layers.BWRAP_ONLY else []
+            if missing:
+                _say("not enforced on this host: " + "; ".join(missing) + " (--strict refuses to run so)")
         if line is None and rp.layers is not Layers.HELPER_ONLY:
             raise RunError(f"bubblewrap could not create the sandbox (exit {rc}; its message is above)",
                            hint="run `safebox doctor`; on hosts without user namespaces use --without bwrap")

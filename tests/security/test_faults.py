@@ -118,3 +118,23 @@ def test_twenty_sandboxes_at_once_all_run_and_leave_nothing(fresh_home: FakeHome
         assert "NoNewPrivs:\t1" in r.stdout
         assert (fresh_home.work / f"out-{i}").read_text() == f"{i}\n"
     assert _leftovers(fresh_home) == []
+
+
+def test_a_layer_part_the_kernel_cannot_enforce_is_announced(fresh_home: FakeHome) -> None:
+    from conftest import landlock_abi
+
+    abi = landlock_abi()
+    parts = []
+    if abi >= 4:
+        parts.append(f"Landlock TCP (kernel ABI {abi}, used 3)")
+    if abi >= 6:
+        parts.append(f"Landlock scopes (kernel ABI {abi}, used 3)")
+    if not parts:
+        pytest.fail(f"kernel Landlock ABI {abi}: capping at 3 removes nothing to announce")
+    # SAFEBOX_TEST_ABI_MAX caps Landlock as an older kernel would.
+    r = fresh_home.run(["true"], env={"SAFEBOX_TEST_ABI_MAX": "3"})
+    assert r.returncode == 0
+    assert _safebox_lines(r.stderr) == [
+        "safebox: not enforced on this host: " + "; ".join(parts) + " (--strict refuses to run so)"]
+    quiet = fresh_home.run(["true"])  # control: at the kernel's ABI nothing is said
+    assert quiet.returncode == 0 and _safebox_lines(quiet.stderr) == []
