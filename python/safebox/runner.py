@@ -132,6 +132,35 @@ def sweep_stale(run_base: str) -> None:
         os.close(fd)
 
 
+_TMP_PREFIX = "safebox-tmp-"
+
+
+def _sweep_stale_tmp(base: str) -> None:
+    """Remove helper-only TMPDIRs (``safebox-tmp-UID-PID-RANDOM``) of ours whose run died."""
+    prefix = f"{_TMP_PREFIX}{os.getuid()}-"
+    try:
+        names = [n for n in os.listdir(base) if n.startswith(prefix)]
+    except OSError:
+        return
+    for name in names:
+        pid = name[len(prefix):].split("-", 1)[0]
+        if not pid.isdigit():
+            continue
+        try:
+            os.kill(int(pid), 0)
+            continue  # alive (or not ours to judge)
+        except ProcessLookupError:
+            pass
+        except PermissionError:
+            continue
+        path = os.path.join(base, name)
+        try:
+            if os.lstat(path).st_uid == os.getuid() and not os.path.islink(path):
+                rmtree(path)
+        except OSError:
+            pass
+
+
 class RunDir:
     """A private run dir under the state dir, locked for this process's lifetime."""
 
@@ -449,8 +478,23 @@ def run(req: ExecRequest) -> int:
 
         audit = AuditLog(Path(req.audit_log))
 
+    run_tmp: str | None = None
+    if layers is Layers.HELPER_ONLY and not req.dry_run:
+        # No private /tmp without bwrap. The command gets its own TMPDIR, a
+        # write root of its own: /tmp itself may refuse new entries when it
+        # lies on the way to safebox's installation (see landlock_rules).
+        base = os.environ.get("TMPDIR") or "/tmp"
+        _sweep_stale_tmp(base)
+        run_tmp = os.path.join(base, f"{_TMP_PREFIX}{os.getuid()}-{os.getpid()}-{os.urandom(4).hex()}")
+        os.mkdir(run_tmp, 0o700)
+        policy = policy.replace(allow_write=(*policy.allow_write, run_tmp))
     # ripgrep starts now and searches the write roots while the rest is prepared.
-    scan = Scan(policy, layers=layers, rg_path=which("rg"))
+    try:
+        scan = Scan(policy, layers=layers, rg_path=which("rg"))
+    except BaseException:
+        if run_tmp is not None:
+            rmtree(run_tmp)
+        raise
     run_dir: RunDir | None = None
     proxy = None
     forwarders: list[Any] = []
@@ -527,7 +571,7 @@ def run(req: ExecRequest) -> int:
         env, removed = build_env(os.environ, deny=policy.env_deny, allow=policy.env_allow,
                                  bridges=rp.bridges if layers is not Layers.HELPER_ONLY else
                                  tuple(b for b in rp.bridges if b.port),
-                                 private_tmp=layers is not Layers.HELPER_ONLY)
+                                 private_tmp=layers is not Layers.HELPER_ONLY, tmpdir=run_tmp)
         if req.verbose and removed:
             _say(f"removed from the environment: {', '.join(removed)}")
 
@@ -557,6 +601,8 @@ def run(req: ExecRequest) -> int:
             proxy.stop()
         if run_dir is not None:
             run_dir.remove()
+        if run_tmp is not None:
+            rmtree(run_tmp)
 
 
 def _dry_run(rp: ResolvedPolicy, req: ExecRequest, policy_bytes: bytes, filter_id: str, *, socat: str) -> int:

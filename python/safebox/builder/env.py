@@ -61,11 +61,13 @@ def proxy_env(bridges: tuple[Bridge, ...]) -> dict[str, str]:
 
 
 def build_env(environ: Mapping[str, str], *, deny: tuple[str, ...], allow: tuple[str, ...],
-              bridges: tuple[Bridge, ...], private_tmp: bool) -> tuple[dict[str, str], list[str]]:
+              bridges: tuple[Bridge, ...], private_tmp: bool, tmpdir: str | None = None) -> tuple[dict[str, str], list[str]]:
     """The command's environment and the names scrubbed from it."""
     env, removed = scrub(environ, deny=deny, allow=allow)
     env.update(proxy_env(bridges))
     if private_tmp:
         env["TMPDIR"] = "/tmp"
+    elif tmpdir:
+        env["TMPDIR"] = tmpdir
     env["SAFEBOX_SANDBOX"] = "1"
     return env, removed
