@@ -257,8 +257,11 @@ def ensure_venv() -> Path:
     _say("installing safebox into .venv")
     _run([str(py), "-m", "pip", "install", "-q", "--disable-pip-version-check",
           "--no-warn-script-location", f"{ROOT}[test]"], stdout=subprocess.DEVNULL)
-    # Make the installed copy unwritable for everyone but root-owned installs;
-    # doctor warns when the helper is writable by the user running safebox.
+    # setuptools is only needed in pip's isolated build environments; in the
+    # venv its distutils-precedence.pth costs every `safebox exec` ~0.5 ms
+    # of start-up (benchmarks/bench_startup.py).
+    subprocess.run([str(py), "-m", "pip", "uninstall", "-y", "-q", "setuptools"],
+                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     stamp.write_text(digest)
     return py
 

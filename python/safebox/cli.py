@@ -150,9 +150,24 @@ def _guarded(fn, *args: Any) -> int:
 
 
 def _run_exec(parsed: dict[str, Any]) -> int:
-    from safebox.runner import run
+    # ripgrep's walk of the working directory starts before the runner (and
+    # everything it imports) is loaded; the runner adopts it.
+    from safebox._record import which
+    from safebox.builder.resolve import prestart
 
-    return run(_request(parsed))
+    prescan: dict[tuple[str, int], Any] = {}
+    if not parsed["dry_run"]:
+        try:
+            prescan = prestart(cwd=os.path.realpath(os.getcwd()), rg=which("rg"))
+        except Exception:  # noqa: BLE001 — only an optimisation; the runner starts its own
+            prescan = {}
+    try:
+        from safebox.runner import run
+
+        return run(_request(parsed), prescan=prescan)
+    finally:
+        for proc in prescan.values():  # not adopted (another root or depth): stop it
+            proc.cancel()
 
 
 # ------------------------------------------------------------------ click

@@ -7,9 +7,8 @@ Paths are hex-encoded so any path bytes are unambiguous; the file ends with
 from __future__ import annotations
 
 import os
-from enum import StrEnum
 
-from safebox._record import Frozen
+from safebox._record import Frozen, StrEnum
 
 FORMAT_VERSION = 1
 

@@ -99,7 +99,9 @@ def _rg_start(rg: str, root: str, depth: int) -> Spawned:
     for d in defaults.PROTECTED_DIRS:
         globs += ["-g", f"**/{d}/**"]
     globs += ["-g", "**/.git/HEAD", "-g", "**/.git"]
-    cmd = [rg, "--files", "--hidden", "--no-ignore", "--no-config",
+    # -j1: one walker thread measured faster here for small and large trees
+    # alike (4.4 vs 6.0 ms on a small work tree, 65 vs 100 ms on /usr/share).
+    cmd = [rg, "--files", "--hidden", "--no-ignore", "--no-config", "-j1",
            "--max-depth", str(depth + 3), *globs, "--", root]
     try:
         return Spawned(cmd)
@@ -137,6 +139,17 @@ def _rg_finish(proc: Spawned, root: str) -> list[str]:
         if base == ".git" or (base == "HEAD" and len(parts) > 1 and parts[-2] == ".git"):
             found.add("/".join(parts[:-1]) if base == "HEAD" else p)
     return sorted(found)
+
+
+def prestart(*, cwd: str, rg: str | None) -> dict[tuple[str, int], Spawned]:
+    """Start the ripgrep walk of the working directory (the default write
+    root) before the rest of safebox is even imported, so it runs while
+    Python loads. ``Scan`` adopts it when the policy's roots and depth match;
+    the caller cancels whatever was not adopted."""
+    if rg is None:
+        return {}
+    depth = defaults.DEFAULT_SEARCH_DEPTH
+    return {(cwd, depth): _rg_start(rg, cwd, depth)}
 
 
 def start_scans(rg: str | None, write_roots: list[str], depth: int) -> dict[str, Spawned]:
@@ -308,7 +321,8 @@ class Scan:
     walk overlaps the rest of safebox's start-up; ``resolve`` collects it.
     """
 
-    def __init__(self, policy: EffectivePolicy, *, layers: Layers, rg_path: str | None) -> None:
+    def __init__(self, policy: EffectivePolicy, *, layers: Layers, rg_path: str | None,
+                 prestarted: dict[tuple[str, int], Spawned] | None = None) -> None:
         notes: list[str] = []
         roots: list[str] = []
         for w in policy.allow_write:
@@ -323,7 +337,11 @@ class Scan:
             roots.append(real)
         self.write_roots = sorted(set(roots), key=lambda p: (p.count("/"), p))
         self.notes = notes
-        self.procs = start_scans(rg_path, self.write_roots, policy.search_depth)
+        pre = prestarted if prestarted is not None else {}
+        adopt = {r: pre.pop((r, policy.search_depth)) for r in self.write_roots
+                 if (r, policy.search_depth) in pre}
+        rest = [r for r in self.write_roots if r not in adopt]
+        self.procs = {**adopt, **start_scans(rg_path, rest, policy.search_depth)}
 
     def abandon(self) -> None:
         """Reap the ripgrep runs when resolve fails before collecting them."""

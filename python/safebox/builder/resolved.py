@@ -6,9 +6,8 @@
 
 from __future__ import annotations
 
-from enum import StrEnum
 
-from safebox._record import Frozen
+from safebox._record import Frozen, StrEnum
 
 
 class Layers(StrEnum):
