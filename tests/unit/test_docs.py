@@ -1,0 +1,47 @@
+"""The documentation names everything the code has: options, policy keys and
+the built-in lists (so a new entry cannot go undocumented)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from safebox.cli import EXEC_OPTIONS
+from safebox.policy import defaults
+from safebox.policy.model import EnvSettings, FilesystemSettings, NetworkSettings, PolicyFile
+
+DOCS = Path(__file__).resolve().parents[2] / "docs"
+GUIDE = (DOCS / "index.md").read_text()
+REFERENCE = (DOCS / "policy-reference.md").read_text()
+
+
+@pytest.mark.parametrize("opt", [o.long for o in EXEC_OPTIONS])
+def test_every_exec_option_is_in_the_user_guide(opt: str) -> None:
+    assert opt in GUIDE
+
+
+def _keys() -> list[str]:
+    out = [k for k in PolicyFile.model_fields if k not in ("network", "filesystem", "env")]
+    out += [f"network.{k}" for k in NetworkSettings.model_fields]
+    out += [f"filesystem.{k}" for k in FilesystemSettings.model_fields]
+    out += [f"env.{k}" for k in EnvSettings.model_fields]
+    return out
+
+
+@pytest.mark.parametrize("key", _keys())
+def test_every_policy_key_is_in_the_reference(key: str) -> None:
+    assert f"`{key}`" in REFERENCE
+
+
+@pytest.mark.parametrize("entry", [*defaults.PROTECTED_FILES, *defaults.PROTECTED_DIRS,
+                                   *defaults.ENV_DENY_PATTERNS, *defaults.PROTECTED_IN_GIT_DIR])
+def test_every_built_in_list_entry_is_in_the_reference(entry: str) -> None:
+    assert f"`{entry}`" in REFERENCE
+
+
+@pytest.mark.parametrize("path", defaults.CREDENTIAL_PATHS)
+def test_every_credential_path_is_in_the_reference(path: str) -> None:
+    # The three ssh host keys are written as one pattern.
+    shown = "/etc/ssh/ssh_host_*_key" if path.startswith("/etc/ssh/ssh_host_") else path
+    assert f"`{shown}`" in REFERENCE
