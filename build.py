@@ -14,6 +14,7 @@ Two roles in one file, both standard library only:
       python3 build.py test    # setup, then every test: C (ASan/UBSan, fuzz), pytest
                                # as this user and, when root, as an unprivileged user
       python3 build.py helper  # compile the helper only
+      python3 build.py lint    # ruff over the Python, -Werror build of the C (also part of `test`)
 
 Every failure prints one ``build.py:`` line naming the fix and exits 1.
 """
@@ -306,9 +307,16 @@ def c_tests() -> None:
         _run([sys.executable, str(script)])
 
 
+def lint(py: Path) -> None:
+    """ruff over python/, tests/ and build.py (the C is linted by -Werror on every build)."""
+    _say("lint: ruff")
+    _run([str(py), "-m", "ruff", "check", "-q", "python", "tests", "build.py"], cwd=ROOT)
+
+
 def test(pytest_args: list[str]) -> int:
-    """Everything: set-up, C tests, pytest as this user and as an unprivileged one."""
+    """Everything: set-up, lint, C tests, pytest as this user and as an unprivileged one."""
     py = setup(for_tests=True)
+    lint(py)
     c_tests()
     env = dict(os.environ)
     env.setdefault("SAFEBOX_MUST_WORK", "1" if os.environ.get("CI") else "0")
@@ -344,6 +352,9 @@ def main(argv: list[str]) -> int:
             return 0
         if cmd == "demo":
             return demo()
+        if cmd == "lint":
+            lint(setup(for_tests=True))
+            return 0
         if cmd == "test":
             return test(rest)
     except BuildError as e:

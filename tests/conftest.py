@@ -21,6 +21,9 @@ from collections.abc import Generator
 
 import pytest
 
+# The black-box fixtures (fake homes, probes) for tests/integration and tests/security.
+pytest_plugins = ("sbx",)
+
 _SYS_LANDLOCK_CREATE_RULESET = {"x86_64": 444, "aarch64": 444}
 _LANDLOCK_CREATE_RULESET_VERSION = 1
 

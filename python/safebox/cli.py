@@ -219,10 +219,10 @@ def _click_app():
     @click.option("--json", "as_json", is_flag=True, help="Print the checks as JSON (schema in docs/doctor.md).")
     def doctor_cmd(as_json: bool) -> None:
         """Check bwrap, socat, ripgrep, the helper and the kernel; exit 1 if a required check fails."""
+        from pathlib import Path
+
         from safebox import doctor
         from safebox.helper import find_helper
-
-        from pathlib import Path
 
         sys.exit(doctor.main(["--json"] if as_json else [], helper_path=Path(find_helper()), standalone=False))
 
@@ -234,8 +234,6 @@ def _click_app():
     @click.argument("file", type=click.Path(dir_okay=False))
     def policy_check(file: str) -> None:
         """Validate FILE (JSON or TOML); exit 125 naming the key on error."""
-        from pathlib import Path
-
         from safebox.policy.load import Layer, _read_file, parse_document, validate_layer
 
         def check() -> int:

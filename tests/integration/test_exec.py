@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from sbx import BOTH, BWRAP_ONLY, HELPER_ONLY, FakeHome, fresh_home, host, scratch, shared_home, token  # noqa: F401
+from sbx import BOTH, BWRAP_ONLY, HELPER_ONLY, FakeHome, host, token
 
 ALL_MODES = [BOTH, BWRAP_ONLY, HELPER_ONLY]
 

@@ -30,8 +30,7 @@ from pathlib import Path
 
 import pytest
 
-from sbx import (BOTH, EACCES, EPERM, HELPER_ONLY, FakeHome, fresh_home, host, scratch, shared_home,  # noqa: F401
-                 token, wait_for)
+from sbx import BOTH, EACCES, EPERM, HELPER_ONLY, FakeHome, host, token, wait_for
 
 pytestmark = pytest.mark.needs_bwrap
 

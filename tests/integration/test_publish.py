@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from sbx import BOTH, BWRAP_ONLY, FakeHome, fresh_home, scratch  # noqa: F401
+from sbx import BOTH, BWRAP_ONLY, FakeHome
 
 SERVER = ("import socket; s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1); "
           "s.bind(('127.0.0.1', {port})); s.listen(4); print('listening', flush=True); "

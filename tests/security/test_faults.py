@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from sbx import PATH, SAFEBOX, FakeHome, fresh_home, scratch  # noqa: F401
+from sbx import PATH, SAFEBOX, FakeHome
 
 
 def _leftovers(home: FakeHome) -> list[str]:

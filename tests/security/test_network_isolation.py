@@ -21,8 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from sbx import (BOTH, BWRAP_ONLY, EACCES, ECONNREFUSED, EPERM, HELPER_ONLY, FakeHome, host,  # noqa: F401
-                 missing, own_probe, probe, scratch, shared_home, token)
+from sbx import BOTH, BWRAP_ONLY, EACCES, ECONNREFUSED, EPERM, HELPER_ONLY, FakeHome, host, missing, token
 
 ALL_MODES = [BOTH, BWRAP_ONLY, HELPER_ONLY]
 SECCOMP_MODES = [BOTH, HELPER_ONLY]

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from sbx import (BOTH, BWRAP_ONLY, ENOENT, EPERM, ESRCH, HELPER_ONLY, FakeHome, host, missing,  # noqa: F401
-                 own_probe, pids_with_arg, probe, scratch, shared_home, unique_sleep_arg, wait_for)
+from sbx import (BOTH, BWRAP_ONLY, EPERM, ESRCH, HELPER_ONLY, FakeHome, host, missing, pids_with_arg,
+                 unique_sleep_arg, wait_for)
 
 ALL_MODES = [BOTH, BWRAP_ONLY, HELPER_ONLY]
 SECCOMP_MODES = [BOTH, HELPER_ONLY]  # the modes with the helper's seccomp filter

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from sbx import BOTH, HELPER_ONLY, FakeHome, fresh_home, host, scratch  # noqa: F401
+from sbx import BOTH, HELPER_ONLY, FakeHome, host
 
 EXPECTED = {BOTH: "Read-only file system", HELPER_ONLY: "Permission denied"}
 
