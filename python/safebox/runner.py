@@ -449,6 +449,12 @@ def run(req: ExecRequest, *, prescan: dict[tuple[str, int], Any] | None = None) 
     if req.strict and not flags.strict:
         flags = flags.replace(strict=True)
     _private_dir(state)
+    # safebox's own config dir is created (0700, empty) so that it exists to
+    # be masked: a missing one under a write root could otherwise be created
+    # by the command, planting the user policy of the next run.
+    from safebox.policy.load import user_config_dir
+
+    _private_dir(user_config_dir(home))
     policy = load_cached(ctx, policy_file=req.policy_file, flags=flags, cache_dir=os.path.join(state, "cache"))
     strict = policy.strict
 

@@ -8,8 +8,10 @@ path shadows an earlier one, so the order *is* the policy):
    the new pid namespace (the command cannot see host processes).
 3. ``--tmpfs /tmp``: private, writable, gone with the sandbox.
 4. Write roots, shallow first: ``--bind W W``.
-5. Pinned directories (``.git``): ``--bind G G`` so they cannot be renamed
-   away from the read-only entries below them (a mount point cannot be renamed).
+5. Pinned directories (``.git``, and every directory between a write root
+   and a protected, masked or self-protected path): ``--bind G G`` so they
+   cannot be renamed away from the read-only entries below them (a mount
+   point cannot be renamed), merged with step 4 in depth order.
 6. Sealed directories (a ``.git`` missing ``hooks``/``config``): ``--ro-bind D D``
    then each existing unprotected child ``--bind C C``: creating the missing
    entry fails with EROFS.
@@ -44,10 +46,10 @@ def mount_args(rp: ResolvedPolicy) -> list[str]:
     a: list[str] = ["--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
     for t in rp.private_tmp:
         a += ["--tmpfs", t]
-    for w in rp.write_roots:
+    # Write roots and pinned directories are both read-write self-binds;
+    # shallow first, so a deeper one is never hidden by a shallower one.
+    for w in sorted({*rp.write_roots, *rp.pinned_dirs}, key=lambda p: (p.count("/"), p)):
         a += ["--bind", w, w]
-    for g in rp.pinned_dirs:
-        a += ["--bind", g, g]
     for d, kids in rp.sealed_dirs:
         a += ["--ro-bind", d, d]
         for k in kids:

@@ -191,8 +191,13 @@ def protected_paths(scans: dict[str, Spawned], write_roots: list[str], depth: in
                 kids = sorted(os.listdir(git))
                 sealed.append((git, [os.path.join(git, k) for k in kids
                                      if k not in defaults.PROTECTED_IN_GIT_DIR]))
-        # Missing top-level protected files of the root (and of $HOME if it is the root).
-        for name in defaults.PROTECTED_FILES:
+            else:
+                # Entries that cannot be mounted over because they do not
+                # exist yet are watched, and quarantined if the run creates them.
+                missing.update(os.path.join(git, e) for e in absent)
+        # Missing protected files and directories at the top of the root
+        # (`.mcp.json`, `.claude/`, `.config/git` when the root is $HOME).
+        for name in (*defaults.PROTECTED_FILES, *defaults.PROTECTED_DIRS):
             q = os.path.join(root, name)
             if not os.path.lexists(q):
                 missing.add(q)
@@ -244,6 +249,27 @@ def split_unix_sockets(allowed: tuple[str, ...], candidates: list[str]) -> tuple
         except OSError:
             pass
     return sorted(set(hide)), sorted(set(keep))
+
+
+def pin_ancestors(paths: list[str], write_roots: list[str]) -> list[str]:
+    """Every directory strictly between a write root and one of ``paths``.
+
+    A read-only bind or a mask protects one path, not its name: renaming a
+    parent (``mv ~/.cache ~/.c2``) moves the mount away with it, and the
+    command could build a fake at the old path (a poisoned safebox state dir,
+    a new ``~/.config/git/config``). These ancestors are bound onto
+    themselves, and a mount point cannot be renamed (EBUSY); found in review.
+    """
+    pins: set[str] = set()
+    for p in paths:
+        for w in write_roots:
+            if p == w or not _is_under(p, w):
+                continue
+            a = os.path.dirname(p)
+            while a != w and _is_under(a, w) and a not in pins:
+                pins.add(a)
+                a = os.path.dirname(a)
+    return sorted(pins, key=lambda p: (p.count("/"), p))
 
 
 def landlock_rules(*, layers: Layers, write_roots: list[str], mask_dirs: list[str],
@@ -405,6 +431,17 @@ def _resolve(policy: EffectivePolicy, *, layers: Layers, cwd: str, home: str, ho
                              if any(_is_under(p, w) for w in write_roots)
                              and not any(_is_under(p, m) for m in mask_dirs)),
                             key=lambda p: (p.count("/"), p))
+    sealed_set = {d for d, _ in sealed}
+    pins = pin_ancestors([*read_only_list, *sealed_set, *git_dirs, *mask_dirs, *mask_files], write_roots)
+    pins = [p for p in pins if p not in sealed_set and p not in read_only
+            and not any(_is_under(p, m) for m in mask_dirs)
+            and not any(_is_under(p, d) and p != d for d in sealed_set)]
+    # Deny-read paths that do not exist yet but lie under a write root: the
+    # command could create them (say ~/.config/safebox/policy.toml for the
+    # next run); they are watched and quarantined like protected files.
+    for p in policy.deny_read:
+        if not os.path.lexists(p) and any(_is_under(p, w) for w in write_roots):
+            missing.append(p)
     net = NetKind.PROXY if bridges else NetKind.NONE
     private_tmp = ("/tmp",) if layers is not Layers.HELPER_ONLY else ()
     if layers is not Layers.HELPER_ONLY:
@@ -412,7 +449,8 @@ def _resolve(policy: EffectivePolicy, *, layers: Layers, cwd: str, home: str, ho
     return ResolvedPolicy(
         layers=layers, cwd=cwd, write_roots=tuple(write_roots), read_only=tuple(read_only_list),
         sealed_dirs=tuple((d, tuple(k)) for d, k in sealed),
-        pinned_dirs=tuple(g for g in git_dirs if g not in {d for d, _ in sealed}),
+        pinned_dirs=tuple(sorted({*pins, *(g for g in git_dirs if g not in sealed_set)},
+                                 key=lambda p: (p.count("/"), p))),
         mask_dirs=tuple(mask_dirs), mask_files=tuple(mask_files), private_tmp=private_tmp,
         net=net, bridges=bridges, helper_path=host.helper_path, policy_path=host.policy_path,
         socket_binds=tuple(socket_binds),

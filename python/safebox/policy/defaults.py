@@ -121,7 +121,9 @@ PROTECTED_DIRS: tuple[str, ...] = (
     ".git/hooks",
 )
 # Inside every git repository found (a directory holding `.git`), these are protected.
-PROTECTED_IN_GIT_DIR: tuple[str, ...] = ("config", "hooks", "info", "modules")
+# `commondir` and `config.worktree` redirect where git takes its config from:
+# planting either would bypass the read-only `config` (found in review).
+PROTECTED_IN_GIT_DIR: tuple[str, ...] = ("config", "hooks", "info", "modules", "commondir", "config.worktree")
 
 # How deep below each write root nested repositories and protected files are
 # searched. Deeper ones are not protected by the outer layer (Landlock still

@@ -205,6 +205,15 @@ def merge(layers: list[tuple[Layer, dict[str, Any]]], ctx: Context) -> Effective
     }
     for layer, doc in layers:
         if layer.project and not trust:
+            # Scalars that weaken when lowered: a cloned repo must not turn
+            # off strict mode or shrink the protected-file search (review).
+            depth = _get(doc, ("mandatoryDenySearchDepth",))
+            if depth is not None and depth < scalars.get("search_depth", 0):
+                raise PolicyError(f"{layer.name}: mandatoryDenySearchDepth: a project file may not lower it",
+                                  hint="set trustProjectFiles = true in your user policy to allow it")
+            if _get(doc, ("strict",)) is False and scalars.get("strict"):
+                raise PolicyError(f"{layer.name}: strict: a project file may not turn strict mode off",
+                                  hint="set trustProjectFiles = true in your user policy to allow it")
             for key in _WIDENING:
                 value = _get(doc, key)
                 if value:
