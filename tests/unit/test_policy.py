@@ -137,3 +137,14 @@ def test_a_cache_file_that_is_not_private_is_ignored(tmp_path, monkeypatch) -> N
     entry.chmod(0o644)
     assert load_cached(ctx, policy_file=None, flags=Flags(), cache_dir=str(cache)) == load(
         ctx, policy_file=None, flags=Flags())
+
+
+def test_a_project_file_cannot_lower_the_search_depth_or_turn_strict_off(tmp_path, monkeypatch) -> None:
+    ctx = _home(tmp_path, monkeypatch, user={"strict": True}, project={"mandatoryDenySearchDepth": 1})
+    with pytest.raises(PolicyError, match="mandatoryDenySearchDepth: a project file may not lower it"):
+        load(ctx, policy_file=None, flags=Flags())
+    (tmp_path / "proj" / ".safebox.json").write_text(json.dumps({"strict": False}))
+    with pytest.raises(PolicyError, match="strict: a project file may not turn strict mode off"):
+        load(ctx, policy_file=None, flags=Flags())
+    (tmp_path / "proj" / ".safebox.json").write_text(json.dumps({"mandatoryDenySearchDepth": 9}))
+    assert load(ctx, policy_file=None, flags=Flags()).search_depth == 9  # raising is fine
