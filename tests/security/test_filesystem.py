@@ -286,8 +286,19 @@ def test_a_run_leaves_no_placeholder_in_the_home_or_work_tree(fresh_home: FakeHo
         f.unlink()
     hooks.rmdir()
     state = fresh_home.root / ".cache"
-    before = tree_listing(fresh_home.root, exclude=[state])
-    r = fresh_home.run(["true"], mode=mode, opts=["--allow-write", "~"] if mode != HELPER_ONLY else [])
+    # safebox's first run creates its own two directories, ~/.cache/safebox
+    # and an empty ~/.config/safebox (which must exist to be masked); after
+    # that, a run must leave the tree exactly as it found it.
+    opts = ["--allow-write", "~"] if mode != HELPER_ONLY else []
+    initial = tree_listing(fresh_home.root, exclude=[state])
+    first = fresh_home.run(["true"], mode=mode, opts=opts)
+    assert first.returncode == 0, first.stderr
+    after_first = tree_listing(fresh_home.root, exclude=[state])
+    assert set(after_first) - set(initial) == {".config", ".config/safebox"}
+    assert {k: v for k, v in after_first.items() if k not in (".config", ".config/safebox")} == initial
+    assert list((fresh_home.root / ".config" / "safebox").iterdir()) == []
+    before = after_first
+    r = fresh_home.run(["true"], mode=mode, opts=opts)
     assert r.returncode == 0, r.stderr
     assert tree_listing(fresh_home.root, exclude=[state]) == before
 
