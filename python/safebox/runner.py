@@ -477,11 +477,9 @@ def run(req: ExecRequest, *, prescan: dict[tuple[str, int], Any] | None = None) 
     socat = which("socat")
     audit = None
     if req.audit_log:
-        from pathlib import Path
-
         from safebox.audit import AuditLog
 
-        audit = AuditLog(Path(req.audit_log))
+        audit = AuditLog(req.audit_log)
 
     run_tmp: str | None = None
     if layers is Layers.HELPER_ONLY and not req.dry_run:
@@ -517,15 +515,13 @@ def run(req: ExecRequest, *, prescan: dict[tuple[str, int], Any] | None = None) 
                 raise BuildError("socat not found; it bridges the proxy into the sandbox",
                                  hint="install socat (apt-get install socat)")
             if not req.dry_run:
-                from pathlib import Path
-
                 from safebox.proxy import ProxyConfig, ProxyServer
 
                 proxy = ProxyServer(ProxyConfig(
                     allowed_domains=policy.allowed_domains, denied_domains=policy.denied_domains,
                     allow_local_destinations=policy.allow_local_destinations,
-                    audit_log=Path(req.audit_log) if req.audit_log else None),
-                    run_dir=Path(run_path), tcp=layers is Layers.HELPER_ONLY)
+                    audit_log=req.audit_log or None),
+                    run_dir=run_path, tcp=layers is Layers.HELPER_ONLY)
                 proxy.start()
                 http_sock, socks_sock = str(proxy.http_socket), str(proxy.socks_socket)
             else:

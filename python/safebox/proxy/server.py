@@ -7,18 +7,20 @@ import asyncio
 import contextlib
 import logging
 import os
-import pathlib
 import socket
 import stat
 import threading
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from safebox.audit import AuditLog
 from safebox.errors import ProxyError
 from safebox.proxy import http, socks5
 from safebox.proxy.rules import HostError, NetworkRules
 from safebox.proxy.upstream import Gate
+
+if TYPE_CHECKING:
+    from safebox.audit import AuditLog
 
 __all__ = ["ProxyConfig", "ProxyServer"]
 
@@ -38,7 +40,7 @@ class ProxyConfig:
     allowed_domains: tuple[str, ...]
     denied_domains: tuple[str, ...] = ()
     allow_local_destinations: bool = False
-    audit_log: pathlib.Path | None = None
+    audit_log: str | os.PathLike[str] | None = None
 
 
 class ProxyServer:
@@ -50,7 +52,7 @@ class ProxyServer:
     without bwrap and so have no socat bridge.
     """
 
-    def __init__(self, config: ProxyConfig, *, run_dir: pathlib.Path, tcp: bool = False) -> None:
+    def __init__(self, config: ProxyConfig, *, run_dir: str | os.PathLike[str], tcp: bool = False) -> None:
         try:
             self.rules = NetworkRules.from_policy(
                 config.allowed_domains,
@@ -60,9 +62,11 @@ class ProxyServer:
         except HostError as exc:
             raise ProxyError(f"invalid network domain pattern: {exc}") from None
         self.config = config
-        self.run_dir = pathlib.Path(run_dir)
-        self.http_socket = self.run_dir / "http-proxy.sock"
-        self.socks_socket = self.run_dir / "socks-proxy.sock"
+        # Plain strings, not pathlib: pathlib costs about 0.7 MiB per
+        # networked sandbox (docs/benchmarks.md, memory).
+        self.run_dir = os.fspath(run_dir)
+        self.http_socket = os.path.join(self.run_dir, "http-proxy.sock")
+        self.socks_socket = os.path.join(self.run_dir, "socks-proxy.sock")
         self.http_port: int | None = None
         self.socks_port: int | None = None
         self._tcp = tcp
@@ -84,6 +88,8 @@ class ProxyServer:
             raise ProxyError("proxy already started")
         try:
             if self.config.audit_log is not None:
+                from safebox.audit import AuditLog  # json, datetime: only with --audit-log
+
                 self._audit = AuditLog(self.config.audit_log)
         except OSError as exc:
             raise ProxyError(f"cannot open audit log {self.config.audit_log}: {exc.strerror}") from None
@@ -132,7 +138,7 @@ class ProxyServer:
             thread.join(START_TIMEOUT)
         for path in (self.http_socket, self.socks_socket):
             with contextlib.suppress(FileNotFoundError):
-                path.unlink()
+                os.unlink(path)
         if self._audit is not None:
             self._audit.close()
 
@@ -164,7 +170,7 @@ class ProxyServer:
                 setattr(self, attr, server.sockets[0].getsockname()[1])
 
     @staticmethod
-    def _unix_socket(path: pathlib.Path) -> socket.socket:
+    def _unix_socket(path: str) -> socket.socket:
         """Bind a unix socket at ``path``, mode 0600 before anyone can connect.
 
         A stale socket file (a killed earlier run) is replaced; any other
@@ -177,10 +183,10 @@ class ProxyServer:
         else:
             if not stat.S_ISSOCK(st.st_mode):
                 raise ProxyError(f"{path} exists and is not a socket")
-            path.unlink()
+            os.unlink(path)
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
-            sock.bind(str(path))
+            sock.bind(path)
             # Not yet listening: nobody can connect before the mode is 0600.
             os.chmod(path, 0o600)
         except OSError as exc:
