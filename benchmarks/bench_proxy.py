@@ -283,12 +283,12 @@ def main() -> int:
     direct, direct_ttfb = rows[0][1], rows[0][2]
     lines = []
     if exec_rows:
-        e_direct, e_ttfb = exec_rows[0][1], exec_rows[0][2]
+        e_direct = exec_rows[0][1]
         lines += [
             "Command: `.venv/bin/python benchmarks/bench_proxy.py --size-mib 512 --repeat 20 "
             "--write docs/benchmarks.md`; figures vary by tens of percent between runs on a shared host.",
             "",
-            f"### Through `safebox exec`\n",
+            "### Through `safebox exec`\n",
             f"curl inside one `safebox exec -p policy.json` (bwrap + helper, socat bridges, proxy in the "
             f"safebox process) against direct curl on the host, {opts.size_mib} MiB from a loopback "
             f"sendfile server: median of {opts.timed} timed runs, {opts.repeat} downloads per path piped "
