@@ -308,9 +308,9 @@ def c_tests() -> None:
 
 
 def lint(py: Path) -> None:
-    """ruff over python/, tests/ and build.py (the C is linted by -Werror on every build)."""
+    """ruff over python/, tests/, benchmarks/ and build.py (the C is linted by -Werror on every build)."""
     _say("lint: ruff")
-    _run([str(py), "-m", "ruff", "check", "-q", "python", "tests", "build.py"], cwd=ROOT)
+    _run([str(py), "-m", "ruff", "check", "-q", "python", "tests", "benchmarks", "build.py"], cwd=ROOT)
 
 
 def test(pytest_args: list[str]) -> int:
