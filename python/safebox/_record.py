@@ -229,13 +229,13 @@ class Spawned:
     """A child started with its stdout and stderr on pipes; ``collect`` reads
     both and reaps it. Lets the caller overlap the child with other work."""
 
-    def __init__(self, argv: list[str]) -> None:
+    def __init__(self, argv: list[str], *, env: dict[str, str] | None = None) -> None:
         out_r, out_w = os.pipe()
         err_r, err_w = os.pipe()
         try:
             fa = [(os.POSIX_SPAWN_DUP2, out_w, 1), (os.POSIX_SPAWN_DUP2, err_w, 2),
                   (os.POSIX_SPAWN_OPEN, 0, "/dev/null", os.O_RDONLY, 0)]
-            self.pid = os.posix_spawn(argv[0], argv, os.environ, file_actions=fa)
+            self.pid = os.posix_spawn(argv[0], argv, os.environ if env is None else env, file_actions=fa)
         except OSError:
             for fd in (out_r, out_w, err_r, err_w):
                 os.close(fd)

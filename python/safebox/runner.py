@@ -436,6 +436,33 @@ def quarantine(paths: tuple[str, ...], state: str) -> list[tuple[str, str]]:
     return moved
 
 
+def restore_links(links: tuple[tuple[str, str], ...], state: str) -> list[tuple[str, str | None]]:
+    """Put back protected symlinks the command removed or replaced.
+
+    A symlink named like a protected file (``~/.bashrc -> dotfiles/bashrc``)
+    lives in a writable directory and is no mount point, so the command can
+    unlink it and plant a file of its own there. Whatever now stands at the
+    path is quarantined and the original link recreated. Returns (path,
+    quarantine destination or None when nothing replaced the link).
+    """
+    restored: list[tuple[str, str | None]] = []
+    for path, target in links:
+        try:
+            if os.readlink(path) == target:
+                continue
+        except FileNotFoundError:
+            pass
+        except OSError:
+            pass  # no longer a symlink (EINVAL): a replacement
+        try:
+            dest = quarantine((path,), state)
+            os.symlink(target, path)
+        except OSError as e:
+            raise RunError(f"cannot restore protected symlink {path} -> {target}: {e.strerror or e}") from None
+        restored.append((path, dest[0][1] if dest else None))
+    return restored
+
+
 def run(req: ExecRequest, *, prescan: dict[tuple[str, int], Any] | None = None) -> int:
     """Run ``req.command`` sandboxed; return the exit status for ``safebox exec``."""
     if not req.command:
@@ -587,12 +614,16 @@ def run(req: ExecRequest, *, prescan: dict[tuple[str, int], Any] | None = None) 
         if audit:
             audit.event("start", command=list(req.command), layers=layers.value, cwd=cwd)
         rc = _execute(rp, req, env, bwrap=bwrap, socat=socat or "socat", strict=strict)
-        moved = quarantine(rp.watch_missing, state) if layers is not Layers.HELPER_ONLY else \
-            quarantine(rp.watch_missing, state)
+        moved = quarantine(rp.watch_missing, state)
         for src, dest in moved:
             _say(f"the command created protected file {src}; moved it to {dest}")
+        relinked = restore_links(rp.watch_links, state)
+        for link, replaced in relinked:
+            what = f"replaced it; moved the replacement to {replaced}" if replaced else "removed it"
+            _say(f"protected symlink {link}: the command {what}; the link is restored")
         if audit:
-            audit.event("stop", exit=rc, quarantined=[m[0] for m in moved])
+            audit.event("stop", exit=rc, quarantined=[m[0] for m in moved],
+                        restored_links=[link for link, _ in relinked])
         return rc
     finally:
         scan.abandon()

@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import stat
 
-from safebox._record import Frozen, Spawned
+from safebox._record import Frozen, Spawned, which
 from safebox.builder.resolved import Bridge, Layers, NetKind, ResolvedPolicy
 from safebox.errors import BuildError
 from safebox.policy import defaults
@@ -141,71 +141,226 @@ def _rg_finish(proc: Spawned, root: str) -> list[str]:
     return sorted(found)
 
 
-def prestart(*, cwd: str, rg: str | None) -> dict[tuple[str, int], Spawned]:
-    """Start the ripgrep walk of the working directory (the default write
-    root) before the rest of safebox is even imported, so it runs while
-    Python loads. ``Scan`` adopts it when the policy's roots and depth match;
-    the caller cancels whatever was not adopted."""
+def _dot_names() -> frozenset[str]:
+    """The names that start a protected path component chain: ``.bashrc``,
+    ``.vscode``, ``.config`` (for ``.config/git``), ``.git`` (for its hooks)."""
+    names = set(defaults.PROTECTED_FILES) | {".git"}
+    names.update(d.split("/")[0] for d in defaults.PROTECTED_DIRS)
+    return frozenset(names)
+
+
+def _find_links_start(find: str, root: str, depth: int) -> Spawned:
+    """Start find(1) listing the symlinks and directories under ``root``
+    whose names begin with a dot (collected and narrowed to protected names
+    by ``_find_links_finish``).
+
+    ripgrep lists files only: it never lists a symlink without ``--follow``
+    (and following would walk wherever links point), nor an empty directory.
+    So a dotfile manager's ``~/.bashrc -> dotfiles/bashrc``, a project's
+    ``.vscode -> shared/vscode`` or an empty ``.vscode/`` went unprotected:
+    writes through the link landed on the target, and files could be created
+    in the empty directory (found in review). One cheap ``-name '.*'`` test
+    instead of one per protected name: forty ``-name`` tests made find four
+    times slower than the walk itself.
+    """
+    cmd = [find, root, "-mindepth", "1", "-maxdepth", str(depth + 3), "-name", ".*",
+           "(", "-type", "l", "-o", "-type", "d", ")", "-print0"]
+    try:
+        # LC_ALL=C: the error lines are matched below.
+        return Spawned(cmd, env={**os.environ, "LC_ALL": "C"})
+    except OSError as e:
+        raise BuildError(f"find failed under {root}: {e}; cannot find protected symlinks") from None
+
+
+def _find_links_finish(proc: Spawned, root: str) -> list[str]:
+    """The symlinks and directories ``_find_links_start`` found, as paths; fails closed on any
+    error but an entry that vanished or a directory we may not read (see
+    ``_only_harmless_walk_errors``)."""
+    try:
+        rc, stdout, stderr = proc.collect(timeout=60)
+    except TimeoutError as e:
+        raise BuildError(f"find failed under {root}: {e}; cannot find protected symlinks") from None
+    if rc != 0:
+        lines = [ln for ln in stderr.decode(errors="replace").splitlines() if ln.strip()]
+        if not (lines and all(ln.endswith((": Permission denied", ": No such file or directory"))
+                              for ln in lines)):
+            raise BuildError(f"find failed under {root} (exit {rc}): "
+                             f"{stderr.decode(errors='replace').strip()[:200]}")
+    names = _dot_names()
+    out = []
+    for raw in stdout.split(b"\0"):
+        p = os.fsdecode(raw)
+        if p and p.rsplit("/", 1)[-1] in names:
+            out.append(p)
+    return out
+
+
+def link_candidates(link: str) -> list[tuple[str, bool]]:
+    """The protected paths a symlink or directory named like a part of one
+    stands for, as (path through it, is a git dir): ``~/.bashrc`` for itself,
+    ``~/.config`` for ``~/.config/git`` and its siblings, ``x/.git`` for a git
+    dir. Pure: a name that only looks like a part (a link called ``git``
+    outside ``.config``) yields nothing."""
+    parts = link.split("/")
+    out: list[tuple[str, bool]] = []
+    patterns = [(n.split("/"), False) for n in (*defaults.PROTECTED_FILES, *defaults.PROTECTED_DIRS)]
+    patterns.append(([".git"], True))
+    for comps, is_git in patterns:
+        for i, c in enumerate(comps):
+            if c == parts[-1] and i + 1 <= len(parts) - 1 and parts[len(parts) - 1 - i:] == comps[:i + 1]:
+                out.append(("/".join([*parts, *comps[i + 1:]]), is_git))
+    return out
+
+
+class RootScan:
+    """The walks of one write root: ripgrep for protected files and
+    directories, find for symlinks named like them; both run in the
+    background until ``protected_paths`` collects them."""
+
+    def __init__(self, *, rg: str, find: str | None, root: str, depth: int) -> None:
+        if find is None:
+            raise BuildError("find not found; it finds symlinked files safebox must keep read-only",
+                             hint="install findutils")
+        self.rg = _rg_start(rg, root, depth)
+        try:
+            self.links = _find_links_start(find, root, depth)
+        except BaseException:
+            self.rg.cancel()
+            raise
+
+    def cancel(self) -> None:
+        """Stop both walks and reap them."""
+        self.rg.cancel()
+        self.links.cancel()
+
+    def collect(self, root: str) -> tuple[list[str], list[str]]:
+        """(protected paths found by ripgrep, symlinks and directories found by find)."""
+        try:
+            found = _rg_finish(self.rg, root)
+        except BaseException:
+            self.links.cancel()
+            raise
+        return found, _find_links_finish(self.links, root)
+
+
+def prestart(*, cwd: str, rg: str | None) -> dict[tuple[str, int], RootScan]:
+    """Start the walks of the working directory (the default write root)
+    before the rest of safebox is even imported, so they run while Python
+    loads. ``Scan`` adopts them when the policy's roots and depth match; the
+    caller cancels whatever was not adopted."""
     if rg is None:
         return {}
     depth = defaults.DEFAULT_SEARCH_DEPTH
-    return {(cwd, depth): _rg_start(rg, cwd, depth)}
+    return {(cwd, depth): RootScan(rg=rg, find=which("find"), root=cwd, depth=depth)}
 
 
-def start_scans(rg: str | None, write_roots: list[str], depth: int) -> dict[str, Spawned]:
-    """Start one ripgrep per write root; they run while the rest of resolve works."""
+def start_scans(rg: str | None, write_roots: list[str], depth: int) -> dict[str, RootScan]:
+    """Start the walks of every write root; they run while the rest of resolve works."""
     if rg is None:
         raise BuildError("ripgrep (rg) not found; it finds the files safebox must keep read-only",
                          hint="install ripgrep (apt-get install ripgrep) or run `safebox doctor`")
-    return {root: _rg_start(rg, root, depth) for root in write_roots}
+    find = which("find")
+    scans: dict[str, RootScan] = {}
+    try:
+        for root in write_roots:
+            scans[root] = RootScan(rg=rg, find=find, root=root, depth=depth)
+    except BaseException:
+        for sc in scans.values():
+            sc.cancel()
+        raise
+    return scans
 
 
-def protected_paths(scans: dict[str, Spawned], write_roots: list[str], depth: int, home: str
-                    ) -> tuple[list[str], list[str], list[tuple[str, list[str]]], list[str]]:
-    """(existing protected paths, missing ones to watch, sealed dirs, git dirs).
+class Protected(Frozen):
+    """What ``protected_paths`` found under the write roots."""
+
+    existing: list[str]  # bound read-only
+    missing: list[str]  # watched, quarantined if the run creates them
+    sealed: list[tuple[str, list[str]]]  # git dirs missing hooks/ or config
+    git_dirs: list[str]  # bound onto themselves (cannot be renamed)
+    links: list[tuple[str, str]]  # (symlink, its target text): restored if replaced
+
+
+def protected_paths(scans: dict[str, RootScan], write_roots: list[str], depth: int, home: str) -> Protected:
+    """Decide every protected path under the write roots.
 
     Existing ones are re-bound read-only. A git directory missing one of its
     protected entries (``.git/hooks`` deleted) is sealed: bound read-only with
     its other children bound back read-write, so creating the entry fails.
-    A missing top-level protected file cannot be made to fail without a
-    placeholder in the user's tree; it is watched and quarantined after the run.
+    A missing protected file cannot be made to fail without a placeholder in
+    the user's tree; it is watched and quarantined after the run.
+
+    A symlink named like a protected path (``~/.bashrc -> dotfiles/bashrc``)
+    protects its target when that lies under a write root (elsewhere it is
+    read-only already). The link itself sits in a writable directory and is
+    no mount point, so it could be replaced: it is recorded and restored
+    after the run, the replacement quarantined.
     """
     existing: set[str] = set()
     missing: set[str] = set()
     sealed: list[tuple[str, list[str]]] = []
+    gits: set[str] = set()
+    links: dict[str, str] = {}
+
+    def under_a_root(p: str) -> bool:
+        return any(_is_under(p, w) for w in write_roots)
+
     for root in write_roots:
-        for p in _rg_finish(scans[root], root):
+        found, named = scans[root].collect(root)
+        for p in found:
             existing.add(p)
-        # Nested repositories: the .git dirs found above; protect their inner entries.
-        for git in [p for p in list(existing) if p.endswith("/.git") and _is_under(p, root)]:
-            if not os.path.isdir(git):
-                continue
-            absent = []
-            for entry in defaults.PROTECTED_IN_GIT_DIR:
-                q = os.path.join(git, entry)
-                if os.path.lexists(q):
-                    existing.add(q)
+            if p.endswith("/.git"):
+                gits.add(p)
+        for p in named:
+            for path, is_git in link_candidates(p):
+                # `p` itself, or an entry below it (`.config/git`, `.git/hooks`),
+                # may be the link.
+                if os.path.islink(path) and path not in links:
+                    try:
+                        links[path] = os.readlink(path)
+                    except OSError:
+                        pass  # vanished since find listed it
+                real = os.path.realpath(path)
+                if not under_a_root(real):
+                    continue  # outside every write root: read-only already
+                if not os.path.lexists(real):
+                    missing.add(real)
+                elif is_git:
+                    gits.add(real)
+                    existing.add(real)
                 else:
-                    absent.append(entry)
-            if {"hooks", "config"} & set(absent):
-                kids = sorted(os.listdir(git))
-                sealed.append((git, [os.path.join(git, k) for k in kids
-                                     if k not in defaults.PROTECTED_IN_GIT_DIR]))
-            else:
-                # Entries that cannot be mounted over because they do not
-                # exist yet are watched, and quarantined if the run creates them.
-                missing.update(os.path.join(git, e) for e in absent)
+                    existing.add(real)
         # Missing protected files and directories at the top of the root
         # (`.mcp.json`, `.claude/`, `.config/git` when the root is $HOME).
         for name in (*defaults.PROTECTED_FILES, *defaults.PROTECTED_DIRS):
             q = os.path.join(root, name)
             if not os.path.lexists(q):
                 missing.add(q)
-    # A .git directory is bound onto itself read-write (git still works): a
+    # Nested repositories: the .git dirs found above; protect their inner entries.
+    for git in sorted(gits):
+        if not os.path.isdir(git):
+            continue
+        absent = []
+        for entry in defaults.PROTECTED_IN_GIT_DIR:
+            q = os.path.join(git, entry)
+            if os.path.lexists(q):
+                existing.add(q)
+            else:
+                absent.append(entry)
+        if {"hooks", "config"} & set(absent):
+            kids = sorted(os.listdir(git))
+            sealed.append((git, [os.path.join(git, k) for k in kids
+                                 if k not in defaults.PROTECTED_IN_GIT_DIR]))
+        else:
+            # Entries that cannot be mounted over because they do not
+            # exist yet are watched, and quarantined if the run creates them.
+            missing.update(os.path.join(git, e) for e in absent)
+    # A git directory is bound onto itself read-write (git still works): a
     # mount point cannot be renamed, so `mv .git .git-old` cannot shed the
     # protection of the entries below it.
-    git_dirs = sorted(p for p in existing if p.endswith("/.git") and os.path.isdir(p))
-    return sorted(existing - set(git_dirs)), sorted(missing), sealed, git_dirs
+    git_dirs = sorted(p for p in gits if os.path.isdir(p) and not os.path.islink(p))
+    return Protected(existing=sorted(existing - set(git_dirs)), missing=sorted(missing - existing),
+                     sealed=sealed, git_dirs=git_dirs, links=sorted(links.items()))
 
 
 def host_unix_sockets() -> list[str]:
@@ -348,7 +503,7 @@ class Scan:
     """
 
     def __init__(self, policy: EffectivePolicy, *, layers: Layers, rg_path: str | None,
-                 prestarted: dict[tuple[str, int], Spawned] | None = None) -> None:
+                 prestarted: dict[tuple[str, int], RootScan] | None = None) -> None:
         notes: list[str] = []
         roots: list[str] = []
         for w in policy.allow_write:
@@ -370,12 +525,9 @@ class Scan:
         self.procs = {**adopt, **start_scans(rg_path, rest, policy.search_depth)}
 
     def abandon(self) -> None:
-        """Reap the ripgrep runs when resolve fails before collecting them."""
+        """Stop and reap the walks when resolve fails before collecting them."""
         for proc in self.procs.values():
-            try:
-                proc.collect(timeout=60)
-            except (OSError, TimeoutError):
-                pass
+            proc.cancel()
         self.procs = {}
 
 
@@ -407,7 +559,8 @@ def _resolve(policy: EffectivePolicy, *, layers: Layers, cwd: str, home: str, ho
     own = tuple(sorted({os.path.realpath(p) for p in (*host.self_paths, host.state_dir) if os.path.lexists(p)}))
     rules = landlock_rules(layers=layers, write_roots=write_roots, mask_dirs=mask_dirs, mask_files=mask_files,
                            write_exclude=own)
-    existing, missing, sealed, git_dirs = protected_paths(scans, write_roots, policy.search_depth, home)
+    prot = protected_paths(scans, write_roots, policy.search_depth, home)
+    existing, missing, sealed, git_dirs = prot.existing, prot.missing, prot.sealed, prot.git_dirs
     scan.procs = {}
     socket_binds: list[str] = []
     if policy.allow_unix_sockets and not policy.allow_all_unix_sockets and layers is not Layers.HELPER_ONLY:
@@ -432,7 +585,10 @@ def _resolve(policy: EffectivePolicy, *, layers: Layers, cwd: str, home: str, ho
                              and not any(_is_under(p, m) for m in mask_dirs)),
                             key=lambda p: (p.count("/"), p))
     sealed_set = {d for d, _ in sealed}
-    pins = pin_ancestors([*read_only_list, *sealed_set, *git_dirs, *mask_dirs, *mask_files], write_roots)
+    # The parents of protected symlinks too: renaming one would carry the link
+    # away from where it is checked after the run.
+    pins = pin_ancestors([*read_only_list, *sealed_set, *git_dirs, *mask_dirs, *mask_files,
+                          *(link for link, _ in prot.links)], write_roots)
     pins = [p for p in pins if p not in sealed_set and p not in read_only
             and not any(_is_under(p, m) for m in mask_dirs)
             and not any(_is_under(p, d) and p != d for d in sealed_set)]
@@ -454,7 +610,8 @@ def _resolve(policy: EffectivePolicy, *, layers: Layers, cwd: str, home: str, ho
         mask_dirs=tuple(mask_dirs), mask_files=tuple(mask_files), private_tmp=private_tmp,
         net=net, bridges=bridges, helper_path=host.helper_path, policy_path=host.policy_path,
         socket_binds=tuple(socket_binds),
-        run_dir=host.run_dir, watch_missing=tuple(missing), landlock_rules=tuple(rules),
+        run_dir=host.run_dir, watch_missing=tuple(missing), watch_links=tuple(prot.links),
+        landlock_rules=tuple(rules),
         notes=tuple(notes))
 
 

@@ -66,6 +66,8 @@ class ResolvedPolicy(Frozen):
     run_dir: str = ""
     # Protected paths that did not exist when the run started; checked afterwards.
     watch_missing: tuple[str, ...] = ()
+    # Protected symlinks (path, target text): restored after the run if replaced.
+    watch_links: tuple[tuple[str, str], ...] = ()
     # Landlock rules for the helper: (access class, path).
     landlock_rules: tuple[tuple[str, str], ...] = ()
     notes: tuple[str, ...] = ()
