@@ -32,7 +32,7 @@ def _path_without(tmp: Path, name: str) -> str:
     """PATH with every tool linked except `name` (so `which name` fails)."""
     d = tmp / f"no-{name}"
     d.mkdir(exist_ok=True)
-    for tool in ("sh", "true", "cat", "rg", "socat", "bwrap", "python3", "env", "id", "echo"):
+    for tool in ("sh", "true", "cat", "rg", "find", "socat", "bwrap", "python3", "env", "id", "echo"):
         if tool != name and shutil.which(tool, path=PATH):
             (d / tool).symlink_to(shutil.which(tool, path=PATH))
     return str(d)
@@ -60,6 +60,20 @@ def test_without_bwrap_strict_refuses_to_run(fresh_home: FakeHome, tmp_path: Pat
     r = fresh_home.run(["touch", str(marker)], opts=["--strict"], env={"PATH": _path_without(tmp_path, "bwrap")})
     assert r.returncode == 125 and not marker.exists()
     assert _safebox_lines(r.stderr)[-1].startswith("safebox: --strict: refusing to run with helper-only")
+    assert _leftovers(fresh_home) == []
+
+
+@pytest.mark.parametrize(("tool", "message"), [
+    ("rg", "safebox: ripgrep (rg) not found; it finds the files safebox must keep read-only"),
+    ("find", "safebox: find not found; it finds symlinked files safebox must keep read-only"),
+])
+def test_without_a_tool_that_finds_protected_files_the_command_never_runs(fresh_home: FakeHome, tmp_path: Path,
+                                                                          tool: str, message: str) -> None:
+    # Without the walk, protected files under the write roots would go unprotected: fail closed.
+    marker = fresh_home.work / "ran"
+    r = fresh_home.run(["touch", str(marker)], env={"PATH": _path_without(tmp_path, tool)})
+    assert r.returncode == 125 and not marker.exists()
+    assert _safebox_lines(r.stderr) == [message], r.stderr
     assert _leftovers(fresh_home) == []
 
 
