@@ -150,7 +150,32 @@ def build_wheel(wheel_directory, config_settings=None, metadata_directory=None):
         # One line naming the fix, not a traceback from deep inside pip.
         sys.stderr.write(f"safebox build: {e}\n")
         raise SystemExit(1) from None
+    _tag_wheel_for_this_platform()
     return _setuptools_backend().build_wheel(wheel_directory, config_settings, metadata_directory)
+
+
+def _tag_wheel_for_this_platform() -> None:
+    """Make setuptools tag the wheel ``py3-none-<platform>`` instead of
+    ``py3-none-any``: it carries a native helper binary, so it must not be
+    installed on another architecture, but it uses no CPython ABI.
+
+    setuptools decides purity from C extensions, which we have none of, and
+    without a setup.py there is no cmdclass to override; build_meta runs
+    setuptools in this process, so the command class is adjusted here. The
+    files stay in purelib (Root-Is-Purelib: true): the package is Python
+    plus one executable, and a non-pure root would move it under .data/.
+    """
+    from setuptools.command.bdist_wheel import bdist_wheel, get_platform
+
+    if getattr(bdist_wheel, "_safebox_platform", False):
+        return
+
+    def platform_tag(self):
+        plat = (self.plat_name or get_platform(self.bdist_dir)).replace("-", "_").replace(".", "_")
+        return "py3", "none", plat
+
+    bdist_wheel.get_tag = platform_tag
+    bdist_wheel._safebox_platform = True
 
 
 def build_sdist(sdist_directory, config_settings=None):

@@ -61,6 +61,17 @@ def test_the_sdist_carries_every_helper_source_and_no_binary(sdist: Path) -> Non
     assert not any(n.endswith("_bin/safebox-helper") for n in names)
 
 
+def test_the_wheel_is_tagged_for_this_platform_because_it_carries_a_native_helper(dists: tuple[Path, Path]) -> None:
+    import platform
+
+    name = dists[1].name
+    assert name.endswith(f"-py3-none-linux_{platform.machine()}.whl"), name
+    with zipfile.ZipFile(dists[1]) as z:
+        wheel_meta = next(n for n in z.namelist() if n.endswith(".dist-info/WHEEL"))
+        meta = z.read(wheel_meta).decode()
+    assert f"Tag: py3-none-linux_{platform.machine()}" in meta
+
+
 def test_a_wheel_built_from_the_sdist_contains_a_working_helper(dists: tuple[Path, Path], tmp_path: Path) -> None:
     with zipfile.ZipFile(dists[1]) as z:
         info = z.getinfo("safebox/_bin/safebox-helper")
