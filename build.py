@@ -197,8 +197,14 @@ def _package_manager() -> tuple[str, int] | None:
 
 
 def _have_libseccomp() -> bool:
+    """The shared library (pyseccomp loads it to compile the filter) and its
+    header (the issue's "libseccomp and its headers": a source build of
+    pyseccomp or a C tool using it needs seccomp.h). Runtime-only hosts
+    (libseccomp2 without -dev) count as missing."""
     import ctypes.util
-    return ctypes.util.find_library("seccomp") is not None
+    if ctypes.util.find_library("seccomp") is None:
+        return False
+    return any(os.path.exists(os.path.join(d, "seccomp.h")) for d in ("/usr/include", "/usr/local/include"))
 
 
 def _venv_python_candidate() -> str:
@@ -297,8 +303,21 @@ def setup(*, for_tests: bool = False) -> Path:
     if sys.platform != "linux":
         raise BuildError("safebox is Linux only")
     ensure_host_packages(for_tests=for_tests)
-    compile_helper()
+    _compile_helper_if_changed()
     return ensure_venv()
+
+
+def _compile_helper_if_changed() -> None:
+    """Re-running set-up changes nothing: the helper is rebuilt only when its
+    sources, the flags or the compiler changed (a stamp in helper/out/)."""
+    cc = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc") or ""
+    key = hashlib.sha256("\0".join([_source_digest(), *CFLAGS, cc, VERSION]).encode()).hexdigest()
+    stamp = HELPER_DIR / "out" / "safebox-helper.stamp"
+    if HELPER_BIN.exists() and stamp.exists() and stamp.read_text() == key:
+        return
+    compile_helper()
+    stamp.parent.mkdir(parents=True, exist_ok=True)
+    stamp.write_text(key)
 
 
 # -------------------------------------------------------------------- demo

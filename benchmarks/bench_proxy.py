@@ -3,8 +3,10 @@
 
 Downloads a large file from a loopback server (sendfile, so the server is not
 the bottleneck) directly and through each proxy path, the proxy running in
-its own process as in ``safebox exec``; the socat bridges use ``-b 262144``
-as the sandbox does.  Loopback only.
+its own process as in ``safebox exec``, accepting the connections itself
+(as it does on the listeners the helper hands over inside the sandbox), and,
+for comparison, behind socat bridges with ``-b 262144`` (what
+``--without helper`` still uses).  Loopback only.
 
     python benchmarks/bench_proxy.py [--size-mib 512] [--repeat 20] [--write docs/benchmarks.md]
 
@@ -245,11 +247,12 @@ def main() -> int:
         b_socks, port_socks = bridge(run_dir / "socks-proxy.sock")
         paths = {
             "direct": [],
+            "HTTP, proxy accepts": ["-x", f"http://127.0.0.1:{http_port}"],
+            "CONNECT, proxy accepts": ["-p", "-x", f"http://127.0.0.1:{http_port}"],
+            "SOCKS5, proxy accepts": ["-x", f"socks5h://127.0.0.1:{socks_port}"],
             "HTTP via socat": ["-x", f"http://127.0.0.1:{port_http}"],
             "CONNECT via socat": ["-p", "-x", f"http://127.0.0.1:{port_http}"],
             "SOCKS5 via socat": ["-x", f"socks5h://127.0.0.1:{port_socks}"],
-            "SOCKS5 unix socket": ["-x", f"socks5h://localhost{run_dir / 'socks-proxy.sock'}"],
-            "HTTP proxy TCP port": ["-x", f"http://127.0.0.1:{http_port}"],
         }
         port = server.server_address[1]
         rows = []
@@ -289,8 +292,8 @@ def main() -> int:
             "--write docs/benchmarks.md`; figures vary by tens of percent between runs on a shared host.",
             "",
             "### Through `safebox exec`\n",
-            f"curl inside one `safebox exec -p policy.json` (bwrap + helper, socat bridges, proxy in the "
-            f"safebox process) against direct curl on the host, {opts.size_mib} MiB from a loopback "
+            f"curl inside one `safebox exec -p policy.json` (bwrap + helper; the proxy, in the safebox "
+            f"process, accepts on the listeners the helper handed over) against direct curl on the host, {opts.size_mib} MiB from a loopback "
             f"sendfile server: median of {opts.timed} timed runs, {opts.repeat} downloads per path piped "
             f"to sha256sum and compared, TTFB median of {opts.ttfb} one-byte requests.",
             "",
@@ -310,6 +313,9 @@ def main() -> int:
                       f"{mem['socat per sandbox']:.0f} socat processes per sandbox.", "",
                   "### The proxy alone", ""]
     lines += [
+        "The proxy in a process of its own, without a sandbox: \"proxy accepts\" is the path `safebox exec` "
+        "uses (the proxy accepts the client's TCP connection itself); \"via socat\" puts a socat bridge in "
+        "front, as `--without helper` still does (and every run did before the handoff). "
         f"{opts.size_mib} MiB from a loopback sendfile server with curl, median of {opts.timed} timed runs; "
         f"{opts.repeat} checksummed downloads per path; time to first byte: median of {opts.ttfb} "
         f"one-byte requests. {os.cpu_count()} cores, Python {sys.version.split()[0]}.",

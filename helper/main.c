@@ -2,14 +2,15 @@
  *
  * The contract is docs/helper-protocol.md; docs/layers.md explains main()
  * step by step.  Everything that can fail for reasons outside our control
- * (files, paths, the BPF blob, bridges) is prepared before the first
+ * (files, paths, the BPF blob, the proxy ports, bridges) is prepared before the first
  * restriction, then the layers are applied in one fixed order.
  */
-#include "bridge.h"
 #include "caps.h"
 #include "compat.h"
+#include "handoff.h"
 #include "landlock.h"
 #include "policy.h"
+#include "publish.h"
 #include "seccomp.h"
 #include "status.h"
 #include "util.h"
@@ -30,14 +31,28 @@
 #define SAFEBOX_BUILD_ID "unknown"
 #endif
 
-#define USAGE "usage: safebox-helper --policy-file PATH [--status-fd N] -- COMMAND [ARGS]... " \
+#define USAGE "usage: safebox-helper --policy-file PATH [--status-fd N] [--handoff-fd N] " \
+	      "-- COMMAND [ARGS]... " \
 	      "| --probe | --version"
 
 struct args {
 	const char *policy_path;
-	int status_fd; /* -1: none */
+	int status_fd;  /* -1: none */
+	int handoff_fd; /* -1: none */
 	char **command;
 };
+
+/* A descriptor number given on the command line.  Dies unless it is a
+ * plain decimal >= 3: 0..2 belong to the command, and a helper descriptor
+ * there would be closed under it. */
+static int parse_fd(const char *opt, const char *s)
+{
+	unsigned long n;
+
+	if (policy_parse_uint(s, strlen(s), 3, 1048576, &n) < 0)
+		die("%s: expected a descriptor number >= 3, got '%s'", opt, s);
+	return (int)n;
+}
 
 /* Parse argv; dies with a usage error (125) on anything unexpected. */
 static void parse_args(int argc, char **argv, struct args *a)
@@ -46,6 +61,7 @@ static void parse_args(int argc, char **argv, struct args *a)
 
 	a->policy_path = NULL;
 	a->status_fd = -1;
+	a->handoff_fd = -1;
 	a->command = NULL;
 	for (i = 1; i < argc; i++) {
 		if (strcmp(argv[i], "--") == 0) {
@@ -54,20 +70,17 @@ static void parse_args(int argc, char **argv, struct args *a)
 		} else if (strcmp(argv[i], "--policy-file") == 0 && i + 1 < argc && !a->policy_path) {
 			a->policy_path = argv[++i];
 		} else if (strcmp(argv[i], "--status-fd") == 0 && i + 1 < argc && a->status_fd < 0) {
-			unsigned long n;
-
-			i++;
-			/* 0..2 belong to the command; a status fd there would be
-			 * closed under it. */
-			if (policy_parse_uint(argv[i], strlen(argv[i]), 3, 1048576, &n) < 0)
-				die("--status-fd: expected a descriptor number >= 3, got '%s'", argv[i]);
-			a->status_fd = (int)n;
+			a->status_fd = parse_fd("--status-fd", argv[++i]);
+		} else if (strcmp(argv[i], "--handoff-fd") == 0 && i + 1 < argc && a->handoff_fd < 0) {
+			a->handoff_fd = parse_fd("--handoff-fd", argv[++i]);
 		} else {
 			die_hint(0, USAGE, "unexpected argument '%s'", argv[i]);
 		}
 	}
 	if (a->policy_path == NULL || a->command == NULL || a->command[0] == NULL)
 		die_hint(0, USAGE, "--policy-file, '--' and a command are required");
+	if (a->status_fd >= 0 && a->status_fd == a->handoff_fd)
+		die("--status-fd and --handoff-fd must differ");
 }
 
 /* --probe: one JSON line on stdout.  Changes nothing. */
@@ -113,10 +126,12 @@ static void setup_status_fd(int fd)
 
 /* Open, check and parse the policy file into *POL.  Dies unless it is a
  * regular file (not a symlink) owned by our real uid, mode exactly 0600,
- * at most SB_POLICY_MAX bytes, and valid. */
+ * at most SB_POLICY_MAX bytes, and valid.  O_NONBLOCK: opening a FIFO
+ * planted at the path would otherwise wait for a writer forever, before
+ * fstat could refuse it (no effect on a regular file's reads). */
 static void load_policy(const char *path, struct policy *pol)
 {
-	cleanup_fd int fd = (int)RETRY_EINTR(open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NOCTTY));
+	cleanup_fd int fd = (int)RETRY_EINTR(open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NOCTTY | O_NONBLOCK));
 	cleanup_free char *buf = NULL;
 	char err[512];
 	struct stat st;
@@ -239,7 +254,8 @@ int main(int argc, char **argv)
 	landlock_prepare(&pol, &ll);                     /*    open every rule path, */
 	seccomp_prepare(pol.seccomp_path, &bpf);         /*    read the BPF program, */
 	enforce_strict(&pol, &ll, &bpf);
-	st.bridges = bridges_start(&pol);                /*    start the bridges */
+	st.bridges = handoff_listeners(&pol, a.handoff_fd); /* hand the proxy ports over, */
+	st.bridges += publish_start(&pol);               /*    start the publish bridges */
 	set_no_new_privs();                              /* 3 */
 	landlock_apply(&ll);                             /* 4 */
 	close_fds_except(a.status_fd);                   /* 5 */

@@ -1,4 +1,4 @@
-/* policy.c - parser for the helper policy file, format v1.
+/* policy.c - parser for the helper policy file, format v2.
  *
  * Everything not explicitly allowed by docs/helper-protocol.md is rejected:
  * the writer is our own Python code, so any deviation means a bug or a
@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define HEADER "safebox-policy 1"
+#define HEADER "safebox-policy 2"
 
 struct parser {
 	struct policy *p;
@@ -216,14 +216,45 @@ static int key_fs(struct parser *ps, const char *v, size_t len)
 	return 0;
 }
 
-/* "bridge PORT HEX" and "publish PORT HEX" share one table (and one port
- * space: a port is either bridged out or published, not both). */
-static int key_bridge(struct parser *ps, const char *v, size_t len, int publish)
+/* Append a bridge entry: "listen" (SOCK NULL) and "publish" share one table
+ * and one port space: a port is either handed to the proxy or published,
+ * not both.  Takes ownership of SOCK, also on failure. */
+static int add_bridge(struct parser *ps, unsigned long port, char *sock, enum bridge_kind kind)
 {
 	struct policy *p = ps->p;
+	size_t i;
+
+	for (i = 0; i < p->n_bridges; i++)
+		if (p->bridges[i].port == port) {
+			free(sock);
+			return fail(ps, "duplicate port %lu", port);
+		}
+	if (p->n_bridges >= SB_MAX_BRIDGES) {
+		free(sock);
+		return fail(ps, "more than %d entries", SB_MAX_BRIDGES);
+	}
+	p->bridges[p->n_bridges].port = (uint16_t)port;
+	p->bridges[p->n_bridges].sock_path = sock;
+	p->bridges[p->n_bridges].kind = kind;
+	p->n_bridges++;
+	return 0;
+}
+
+/* "listen PORT" */
+static int key_listen(struct parser *ps, const char *v, size_t len)
+{
+	unsigned long port;
+
+	if (parse_number(ps, v, len, 1, 65535, &port) < 0)
+		return -1;
+	return add_bridge(ps, port, NULL, BRIDGE_LISTEN);
+}
+
+/* "publish PORT HEXSOCKPATH" */
+static int key_publish(struct parser *ps, const char *v, size_t len)
+{
 	const char *sp = memchr(v, ' ', len);
 	unsigned long port;
-	size_t i;
 	char *path;
 
 	if (sp == NULL)
@@ -232,19 +263,10 @@ static int key_bridge(struct parser *ps, const char *v, size_t len, int publish)
 		return fail(ps, "port not a number in 1..65535");
 	if (single_token(ps, sp + 1, len - (size_t)(sp - v) - 1) < 0)
 		return -1;
-	if (p->n_bridges >= SB_MAX_BRIDGES)
-		return fail(ps, "more than %d entries", SB_MAX_BRIDGES);
-	for (i = 0; i < p->n_bridges; i++)
-		if (p->bridges[i].port == port)
-			return fail(ps, "duplicate port %lu", port);
 	path = decode_path(ps, sp + 1, len - (size_t)(sp - v) - 1);
 	if (path == NULL)
 		return -1;
-	p->bridges[p->n_bridges].port = (uint16_t)port;
-	p->bridges[p->n_bridges].sock_path = path;
-	p->bridges[p->n_bridges].publish = publish;
-	p->n_bridges++;
-	return 0;
+	return add_bridge(ps, port, path, BRIDGE_PUBLISH);
 }
 
 static int key_path_once(struct parser *ps, int *seen, char **dst, const char *v, size_t len)
@@ -324,10 +346,10 @@ static int parse_record(struct parser *ps, const char *k, size_t klen, const cha
 		return key_path_once(ps, &ps->seen_seccomp, &p->seccomp_path, v, vlen);
 	} else if (eq(k, klen, "socat")) {
 		return key_path_once(ps, &ps->seen_socat, &p->socat_path, v, vlen);
-	} else if (eq(k, klen, "bridge")) {
-		return key_bridge(ps, v, vlen, 0);
+	} else if (eq(k, klen, "listen")) {
+		return key_listen(ps, v, vlen);
 	} else if (eq(k, klen, "publish")) {
-		return key_bridge(ps, v, vlen, 1);
+		return key_publish(ps, v, vlen);
 	} else {
 		return fail(ps, "unknown key");
 	}
@@ -338,13 +360,20 @@ static int parse_record(struct parser *ps, const char *k, size_t klen, const cha
 static int check_complete(struct parser *ps)
 {
 	struct policy *p = ps->p;
+	size_t i;
 
 	if (!ps->seen_net)
 		return fail(ps, "missing required key 'net'");
 	if (p->n_ports > 0 && p->net != NET_PROXY)
 		return fail(ps, "'connect_port' needs 'net proxy'");
-	if (p->n_bridges > 0 && p->socat_path == NULL)
-		return fail(ps, "'bridge' and 'publish' need 'socat'");
+	for (i = 0; i < p->n_bridges; i++) {
+		if (p->bridges[i].kind == BRIDGE_PUBLISH && p->socat_path == NULL)
+			return fail(ps, "'publish' needs 'socat'");
+		/* The handed-over listeners are the proxy's front door: without
+		 * a proxy they would lead nowhere, so the writer never asks. */
+		if (p->bridges[i].kind == BRIDGE_LISTEN && p->net != NET_PROXY)
+			return fail(ps, "'listen' needs 'net proxy'");
+	}
 	return 0;
 }
 

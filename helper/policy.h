@@ -1,4 +1,4 @@
-/* policy.h - the helper policy file, format v1 (docs/helper-protocol.md).
+/* policy.h - the helper policy file, format v2 (docs/helper-protocol.md).
  *
  * policy_parse() is pure: it takes bytes and returns a struct or an error
  * naming the line number and the key.  It makes no system calls other than
@@ -28,10 +28,15 @@ struct fs_rule {
 	char *path; /* decoded, NUL-terminated, absolute */
 };
 
+enum bridge_kind {
+	BRIDGE_LISTEN,  /* "listen": a loopback listener handed to safebox's proxy */
+	BRIDGE_PUBLISH, /* "publish": socat from a unix socket to the port inside */
+};
+
 struct bridge_spec {
 	uint16_t port;
-	char *sock_path;
-	int publish; /* 0: "bridge" (TCP listen -> unix); 1: "publish" (unix listen -> TCP) */
+	char *sock_path; /* BRIDGE_PUBLISH only; NULL otherwise */
+	enum bridge_kind kind;
 };
 
 struct policy {

@@ -27,7 +27,7 @@ void seccomp_prepare(const char *path, struct bpf_blob *blob)
 	blob->n_insns = 0;
 	if (path == NULL)
 		return;
-	fd = (int)RETRY_EINTR(open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NOCTTY));
+	fd = (int)RETRY_EINTR(open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NOCTTY | O_NONBLOCK));
 	if (fd < 0)
 		die_hint(errno, errno == ELOOP ? "the seccomp path must not be a symlink" : NULL,
 			 "cannot open seccomp program %s", path);

@@ -33,7 +33,10 @@ from safebox.policy.load import Context, Flags, load_cached, state_dir
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    import socket
     from typing import Any
+
+    from safebox.proxy import ProxyServer
 
 # Ports the bridges listen on inside the sandbox's own network namespace
 # (private, so fixed numbers cannot collide with anything on the host).
@@ -104,12 +107,59 @@ def _private_dir(path: str) -> None:
         os.chmod(path, 0o700)
 
 
-def sweep_stale(run_base: str) -> None:
-    """Remove run dirs whose owner died (their lock is free)."""
+_WATCH = "watch"
+
+
+def write_watch(run_dir: str, rp: ResolvedPolicy) -> None:
+    """Record in the run dir what the end of the run must check (protected
+    names that did not exist, protected symlinks), so that a run whose
+    safebox was SIGKILLed is settled by the next start (:func:`sweep_stale`)
+    instead of leaving a planted ``~/.bashrc`` for good. Hex paths, one
+    record a line: ``missing HEX`` or ``link HEX HEXTARGET``."""
+    if not rp.watch_missing and not rp.watch_links:
+        return
+    from safebox.builder.helper_policy import write_policy_file
+
+    lines = [f"missing {os.fsencode(p).hex()}" for p in rp.watch_missing]
+    lines += [f"link {os.fsencode(p).hex()} {os.fsencode(t).hex()}" for p, t in rp.watch_links]
+    write_policy_file(os.path.join(run_dir, _WATCH), ("\n".join(lines) + "\n").encode())
+
+
+def _settle_watch(run_dir: str, state: str) -> list[str]:
+    """Quarantine and restore what a dead run's watch file names; returns messages."""
+    try:
+        with open(os.path.join(run_dir, _WATCH), "rb") as f:
+            raw = f.read()
+    except FileNotFoundError:
+        return []
+    missing: list[str] = []
+    links: list[tuple[str, str]] = []
+    for line in raw.decode("ascii", "replace").splitlines():
+        kind, *hexes = line.split(" ")
+        try:
+            paths = [os.fsdecode(bytes.fromhex(h)) for h in hexes]
+        except ValueError:
+            continue  # our own file, 0600 in a private dir: a torn write at most
+        if kind == "missing" and len(paths) == 1:
+            missing.append(paths[0])
+        elif kind == "link" and len(paths) == 2:
+            links.append((paths[0], paths[1]))
+    out = [f"a killed earlier run's command created protected file {src}; moved it to {dest}"
+           for src, dest in quarantine(tuple(missing), state)]
+    for link, replaced in restore_links(tuple(links), state):
+        what = f"replaced it; moved the replacement to {replaced}" if replaced else "removed it"
+        out.append(f"protected symlink {link}: a killed earlier run's command {what}; the link is restored")
+    return out
+
+
+def sweep_stale(run_base: str) -> list[str]:
+    """Remove run dirs whose owner died (their lock is free), after settling
+    what their watch files name. Returns what was done, for the user."""
+    done: list[str] = []
     try:
         names = os.listdir(run_base)
     except FileNotFoundError:
-        return
+        return done
     for name in names:
         d = os.path.join(run_base, name)
         try:
@@ -127,8 +177,15 @@ def sweep_stale(run_base: str) -> None:
         except OSError:
             os.close(fd)
             continue  # alive
+        try:
+            done += _settle_watch(d, os.path.dirname(run_base))
+        except OSError as e:  # keep the run dir: the next start tries again
+            os.close(fd)
+            done.append(f"cannot settle the killed run {d}: {e.strerror or e}")
+            continue
         rmtree(d)
         os.close(fd)
+    return done
 
 
 _TMP_PREFIX = "safebox-tmp-"
@@ -165,7 +222,7 @@ class RunDir:
 
     def __init__(self, base: str) -> None:
         _private_dir(base)
-        sweep_stale(base)
+        self.swept = sweep_stale(base)
         self.path = os.path.join(base, f"{os.getpid()}-{os.urandom(4).hex()}")
         os.mkdir(self.path, 0o700)
         self._lock = os.open(os.path.join(self.path, "lock"), os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
@@ -231,14 +288,16 @@ def helper_policy_for(rp: ResolvedPolicy, policy: EffectivePolicy, *, strict: bo
 
     abi_max = os.environ.get("SAFEBOX_TEST_ABI_MAX")  # test-only: prove the down-level paths
     net = NetMode.PROXY if rp.net is NetKind.PROXY else NetMode.OFF
-    bridges = tuple((b.port, b.socket_path) for b in rp.bridges) if rp.layers is Layers.BOTH else ()
+    # Inside bwrap the helper listens on the proxy ports and hands the
+    # listeners to the proxy; without bwrap the proxy listens on the host.
+    listens = tuple(b.port for b in rp.bridges) if rp.layers is Layers.BOTH else ()
     publishes = rp.publish if rp.layers is Layers.BOTH else ()
     hp = HelperPolicy(
         fs_rules=tuple((FsAccess(c), p) for c, p in rp.landlock_rules),
         net=net, connect_ports=connect_ports if net is NetMode.PROXY else (),
         bind_any=policy.allow_local_binding, seccomp_path=seccomp_path, strict=strict,
-        abi_max=int(abi_max) if abi_max else None, bridges=bridges, publishes=publishes,
-        socat_path=socat if bridges or publishes else None)
+        abi_max=int(abi_max) if abi_max else None, listens=listens, publishes=publishes,
+        socat_path=socat if publishes else None)
     return render(hp)
 
 
@@ -476,6 +535,15 @@ def run(req: ExecRequest, *, prescan: dict[tuple[str, int], Any] | None = None) 
     if req.strict and not flags.strict:
         flags = flags.replace(strict=True)
     _private_dir(state)
+    # Runs whose safebox died (SIGKILL) are settled before anything looks at
+    # the tree: protected files their commands planted are quarantined now,
+    # and a walk started earlier (the prescan) saw them, so it is dropped
+    # (the cli cancels what run() does not adopt).
+    settled = sweep_stale(os.path.join(state, "run"))
+    for note in settled:
+        _say(note)
+    if settled:
+        prescan = None
     # safebox's own config dir is created (0700, empty) so that it exists to
     # be masked: a missing one under a write root could otherwise be created
     # by the command, planting the user policy of the next run.
@@ -494,7 +562,7 @@ def run(req: ExecRequest, *, prescan: dict[tuple[str, int], Any] | None = None) 
     for n in notes:
         _say(n)
 
-    from safebox.builder.resolve import HostFacts, Scan, resolve, self_paths
+    from safebox.builder.resolve import HostFacts, Scan, import_paths, resolve, self_paths
     from safebox.helper import check_helper, find_helper
 
 
@@ -534,12 +602,14 @@ def run(req: ExecRequest, *, prescan: dict[tuple[str, int], Any] | None = None) 
         else:
             run_dir = RunDir(os.path.join(state, "run"))
             run_path = run_dir.path
+            for note in run_dir.swept:  # a run killed in the meantime
+                _say(note)
         bridges: tuple[Bridge, ...] = ()
         connect_ports: tuple[int, ...] = ()
         net = NetKind.PROXY if policy.allowed_domains else NetKind.NONE
         if net is NetKind.PROXY:
-            if layers is not Layers.HELPER_ONLY and socat is None:
-                raise BuildError("socat not found; it bridges the proxy into the sandbox",
+            if layers is Layers.BWRAP_ONLY and socat is None:
+                raise BuildError("socat not found; without the helper it bridges the proxy into the sandbox",
                                  hint="install socat (apt-get install socat)")
             if not req.dry_run:
                 from safebox.proxy import ProxyConfig, ProxyServer
@@ -548,7 +618,10 @@ def run(req: ExecRequest, *, prescan: dict[tuple[str, int], Any] | None = None) 
                     allowed_domains=policy.allowed_domains, denied_domains=policy.denied_domains,
                     allow_local_destinations=policy.allow_local_destinations,
                     audit_log=req.audit_log or None),
-                    run_dir=run_path, tcp=layers is Layers.HELPER_ONLY)
+                    run_dir=run_path, tcp=layers is Layers.HELPER_ONLY,
+                    # Unix sockets only for the socat bridges of --without helper;
+                    # with the helper, the proxy serves on the listeners it hands over.
+                    unix=layers is Layers.BWRAP_ONLY)
                 proxy.start()
                 http_sock, socks_sock = str(proxy.http_socket), str(proxy.socks_socket)
             else:
@@ -556,6 +629,12 @@ def run(req: ExecRequest, *, prescan: dict[tuple[str, int], Any] | None = None) 
             if layers is Layers.HELPER_ONLY:
                 ports = (proxy.http_port, proxy.socks_port) if proxy else (0, 0)
                 connect_ports = tuple(p for p in ports if p)
+                if connect_ports:
+                    # Stated on every such run, not only with -v: it is a hole
+                    # the user must know of (docs/threat-model.md).
+                    _say(f"without bubblewrap the command shares the host's network: Landlock limits its TCP "
+                         f"connections to ports {' and '.join(map(str, connect_ports))}, but on any address "
+                         "(Landlock port rules carry no address); use bwrap, or --strict to refuse")
                 bridges = (Bridge(port=ports[0] or 0, socket_path=http_sock, scheme="http"),
                            Bridge(port=ports[1] or 0, socket_path=socks_sock, scheme="socks5h"))
             else:
@@ -563,7 +642,13 @@ def run(req: ExecRequest, *, prescan: dict[tuple[str, int], Any] | None = None) 
                            Bridge(port=SOCKS_BRIDGE_PORT, socket_path=socks_sock, scheme="socks5h"))
                 connect_ports = (HTTP_BRIDGE_PORT, SOCKS_BRIDGE_PORT)
 
-        host = HostFacts(helper_path=helper, self_paths=(*self_paths(), helper),
+        from safebox.policy.load import expand_path
+
+        # The --policy file is this run's input like the user and project
+        # files (those are protected by name): read-only inside.
+        given = (expand_path(req.policy_file, ctx),) if req.policy_file else ()
+        host = HostFacts(helper_path=helper, self_paths=(*self_paths(), helper, *given),
+                         import_paths=import_paths(),
                          state_dir=state, run_dir=run_path,
                          policy_path=os.path.join(run_path, "policy"), rg_path=which("rg"))
         rp = resolve(policy, layers=layers, cwd=cwd, home=home, host=host, bridges=bridges, scan=scan)
@@ -584,6 +669,8 @@ def run(req: ExecRequest, *, prescan: dict[tuple[str, int], Any] | None = None) 
         if req.verbose:
             for n in rp.notes:
                 _say(n)
+        if run_dir is not None:
+            write_watch(run_dir.path, rp)
 
         seccomp_path: str | None = None
         bpf = b""
@@ -613,7 +700,7 @@ def run(req: ExecRequest, *, prescan: dict[tuple[str, int], Any] | None = None) 
         write_policy_file(rp.policy_path, policy_bytes)
         if audit:
             audit.event("start", command=list(req.command), layers=layers.value, cwd=cwd)
-        rc = _execute(rp, req, env, bwrap=bwrap, socat=socat or "socat", strict=strict)
+        rc = _execute(rp, req, env, bwrap=bwrap, socat=socat or "socat", strict=strict, proxy=proxy)
         moved = quarantine(rp.watch_missing, state)
         for src, dest in moved:
             _say(f"the command created protected file {src}; moved it to {dest}")
@@ -643,7 +730,9 @@ def _dry_run(rp: ResolvedPolicy, req: ExecRequest, policy_bytes: bytes, filter_i
     from safebox.builder.bwrap import build_argv
 
     if rp.layers is not Layers.HELPER_ONLY:
-        argv = ["bwrap", *build_argv(rp, list(req.command), status_fd=3, bwrap_status_fd=4, socat=socat)]
+        handoff = 5 if rp.layers is Layers.BOTH and rp.bridges else None
+        argv = ["bwrap", *build_argv(rp, list(req.command), status_fd=3, bwrap_status_fd=4, socat=socat,
+                                     handoff_fd=handoff)]
     else:
         argv = [rp.helper_path, "--policy-file", rp.policy_path, "--status-fd", "3", "--", *req.command]
     print("# bwrap argv" if rp.layers is not Layers.HELPER_ONLY else "# helper argv (no bwrap)")
@@ -654,13 +743,20 @@ def _dry_run(rp: ResolvedPolicy, req: ExecRequest, policy_bytes: bytes, filter_i
 
 
 def _execute(rp: ResolvedPolicy, req: ExecRequest, env: dict[str, str], *, bwrap: str | None,
-             socat: str, strict: bool) -> int:
+             socat: str, strict: bool, proxy: ProxyServer | None = None) -> int:
     relay = _Relay()
     status_r = status_w = -1
     bw_r = bw_w = -1
     args_fd = -1
     pid = -1
+    handoff: tuple[socket.socket, socket.socket] | None = None
     try:
+        if proxy is not None and rp.layers is Layers.BOTH and rp.bridges:
+            import socket
+
+            # The helper listens on the proxy ports inside and sends the
+            # listeners back over this pair (helper/handoff.c).
+            handoff = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         status_r, status_w = os.pipe()
         if rp.layers is Layers.HELPER_ONLY:
             argv = [rp.helper_path, "--policy-file", rp.policy_path, "--status-fd", str(status_w),
@@ -681,10 +777,12 @@ def _execute(rp: ResolvedPolicy, req: ExecRequest, env: dict[str, str], *, bwrap
             args_fd = os.memfd_create("safebox-bwrap-args")
             os.write(args_fd, b"\0".join(os.fsencode(a) for a in opts) + b"\0")
             os.lseek(args_fd, 0, os.SEEK_SET)
-            tail = command_args(rp, list(req.command), status_fd=status_w if status_w >= 0 else None, socat=socat)
+            handoff_fd = handoff[1].fileno() if handoff else None
+            tail = command_args(rp, list(req.command), status_fd=status_w if status_w >= 0 else None, socat=socat,
+                                handoff_fd=handoff_fd)
             argv = ["bwrap", "--args", str(args_fd), *tail]
             relay.install()
-            fds = (args_fd, bw_w) + ((status_w,) if status_w >= 0 else ())
+            fds = (args_fd, bw_w) + ((status_w,) if status_w >= 0 else ()) + ((handoff_fd,) if handoff_fd else ())
             pid = _spawn(bwrap, argv, env, pass_fds=fds, cwd="/")
             relay.spawned = pid
             os.close(bw_w)
@@ -692,6 +790,9 @@ def _execute(rp: ResolvedPolicy, req: ExecRequest, env: dict[str, str], *, bwrap
             os.close(args_fd)
             args_fd = -1
             relay.bwrap_child = _read_bwrap_child(bw_r)
+            if handoff and proxy:
+                handoff[1].close()  # only bwrap's copies remain: end of file once they are gone
+                proxy.adopt(handoff[0], ports={b.port: b.scheme for b in rp.bridges})
         os.close(status_w)
         status_w = -1
         from safebox.helper import parse_status, read_status_line, status_ok
@@ -735,6 +836,8 @@ def _execute(rp: ResolvedPolicy, req: ExecRequest, env: dict[str, str], *, bwrap
                     os.close(fd)
                 except OSError:
                     pass
+        for end in handoff or ():
+            end.close()
         for s in FORWARDED_SIGNALS:
             signal.signal(s, signal.SIG_DFL if s != signal.SIGINT else signal.default_int_handler)
 

@@ -28,8 +28,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	for (i = 0; i < p.n_fs; i++)
 		if (p.fs[i].path[0] != '/' || strlen(p.fs[i].path) > SB_PATH_MAX)
 			abort();
-	if (p.n_bridges > 0 && p.socat_path == NULL)
-		abort();
+	for (i = 0; i < p.n_bridges; i++) {
+		if (p.bridges[i].kind == BRIDGE_PUBLISH &&
+		    (p.socat_path == NULL || p.bridges[i].sock_path == NULL))
+			abort();
+		if (p.bridges[i].kind == BRIDGE_LISTEN && (p.net != NET_PROXY || p.bridges[i].sock_path))
+			abort();
+	}
 	policy_free(&p);
 	return 0;
 }

@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define H "safebox-policy 1\n"
+#define H "safebox-policy 2\n"
 #define E "end\n"
 #define NET "net off\n"
 
@@ -28,14 +28,15 @@ static const struct row rows[] = {
 		  "fs dev 2f646576\nfs write 2f746d70\nnet proxy\nconnect_port 3128\n"
 		  "connect_port 1080\nbind any\nscope abstract_unix\nscope signal\n"
 		  "seccomp 2f782e627066\nsocat 2f7573722f62696e2f736f636174\n"
-		  "bridge 3128 2f72756e2f682e736f636b\n" E, 0, NULL },
+		  "listen 3128\nlisten 1080\npublish 8080 2f72756e2f682e736f636b\n" E, 0, NULL },
 	{ "abi_max 0", H "abi_max 0\n" NET E, 0, NULL },
 	{ "abi_max 255", H "abi_max 255\n" NET E, 0, NULL },
 	{ "path with newline and space", H "fs read 2f610a2062\n" NET E, 0, NULL },
 	{ "landlock off", H "landlock off\n" NET E, 0, NULL },
 	/* header and framing */
 	{ "empty file", "", 0, "empty file" },
-	{ "bad header", "safebox-policy 2\n" NET E, 0, "bad header" },
+	{ "bad header", "safebox-policy 3\n" NET E, 0, "bad header" },
+	{ "format v1 header", "safebox-policy 1\n" NET E, 0, "bad header" },
 	{ "header only", H, 0, "missing 'end'" },
 	{ "missing end", H NET, 0, "missing 'end'" },
 	{ "end without newline", H NET "end", 0, "not terminated" },
@@ -74,14 +75,20 @@ static const struct row rows[] = {
 	{ "port 0", H "net proxy\nconnect_port 0\n" E, 0, "not a number in 1..65535" },
 	{ "port 65536", H "net proxy\nconnect_port 65536\n" E, 0, "not a number" },
 	{ "port without proxy", H "net off\nconnect_port 80\n" E, 0, "needs 'net proxy'" },
-	{ "bridge port 0", H "socat 2f73\nbridge 0 2f73\n" NET E, 0, "port not a number" },
-	{ "bridge without socat", H "bridge 80 2f73\n" NET E, 0, "need 'socat'" },
-	{ "publish without socat", H "publish 8080 2f73\n" NET E, 0, "need 'socat'" },
+	{ "listen port 0", H "net proxy\nlisten 0\n" E, 0, "not a number in 1..65535" },
+	{ "listen port 65536", H "net proxy\nlisten 65536\n" E, 0, "not a number" },
+	{ "listen with a path", H "net proxy\nlisten 80 2f73\n" E, 0, "unexpected space" },
+	{ "listen without proxy", H "listen 80\n" NET E, 0, "'listen' needs 'net proxy'" },
+	{ "listen needs no socat", H "net proxy\nlisten 3128\n" E, 0, NULL },
+	{ "listen dup port", H "net proxy\nlisten 80\nlisten 80\n" E, 0, "duplicate port" },
+	{ "old bridge key", H "socat 2f73\nbridge 80 2f73\n" NET E, 0, "unknown key" },
+	{ "publish without socat", H "publish 8080 2f73\n" NET E, 0, "'publish' needs 'socat'" },
 	{ "publish port 0", H "socat 2f73\npublish 0 2f73\n" NET E, 0, "port not a number" },
-	{ "publish and bridge on one port", H "socat 2f73\nbridge 80 2f73\npublish 80 2f74\n" NET E, 0,
+	{ "publish without path", H "socat 2f73\npublish 8080\n" NET E, 0, "expected 'PORT HEXSOCKPATH'" },
+	{ "publish and listen on one port", H "socat 2f73\nnet proxy\nlisten 80\npublish 80 2f74\n" E, 0,
 	  "duplicate port" },
 	{ "publish accepted", H "socat 2f73\npublish 8080 2f73\n" NET E, 0, NULL },
-	{ "bridge dup port", H "socat 2f73\nbridge 80 2f73\nbridge 80 2f74\n" NET E, 0,
+	{ "publish dup port", H "socat 2f73\npublish 80 2f73\npublish 80 2f74\n" NET E, 0,
 	  "duplicate port" },
 	/* hex paths */
 	{ "uppercase hex", H "fs read 2F\n" NET E, 0, "bad hex" },
@@ -190,14 +197,12 @@ static void check_generated(void)
 	check("65 ports", b, len, "more than 64");
 	free(b);
 	{
-		static const char *const br[] = { "bridge 1 2f61\n", "bridge 2 2f61\n",
-						  "bridge 3 2f61\n", "bridge 4 2f61\n",
-						  "bridge 5 2f61\n", "bridge 6 2f61\n",
-						  "bridge 7 2f61\n", "bridge 8 2f61\n",
-						  "bridge 9 2f61\n" };
+		static const char *const br[] = { "listen 1\n", "listen 2\n", "publish 3 2f61\n",
+						  "listen 4\n", "publish 5 2f61\n", "listen 6\n",
+						  "listen 7\n", "listen 8\n", "listen 9\n" };
 		char buf[1024];
 
-		strcpy(buf, H NET "socat 2f61\n");
+		strcpy(buf, H "net proxy\nsocat 2f61\n");
 		for (i = 0; i < 9; i++)
 			strcat(buf, br[i]);
 		strcat(buf, E);

@@ -524,3 +524,152 @@ def test_cloud_metadata_is_refused_by_the_proxy_inside_a_private_netns(tmp_path)
     # The fake metadata server is reachable when listed literally: a broken
     # guard would have been seen above, not hidden by an unreachable address.
     assert out["listed_literally"][1] == "SECRET"
+
+
+# -- listeners handed over by the helper (helper/handoff.c) -----------------------
+
+
+def _listener(family: int = socket.AF_INET, host: str = "127.0.0.1") -> socket.socket:
+    s = socket.socket(family, socket.SOCK_STREAM)
+    s.bind((host, 0))
+    s.listen(16)
+    return s
+
+
+def _hand_over(p: ProxyServer, fds: list[int], ports: dict[int, str], *, tag: bytes = b"L") -> tuple[int, bytes]:
+    """Send ``fds`` as the helper does and return (adopt's result, the helper's answer)."""
+    ours, theirs = socket.socketpair()
+    with ours, theirs:
+        socket.send_fds(ours, [tag], fds)
+        n = p.adopt(theirs, ports=ports, timeout=5)
+        ours.settimeout(0.5)
+        try:
+            answer = ours.recv(1)
+        except TimeoutError:
+            answer = b""
+        return n, answer
+
+
+def test_handed_over_listeners_serve_http_connect_and_socks5(make_proxy, upstream) -> None:
+    p = make_proxy()
+    http_l, socks_l = _listener(), _listener()
+    hp, sp = http_l.getsockname()[1], socks_l.getsockname()[1]
+    with http_l, socks_l:
+        assert _hand_over(p, [http_l.fileno(), socks_l.fileno()], {hp: "http", sp: "socks5h"}) == (2, b"k")
+    # Our copies are closed: only the proxy accepts on the ports now.
+    url = f"http://localhost:{upstream}/hello"
+    for args in (["-x", f"http://127.0.0.1:{hp}"], ["-p", "-x", f"http://127.0.0.1:{hp}"],
+                 ["-x", f"socks5h://127.0.0.1:{sp}"]):
+        r = curl(*args, url)
+        assert (r.returncode, r.stdout) == (0, "hello from upstream\n"), (args, r.stderr)
+
+
+def test_handed_over_ipv6_listener_is_served(make_proxy, upstream) -> None:
+    p = make_proxy()
+    v4, v6 = _listener(), _listener(socket.AF_INET6, "::1")
+    port = v4.getsockname()[1]
+    v6.close()
+    v6 = socket.socket(socket.AF_INET6, socket.SOCK_STREAM)
+    v6.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+    v6.bind(("::1", port))
+    v6.listen(4)
+    with v4, v6:
+        assert _hand_over(p, [v4.fileno(), v6.fileno()], {port: "http"}) == (2, b"k")
+    r = curl("-g", "-x", f"http://[::1]:{port}", f"http://localhost:{upstream}/hello")
+    assert (r.returncode, r.stdout) == (0, "hello from upstream\n"), r.stderr
+
+
+def _pipe() -> list[socket.socket | int]:
+    return list(os.pipe())
+
+
+def _udp() -> list[socket.socket | int]:
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    s.bind(("127.0.0.1", 0))
+    return [s]
+
+
+def _not_listening() -> list[socket.socket | int]:
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    return [s]
+
+
+def _ipv6_only() -> list[socket.socket | int]:
+    return [_listener(socket.AF_INET6, "::1")]
+
+
+def _two_ports() -> list[socket.socket | int]:
+    return [_listener(), _listener()]
+
+
+@pytest.mark.parametrize("make, message", [
+    (_pipe, "is not a socket"),
+    (_udp, "is not TCP"),
+    (_not_listening, "is not listening"),
+    (_ipv6_only, "did not hand over 127.0.0.1 port"),
+    (_two_ports, "unexpected listener"),
+])
+def test_adopt_refuses_anything_but_the_expected_listeners(make_proxy, make, message) -> None:
+    from safebox.errors import ProxyError
+
+    p = make_proxy()
+    objs = make()
+    fds = [o if isinstance(o, int) else o.fileno() for o in objs]
+    # The expected port is the first object's (any port for the pipe).
+    port = objs[0].getsockname()[1] if isinstance(objs[0], socket.socket) else 1
+    try:
+        with pytest.raises(ProxyError, match=message):
+            _hand_over(p, fds, {port: "http"})
+    finally:
+        for o in objs:
+            os.close(o) if isinstance(o, int) else o.close()
+    assert p.active_connections == 0
+
+
+def test_adopt_refuses_a_message_without_the_tag(make_proxy) -> None:
+    from safebox.errors import ProxyError
+
+    p = make_proxy()
+    with _listener() as lst:
+        with pytest.raises(ProxyError, match="unexpected proxy-port message"):
+            _hand_over(p, [lst.fileno()], {lst.getsockname()[1]: "http"}, tag=b"X")
+
+
+def test_adopt_returns_zero_when_the_helper_closed_first(make_proxy) -> None:
+    p = make_proxy()
+    ours, theirs = socket.socketpair()
+    ours.close()
+    with theirs:
+        assert p.adopt(theirs, ports={3128: "http"}, timeout=5) == 0
+
+
+def test_adopt_times_out_naming_the_helper(make_proxy) -> None:
+    from safebox.errors import ProxyError
+
+    p = make_proxy()
+    ours, theirs = socket.socketpair()
+    with ours, theirs, pytest.raises(ProxyError, match="did not hand over the proxy ports within"):
+        p.adopt(theirs, ports={3128: "http"}, timeout=0.2)
+
+
+def test_a_crashed_proxy_loop_refuses_new_connections_at_once(make_proxy, upstream) -> None:
+    p = make_proxy()
+    lst = _listener()
+    port = lst.getsockname()[1]
+    with lst:
+        assert _hand_over(p, [lst.fileno()], {port: "http"}) == (1, b"k")
+    assert curl("-x", f"http://127.0.0.1:{port}", f"http://localhost:{upstream}/hello").returncode == 0
+    # Control: a listener nobody accepts from leaves a client waiting (curl's timeout, 28).
+    with _listener() as idle:
+        r = curl("-m", "1", "-x", f"http://127.0.0.1:{idle.getsockname()[1]}", f"http://localhost:{upstream}/hello")
+        assert r.returncode == 28, r.stderr
+    # The loop stops without stop(): the thread's last act closes the listeners.
+    assert p._loop is not None
+    p._loop.call_soon_threadsafe(p._loop.stop)
+    assert p._thread is not None
+    p._thread.join(10)
+    started = time.monotonic()
+    r = curl("-x", f"http://127.0.0.1:{port}", f"http://localhost:{upstream}/hello")
+    assert r.returncode == 7, r.stderr  # couldn't connect: refused, not a hang
+    assert time.monotonic() - started < 5

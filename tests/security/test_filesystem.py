@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import subprocess
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -152,6 +153,68 @@ def test_writing_inside_the_working_directory_succeeds(shared_home: FakeHome, mo
     (shared_home.work / name).unlink()
 
 
+# ------------------------------------------------------------------ the host's /dev
+
+@pytest.fixture
+def host_shm_file() -> Iterator[Path]:
+    """A file in the host's /dev/shm, outside every write root, that this user may read and write."""
+    fd, name = tempfile.mkstemp(prefix="safebox-test-", dir="/dev/shm")
+    os.write(fd, b"host shared memory\n")
+    os.close(fd)
+    try:
+        yield Path(name)
+    finally:
+        os.unlink(name)
+
+
+@pytest.mark.parametrize("mode", [HELPER_ONLY])
+def test_the_host_dev_is_outside_the_grant_on_a_helper_only_host(fresh_home: FakeHome, host_shm_file: Path,
+                                                                   mode: str) -> None:
+    """Without bwrap, /dev is the host's: raw disks, loop devices, uinput,
+    /dev/userfaultfd, other processes' shared memory. Landlock grants none of
+    it; only the harmless nodes stay usable."""
+    script = f"cat {host_shm_file}; echo x >> {host_shm_file}"
+    control = host(["sh", "-c", script])
+    assert control.returncode == 0 and "host shared memory" in control.stdout
+    host_shm_file.write_text("host shared memory\n")
+
+    r = fresh_home.run(["sh", "-c", script], mode=mode)
+    assert r.returncode != 0
+    assert f"cat: {host_shm_file}: Permission denied" in r.stderr, r.stderr
+    assert f"{host_shm_file}: Permission denied" in r.stderr.splitlines()[-1], r.stderr
+    assert host_shm_file.read_text() == "host shared memory\n"
+
+
+@pytest.mark.parametrize("mode", ALL_MODES)
+def test_the_harmless_device_nodes_work_inside(fresh_home: FakeHome, mode: str) -> None:
+    script = ("echo x > /dev/null && head -c 4 /dev/zero | od -An -tx1 && head -c 8 /dev/urandom | wc -c "
+              "&& head -c 8 /dev/random | wc -c && (echo x > /dev/full; echo full=$?)")
+    r = fresh_home.run(["sh", "-c", script], mode=mode)
+    assert r.returncode == 0, r.stderr
+    # /dev/full refuses the write as it does on the host (ENOSPC; dash calls it an I/O error).
+    assert r.stdout.split() == ["00", "00", "00", "00", "8", "8", "full=1"], r.stdout
+
+
+@pytest.mark.parametrize("mode", ALL_MODES)
+def test_a_denied_path_under_proc_is_masked_not_skipped(fresh_home: FakeHome, mode: str) -> None:
+    control = fresh_home.run(["head", "-c", "9", "/proc/cpuinfo"], mode=mode)
+    assert control.returncode == 0 and control.stdout, control.stderr
+
+    r = fresh_home.run(["head", "-c", "9", "/proc/cpuinfo"], mode=mode, opts=["--deny-read", "/proc/cpuinfo"])
+    assert r.returncode == 1 and r.stdout == ""
+    assert "head: cannot open '/proc/cpuinfo' for reading: Permission denied" in r.stderr, r.stderr
+
+
+@pytest.mark.parametrize("mode", ALL_MODES)
+@pytest.mark.parametrize("node", ["/dev/null", "/dev/urandom", "/dev/pts"])
+def test_denying_a_device_every_sandbox_needs_is_an_error_not_a_skip(fresh_home: FakeHome, mode: str,
+                                                                      node: str) -> None:
+    marker = fresh_home.work / "ran"
+    r = fresh_home.run(["touch", str(marker)], mode=mode, opts=["--deny-read", node])
+    assert r.returncode == 125 and not marker.exists()
+    assert f"safebox: filesystem.denyRead {node}: cannot be masked" in r.stderr, r.stderr
+
+
 # ------------------------------------------------------------------ protected files
 
 @pytest.mark.parametrize("mode", MOUNT_MODES)
@@ -253,6 +316,64 @@ def test_a_protected_file_created_at_the_work_root_is_quarantined_after_the_run(
     assert r.returncode == 0, r.stderr
     assert not envrc.exists()
     assert f"the command created protected file {envrc}; moved it to" in r.stderr, r.stderr
+
+
+def _git_dir(d: Path) -> Path:
+    """The inside of a git directory as `git init` makes it, under any name."""
+    for sub in ("hooks", "objects", "refs/heads"):
+        (d / sub).mkdir(parents=True)
+    (d / "HEAD").write_text("ref: refs/heads/main\n")
+    (d / "config").write_text("[core]\n\trepositoryformatversion = 0\n")
+    (d / "description").write_text("unnamed\n")
+    return d
+
+
+FSMONITOR = "printf '[core]\\n\\tfsmonitor = touch /tmp/pwned\\n' >> {}"
+
+
+@pytest.mark.parametrize("mode", MOUNT_MODES)
+@pytest.mark.parametrize("layout", ["bare", "separate"])
+def test_a_git_dir_not_named_dot_git_is_protected_like_one(fresh_home: FakeHome, mode: str, layout: str) -> None:
+    """`git init --bare x.git` and `git init --separate-git-dir=sep.git repo`:
+    git on the host reads their config and runs their hooks all the same."""
+    gd = _git_dir(fresh_home.work / ("x.git" if layout == "bare" else "sep.git"))
+    if layout == "separate":
+        (fresh_home.work / "repo").mkdir()
+        (fresh_home.work / "repo" / ".git").write_text(f"gitdir: {gd}\n")
+    attacks = [FSMONITOR.format(gd / "config"), f"echo evil > {gd}/hooks/post-checkout"]
+    if layout == "separate":
+        attacks.append(f"echo 'gitdir: {fresh_home.work}/evil' > repo/.git")
+    for attack in attacks:
+        # Control: the same shell line lands on the host.
+        r = fresh_home.run(["sh", "-c", attack], mode=mode)
+        assert r.returncode != 0 and "Read-only file system" in r.stderr, (attack, r.stderr)
+    assert "fsmonitor" not in (gd / "config").read_text()
+    assert not (gd / "hooks" / "post-checkout").exists()
+    # Control: an unprotected entry of the same git dir stays writable inside.
+    ok = fresh_home.run(["sh", "-c", f"echo renamed > {gd}/description"], mode=mode)
+    assert ok.returncode == 0 and (gd / "description").read_text() == "renamed\n", ok.stderr
+    for attack in attacks:
+        assert host(["sh", "-c", attack], cwd=fresh_home.work).returncode == 0
+
+
+@pytest.mark.parametrize("mode", MOUNT_MODES)
+def test_a_linked_worktrees_commondir_cannot_be_pointed_at_a_planted_repo(fresh_home: FakeHome, mode: str) -> None:
+    """.git/worktrees/NAME/commondir names the git dir whose config and hooks
+    the worktree uses: pointed at a repo the command crafted, `git status` in
+    the worktree would run the crafted fsmonitor on the host."""
+    admin = fresh_home.work / ".git" / "worktrees" / "wt"
+    admin.mkdir(parents=True)
+    (admin / "HEAD").write_text("ref: refs/heads/wt\n")
+    (admin / "commondir").write_text("../..\n")
+    (admin / "gitdir").write_text(f"{fresh_home.root}/wt/.git\n")
+    r = fresh_home.run(["sh", "-c", f"echo {fresh_home.work}/evil > {admin}/commondir"], mode=mode)
+    assert r.returncode != 0 and "commondir: Read-only file system" in r.stderr, r.stderr
+    assert (admin / "commondir").read_text() == "../..\n"
+    # Control: git's own per-worktree state in the same dir stays writable.
+    ok = fresh_home.run(["sh", "-c", f"echo ref: refs/heads/other > {admin}/HEAD && touch {admin}/index.lock"],
+                        mode=mode)
+    assert ok.returncode == 0, ok.stderr
+    assert host(["sh", "-c", f"echo x > {admin}/commondir"]).returncode == 0
 
 
 # ------------------------------------------------------------------ /tmp

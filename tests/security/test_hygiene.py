@@ -118,6 +118,37 @@ def test_sigkill_to_safebox_kills_the_sandbox_and_the_next_start_sweeps_its_run_
 
 
 @pytest.mark.parametrize("mode", ALL_MODES)
+def test_a_protected_file_planted_before_safebox_was_sigkilled_is_quarantined_at_the_next_start(
+        fresh_home: FakeHome, mode: str) -> None:
+    """.envrc did not exist: the command may create it (a new name in a
+    write root cannot be refused without a placeholder), and the end of the
+    run moves it out. When safebox is SIGKILLed no end of run comes; the
+    watch list in the killed run's dir lets the next start do it."""
+    planted = fresh_home.work / ".envrc"  # direnv runs it on the host
+    assert not planted.exists()
+    ready = fresh_home.work / "planted"
+    proc = fresh_home.popen(["sh", "-c", f"echo '{{\"evil\": 1}}' > {planted}; touch {ready}; sleep 60"],
+                            mode=mode)
+    try:
+        assert wait_for(ready.exists, 30)
+        proc.kill()
+        proc.communicate()
+        # The attack: with no end of run, the planted file stays in the tree.
+        assert planted.read_text() == '{"evil": 1}\n'
+        r = fresh_home.run(["true"], mode=mode)
+        assert r.returncode == 0, r.stderr
+        assert not planted.exists()
+        prefix = f"safebox: a killed earlier run's command created protected file {planted}; moved it to "
+        line = next((ln for ln in r.stderr.splitlines() if ln.startswith(prefix)), None)
+        assert line is not None, r.stderr
+        assert Path(line[len(prefix):]).read_text() == '{"evil": 1}\n'
+        assert _run_dirs(fresh_home) == []
+    finally:
+        proc.kill()
+        proc.communicate()
+
+
+@pytest.mark.parametrize("mode", ALL_MODES)
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP])
 def test_signals_sent_to_safebox_reach_the_command(fresh_home: FakeHome, mode: str, sig: signal.Signals) -> None:
     name = sig.name[3:]

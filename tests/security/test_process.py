@@ -150,6 +150,27 @@ def test_host_processes_are_not_listed_in_proc(shared_home: FakeHome, host_sleep
     assert len([line for line in r.stdout.splitlines() if line.strip()]) < 10  # only the sandbox's own
 
 
+@pytest.mark.parametrize("mode", PID_NS_MODES)
+def test_neither_bwraps_reaper_nor_safebox_can_be_seen_in_proc(fresh_home: FakeHome, mode: str) -> None:
+    """pid 1 is bubblewrap's reaper: its /proc/1 (command line with the run
+    dir's policy path, environment, descriptors, mounts) is an empty
+    read-only tmpfs. safebox and the proxy are outside the pid namespace."""
+    script = ("cat /proc/1/cmdline; echo \"cmdline=$?\"; ls -A /proc/1 | wc -l; "
+              "touch /proc/1/x 2>&1; for f in /proc/[0-9]*/cmdline; do tr '\\0' ' ' < $f; echo; done")
+    # Control: bubblewrap alone, without safebox's mount, shows the reaper.
+    bare = host(["bwrap", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--unshare-pid",
+                 "--die-with-parent", "sh", "-c", "tr '\\0' ' ' < /proc/1/cmdline"])
+    assert bare.returncode == 0 and bare.stdout.startswith("bwrap "), bare.stdout + bare.stderr
+
+    r = fresh_home.run(["sh", "-c", script], mode=mode)
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert lines[0:2] == ["cmdline=1", "0"], r.stdout
+    assert "/proc/1/cmdline: No such file or directory" in r.stderr
+    assert lines[2] == "touch: cannot touch '/proc/1/x': Read-only file system"
+    assert not any(w in r.stdout for w in ("bwrap", "safebox", "policy-file", "python")), r.stdout
+
+
 @pytest.mark.parametrize("mode", ALL_MODES)
 def test_host_processes_cannot_be_signalled(shared_home: FakeHome, probe: Path, host_sleeper: tuple[int, str],
                                             mode: str) -> None:

@@ -39,3 +39,45 @@ def test_a_cached_policy_cannot_be_replaced_from_inside(fresh_home: FakeHome, mo
     assert entries
     r = fresh_home.run(["sh", "-c", f"rm -f {entries[0]}"], mode=mode, cwd=fresh_home.root)
     assert entries[0].exists(), r.stderr
+
+
+@pytest.mark.parametrize("mode", [BOTH, HELPER_ONLY])
+def test_the_policy_file_given_with_p_is_read_only_inside_the_work_dir(fresh_home: FakeHome, mode: str) -> None:
+    """A --policy file inside a write root would otherwise be rewritten for
+    the next run (allowWrite "/", a domain to send the credentials to)."""
+    pol = fresh_home.work / "mypolicy.json"
+    pol.write_text('{"filesystem": {"denyWrite": []}}\n')
+    # An existing file: on a helper-only host the work root, which now holds
+    # an excluded file, can get no create right (Landlock grants subtrees).
+    beside = fresh_home.work / "beside.json"
+    beside.write_text("{}\n")
+    attack = 'echo \'{"filesystem": {"allowWrite": ["/"]}}\' > "$1"'
+    r = fresh_home.run(["sh", "-c", attack, "sh", str(pol)], mode=mode, opts=["-p", str(pol)])
+    assert r.returncode != 0 and EXPECTED[mode] in r.stderr, r.stderr
+    assert pol.read_text() == '{"filesystem": {"denyWrite": []}}\n'
+    # Control: the same write to a file beside it, and to the policy file on the host.
+    ok = fresh_home.run(["sh", "-c", attack, "sh", str(beside)], mode=mode, opts=["-p", str(pol)])
+    assert ok.returncode == 0, ok.stderr
+    assert host(["sh", "-c", attack, "sh", str(pol)]).returncode == 0
+
+
+@pytest.mark.parametrize("mode", [BOTH, HELPER_ONLY])
+def test_the_interpreters_import_path_is_read_only_inside_a_write_root(fresh_home: FakeHome, mode: str) -> None:
+    """safebox imports from every sys.path entry (a pip --user site, the base
+    installation behind a venv): code planted there runs at the next start."""
+    lib = fresh_home.work / "pylib"
+    lib.mkdir()
+    planted = lib / "sitecustomize.py"
+    r = fresh_home.run(["sh", "-c", f"echo 'import os' > {planted}"], mode=mode, env={"PYTHONPATH": str(lib)})
+    assert r.returncode != 0 and EXPECTED[mode] in r.stderr, r.stderr
+    assert not planted.exists()
+    # Control: without it on the import path, the same directory is writable.
+    ok = fresh_home.run(["sh", "-c", f"echo 'import os' > {planted}"], mode=mode)
+    assert ok.returncode == 0 and planted.exists(), ok.stderr
+
+
+def test_an_import_path_that_holds_the_work_dir_does_not_take_it_away(fresh_home: FakeHome) -> None:
+    r = fresh_home.run(["sh", "-c", "echo x > written"], opts=["-v"], env={"PYTHONPATH": str(fresh_home.root)})
+    assert r.returncode == 0, r.stderr
+    assert (fresh_home.work / "written").exists()
+    assert f"import path {fresh_home.root} holds a write root: not kept read-only inside" in r.stderr

@@ -19,10 +19,11 @@ def policy(**kw) -> ResolvedPolicy:
 def test_minimal_policy_produces_the_golden_argv() -> None:
     argv = build_argv(policy(), ["make", "test"], status_fd=5, bwrap_status_fd=6)
     assert argv == [
-        "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc",
+        "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/proc/1",
         "--tmpfs", "/tmp",
         "--bind", "/home/u/proj", "/home/u/proj",
         "--ro-bind", "/run/sb/1", "/run/sb/1",
+        "--remount-ro", "/proc/1",
         "--unshare-all", "--die-with-parent", "--new-session", "--cap-drop", "ALL",
         "--hostname", "safebox", "--chdir", "/home/u/proj", "--json-status-fd", "6",
         "--", "/opt/sb/safebox-helper", "--policy-file", "/run/sb/1/policy", "--status-fd", "5",
@@ -40,7 +41,7 @@ def test_full_policy_produces_the_golden_argv() -> None:
         mask_files=("/home/u/.netrc", "/etc/shadow"),
     )
     assert mount_args(rp) == [
-        "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc",
+        "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/proc/1",
         "--tmpfs", "/tmp",
         "--bind", "/home/u", "/home/u",
         "--bind", "/home/u/proj", "/home/u/proj",
@@ -56,6 +57,7 @@ def test_full_policy_produces_the_golden_argv() -> None:
         "--ro-bind", "/dev/null", "/home/u/.netrc",
         "--ro-bind", "/dev/null", "/etc/shadow",
         "--ro-bind", "/run/sb/1", "/run/sb/1",
+        "--remount-ro", "/proc/1",
         "--remount-ro", "/home/u/.ssh",
         "--remount-ro", "/mnt/c/Users/u/.aws",
     ]

@@ -1,4 +1,4 @@
-"""Golden helper policy bytes (format v1, docs/helper-protocol.md)."""
+"""Golden helper policy bytes (format v2, docs/helper-protocol.md)."""
 
 from __future__ import annotations
 
@@ -13,9 +13,10 @@ from safebox.builder.helper_policy import FsAccess, HelperPolicy, NetMode, Scope
 def test_policy_renders_to_the_golden_bytes() -> None:
     hp = HelperPolicy(fs_rules=((FsAccess.READ, "/"), (FsAccess.WRITE, "/home/u/p q\n")),
                       net=NetMode.PROXY, connect_ports=(3128, 1080), seccomp_path="/r/s.bpf",
-                      bridges=((3128, "/r/http.sock"),), socat_path="/usr/bin/socat", strict=True)
+                      listens=(3128, 1080), publishes=((8080, "/r/pub/8080.sock"),),
+                      socat_path="/usr/bin/socat", strict=True)
     assert render(hp) == (
-        b"safebox-policy 1\n"
+        b"safebox-policy 2\n"
         b"strict 1\n"
         b"landlock on\n"
         b"fs read 2f\n"
@@ -27,8 +28,10 @@ def test_policy_renders_to_the_golden_bytes() -> None:
         b"scope abstract_unix\n"
         b"scope signal\n"
         b"seccomp 2f722f732e627066\n"
+        b"listen 3128\n"
+        b"listen 1080\n"
         b"socat 2f7573722f62696e2f736f636174\n"
-        b"bridge 3128 2f722f687474702e736f636b\n"
+        b"publish 8080 " + "/r/pub/8080.sock".encode().hex().encode() + b"\n"
         b"end\n"
     )
 
@@ -39,9 +42,14 @@ def test_paths_with_newlines_and_spaces_cannot_inject_a_record() -> None:
     assert [ln for ln in lines if ln.startswith("fs ")] == ["fs write " + "/x\nfs write /".encode().hex()]
 
 
-def test_bridges_without_socat_are_rejected() -> None:
+def test_published_ports_without_socat_are_rejected() -> None:
     with pytest.raises(ValueError):
-        render(HelperPolicy(fs_rules=(), net=NetMode.PROXY, bridges=((1, "/s"),)))
+        render(HelperPolicy(fs_rules=(), net=NetMode.PROXY, publishes=((1, "/s"),)))
+
+
+def test_proxy_ports_need_no_socat() -> None:
+    out = render(HelperPolicy(fs_rules=(), net=NetMode.PROXY, listens=(3128,)))
+    assert b"listen 3128\n" in out and b"socat" not in out
 
 
 def test_policy_file_is_created_0600_and_never_through_a_symlink(tmp_path) -> None:

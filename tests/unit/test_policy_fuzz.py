@@ -55,3 +55,14 @@ def test_a_document_that_is_not_an_object_is_refused() -> None:
             assert "the top level must be an object" in e.message
         else:
             raise AssertionError(raw)
+
+
+def test_a_key_with_a_newline_is_named_escaped_on_one_line() -> None:
+    """Found by the test above: the key is quoted, so no second line can be forged."""
+    try:
+        validate_layer(Layer(name="p.json", data={"network": {"\nsafebox: all good": None}}))
+    except PolicyError as e:
+        assert e.message == ("p.json: network.'\\nsafebox: all good': unknown key "
+                             "(check the spelling; see docs/policy-reference.md)")
+    else:
+        raise AssertionError("an unknown key was accepted")

@@ -5,7 +5,10 @@ path shadows an earlier one, so the order *is* the policy):
 
 1. ``--ro-bind / /``: the whole host, read-only.
 2. ``--dev /dev``, ``--proc /proc``: a minimal devtmpfs and a fresh procfs for
-   the new pid namespace (the command cannot see host processes).
+   the new pid namespace (the command cannot see host processes); then
+   ``--tmpfs /proc/1``: pid 1 is bubblewrap's reaper, and its ``/proc``
+   entry (command line with the policy path, environment, descriptors) is
+   covered by an empty tmpfs, made read-only in step 10.
 3. ``--tmpfs /tmp``: private, writable, gone with the sandbox.
 4. Write roots, shallow first: ``--bind W W``.
 5. Pinned directories (``.git``, and every directory between a write root
@@ -27,9 +30,10 @@ path shadows an earlier one, so the order *is* the policy):
 11. Namespaces and process options: ``--unshare-all`` (user, ipc, pid, net,
     uts, cgroup), ``--die-with-parent``, ``--new-session`` (no TIOCSTI into
     the caller's terminal), ``--cap-drop ALL``, ``--chdir``.
-12. The command: the helper (``--policy-file``, ``--status-fd``), or, with
-    ``--without helper``, the command itself (behind a shell that starts the
-    socat bridges when there is a proxy).
+12. The command: the helper (``--policy-file``, ``--status-fd``, and
+    ``--handoff-fd`` when there is a proxy: the helper hands its listeners on
+    the proxy ports to safebox), or, with ``--without helper``, the command
+    itself (behind a shell that starts socat bridges when there is a proxy).
 """
 
 from __future__ import annotations
@@ -43,7 +47,7 @@ def _under(path: str, root: str) -> bool:
 
 def mount_args(rp: ResolvedPolicy) -> list[str]:
     """Steps 1-10 of the module docstring."""
-    a: list[str] = ["--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
+    a: list[str] = ["--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/proc/1"]
     for t in rp.private_tmp:
         a += ["--tmpfs", t]
     # Write roots and pinned directories are both read-write self-binds;
@@ -57,13 +61,16 @@ def mount_args(rp: ResolvedPolicy) -> list[str]:
     for p in rp.read_only:
         a += ["--ro-bind", p, p]
     masked: list[str] = []
+    # Under the private /tmp a denied path is already absent. Under /proc and
+    # /dev it is not (the fresh procfs has cpuinfo, sys, ...; bwrap's /dev has
+    # shm, pts, ...): those are masked like any other path, over the new mounts.
     for d in rp.mask_dirs:
-        if any(_under(d, t) for t in rp.private_tmp) or _under(d, "/proc") or _under(d, "/dev"):
-            continue  # already private and empty inside the sandbox
+        if any(_under(d, t) for t in rp.private_tmp):
+            continue
         a += ["--tmpfs", d]
         masked.append(d)
     for f in rp.mask_files:
-        if any(_under(f, t) for t in rp.private_tmp) or _under(f, "/proc") or _under(f, "/dev"):
+        if any(_under(f, t) for t in rp.private_tmp):
             continue
         a += ["--ro-bind", "/dev/null", f]
     for sock in rp.socket_binds:
@@ -76,7 +83,7 @@ def mount_args(rp: ResolvedPolicy) -> list[str]:
     if rp.publish_dir:
         # The published ports' sockets are created inside, by the bridge.
         a += ["--bind", rp.publish_dir, rp.publish_dir]
-    for d in masked:
+    for d in ("/proc/1", *masked):
         a += ["--remount-ro", d]
     return a
 
@@ -118,13 +125,16 @@ def launcher_script(rp: ResolvedPolicy, *, socat: str, status_fd: int | None) ->
     return "\n".join(lines)
 
 
-def command_args(rp: ResolvedPolicy, command: list[str], *, status_fd: int | None, socat: str) -> list[str]:
+def command_args(rp: ResolvedPolicy, command: list[str], *, status_fd: int | None, socat: str,
+                 handoff_fd: int | None = None) -> list[str]:
     """Step 12."""
     match rp.layers:
         case Layers.BOTH:
             a = [rp.helper_path, "--policy-file", rp.policy_path]
             if status_fd is not None:
                 a += ["--status-fd", str(status_fd)]
+            if handoff_fd is not None:
+                a += ["--handoff-fd", str(handoff_fd)]
             return ["--", *a, "--", *command]
         case Layers.BWRAP_ONLY:
             if rp.bridges or rp.publish or status_fd is not None:
@@ -136,7 +146,8 @@ def command_args(rp: ResolvedPolicy, command: list[str], *, status_fd: int | Non
 
 
 def build_argv(rp: ResolvedPolicy, command: list[str], *, status_fd: int | None,
-               bwrap_status_fd: int | None = None, socat: str = "socat") -> list[str]:
+               bwrap_status_fd: int | None = None, socat: str = "socat",
+               handoff_fd: int | None = None) -> list[str]:
     """The complete argument list for bwrap (without ``bwrap`` itself), in order."""
     return [*mount_args(rp), *namespace_args(rp, bwrap_status_fd=bwrap_status_fd),
-            *command_args(rp, command, status_fd=status_fd, socat=socat)]
+            *command_args(rp, command, status_fd=status_fd, socat=socat, handoff_fd=handoff_fd)]

@@ -1,4 +1,4 @@
-"""Pure: the helper policy file (format v1, ``docs/helper-protocol.md``).
+"""Pure: the helper policy file (format v2, ``docs/helper-protocol.md``).
 
 Paths are hex-encoded so any path bytes are unambiguous; the file ends with
 ``end`` so a truncated file is rejected by the helper.
@@ -10,7 +10,7 @@ import os
 
 from safebox._record import Frozen, StrEnum
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 
 
 class FsAccess(StrEnum):
@@ -49,7 +49,8 @@ class HelperPolicy(Frozen):
     strict: bool = False
     abi_max: int | None = None
     landlock: bool = True
-    bridges: tuple[tuple[int, str], ...] = ()
+    # Ports the helper listens on inside and hands to the proxy (--handoff-fd).
+    listens: tuple[int, ...] = ()
     publishes: tuple[tuple[int, str], ...] = ()
     socat_path: str | None = None
     extra: tuple[tuple[str, str], ...] = ()  # never set in production; for tests only
@@ -77,12 +78,12 @@ def render(policy: HelperPolicy) -> bytes:
         lines.append(f"scope {scope.value}")
     if policy.seccomp_path is not None:
         lines.append(f"seccomp {_hex(policy.seccomp_path)}")
-    if policy.bridges or policy.publishes:
+    for port in policy.listens:
+        lines.append(f"listen {port}")
+    if policy.publishes:
         if policy.socat_path is None:
-            raise ValueError("bridges and publishes need socat_path")
+            raise ValueError("publishes need socat_path")
         lines.append(f"socat {_hex(policy.socat_path)}")
-        for port, sock in policy.bridges:
-            lines.append(f"bridge {port} {_hex(sock)}")
         for port, sock in policy.publishes:
             lines.append(f"publish {port} {_hex(sock)}")
     for key, value in policy.extra:

@@ -22,11 +22,12 @@ class HostFacts(Frozen):
     """Paths safebox itself lives at; all are kept read-only inside."""
 
     helper_path: str
-    self_paths: tuple[str, ...]  # package dir, venv prefix, interpreter, helper
+    self_paths: tuple[str, ...]  # package dir, venv prefix, interpreter, helper, this run's policy files
     state_dir: str
     run_dir: str
     policy_path: str
     rg_path: str | None
+    import_paths: tuple[str, ...] = ()  # sys.path and the base prefixes; see resolve()
 
 
 def _is_under(path: str, root: str) -> bool:
@@ -98,7 +99,9 @@ def _rg_start(rg: str, root: str, depth: int) -> Spawned:
         globs += ["-g", f"**/{name}"]
     for d in defaults.PROTECTED_DIRS:
         globs += ["-g", f"**/{d}/**"]
-    globs += ["-g", "**/.git/HEAD", "-g", "**/.git"]
+    # Every HEAD: a repository's git dir need not be called .git (a bare
+    # repo, `git init --separate-git-dir`, a linked worktree's admin dir).
+    globs += ["-g", "**/HEAD", "-g", "**/.git"]
     # -j1: one walker thread measured faster here for small and large trees
     # alike (4.4 vs 6.0 ms on a small work tree, 65 vs 100 ms on /usr/share).
     cmd = [rg, "--files", "--hidden", "--no-ignore", "--no-config", "-j1",
@@ -136,9 +139,26 @@ def _rg_finish(proc: Spawned, root: str) -> list[str]:
         base = parts[-1]
         if base in defaults.PROTECTED_FILES:
             found.add(p)
-        if base == ".git" or (base == "HEAD" and len(parts) > 1 and parts[-2] == ".git"):
-            found.add("/".join(parts[:-1]) if base == "HEAD" else p)
+        if base == ".git":
+            found.add(p)
+        elif base == "HEAD" and len(parts) > 1:
+            parent = "/".join(parts[:-1])
+            if parts[-2] == ".git" or _is_git_dir(parent) or _is_worktree_admin_dir(parent):
+                found.add(parent)
     return sorted(found)
+
+
+def _is_git_dir(d: str) -> bool:
+    """A repository's git dir whatever its name: HEAD, objects/ and refs/ (what
+    git's own is_git_directory() checks), as a bare repo or the target of
+    --separate-git-dir has them. .git/logs/HEAD and refs/remotes/*/HEAD do not."""
+    return os.path.isdir(os.path.join(d, "objects")) and os.path.isdir(os.path.join(d, "refs"))
+
+
+def _is_worktree_admin_dir(d: str) -> bool:
+    """A linked worktree's admin dir (.git/worktrees/NAME): HEAD and commondir,
+    which names the git dir whose config and hooks the worktree uses."""
+    return os.path.isfile(os.path.join(d, "commondir")) and not os.path.isdir(os.path.join(d, "objects"))
 
 
 def _dot_names() -> frozenset[str]:
@@ -305,12 +325,16 @@ def protected_paths(scans: dict[str, RootScan], write_roots: list[str], depth: i
     def under_a_root(p: str) -> bool:
         return any(_is_under(p, w) for w in write_roots)
 
+    admins: set[str] = set()
     for root in write_roots:
         found, named = scans[root].collect(root)
         for p in found:
-            existing.add(p)
-            if p.endswith("/.git"):
+            if os.path.isdir(p) and os.path.isfile(os.path.join(p, "HEAD")):
+                if _is_worktree_admin_dir(p):
+                    admins.add(p)  # its own entries are protected below, not the whole dir
+                    continue
                 gits.add(p)
+            existing.add(p)
         for p in named:
             for path, is_git in link_candidates(p):
                 # `p` itself, or an entry below it (`.config/git`, `.git/hooks`),
@@ -355,6 +379,14 @@ def protected_paths(scans: dict[str, RootScan], write_roots: list[str], depth: i
             # Entries that cannot be mounted over because they do not
             # exist yet are watched, and quarantined if the run creates them.
             missing.update(os.path.join(git, e) for e in absent)
+    # A linked worktree's admin dir: git writes its HEAD, index and locks
+    # there, so it is neither read-only nor sealed; the files that point git
+    # elsewhere are (commondir: which git dir's config and hooks apply;
+    # config.worktree: per-worktree config; gitdir: where the worktree is).
+    for admin in sorted(admins):
+        for entry in defaults.PROTECTED_IN_WORKTREE_ADMIN_DIR:
+            q = os.path.join(admin, entry)
+            (existing if os.path.lexists(q) else missing).add(q)
     # A git directory is bound onto itself read-write (git still works): a
     # mount point cannot be renamed, so `mv .git .git-old` cannot shed the
     # protection of the entries below it.
@@ -427,6 +459,17 @@ def pin_ancestors(paths: list[str], write_roots: list[str]) -> list[str]:
     return sorted(pins, key=lambda p: (p.count("/"), p))
 
 
+#: The device nodes a command may open on a helper-only host (Landlock's
+#: "dev" class: read, write, device ioctl); see landlock_rules.
+HELPER_ONLY_DEVICES = ("/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom",
+                       "/dev/tty", "/dev/ptmx", "/dev/pts")
+
+
+#: Device nodes the command cannot do without; a deny-read entry for one is
+#: an error, never a silent skip (bwrap's /dev has them all).
+UNMASKABLE_DEVICES = ("/dev", *HELPER_ONLY_DEVICES, "/dev/fd", "/dev/stdin", "/dev/stdout", "/dev/stderr")
+
+
 def landlock_rules(*, layers: Layers, write_roots: list[str], mask_dirs: list[str],
                    mask_files: list[str], write_exclude: tuple[str, ...] = ()) -> list[tuple[str, str]]:
     """Landlock rules as (class, path).
@@ -440,17 +483,21 @@ def landlock_rules(*, layers: Layers, write_roots: list[str], mask_dirs: list[st
     ``write_exclude`` (safebox's installation and state dir: a command that
     could write them would control the next run), are split the same way.
     """
-    rules: list[tuple[str, str]] = [("dev", "/dev")]
     denied = sorted(set(mask_dirs) | set(mask_files))
     if layers is not Layers.HELPER_ONLY:
-        rules.insert(0, ("read", "/"))
+        # bwrap's /dev is its own minimal one (null, zero, full, random,
+        # urandom, tty, ptmx, pts, shm): the whole of it may be used.
+        rules: list[tuple[str, str]] = [("read", "/"), ("dev", "/dev")]
         rules += [("write", r) for r in write_roots]
         rules += [("write", t) for t in ("/dev/shm",) if os.path.isdir(t)]
         return rules
-    if denied:
-        rules += _walk_excluding("read", "/", denied)
-    else:
-        rules.insert(0, ("read", "/"))
+    # The host's /dev is another matter: raw disks (reading one gets around
+    # every deny-read path, even for a root without capabilities, who owns
+    # the node), loop devices, /dev/mem, uinput, /dev/userfaultfd (a way
+    # around seccomp's userfaultfd rule), the host's /dev/shm. It stays out
+    # of the read grant; only the harmless nodes are granted.
+    rules = _walk_excluding("read", "/", sorted({*denied, "/dev"}))
+    rules += [("dev", d) for d in HELPER_ONLY_DEVICES if os.path.exists(d)]
     for root in write_roots:
         if any(_is_under(root, d) for d in (*denied, *write_exclude)):
             continue  # the write root itself is denied or safebox's own: grant nothing there
@@ -556,7 +603,23 @@ def _resolve(policy: EffectivePolicy, *, layers: Layers, cwd: str, home: str, ho
                 raise BuildError(f"filesystem.allowWrite {w} lies inside denied {d}: "
                                  "a write root cannot be unreadable; remove one of them")
 
-    own = tuple(sorted({os.path.realpath(p) for p in (*host.self_paths, host.state_dir) if os.path.lexists(p)}))
+    # The interpreter's import path too (the base installation behind a venv,
+    # a `pip --user` site, the entry script's dir), except an entry that
+    # holds a write root (PYTHONPATH=. in the work dir): keeping it read-only
+    # would take the write root away; such an entry is named with -v.
+    imports: list[str] = []
+    for p in host.import_paths:
+        real = os.path.realpath(p)
+        if any(_is_under(w, real) for w in write_roots):
+            notes.append(f"import path {real} holds a write root: not kept read-only inside")
+        elif os.path.isdir(real):
+            imports.append(real)
+    for p in (*mask_dirs, *mask_files):
+        if p in UNMASKABLE_DEVICES or any(_is_under(p, d) for d in ("/dev/pts", "/dev/fd")):
+            raise BuildError(f"filesystem.denyRead {p}: cannot be masked: every sandbox needs this device "
+                             "(the command's terminal, /dev/null, randomness); remove it from the policy")
+    own = tuple(sorted({os.path.realpath(p) for p in (*host.self_paths, host.state_dir) if os.path.lexists(p)}
+                       | set(imports)))
     rules = landlock_rules(layers=layers, write_roots=write_roots, mask_dirs=mask_dirs, mask_files=mask_files,
                            write_exclude=own)
     prot = protected_paths(scans, write_roots, policy.search_depth, home)
@@ -575,10 +638,13 @@ def _resolve(policy: EffectivePolicy, *, layers: Layers, cwd: str, home: str, ho
         if os.path.lexists(real):
             read_only.add(real)
     # Self-protection: safebox's installation, its state dir (policy cache,
-    # seccomp cache, run dirs) stay read-only even beneath a write root.
+    # seccomp cache, run dirs) and the policy files of this run stay
+    # read-only even beneath a write root: a command that could change them
+    # would decide the next run's sandbox.
     for p in (*host.self_paths, host.state_dir):
         if os.path.lexists(p):
             read_only.add(os.path.realpath(p))
+    read_only.update(imports)
     # Only what lies beneath a write root needs re-binding; outside, / is read-only already.
     read_only_list = sorted((p for p in read_only
                              if any(_is_under(p, w) for w in write_roots)
@@ -623,4 +689,15 @@ def self_paths() -> tuple[str, ...]:
 
     pkg = os.path.dirname(os.path.realpath(safebox.__file__))
     out = {pkg, os.path.realpath(sys.prefix)}
+    return tuple(sorted(out))
+
+
+def import_paths() -> tuple[str, ...]:
+    """Where the running interpreter and its imports come from: the base
+    installation behind a venv (pyenv under ``~``), every ``sys.path`` entry
+    (a ``pip --user`` site in ``~/.local``, the entry script's directory)."""
+    import sys
+
+    out = {sys.base_prefix, sys.base_exec_prefix, sys.exec_prefix}
+    out.update(p for p in sys.path if p and os.path.isabs(p))
     return tuple(sorted(out))

@@ -124,6 +124,11 @@ PROTECTED_DIRS: tuple[str, ...] = (
 # `commondir` and `config.worktree` redirect where git takes its config from:
 # planting either would bypass the read-only `config` (found in review).
 PROTECTED_IN_GIT_DIR: tuple[str, ...] = ("config", "hooks", "info", "modules", "commondir", "config.worktree")
+# Git dirs are found by what they hold (HEAD, objects/, refs/), not by name:
+# bare repositories and `--separate-git-dir` targets are protected alike.
+# In a linked worktree's admin dir (.git/worktrees/NAME: HEAD and commondir),
+# only the entries that redirect git are protected; git writes the rest.
+PROTECTED_IN_WORKTREE_ADMIN_DIR: tuple[str, ...] = ("commondir", "gitdir", "config.worktree")
 
 # How deep below each write root nested repositories and protected files are
 # searched. Deeper ones are not protected by the outer layer (Landlock still

@@ -138,10 +138,19 @@ def parse_document(path: str, raw: bytes) -> dict[str, Any]:
     raise PolicyError(f"{path}: " + "; ".join(errors))
 
 
+def _key_part(part: object) -> str:
+    """One step of a key path, printable: a key is whatever the file says, and
+    a newline or escape sequence in it must not forge a second message line."""
+    if isinstance(part, int):
+        return f"[{part}]"
+    text = str(part)
+    return text if text.isprintable() and text else repr(text)
+
+
 def _format_validation_error(name: str, exc: Any) -> PolicyError:
     first = exc.errors()[0]
-    loc = ".".join(str(p) if not isinstance(p, int) else f"[{p}]" for p in first["loc"]).replace(".[", "[")
-    msg = first["msg"]
+    loc = ".".join(_key_part(p) for p in first["loc"]).replace(".[", "[")
+    msg = first["msg"].replace("\n", " ")
     if first["type"] == "extra_forbidden":
         msg = "unknown key (check the spelling; see docs/policy-reference.md)"
     more = len(exc.errors()) - 1

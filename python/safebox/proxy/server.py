@@ -1,8 +1,10 @@
-"""Proxy lifecycle: unix-socket (and optionally loopback TCP) listeners for
-the HTTP and SOCKS5 front ends, on an asyncio loop in a daemon thread."""
+"""Proxy lifecycle: the HTTP and SOCKS5 front ends on an asyncio loop in a
+daemon thread, serving on unix sockets, loopback TCP ports, or listeners the
+helper created inside the sandbox and handed over (:meth:`ProxyServer.adopt`)."""
 
 from __future__ import annotations
 
+import array
 import asyncio
 import contextlib
 import logging
@@ -29,6 +31,11 @@ log = logging.getLogger("safebox.proxy")
 #: Listen backlog; the kernel clamps it to net.core.somaxconn (4096 by default).
 BACKLOG = 4096
 START_TIMEOUT = 10.0
+#: How long :meth:`ProxyServer.adopt` waits for the helper: bwrap's mounts
+#: and the helper's preparation (opening every Landlock path) come first.
+HANDOFF_TIMEOUT = 30.0
+#: Two listeners (127.0.0.1 and ::1) per port, eight ports at most (helper-protocol.md).
+MAX_HANDOFF_FDS = 16
 
 Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter, Gate], Awaitable[None]]
 
@@ -43,16 +50,73 @@ class ProxyConfig:
     audit_log: str | os.PathLike[str] | None = None
 
 
+def _receive_fds(handoff: socket.socket) -> tuple[bytes, list[int]]:
+    """One message from the helper: its tag byte and the descriptors sent
+    with it (close-on-exec from the start).  Raises OSError, TimeoutError;
+    ProxyError (descriptors closed) when the kernel truncated the list."""
+    fds: list[int] = []
+    msg, anc, flags, _ = handoff.recvmsg(16, socket.CMSG_SPACE(MAX_HANDOFF_FDS * 4), socket.MSG_CMSG_CLOEXEC)
+    for level, kind, data in anc:
+        if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+            fds += array.array("i", data[: len(data) - len(data) % 4]).tolist()
+    if flags & (socket.MSG_CTRUNC | socket.MSG_TRUNC):
+        for fd in fds:
+            os.close(fd)
+        raise ProxyError("the helper sent more than the proxy ports (message truncated)")
+    return msg, fds
+
+
+def _check_listeners(tag: bytes, fds: list[int], ports: dict[int, str]) -> list[socket.socket]:
+    """Each descriptor must be a listening TCP socket on 127.0.0.1 or ::1
+    bound to one of ``ports``, one per address family and port, with an IPv4
+    one for every port.  Returns them as sockets; on any mismatch closes all
+    and raises :class:`ProxyError` naming what was wrong."""
+    socks: list[socket.socket] = []
+    try:
+        if tag != b"L":
+            raise ProxyError(f"unexpected proxy-port message from the helper: {tag!r}")
+        seen: set[tuple[int, int]] = set()
+        while fds:
+            fd = fds.pop(0)
+            try:
+                s = socket.socket(fileno=fd)
+            except OSError:
+                os.close(fd)
+                raise ProxyError(f"the helper handed over descriptor {fd}, which is not a socket") from None
+            socks.append(s)
+            if s.family not in (socket.AF_INET, socket.AF_INET6) or s.type != socket.SOCK_STREAM:
+                raise ProxyError(f"the helper handed over a socket that is not TCP ({s.family!r}, {s.type!r})")
+            host, port = s.getsockname()[:2]
+            if not s.getsockopt(socket.SOL_SOCKET, socket.SO_ACCEPTCONN):
+                raise ProxyError(f"the helper handed over a socket on {host} port {port} that is not listening")
+            if host not in ("127.0.0.1", "::1") or port not in ports or (s.family, port) in seen:
+                raise ProxyError(f"the helper handed over an unexpected listener on {host} port {port}")
+            seen.add((s.family, port))
+        missing = sorted(p for p in ports if (socket.AF_INET, p) not in seen)
+        if missing:
+            raise ProxyError(f"the helper did not hand over 127.0.0.1 port {missing[0]}")
+    except BaseException:
+        for s in socks:
+            s.close()
+        for fd in fds:
+            os.close(fd)
+        raise
+    return socks
+
+
 class ProxyServer:
     """The filtering proxy: HTTP (CONNECT + plain) on :attr:`http_socket`,
     SOCKS5 on :attr:`socks_socket`, both unix sockets in ``run_dir``.
 
     With ``tcp=True`` it also listens on ``127.0.0.1`` ports
     (:attr:`http_port`, :attr:`socks_port`), for hosts that run the helper
-    without bwrap and so have no socat bridge.
+    without bwrap and so have no bridge.  With ``unix=False`` it creates no
+    unix sockets: inside bwrap with the helper, its only front doors are the
+    listeners the helper hands over (:meth:`adopt`).
     """
 
-    def __init__(self, config: ProxyConfig, *, run_dir: str | os.PathLike[str], tcp: bool = False) -> None:
+    def __init__(self, config: ProxyConfig, *, run_dir: str | os.PathLike[str], tcp: bool = False,
+                 unix: bool = True) -> None:
         try:
             self.rules = NetworkRules.from_policy(
                 config.allowed_domains,
@@ -70,6 +134,8 @@ class ProxyServer:
         self.http_port: int | None = None
         self.socks_port: int | None = None
         self._tcp = tcp
+        self._unix = unix
+        self._gate: Gate | None = None
         self._audit: AuditLog | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
@@ -93,7 +159,7 @@ class ProxyServer:
                 self._audit = AuditLog(self.config.audit_log)
         except OSError as exc:
             raise ProxyError(f"cannot open audit log {self.config.audit_log}: {exc.strerror}") from None
-        gate = Gate(self.rules, audit=self._audit.event if self._audit else None)
+        gate = self._gate = Gate(self.rules, audit=self._audit.event if self._audit else None)
         ready = threading.Event()
         failure: list[BaseException] = []
         loop = asyncio.new_event_loop()
@@ -113,6 +179,13 @@ class ProxyServer:
             try:
                 loop.run_forever()
             finally:
+                # Stopped without stop() (a crash of the loop): close the
+                # listeners and every connection, so the command's next
+                # connect is refused at once instead of waiting in a backlog
+                # nobody accepts from (fail closed, never hang).
+                if not self._stopped:
+                    with contextlib.suppress(Exception):
+                        loop.run_until_complete(asyncio.wait_for(self._shutdown(), START_TIMEOUT))
                 loop.close()
 
         self._thread = threading.Thread(target=run, name="safebox-proxy", daemon=True)
@@ -136,7 +209,7 @@ class ProxyServer:
                 fut.result(START_TIMEOUT)
             loop.call_soon_threadsafe(loop.stop)
             thread.join(START_TIMEOUT)
-        for path in (self.http_socket, self.socks_socket):
+        for path in (self.http_socket, self.socks_socket) if self._unix else ():
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(path)
         if self._audit is not None:
@@ -153,7 +226,7 @@ class ProxyServer:
 
     async def _listen(self, gate: Gate) -> None:
         """Create the listeners (called on the proxy loop)."""
-        for path, handler in ((self.http_socket, http.handle), (self.socks_socket, socks5.handle)):
+        for path, handler in ((self.http_socket, http.handle), (self.socks_socket, socks5.handle)) if self._unix else ():
             sock = self._unix_socket(path)
             self._servers.append(
                 await asyncio.start_unix_server(
@@ -168,6 +241,52 @@ class ProxyServer:
                 )
                 self._servers.append(server)
                 setattr(self, attr, server.sockets[0].getsockname()[1])
+
+    def adopt(self, handoff: socket.socket, *, ports: dict[int, str], timeout: float = HANDOFF_TIMEOUT) -> int:
+        """Receive the helper's listeners over ``handoff`` and serve on them.
+
+        ``ports`` maps each proxy port to its front end (``"http"`` or
+        ``"socks5h"``).  The helper sends, in one message tagged ``L``, a
+        listening TCP socket on 127.0.0.1 for every port (and on ::1 where
+        the sandbox has it); each is checked before the proxy accepts on it,
+        then one byte ``k`` tells the helper to go on.  Returns the number of
+        listeners adopted; 0 when the other end closed without sending (bwrap
+        or the helper failed first, and says so on its status descriptor).
+
+        Raises :class:`ProxyError` for a timeout or anything else received:
+        every descriptor is closed, and the helper, left without an answer,
+        refuses to start the command.
+        """
+        if self._loop is None or self._gate is None:
+            raise ProxyError("proxy not started")
+        handoff.settimeout(timeout)
+        try:
+            tag, fds = _receive_fds(handoff)
+        except TimeoutError:
+            raise ProxyError(f"the helper did not hand over the proxy ports within {timeout:.0f} s") from None
+        except OSError as exc:
+            raise ProxyError(f"cannot receive the proxy ports from the helper: {exc.strerror or exc}") from None
+        if not tag and not fds:
+            return 0
+        socks = _check_listeners(tag, fds, ports)  # closes every fd on failure
+        handlers = {"http": http.handle, "socks5h": socks5.handle}
+        fut = asyncio.run_coroutine_threadsafe(
+            self._serve_on([(s, handlers[ports[s.getsockname()[1]]]) for s in socks], self._gate), self._loop)
+        try:
+            fut.result(START_TIMEOUT)
+        except BaseException as exc:
+            for s in socks:
+                s.close()
+            raise ProxyError(f"cannot serve on the handed-over proxy ports: {exc}") from None
+        with contextlib.suppress(OSError):  # the helper gone: its status line tells why
+            handoff.sendall(b"k")
+        return len(socks)
+
+    async def _serve_on(self, socks: list[tuple[socket.socket, Handler]], gate: Gate) -> None:
+        for sock, handler in socks:
+            self._servers.append(
+                await asyncio.start_server(self._client(handler, gate), sock=sock,
+                                           limit=http.MAX_HEAD, backlog=BACKLOG))
 
     @staticmethod
     def _unix_socket(path: str) -> socket.socket:

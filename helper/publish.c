@@ -1,21 +1,22 @@
-/* bridge.c - start the socat bridges before any restriction.
+/* publish.c - start the socat bridges of --publish before any restriction.
  *
- * The bridges must run outside Landlock and seccomp (they connect to unix
- * sockets the command may not), so they are started first.  Double-forking
+ * A published port is the reverse of the proxy ports (handoff.c): the host
+ * connects in, to a server the command runs.  safebox on the host cannot
+ * create sockets in the sandbox's namespace, so socat listens on a unix
+ * socket in the run dir and connects to 127.0.0.1:PORT inside.  The bridges
+ * must run outside Landlock and seccomp (the command may neither create
+ * unix sockets there nor keep them), so they are started first.  Double-forking
  * makes them grandchildren re-parented to the namespace's init: the command
  * never sees them as children (no stray SIGCHLD, wait() unaffected), and a
  * process group per bridge lets the helper kill them all if it fails later.
  */
-#include "bridge.h"
+#include "publish.h"
 #include "util.h"
 
-#include <arpa/inet.h>
 #include <fcntl.h>
-#include <netinet/in.h>
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
-#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -23,7 +24,7 @@
 #include <unistd.h>
 
 #define BRIDGE_WAIT_MS 2000
-#define MAX_GROUPS (2 * SB_MAX_BRIDGES)
+#define MAX_GROUPS SB_MAX_BRIDGES
 
 static pid_t groups[MAX_GROUPS];
 static size_t n_groups;
@@ -100,45 +101,6 @@ static void spawn_socat(const char *socat, char *listen, char *connect)
 		die("bridge: fork of socat failed");
 }
 
-static int ipv6_loopback_exists(void)
-{
-	struct sockaddr_in6 a = { .sin6_family = AF_INET6, .sin6_addr = IN6ADDR_LOOPBACK_INIT };
-	cleanup_fd int s = socket(AF_INET6, SOCK_STREAM | SOCK_CLOEXEC, 0);
-
-	return s >= 0 && bind(s, (struct sockaddr *)&a, sizeof(a)) == 0;
-}
-
-static int try_connect(int family, uint16_t port)
-{
-	struct sockaddr_in a4 = { .sin_family = AF_INET, .sin_port = htons(port),
-				  .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
-	struct sockaddr_in6 a6 = { .sin6_family = AF_INET6, .sin6_port = htons(port),
-				   .sin6_addr = IN6ADDR_LOOPBACK_INIT };
-	cleanup_fd int s = socket(family, SOCK_STREAM | SOCK_CLOEXEC, 0);
-
-	if (s < 0)
-		return 0;
-	if (family == AF_INET)
-		return RETRY_EINTR(connect(s, (struct sockaddr *)&a4, sizeof(a4))) == 0;
-	return RETRY_EINTR(connect(s, (struct sockaddr *)&a6, sizeof(a6))) == 0;
-}
-
-/* Poll every 10 ms until FAMILY loopback PORT accepts; dies after 2 s. */
-static void wait_listening(int family, uint16_t port)
-{
-	struct timespec tick = { 0, 10 * 1000 * 1000 };
-	int waited;
-
-	for (waited = 0; waited < BRIDGE_WAIT_MS; waited += 10) {
-		if (try_connect(family, port))
-			return;
-		nanosleep(&tick, NULL);
-	}
-	die_hint(0, "is socat installed, and the port free inside the sandbox?",
-		 "bridge on %s port %u did not accept connections within %d ms",
-		 family == AF_INET ? "127.0.0.1" : "[::1]", port, BRIDGE_WAIT_MS);
-}
-
 /* Poll every 10 ms until the unix socket PATH exists; dies after 2 s. */
 static void wait_socket(const char *path)
 {
@@ -154,47 +116,31 @@ static void wait_socket(const char *path)
 	die("published port's socket %s did not appear within %d ms", path, BRIDGE_WAIT_MS);
 }
 
-/* A "bridge": 127.0.0.1:PORT (and [::1]:PORT) inside forwards to the host's
- * proxy socket.  A "publish": a unix socket in the run dir's pub/ directory
- * forwards to 127.0.0.1:PORT inside, where the command listens; safebox
- * exposes that socket on the host's 127.0.0.1:PORT.  Dies on failure. */
-unsigned long bridges_start(const struct policy *pol)
+/* Start one socat per "publish" entry: a unix socket in the run dir's pub/
+ * directory forwards to 127.0.0.1:PORT inside, where the command listens;
+ * safebox exposes that socket on the host's 127.0.0.1:PORT.  Waits until
+ * every socket exists.  Dies on failure, after killing the bridges started. */
+unsigned long publish_start(const struct policy *pol)
 {
-	int v6;
+	unsigned long n = 0;
 	size_t i;
 
-	if (pol->n_bridges == 0)
-		return 0;
-	util_set_die_hook(kill_bridges);
-	v6 = ipv6_loopback_exists();
 	for (i = 0; i < pol->n_bridges; i++) {
 		const struct bridge_spec *b = &pol->bridges[i];
-		char listen4[96], listen6[96], unixaddr[SB_PATH_MAX + 64], tcp[64];
+		char unixaddr[SB_PATH_MAX + 64], tcp[64];
 
+		if (b->kind != BRIDGE_PUBLISH)
+			continue;
+		if (n++ == 0)
+			util_set_die_hook(kill_bridges);
 		check_sock_path(b->sock_path);
-		if (b->publish) {
-			snprintf(unixaddr, sizeof(unixaddr), "UNIX-LISTEN:%s,fork,unlink-early,mode=600",
-				 b->sock_path);
-			snprintf(tcp, sizeof(tcp), "TCP4:127.0.0.1:%u,nodelay", b->port);
-			spawn_socat(pol->socat_path, unixaddr, tcp);
-			continue;
-		}
-		snprintf(listen4, sizeof(listen4), "TCP4-LISTEN:%u,bind=127.0.0.1,reuseaddr,fork,nodelay", b->port);
-		snprintf(listen6, sizeof(listen6), "TCP6-LISTEN:%u,bind=[::1],ipv6only=1,reuseaddr,fork,nodelay",
-			 b->port);
-		snprintf(unixaddr, sizeof(unixaddr), "UNIX-CONNECT:%s", b->sock_path);
-		spawn_socat(pol->socat_path, listen4, unixaddr);
-		if (v6)
-			spawn_socat(pol->socat_path, listen6, unixaddr);
+		snprintf(unixaddr, sizeof(unixaddr), "UNIX-LISTEN:%s,fork,unlink-early,mode=600",
+			 b->sock_path);
+		snprintf(tcp, sizeof(tcp), "TCP4:127.0.0.1:%u,nodelay", b->port);
+		spawn_socat(pol->socat_path, unixaddr, tcp);
 	}
-	for (i = 0; i < pol->n_bridges; i++) {
-		if (pol->bridges[i].publish) {
+	for (i = 0; i < pol->n_bridges; i++)
+		if (pol->bridges[i].kind == BRIDGE_PUBLISH)
 			wait_socket(pol->bridges[i].sock_path);
-			continue;
-		}
-		wait_listening(AF_INET, pol->bridges[i].port);
-		if (v6)
-			wait_listening(AF_INET6, pol->bridges[i].port);
-	}
-	return pol->n_bridges;
+	return n;
 }
