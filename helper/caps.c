@@ -17,6 +17,8 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+/* capget(2) with the v3 header, both 32-bit halves into DATA.
+ * Returns 0, or -1 with errno set. */
 static int capget_v3(struct __user_cap_data_struct data[2])
 {
 	struct __user_cap_header_struct hdr = { _LINUX_CAPABILITY_VERSION_3, 0 };
@@ -24,6 +26,8 @@ static int capget_v3(struct __user_cap_data_struct data[2])
 	return (int)syscall(SYS_capget, &hdr, data);
 }
 
+/* capset(2) with the v3 header, this thread's sets from DATA.
+ * Returns 0, or -1 with errno set. */
 static int capset_v3(struct __user_cap_data_struct data[2])
 {
 	struct __user_cap_header_struct hdr = { _LINUX_CAPABILITY_VERSION_3, 0 };
@@ -55,6 +59,7 @@ static int cap_last_cap(void)
 	return last;
 }
 
+/* Whether CAP is in this thread's effective set.  Dies if capget fails. */
 static int has_effective(int cap)
 {
 	struct __user_cap_data_struct d[2];
@@ -65,7 +70,8 @@ static int has_effective(int cap)
 }
 
 /* Drop every capability from the bounding set, so no later execve can
- * regain one (capabilities(7), "Capability bounding set"). */
+ * regain one (capabilities(7), "Capability bounding set").  Ignores EINVAL
+ * (a capability this kernel lacks); dies on any other error. */
 static void drop_bounding_set(int last)
 {
 	int cap;
@@ -77,7 +83,8 @@ static void drop_bounding_set(int last)
 
 /* Lock root out of capability semantics: after this, uid 0 gains nothing
  * at execve and setuid transitions keep the (empty) sets.  Same bits as
- * bubblewrap sets for privileged sandboxes. */
+ * bubblewrap sets for privileged sandboxes.  Dies on failure (it needs
+ * CAP_SETPCAP, prctl(2) PR_SET_SECUREBITS). */
 static void lock_securebits(void)
 {
 	unsigned long bits = SECBIT_NOROOT | SECBIT_NOROOT_LOCKED | SECBIT_NO_SETUID_FIXUP |
@@ -88,7 +95,8 @@ static void lock_securebits(void)
 		die_errno("prctl(PR_SET_SECUREBITS)");
 }
 
-/* Check that nothing survived.  Dies naming the first leftover. */
+/* Check that nothing survived.  Dies if capget fails, or naming the first
+ * leftover. */
 static void verify_dropped(int last, int bounding_dropped)
 {
 	struct __user_cap_data_struct d[2];
@@ -108,6 +116,8 @@ static void verify_dropped(int last, int bounding_dropped)
 	}
 }
 
+/* Drop every capability in the order capabilities(7) needs (caps.h).
+ * Dies on any failure or if a capability survives. */
 void caps_drop_all(void)
 {
 	struct __user_cap_data_struct zero[2];

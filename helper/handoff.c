@@ -111,6 +111,8 @@ static void wait_ack(int sock)
 		die("proxy port: safebox refused the listeners");
 }
 
+/* Listen on every "listen" port and hand the listeners to safebox over FD
+ * (handoff.h).  Returns the number of ports; dies on any failure. */
 unsigned long handoff_listeners(const struct policy *pol, int fd)
 {
 	int fds[MAX_LISTENERS];

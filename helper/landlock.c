@@ -17,21 +17,29 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+/* landlock_create_ruleset(2).  Returns a ruleset fd (the ABI version with
+ * ..._CREATE_RULESET_VERSION), or -1 with errno set. */
 static long ll_create_ruleset(const struct safebox_ruleset_attr *attr, size_t size, uint32_t flags)
 {
 	return syscall(__NR_landlock_create_ruleset, attr, size, flags);
 }
 
+/* landlock_add_rule(2): add one rule of TYPE to ruleset FD.  Returns 0, or
+ * -1 with errno set. */
 static long ll_add_rule(int fd, int type, const void *attr)
 {
 	return syscall(__NR_landlock_add_rule, fd, type, attr, 0);
 }
 
+/* landlock_restrict_self(2) with ruleset FD.  Returns 0, or -1 with errno
+ * set. */
 static long ll_restrict_self(int fd, uint32_t flags)
 {
 	return syscall(__NR_landlock_restrict_self, fd, flags);
 }
 
+/* The kernel's Landlock ABI.  Never fails: returns 0 with *ERRNUM set
+ * (ENOSYS, EOPNOTSUPP) when Landlock is unavailable. */
 int landlock_kernel_abi(int *errnum)
 {
 	long abi = ll_create_ruleset(NULL, 0, SB_LANDLOCK_CREATE_RULESET_VERSION);
@@ -86,7 +94,8 @@ static void handled_for_abi(int abi, struct ll_plan *plan)
 	}
 }
 
-/* The rights a class grants, before intersecting with the ABI. */
+/* The rights a class grants, before intersecting with the ABI.  Never
+ * fails (0 for an unknown class). */
 static uint64_t class_rights(enum fs_class cls)
 {
 	const uint64_t read = SB_FS_EXECUTE | SB_FS_READ_FILE | SB_FS_READ_DIR;
@@ -107,7 +116,8 @@ static uint64_t class_rights(enum fs_class cls)
 	return 0;
 }
 
-/* Which TCP rights the policy wants handled (denied unless a rule allows). */
+/* Which TCP rights the policy wants handled (denied unless a rule allows).
+ * Never fails. */
 static uint64_t wanted_net(const struct policy *pol)
 {
 	uint64_t net = 0;
@@ -119,6 +129,7 @@ static uint64_t wanted_net(const struct policy *pol)
 	return net;
 }
 
+/* Which Landlock scopes the policy asks for.  Never fails. */
 static uint64_t wanted_scopes(const struct policy *pol)
 {
 	uint64_t s = 0;
@@ -143,6 +154,8 @@ static int open_rule_path(const char *path)
 	return fd;
 }
 
+/* Decide the ABI and rights and open every rule path with O_PATH.  Skips
+ * and counts ENOENT paths; dies on any other error. */
 void landlock_prepare(const struct policy *pol, struct ll_plan *plan)
 {
 	uint64_t want_net = wanted_net(pol), want_scope = wanted_scopes(pol);
@@ -200,6 +213,8 @@ void landlock_prepare(const struct policy *pol, struct ll_plan *plan)
 	}
 }
 
+/* A hint for ERRNUM from a Landlock syscall (landlock_create_ruleset(2),
+ * ERRORS), or NULL when there is none.  Never fails. */
 static const char *ll_hint(int errnum)
 {
 	switch (errnum) {
@@ -215,6 +230,8 @@ static const char *ll_hint(int errnum)
 	}
 }
 
+/* Build the ruleset and restrict this process (nothing when disabled);
+ * closes the rule fds.  Dies on any failure. */
 void landlock_apply(struct ll_plan *plan)
 {
 	struct safebox_ruleset_attr attr = {

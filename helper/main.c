@@ -83,7 +83,8 @@ static void parse_args(int argc, char **argv, struct args *a)
 		die("--status-fd and --handoff-fd must differ");
 }
 
-/* --probe: one JSON line on stdout.  Changes nothing. */
+/* --probe: one JSON line on stdout.  Changes nothing.  Returns 0, or
+ * SB_EXIT_FAILURE if stdout cannot be flushed; never dies. */
 static int probe(void)
 {
 	int errnum;
@@ -101,7 +102,8 @@ static int probe(void)
 }
 
 /* A setuid/setgid helper would turn the caller's policy file into root's
- * sandbox; the helper is never installed so, and refuses if it is. */
+ * sandbox; the helper is never installed so, and refuses if it is.  Dies if
+ * real and effective ids differ. */
 static void refuse_setuid(void)
 {
 	if (getuid() != geteuid() || getgid() != getegid())
@@ -109,7 +111,8 @@ static void refuse_setuid(void)
 }
 
 /* Validate the status fd and mark it close-on-exec, so that only the
- * helper ever writes to it.  Dies if it is not open. */
+ * helper ever writes to it.  Nothing for FD < 0; dies if it is not open
+ * or F_SETFD fails. */
 static void setup_status_fd(int fd)
 {
 	int flags;
@@ -163,7 +166,8 @@ static void load_policy(const char *path, struct policy *pol)
 }
 
 /* strict: refuse before changing anything if a requested layer cannot be
- * fully enforced (helper-protocol.md, key "strict"). */
+ * fully enforced (helper-protocol.md, key "strict").  Dies naming the first
+ * shortfall; nothing when not strict. */
 static void enforce_strict(const struct policy *pol, const struct ll_plan *ll,
 			   const struct bpf_blob *bpf)
 {
@@ -182,7 +186,8 @@ static void enforce_strict(const struct policy *pol, const struct ll_plan *ll,
 
 /* no_new_privs: execve can no longer grant privileges (setuid bits, file
  * capabilities), and it is what lets an unprivileged process use Landlock
- * and seccomp (Documentation/userspace-api/no_new_privs.rst). */
+ * and seccomp (Documentation/userspace-api/no_new_privs.rst).  Dies on
+ * failure. */
 static void set_no_new_privs(void)
 {
 	if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0)
@@ -232,6 +237,9 @@ SB_NORETURN static void exec_command(char **command)
 	_exit(errnum == ENOENT ? SB_EXIT_NOENT : SB_EXIT_NOEXEC);
 }
 
+/* Prepare, restrict, exec (docs/layers.md).  Returns only for --version and
+ * --probe; otherwise execs the command or exits 126/127, and dies (125) on
+ * any failure before that. */
 int main(int argc, char **argv)
 {
 	struct args a;

@@ -26,7 +26,8 @@ struct parser {
 	size_t cap_fs;
 };
 
-/* Record an error for the current line and key; returns -1. */
+/* Record an error for the current line and key in ps->err.  Always returns
+ * -1, for `return fail(...)`; never fails itself. */
 __attribute__((format(printf, 2, 3))) static int fail(struct parser *ps, const char *fmt, ...)
 {
 	char reason[256];
@@ -43,6 +44,8 @@ __attribute__((format(printf, 2, 3))) static int fail(struct parser *ps, const c
 	return -1;
 }
 
+/* Parse a decimal MIN..MAX, without sign or leading zeros, into *OUT.
+ * Returns 0, or -1 on any syntax or range error (*OUT untouched). */
 int policy_parse_uint(const char *s, size_t len, unsigned long min, unsigned long max,
 		      unsigned long *out)
 {
@@ -70,6 +73,7 @@ int policy_parse_uint(const char *s, size_t len, unsigned long min, unsigned lon
 	return 0;
 }
 
+/* The class name, for messages.  Never fails ("?" for an unknown class). */
 const char *policy_fs_class_name(enum fs_class c)
 {
 	switch (c) {
@@ -85,11 +89,13 @@ const char *policy_fs_class_name(enum fs_class c)
 	return "?";
 }
 
+/* Whether the LEN bytes at S are exactly LIT.  Never fails. */
 static int eq(const char *s, size_t len, const char *lit)
 {
 	return strlen(lit) == len && memcmp(s, lit, len) == 0;
 }
 
+/* The value of a lower-case hex digit.  Returns -1 for any other byte. */
 static int hexval(char c)
 {
 	if (c >= '0' && c <= '9')
@@ -147,7 +153,8 @@ static char *decode_path(struct parser *ps, const char *s, size_t len)
 	return out;
 }
 
-/* A value that is a single token: no space inside. */
+/* A value that is a single token: no space inside.  Returns 0, or -1
+ * (message set) if it holds a space. */
 static int single_token(struct parser *ps, const char *v, size_t len)
 {
 	if (memchr(v, ' ', len) != NULL)
@@ -155,6 +162,8 @@ static int single_token(struct parser *ps, const char *v, size_t len)
 	return 0;
 }
 
+/* Mark a key allowed once as seen.  Returns 0, or -1 (message set) if it
+ * already was. */
 static int once(struct parser *ps, int *seen)
 {
 	if (*seen)
@@ -163,6 +172,8 @@ static int once(struct parser *ps, int *seen)
 	return 0;
 }
 
+/* A single-token number MIN..MAX into *OUT.  Returns 0, or -1 (message set)
+ * if it is not one. */
 static int parse_number(struct parser *ps, const char *v, size_t len, unsigned long min,
 			unsigned long max, unsigned long *out)
 {
@@ -173,6 +184,8 @@ static int parse_number(struct parser *ps, const char *v, size_t len, unsigned l
 	return 0;
 }
 
+/* "fs CLASS HEXPATH": append a filesystem rule.  Returns 0, or -1 (message
+ * set) on a bad class or path, too many entries, or out of memory. */
 static int key_fs(struct parser *ps, const char *v, size_t len)
 {
 	struct policy *p = ps->p;
@@ -218,7 +231,8 @@ static int key_fs(struct parser *ps, const char *v, size_t len)
 
 /* Append a bridge entry: "listen" (SOCK NULL) and "publish" share one table
  * and one port space: a port is either handed to the proxy or published,
- * not both.  Takes ownership of SOCK, also on failure. */
+ * not both.  Takes ownership of SOCK, also on failure.  Returns 0, or -1
+ * (message set) on a duplicate port or too many entries. */
 static int add_bridge(struct parser *ps, unsigned long port, char *sock, enum bridge_kind kind)
 {
 	struct policy *p = ps->p;
@@ -240,7 +254,8 @@ static int add_bridge(struct parser *ps, unsigned long port, char *sock, enum br
 	return 0;
 }
 
-/* "listen PORT" */
+/* "listen PORT".  Returns 0, or -1 (message set) on a bad or duplicate
+ * port. */
 static int key_listen(struct parser *ps, const char *v, size_t len)
 {
 	unsigned long port;
@@ -250,7 +265,8 @@ static int key_listen(struct parser *ps, const char *v, size_t len)
 	return add_bridge(ps, port, NULL, BRIDGE_LISTEN);
 }
 
-/* "publish PORT HEXSOCKPATH" */
+/* "publish PORT HEXSOCKPATH".  Returns 0, or -1 (message set) on a bad
+ * port or path, or a duplicate port. */
 static int key_publish(struct parser *ps, const char *v, size_t len)
 {
 	const char *sp = memchr(v, ' ', len);
@@ -269,6 +285,8 @@ static int key_publish(struct parser *ps, const char *v, size_t len)
 	return add_bridge(ps, port, path, BRIDGE_PUBLISH);
 }
 
+/* A path key allowed once, decoded into *DST.  Returns 0, or -1 (message
+ * set) on a duplicate key or a bad path. */
 static int key_path_once(struct parser *ps, int *seen, char **dst, const char *v, size_t len)
 {
 	if (once(ps, seen) < 0 || single_token(ps, v, len) < 0)
@@ -277,7 +295,8 @@ static int key_path_once(struct parser *ps, int *seen, char **dst, const char *v
 	return *dst == NULL ? -1 : 0;
 }
 
-/* Dispatch one "KEY VALUE" record. */
+/* Dispatch one "KEY VALUE" record.  Returns 0, or -1 (message set) on an
+ * unknown key or a bad value. */
 static int parse_record(struct parser *ps, const char *k, size_t klen, const char *v, size_t vlen)
 {
 	struct policy *p = ps->p;
@@ -356,7 +375,8 @@ static int parse_record(struct parser *ps, const char *k, size_t klen, const cha
 	return 0;
 }
 
-/* Checks that need the whole file. */
+/* Checks that need the whole file.  Returns 0, or -1 (message set) on a
+ * missing required key or keys that contradict each other. */
 static int check_complete(struct parser *ps)
 {
 	struct policy *p = ps->p;
@@ -377,6 +397,7 @@ static int check_complete(struct parser *ps)
 	return 0;
 }
 
+/* Free what policy_parse() allocated and zero *P.  Never fails. */
 void policy_free(struct policy *p)
 {
 	size_t i;
@@ -392,7 +413,7 @@ void policy_free(struct policy *p)
 }
 
 /* Validate one line's bytes (no '\n'): length, CR, tab, NUL, layout.
- * On success sets key and value spans. */
+ * Returns 0 and sets the key and value spans, or -1 (message set). */
 static int split_line(struct parser *ps, const char *line, size_t len, const char **v,
 		      size_t *klen, size_t *vlen)
 {
@@ -421,6 +442,8 @@ static int split_line(struct parser *ps, const char *line, size_t len, const cha
 	return 0;
 }
 
+/* Parse LEN bytes of BUF into *OUT.  Returns 0, or -1 with the message in
+ * ERR and *OUT freed; never dies (this file is pure, see policy.h). */
 int policy_parse(const char *buf, size_t len, struct policy *out, char *err, size_t errlen)
 {
 	struct parser ps;

@@ -40,7 +40,8 @@ static void kill_bridges(void)
 
 /* socat parses its address arguments (',' ':' '!' and quoting are special),
  * so the socket path is limited to bytes that are never special.  Python
- * places the sockets in its own run dir, whose name fits. */
+ * places the sockets in its own run dir, whose name fits.  Dies on any
+ * other byte. */
 static void check_sock_path(const char *path)
 {
 	const char *p;
@@ -75,7 +76,7 @@ SB_NORETURN static void exec_socat(const char *socat, char *listen, char *connec
 }
 
 /* Double fork: the intermediate child makes a new process group, forks the
- * socat, and exits; we reap it.  Dies if fork fails. */
+ * socat, and exits; we reap it.  Dies if either fork or the waitpid fails. */
 static void spawn_socat(const char *socat, char *listen, char *connect)
 {
 	int status;

@@ -15,6 +15,9 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+/* Read the BPF program at PATH (NULL: none) into BLOB.  Dies unless it is a
+ * regular file (not a symlink) of whole instructions, at most
+ * SB_BPF_MAX_INSNS, whose size did not change while read. */
 void seccomp_prepare(const char *path, struct bpf_blob *blob)
 {
 	cleanup_fd int fd = -1;
@@ -50,6 +53,8 @@ void seccomp_prepare(const char *path, struct bpf_blob *blob)
 	blob->n_insns = size / sizeof(struct sock_filter);
 }
 
+/* Install BLOB (seccomp(2), SECCOMP_SET_MODE_FILTER; needs no_new_privs).
+ * Returns 1 if installed, 0 if there is none; dies on failure. */
 int seccomp_install(const struct bpf_blob *blob)
 {
 	struct sock_fprog prog;
@@ -70,6 +75,7 @@ int seccomp_install(const struct bpf_blob *blob)
 		 "cannot install the seccomp program");
 }
 
+/* 1 if the kernel has seccomp, else 0.  Changes nothing; never fails. */
 int seccomp_available(void)
 {
 	unsigned int action = SECCOMP_RET_ALLOW;

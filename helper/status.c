@@ -5,16 +5,20 @@
 #include <stdio.h>
 #include <string.h>
 
+/* The JSON spelling of T.  Never fails. */
 static const char *tri_str(enum tri t)
 {
 	return t == TRI_TRUE ? "true" : t == TRI_FALSE ? "false" : "null";
 }
 
+/* The JSON spelling of B.  Never fails. */
 static const char *bool_str(int b)
 {
 	return b ? "true" : "false";
 }
 
+/* Write the success line to FD.  Dies if it does not fit or the write fails:
+ * Python must not run a command whose status it could not read. */
 void status_write_ok(int fd, const struct status *st)
 {
 	char line[512];
@@ -33,6 +37,8 @@ void status_write_ok(int fd, const struct status *st)
 		die_errno("cannot write the status line to fd %d", fd);
 }
 
+/* Append S to OUT as a JSON string body (status.h).  Never fails: stops
+ * silently before the first character that would not fit in CAP. */
 void json_escape(char *out, size_t cap, size_t *len, const char *s)
 {
 	static const char hex[] = "0123456789abcdef";
@@ -63,6 +69,8 @@ void json_escape(char *out, size_t cap, size_t *len, const char *s)
 	out[*len] = '\0';
 }
 
+/* Best-effort error line, used by die(), so it never dies: MSG is truncated
+ * to fit.  Returns 0, or -1 with errno set when the write fails. */
 int status_write_error(int fd, const char *msg)
 {
 	char line[8192];

@@ -8,17 +8,20 @@
 static int status_fd = -1;
 static void (*die_hook)(void);
 
+/* Set the fd die() also reports to (-1: none).  Never fails. */
 void util_set_status_fd(int fd)
 {
 	status_fd = fd;
 }
 
+/* Set the hook die() runs once before exiting.  Never fails. */
 void util_set_die_hook(void (*hook)(void))
 {
 	die_hook = hook;
 }
 
-/* Format, print, report and exit.  ERRNUM 0 means no strerror suffix. */
+/* Format, print, report and exit 125.  ERRNUM 0 means no strerror suffix.
+ * Never returns; if the status fd write fails, prints to stderr instead. */
 SB_NORETURN SB_PRINTF(3, 0) static void vdie(int errnum, const char *hint, const char *fmt, va_list ap)
 {
 	char msg[1024];
@@ -50,6 +53,7 @@ SB_NORETURN SB_PRINTF(3, 0) static void vdie(int errnum, const char *hint, const
 	_exit(SB_EXIT_FAILURE);
 }
 
+/* Print and report MSG, then exit 125.  Never returns. */
 void die(const char *fmt, ...)
 {
 	va_list ap;
@@ -58,6 +62,7 @@ void die(const char *fmt, ...)
 	vdie(0, NULL, fmt, ap);
 }
 
+/* As die(), with ": strerror(errno)" appended.  Never returns. */
 void die_errno(const char *fmt, ...)
 {
 	int errnum = errno;
@@ -67,6 +72,8 @@ void die_errno(const char *fmt, ...)
 	vdie(errnum, NULL, fmt, ap);
 }
 
+/* As die(), with ERRNUM's strerror (0: none) and a "hint:" line when HINT
+ * is not NULL.  Never returns. */
 void die_hint(int errnum, const char *hint, const char *fmt, ...)
 {
 	va_list ap;
@@ -75,6 +82,8 @@ void die_hint(int errnum, const char *hint, const char *fmt, ...)
 	vdie(errnum, hint, fmt, ap);
 }
 
+/* Write all LEN bytes, retrying on EINTR and short writes.  Returns 0, or
+ * -1 with errno set (part of BUF may have been written). */
 int write_all(int fd, const void *buf, size_t len)
 {
 	const char *p = buf;
@@ -93,6 +102,8 @@ int write_all(int fd, const void *buf, size_t len)
 	return 0;
 }
 
+/* Read until LEN bytes or EOF, retrying on EINTR.  Returns the count (short
+ * only at EOF), or -1 with errno set. */
 ssize_t read_all(int fd, void *buf, size_t len)
 {
 	char *p = buf;
@@ -113,6 +124,8 @@ ssize_t read_all(int fd, void *buf, size_t len)
 	return (ssize_t)got;
 }
 
+/* calloc that never returns NULL (a zero count or size counts as 1).
+ * Dies when out of memory. */
 void *xcalloc(size_t n, size_t size)
 {
 	void *p = calloc(n ? n : 1, size ? size : 1);
@@ -122,6 +135,8 @@ void *xcalloc(size_t n, size_t size)
 	return p;
 }
 
+/* cleanup_fd: close *FDP if open, preserving errno.  Never fails (close
+ * errors are ignored). */
 void cleanup_fdp(int *fdp)
 {
 	if (*fdp >= 0) {
@@ -132,6 +147,7 @@ void cleanup_fdp(int *fdp)
 	}
 }
 
+/* cleanup_free: free *PP (NULL is fine).  Never fails. */
 void cleanup_freep(void *pp)
 {
 	free(*(void **)pp);

@@ -256,19 +256,24 @@ def _click_app():
         """Print the effective merged policy, each entry with where it came from."""
         import json
 
-        from safebox.policy.load import Context, Flags, load
+        from safebox.policy.load import Context, Flags, load, policy_document
         from safebox.runner import _home
 
         def show() -> int:
             eff = load(Context(cwd=os.path.realpath(os.getcwd()), home=_home()),
                        policy_file=policy_file, flags=Flags())
-            if as_json:
-                click.echo(json.dumps(eff.to_json_dict(), indent=2))
-                return 0
-            for key, entries in eff.sources.items():
-                click.echo(f"{key}:")
-                for e in entries:
-                    click.echo(f"  {e}")
+            try:
+                if as_json:
+                    click.echo(json.dumps({"policy": policy_document(eff), "sources": eff.sources or {}}, indent=2))
+                    return 0
+                for key, entries in (eff.sources or {}).items():
+                    click.echo(f"{key}:")
+                    for e in entries:
+                        click.echo(f"  {e}")
+            except BrokenPipeError:
+                # `safebox policy show | head`: the reader had enough. Quiet,
+                # as cat is; stdout goes to /dev/null so the exit flush cannot fail.
+                os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
             return 0
 
         sys.exit(_guarded(show))

@@ -700,7 +700,8 @@ def run(req: ExecRequest, *, prescan: dict[tuple[str, int], Any] | None = None) 
         write_policy_file(rp.policy_path, policy_bytes)
         if audit:
             audit.event("start", command=list(req.command), layers=layers.value, cwd=cwd)
-        rc = _execute(rp, req, env, bwrap=bwrap, socat=socat or "socat", strict=strict, proxy=proxy)
+        rc = _execute(rp, req, env, bwrap=bwrap, socat=socat or "socat", strict=strict, proxy=proxy,
+                      filter_id=filter_id)
         moved = quarantine(rp.watch_missing, state)
         for src, dest in moved:
             _say(f"the command created protected file {src}; moved it to {dest}")
@@ -743,7 +744,7 @@ def _dry_run(rp: ResolvedPolicy, req: ExecRequest, policy_bytes: bytes, filter_i
 
 
 def _execute(rp: ResolvedPolicy, req: ExecRequest, env: dict[str, str], *, bwrap: str | None,
-             socat: str, strict: bool, proxy: ProxyServer | None = None) -> int:
+             socat: str, strict: bool, proxy: ProxyServer | None = None, filter_id: str = "") -> int:
     relay = _Relay()
     status_r = status_w = -1
     bw_r = bw_w = -1
@@ -821,7 +822,10 @@ def _execute(rp: ResolvedPolicy, req: ExecRequest, env: dict[str, str], *, bwrap
         if line is None:
             raise HelperError(f"the helper exited before reporting (exit {rc}; its message is above)")
         if req.verbose:
-            _say(f"layers: {rp.layers.value}; " + (status.summary() if status else "helper not used"))
+            summary = status.summary() if status else "helper not used"
+            if status and status.seccomp and filter_id:
+                summary += f" (filter {filter_id})"  # names the program in the cache and in docs/seccomp.md
+            _say(f"layers: {rp.layers.value}; {summary}")
         return rc
     finally:
         if pid > 0:

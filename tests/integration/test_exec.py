@@ -5,9 +5,13 @@ Real bubblewrap, real helper, real kernel, driven through the installed CLI.
 
 from __future__ import annotations
 
+import json
+import subprocess
+from pathlib import Path
+
 import pytest
 
-from sbx import BOTH, BWRAP_ONLY, HELPER_ONLY, FakeHome, host, token
+from sbx import BOTH, BWRAP_ONLY, HELPER_ONLY, SAFEBOX, FakeHome, host, token
 
 ALL_MODES = [BOTH, BWRAP_ONLY, HELPER_ONLY]
 
@@ -105,7 +109,10 @@ def test_verbose_reports_the_enforced_layers(shared_home: FakeHome) -> None:
     r = shared_home.run(["true"], opts=["-v"])
     assert r.returncode == 0
     assert "safebox: layers: both; landlock abi" in r.stderr, r.stderr
-    assert "seccomp yes" in r.stderr
+    # The filter id is the one --dry-run prints for the same policy.
+    dry = shared_home.run(["true"], opts=["--dry-run"])
+    fid = dry.stdout.split("seccomp filter ", 1)[1].split(")", 1)[0]
+    assert len(fid) == 16 and f"seccomp yes (filter {fid})" in r.stderr, (dry.stdout, r.stderr)
 
 
 @pytest.mark.parametrize("mode", ALL_MODES)
@@ -151,3 +158,40 @@ def test_policy_file_in_toml_is_accepted(fresh_home: FakeHome) -> None:
     r = fresh_home.run(["sh", "-c", f"echo ok > {extra}/f"], opts=["--policy", str(pol)])
     assert r.returncode == 0, r.stderr
     assert (extra / "f").read_text() == "ok\n"
+
+
+# ------------------------------------------------------------------ policy show
+
+def test_policy_show_names_each_key_as_files_spell_it_with_its_source(shared_home: FakeHome) -> None:
+    pol = shared_home.work / "show.json"
+    pol.write_text('{"network": {"allowedDomains": ["pkg.example.org"]}, "filesystem": {"denyRead": ["~/x"]}}')
+    r = subprocess.run([str(SAFEBOX), "policy", "show", "-p", str(pol)], cwd=shared_home.work,
+                       env=shared_home.env(), capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert "filesystem.denyRead:" in lines and "network.allowedDomains:" in lines
+    assert f"  {shared_home.root}/.ssh  <- defaults" in lines
+    assert f"  {shared_home.root}/x  <- {pol}" in lines
+    assert f"  pkg.example.org  <- {pol}" in lines
+    assert not any(line.startswith("deny_read") for line in lines)
+
+
+def test_policy_show_json_is_a_policy_that_policy_check_accepts(shared_home: FakeHome, tmp_path: Path) -> None:
+    r = subprocess.run([str(SAFEBOX), "policy", "show", "--json"], cwd=shared_home.work,
+                       env=shared_home.env(), capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    assert f"{shared_home.root}/.ssh" in doc["policy"]["filesystem"]["denyRead"]
+    assert doc["sources"]["filesystem.denyRead"][0].endswith("<- defaults")
+    saved = tmp_path / "effective.json"
+    saved.write_text(json.dumps(doc["policy"]))
+    check = subprocess.run([str(SAFEBOX), "policy", "check", str(saved)], env=shared_home.env(),
+                           capture_output=True, text=True, timeout=60)
+    assert check.returncode == 0, check.stdout + check.stderr
+
+
+def test_policy_show_into_a_closed_pipe_is_quiet(shared_home: FakeHome) -> None:
+    r = subprocess.run(f"{SAFEBOX} policy show | head -1", shell=True, cwd=shared_home.work,
+                       env=shared_home.env(), capture_output=True, text=True, timeout=60)
+    assert r.stdout == "filesystem.denyRead:\n", r.stdout
+    assert r.stderr == "", r.stderr

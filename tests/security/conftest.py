@@ -80,6 +80,26 @@ elif op == "connect":
     sys.exit(oserr(conn))
 elif op == "kill":
     sys.exit(oserr(lambda: os.kill(int(args[0]), 0)))
+elif op == "rename":
+    sys.exit(oserr(lambda: os.rename(args[0], args[1])))
+elif op == "link":
+    sys.exit(oserr(lambda: os.link(args[0], args[1])))
+elif op == "truncate":
+    sys.exit(oserr(lambda: os.truncate(args[0], 0)))
+elif op == "open_trunc":
+    # O_RDONLY | O_TRUNC: truncates without asking for write access to the file.
+    sys.exit(oserr(lambda: os.close(os.open(args[0], os.O_RDONLY | os.O_TRUNC))))
+elif op == "ioctl":
+    # ioctl(open(path, O_RDONLY), cmd, buf): the errno of the ioctl alone.
+    fd = os.open(args[0], os.O_RDONLY)
+    buf = ctypes.create_string_buffer(256)
+    r = libc.ioctl(fd, ctypes.c_ulong(int(args[1], 0)), buf)
+    sys.exit(0 if r >= 0 else ctypes.get_errno())
+elif op == "connect_abstract":
+    def uconn():
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+            s.connect("\0" + args[0])
+    sys.exit(oserr(uconn))
 elif op == "int80":
     # mov eax, 64 (i386 getppid); int 0x80; ret
     m = mmap.mmap(-1, 4096, prot=mmap.PROT_READ | mmap.PROT_WRITE | mmap.PROT_EXEC)

@@ -195,23 +195,8 @@ def merge(layers: list[tuple[Layer, dict[str, Any]]], ctx: Context) -> Effective
         "allow_write", "deny_write", "env_deny", "env_allow")}
     scalars: dict[str, Any] = {}
     sources: dict[str, list[str]] = {}
-    mapping = {
-        ("network", "allowedDomains"): ("allowed_domains", False),
-        ("network", "deniedDomains"): ("denied_domains", False),
-        ("network", "allowUnixSockets"): ("allow_unix_sockets", True),
-        ("filesystem", "denyRead"): ("deny_read", True),
-        ("filesystem", "allowWrite"): ("allow_write", True),
-        ("filesystem", "denyWrite"): ("deny_write", True),
-        ("env", "deny"): ("env_deny", False),
-        ("env", "allow"): ("env_allow", False),
-    }
-    scalar_map = {
-        ("network", "allowAllUnixSockets"): "allow_all_unix_sockets",
-        ("network", "allowLocalBinding"): "allow_local_binding",
-        ("network", "allowLocalDestinations"): "allow_local_destinations",
-        ("strict",): "strict",
-        ("mandatoryDenySearchDepth",): "search_depth",
-    }
+    mapping = _LIST_KEYS
+    scalar_map = _SCALAR_KEYS
     for layer, doc in layers:
         if layer.project and not trust:
             # Scalars that weaken when lowered: a cloned repo must not turn
@@ -237,17 +222,54 @@ def merge(layers: list[tuple[Layer, dict[str, Any]]], ctx: Context) -> Effective
             for v in values:
                 item = expand_path(v, ctx) if is_path else v
                 lists[target].append(item)
-                sources.setdefault(target, []).append(f"{item}  <- {layer.name}")
+                sources.setdefault(".".join(key), []).append(f"{item}  <- {layer.name}")
         for key, target in scalar_map.items():
             value = _get(doc, key)
             if value is not None:
                 scalars[target] = value
-                sources[target] = [f"{value!r}  <- {layer.name}"]
+                sources[".".join(key)] = [f"{value!r}  <- {layer.name}"]
 
     def dedupe(xs: list[str]) -> tuple[str, ...]:
         return tuple(dict.fromkeys(xs))
 
     return EffectivePolicy(**{k: dedupe(v) for k, v in lists.items()}, **scalars, sources=sources)
+
+
+# Policy keys (as files spell them) → EffectivePolicy fields; lists also say
+# whether their entries are paths (expanded against the working directory).
+_LIST_KEYS: dict[tuple[str, ...], tuple[str, bool]] = {
+    ("network", "allowedDomains"): ("allowed_domains", False),
+    ("network", "deniedDomains"): ("denied_domains", False),
+    ("network", "allowUnixSockets"): ("allow_unix_sockets", True),
+    ("filesystem", "denyRead"): ("deny_read", True),
+    ("filesystem", "allowWrite"): ("allow_write", True),
+    ("filesystem", "denyWrite"): ("deny_write", True),
+    ("env", "deny"): ("env_deny", False),
+    ("env", "allow"): ("env_allow", False),
+}
+_SCALAR_KEYS: dict[tuple[str, ...], str] = {
+    ("network", "allowAllUnixSockets"): "allow_all_unix_sockets",
+    ("network", "allowLocalBinding"): "allow_local_binding",
+    ("network", "allowLocalDestinations"): "allow_local_destinations",
+    ("strict",): "strict",
+    ("mandatoryDenySearchDepth",): "search_depth",
+}
+
+
+def policy_document(eff: EffectivePolicy) -> dict[str, Any]:
+    """The effective policy as a policy file spells it
+    (``{"network": {"allowedDomains": [...]}, ...}``, the ``policy`` member
+    of ``safebox policy show --json``): saved to a file, ``safebox policy
+    check`` accepts it."""
+    out: dict[str, Any] = {}
+    fields = {**{k: v[0] for k, v in _LIST_KEYS.items()}, **_SCALAR_KEYS}
+    for key, field in fields.items():
+        value = getattr(eff, field)
+        node = out
+        for part in key[:-1]:
+            node = node.setdefault(part, {})
+        node[key[-1]] = list(value) if isinstance(value, tuple) else value
+    return out
 
 
 def default_layer() -> Layer:
