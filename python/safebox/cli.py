@@ -149,6 +149,24 @@ def _guarded(fn, *args: Any) -> int:
         return EXIT_SAFEBOX_FAILED
 
 
+def _exit_now(rc: int) -> None:
+    """End the exec fast path without the interpreter's teardown (module
+    finalisation costs about 1.4 ms, a tenth of safebox's own start-up:
+    docs/benchmarks.md). Nothing is left to finalise: run() has removed the
+    run dir, stopped the proxy and its thread, cancelled the walks and waited
+    for the command, and audit events are single write(2)s. Only Python's
+    own stdio buffers need flushing."""
+    from safebox import _prescan
+
+    _prescan.cancel_all()  # walks begun for a run that ended before adopting them
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass  # a closed pipe (`safebox exec -- cmd | head`): nothing more to say
+    os._exit(rc)
+
+
 def _run_exec(parsed: dict[str, Any]) -> int:
     # ripgrep's walk of the working directory starts before the runner (and
     # everything it imports) is loaded; the runner adopts it.
@@ -285,25 +303,36 @@ def main(argv: list[str] | None = None) -> None:
     """Entry point of the ``safebox`` console script."""
     args = sys.argv[1:] if argv is None else list(argv)
     if args and args[0] == "exec":
-        try:
-            parsed = fast_parse_exec(args[1:])
-        except UnknownOption as e:
-            import difflib
+        from safebox import _prescan
 
-            near = difflib.get_close_matches(str(e), [o.long for o in EXEC_OPTIONS], n=1)
-            fail(SafeboxError(f"exec: no such option {e}" + (f" (did you mean {near[0]}?)" if near else ""),
-                              hint="put the command after --, e.g. safebox exec -- cmd --its-options"))
-        if parsed is not None:
-            sys.exit(_guarded(_run_exec, parsed))
-        import click
-
+        _prescan.early(args)  # build.py's launcher did it already; pip's arrives here first
         try:
-            _click_app().main(args=args, prog_name="safebox", standalone_mode=False)
-        except click.exceptions.Exit as e:
-            sys.exit(e.exit_code)
-        except click.ClickException as e:
-            # Like `docker run`: a usage error of exec is safebox failing: 125.
-            e.show()
-            sys.exit(EXIT_SAFEBOX_FAILED)
-        sys.exit(0)
+            _main_exec(args)
+        finally:
+            _prescan.cancel_all()  # whatever a failing or slow path did not adopt
     _click_app()(args=args, prog_name="safebox")
+
+
+def _main_exec(args: list[str]) -> None:
+    """``safebox exec``: the fast parser, or click for what it does not handle."""
+    try:
+        parsed = fast_parse_exec(args[1:])
+    except UnknownOption as e:
+        import difflib
+
+        near = difflib.get_close_matches(str(e), [o.long for o in EXEC_OPTIONS], n=1)
+        fail(SafeboxError(f"exec: no such option {e}" + (f" (did you mean {near[0]}?)" if near else ""),
+                          hint="put the command after --, e.g. safebox exec -- cmd --its-options"))
+    if parsed is not None:
+        _exit_now(_guarded(_run_exec, parsed))
+    import click
+
+    try:
+        _click_app().main(args=args, prog_name="safebox", standalone_mode=False)
+    except click.exceptions.Exit as e:
+        sys.exit(e.exit_code)
+    except click.ClickException as e:
+        # Like `docker run`: a usage error of exec is safebox failing: 125.
+        e.show()
+        sys.exit(EXIT_SAFEBOX_FAILED)
+    sys.exit(0)

@@ -259,57 +259,71 @@ def test_other_abis_are_killed(programs) -> None:
 
 
 def test_cache_key_changes_with_options_and_is_stable() -> None:
-    keys = {seccomp.cache_key(allow_unix_sockets=u, allow_inet=m) for u, m in ALL_OPTIONS}
+    keys = {seccomp.cache_key(allow_unix_sockets=u, allow_inet=m, libseccomp="2.5.4") for u, m in ALL_OPTIONS}
     assert len(keys) == len(ALL_OPTIONS)
-    assert seccomp.cache_key(allow_unix_sockets=True, allow_inet=InetMode.ANY) == \
-        seccomp.cache_key(allow_unix_sockets=True, allow_inet=InetMode.ANY)
-    fid = seccomp.filter_id(allow_unix_sockets=True, allow_inet=InetMode.ANY)
+    assert seccomp.cache_key(allow_unix_sockets=True, allow_inet=InetMode.ANY, libseccomp="2.5.4") == \
+        seccomp.cache_key(allow_unix_sockets=True, allow_inet=InetMode.ANY, libseccomp="2.5.4")
+    fid = seccomp.filter_id(allow_unix_sockets=True, allow_inet=InetMode.ANY, libseccomp="2.5.4")
     assert len(fid) == 16 and int(fid, 16) >= 0
 
 
 def test_cache_key_changes_with_the_rule_table(monkeypatch: pytest.MonkeyPatch) -> None:
-    before = seccomp.cache_key(allow_unix_sockets=True, allow_inet=InetMode.ANY)
+    before = seccomp.cache_key(allow_unix_sockets=True, allow_inet=InetMode.ANY, libseccomp="2.5.4")
     monkeypatch.setattr(seccomp, "RULES", seccomp.RULES[1:])
-    assert seccomp.cache_key(allow_unix_sockets=True, allow_inet=InetMode.ANY) != before
+    assert seccomp.cache_key(allow_unix_sockets=True, allow_inet=InetMode.ANY, libseccomp="2.5.4") != before
+
+
+def test_cache_key_changes_with_the_libseccomp_version() -> None:
+    """libseccomp's output is not only a layout (CVE-2019-9893: wrong 64-bit
+    argument comparisons before 2.4): an upgrade must recompile."""
+    a = seccomp.cache_key(allow_unix_sockets=True, allow_inet=InetMode.ANY, libseccomp="2.3.3")
+    assert a != seccomp.cache_key(allow_unix_sockets=True, allow_inet=InetMode.ANY, libseccomp="2.5.4")
+
+
+def test_the_loaded_libseccomp_is_identified_by_its_file() -> None:
+    version, ident = seccomp.libseccomp_identity()
+    path, size, mtime, ino = ident.rsplit(" ", 3)
+    st = os.stat(path)
+    assert os.path.basename(path).startswith("libseccomp.so") and version.count(".") == 2
+    assert (int(size), int(mtime), int(ino)) == (st.st_size, st.st_mtime_ns, st.st_ino)
 
 
 def test_load_or_compile_writes_a_0600_entry_and_returns_the_same_program(tmp_path: Path) -> None:
     cache = tmp_path / "cache"
-    program, fid = seccomp.load_or_compile(cache_dir=cache, allow_unix_sockets=False, allow_inet=InetMode.NONE)
+    program, fid, _ = seccomp.load_or_compile(cache_dir=cache, allow_unix_sockets=False, allow_inet=InetMode.NONE)
     assert program == seccomp.compile_program(allow_unix_sockets=False, allow_inet=InetMode.NONE)
-    assert fid == seccomp.filter_id(allow_unix_sockets=False, allow_inet=InetMode.NONE)
+    assert fid == seccomp.filter_id(allow_unix_sockets=False, allow_inet=InetMode.NONE,
+                                    libseccomp=seccomp.libseccomp_version())
     entry = cache / f"seccomp-{fid}.bpf"
     assert stat.S_IMODE(entry.stat().st_mode) == 0o600
     assert stat.S_IMODE(cache.stat().st_mode) == 0o700
     assert [p.name for p in cache.iterdir()] == [entry.name]  # no temp file left behind
     assert b'"libseccomp": "' in entry.read_bytes()
-    again, fid2 = seccomp.load_or_compile(cache_dir=cache, allow_unix_sockets=False, allow_inet=InetMode.NONE)
+    again, fid2, _ = seccomp.load_or_compile(cache_dir=cache, allow_unix_sockets=False, allow_inet=InetMode.NONE)
     assert (again, fid2) == (program, fid)
 
 
 def test_corrupted_cache_entry_is_recompiled(tmp_path: Path) -> None:
-    program, fid = seccomp.load_or_compile(cache_dir=tmp_path, allow_unix_sockets=True, allow_inet=InetMode.ANY)
+    program, fid, _ = seccomp.load_or_compile(cache_dir=tmp_path, allow_unix_sockets=True, allow_inet=InetMode.ANY)
     entry = tmp_path / f"seccomp-{fid}.bpf"
     entry.write_bytes(entry.read_bytes()[:-8] + b"\x06\x00\x00\x00\x00\x00\xff\x7f")  # last insn: RET ALLOW
-    again, _ = seccomp.load_or_compile(cache_dir=tmp_path, allow_unix_sockets=True, allow_inet=InetMode.ANY)
+    again, _, _ = seccomp.load_or_compile(cache_dir=tmp_path, allow_unix_sockets=True, allow_inet=InetMode.ANY)
     assert again == program
 
 
 def test_unwritable_cache_dir_still_returns_the_program(tmp_path: Path) -> None:
     blocker = tmp_path / "file"
     blocker.write_bytes(b"")
-    program, _ = seccomp.load_or_compile(cache_dir=blocker / "sub", allow_unix_sockets=True,
-                                         allow_inet=InetMode.ANY)
+    program, _, _ = seccomp.load_or_compile(cache_dir=blocker / "sub", allow_unix_sockets=True,
+                                            allow_inet=InetMode.ANY)
     assert len(program) % 8 == 0 and program
 
 
 _HIT_SCRIPT = """
 import sys
-from pathlib import Path
-from safebox.builder import seccomp
-program, fid = seccomp.load_or_compile(cache_dir=Path(sys.argv[1]), allow_unix_sockets=False,
-                                       allow_inet=seccomp.InetMode.TCP_ONLY)
-print(fid, len(program), "pyseccomp" in sys.modules)
+from safebox.builder import bpf_cache
+program, fid = bpf_cache.load(cache_dir=sys.argv[1], allow_unix_sockets=False, inet="tcp_only")
+print(fid, len(program), "pyseccomp" in sys.modules, "safebox.builder.seccomp" in sys.modules)
 """
 
 
@@ -320,4 +334,18 @@ def test_cache_hit_does_not_import_pyseccomp(tmp_path: Path) -> None:
     hit = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True).stdout.split()
     assert miss[2] == "True"  # the first run compiled
     assert hit[:2] == miss[:2]
-    assert hit[2] == "False"
+    assert hit[2:] == ["False", "False"]  # the exec hot path: no pyseccomp, not even the rule table
+
+
+def test_a_fast_entry_whose_libseccomp_file_changed_is_a_miss(tmp_path: Path) -> None:
+    from safebox.builder import bpf_cache
+
+    program, fid = bpf_cache.load(cache_dir=str(tmp_path), allow_unix_sockets=False, inet="none")
+    (entry,) = tmp_path.glob("bpf-*.bin")
+    head, sep, body = entry.read_bytes().partition(b"\n")
+    *fields, lib = head.split(b" ")
+    path, size, mtime, ino = bytes.fromhex(lib.decode()).decode().rsplit(" ", 3)
+    assert bpf_cache._read(str(entry)) == (program, fid)  # control: the recorded file is the one loaded
+    upgraded = f"{path} {size} {int(mtime) + 1} {ino}".encode().hex().encode()  # same path, another mtime
+    entry.write_bytes(b" ".join([*fields, upgraded]) + sep + body)
+    assert bpf_cache._read(str(entry)) is None

@@ -27,3 +27,22 @@ def test_running_setup_again_changes_nothing() -> None:
     assert "installing" not in r.stdout and "creating" not in r.stdout, r.stdout
     assert r.stdout.strip() == f"build.py: ready: {ROOT / '.venv' / 'bin' / 'safebox'}"
     assert _state() == before
+
+
+def test_the_launcher_skips_site_yet_keeps_the_venv_read_only_inside(tmp_path: Path) -> None:
+    """build.py's .venv/bin/safebox runs Python with -S and sets sys.prefix
+    itself: the venv must still count as safebox's own installation, kept
+    read-only inside even when a write root holds it (here the checkout)."""
+    launcher = ROOT / ".venv" / "bin" / "safebox"
+    assert launcher.read_text().splitlines()[0] == f"#!{ROOT / '.venv' / 'bin' / 'python'} -S"
+    planted, beside = ROOT / ".venv" / "planted", ROOT / f"beside-{os.getpid()}"
+    try:
+        r = subprocess.run([str(launcher), "exec", "--allow-write", str(ROOT), "--",
+                            "sh", "-c", f"touch {beside} && touch {planted}"],
+                           cwd=tmp_path, capture_output=True, text=True, timeout=60)
+        assert beside.exists(), r.stderr  # control: the checkout is writable inside
+        assert r.returncode == 1 and f"touch: cannot touch '{planted}': Read-only file system" in r.stderr
+        assert not planted.exists()
+    finally:
+        beside.unlink(missing_ok=True)
+        planted.unlink(missing_ok=True)

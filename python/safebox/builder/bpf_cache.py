@@ -5,7 +5,8 @@ table's content; importing it costs ~20 ms (dataclasses, typing, json,
 hashlib, platform). This module answers the common case — nothing changed —
 from a second cache keyed on the safebox version, the seccomp module file's
 identity (size and mtime, as Python's own .pyc cache does) and the options,
-and imports ``seccomp`` only on a miss.
+with the identity of the libseccomp file the entry was compiled with checked
+on read (one stat), and imports ``seccomp`` only on a miss.
 
 The cache lives in the state dir, which the sandbox can never write
 (builder/resolve.py binds it read-only, Landlock grants it no write). Entries
@@ -19,7 +20,7 @@ import os
 from safebox import __version__
 from safebox._record import sha256_hex
 
-_MAGIC = b"safebox-bpf-fast 1 "
+_MAGIC = b"safebox-bpf-fast 2 "
 
 
 def _seccomp_module_file() -> str:
@@ -51,10 +52,22 @@ def _read(path: str) -> tuple[bytes, str] | None:
     header, sep, program = data[len(_MAGIC):].partition(b"\n")
     if not sep or not program or len(program) % 8:
         return None
-    fid, _, digest = header.decode("ascii", "replace").partition(" ")
-    if sha256_hex(program) != digest:
+    fid, digest, lib = (header.decode("ascii", "replace").split(" ") + ["", ""])[:3]
+    if sha256_hex(program) != digest or not _same_library(lib):
         return None
     return program, fid
+
+
+def _same_library(lib_hex: str) -> bool:
+    """Whether the libseccomp the entry was compiled with is still the file
+    at its path (size, mtime, inode): an upgraded library is a miss, and the
+    slow path recompiles keyed on the new version (seccomp.load_or_compile)."""
+    try:
+        path, size, mtime, ino = bytes.fromhex(lib_hex).decode().rsplit(" ", 3)
+        st = os.stat(path)
+    except (ValueError, OSError):
+        return False
+    return (str(st.st_size), str(st.st_mtime_ns), str(st.st_ino)) == (size, mtime, ino)
 
 
 def load(*, cache_dir: str, allow_unix_sockets: bool, inet: str) -> tuple[bytes, str]:
@@ -67,14 +80,14 @@ def load(*, cache_dir: str, allow_unix_sockets: bool, inet: str) -> tuple[bytes,
 
     from safebox.builder.seccomp import InetMode, load_or_compile
 
-    program, fid = load_or_compile(cache_dir=Path(cache_dir), allow_unix_sockets=allow_unix_sockets,
+    program, fid, lib = load_or_compile(cache_dir=Path(cache_dir), allow_unix_sockets=allow_unix_sockets,
                                    allow_inet=InetMode(inet))
     try:
         os.makedirs(cache_dir, mode=0o700, exist_ok=True)
         tmp = f"{path}.{os.getpid()}.tmp"
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
         try:
-            blob = _MAGIC + f"{fid} {sha256_hex(program)}\n".encode() + program
+            blob = _MAGIC + f"{fid} {sha256_hex(program)} {lib.encode().hex()}\n".encode() + program
             view = memoryview(blob)
             while view:
                 view = view[os.write(fd, view):]

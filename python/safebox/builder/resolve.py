@@ -11,6 +11,9 @@ from __future__ import annotations
 import os
 import stat
 
+from safebox import _prescan
+from safebox._prescan import start_find as _find_links_start
+from safebox._prescan import start_rg as _rg_start
 from safebox._record import Frozen, Spawned, which
 from safebox.builder.resolved import Bridge, Layers, NetKind, ResolvedPolicy
 from safebox.errors import BuildError
@@ -92,26 +95,6 @@ def _only_harmless_walk_errors(stderr: bytes) -> bool:
     return bool(lines) and all("(os error 2)" in ln or "(os error 13)" in ln for ln in lines)
 
 
-def _rg_start(rg: str, root: str, depth: int) -> Spawned:
-    """Start ripgrep listing the protected files under ``root`` (collected by ``_rg_finish``)."""
-    globs: list[str] = []
-    for name in defaults.PROTECTED_FILES:
-        globs += ["-g", f"**/{name}"]
-    for d in defaults.PROTECTED_DIRS:
-        globs += ["-g", f"**/{d}/**"]
-    # Every HEAD: a repository's git dir need not be called .git (a bare
-    # repo, `git init --separate-git-dir`, a linked worktree's admin dir).
-    globs += ["-g", "**/HEAD", "-g", "**/.git"]
-    # -j1: one walker thread measured faster here for small and large trees
-    # alike (4.4 vs 6.0 ms on a small work tree, 65 vs 100 ms on /usr/share).
-    cmd = [rg, "--files", "--hidden", "--no-ignore", "--no-config", "-j1",
-           "--max-depth", str(depth + 3), *globs, "--", root]
-    try:
-        return Spawned(cmd)
-    except OSError as e:
-        raise BuildError(f"ripgrep failed under {root}: {e}; cannot find protected files") from None
-
-
 def _rg_finish(proc: Spawned, root: str) -> list[str]:
     """Protected files and directories under ``root`` found by ripgrep, as paths."""
     try:
@@ -169,29 +152,6 @@ def _dot_names() -> frozenset[str]:
     return frozenset(names)
 
 
-def _find_links_start(find: str, root: str, depth: int) -> Spawned:
-    """Start find(1) listing the symlinks and directories under ``root``
-    whose names begin with a dot (collected and narrowed to protected names
-    by ``_find_links_finish``).
-
-    ripgrep lists files only: it never lists a symlink without ``--follow``
-    (and following would walk wherever links point), nor an empty directory.
-    So a dotfile manager's ``~/.bashrc -> dotfiles/bashrc``, a project's
-    ``.vscode -> shared/vscode`` or an empty ``.vscode/`` went unprotected:
-    writes through the link landed on the target, and files could be created
-    in the empty directory (found in review). One cheap ``-name '.*'`` test
-    instead of one per protected name: forty ``-name`` tests made find four
-    times slower than the walk itself.
-    """
-    cmd = [find, root, "-mindepth", "1", "-maxdepth", str(depth + 3), "-name", ".*",
-           "(", "-type", "l", "-o", "-type", "d", ")", "-print0"]
-    try:
-        # LC_ALL=C: the error lines are matched below.
-        return Spawned(cmd, env={**os.environ, "LC_ALL": "C"})
-    except OSError as e:
-        raise BuildError(f"find failed under {root}: {e}; cannot find protected symlinks") from None
-
-
 def _find_links_finish(proc: Spawned, root: str) -> list[str]:
     """The symlinks and directories ``_find_links_start`` found, as paths; fails closed on any
     error but an entry that vanished or a directory we may not read (see
@@ -237,7 +197,11 @@ class RootScan:
     directories, find for symlinks named like them; both run in the
     background until ``protected_paths`` collects them."""
 
-    def __init__(self, *, rg: str, find: str | None, root: str, depth: int) -> None:
+    def __init__(self, *, rg: str, find: str | None, root: str, depth: int,
+                 started: tuple[Spawned, Spawned] | None = None) -> None:
+        if started is not None:  # begun by the launcher (_prescan.early)
+            self.rg, self.links = started
+            return
         if find is None:
             raise BuildError("find not found; it finds symlinked files safebox must keep read-only",
                              hint="install findutils")
@@ -268,9 +232,12 @@ def prestart(*, cwd: str, rg: str | None) -> dict[tuple[str, int], RootScan]:
     before the rest of safebox is even imported, so they run while Python
     loads. ``Scan`` adopts them when the policy's roots and depth match; the
     caller cancels whatever was not adopted."""
+    depth = defaults.DEFAULT_SEARCH_DEPTH
+    started = _prescan.take(cwd, depth)
+    if started is not None:
+        return {(cwd, depth): RootScan(rg="", find=None, root=cwd, depth=depth, started=started)}
     if rg is None:
         return {}
-    depth = defaults.DEFAULT_SEARCH_DEPTH
     return {(cwd, depth): RootScan(rg=rg, find=which("find"), root=cwd, depth=depth)}
 
 

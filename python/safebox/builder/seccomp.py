@@ -402,6 +402,25 @@ def _resolve(sc: Any, name: str) -> int | None:
     return None
 
 
+def libseccomp_identity() -> tuple[str, str]:
+    """(version, identity) of the libseccomp this process loaded (imports
+    pyseccomp): the identity is the shared object's path, size, mtime and
+    inode, as found in /proc/self/maps, so that the exec hot path can tell a
+    changed library with one stat and without loading it (bpf_cache)."""
+    version = libseccomp_version()
+    path = ""
+    with open("/proc/self/maps") as maps:
+        for line in maps:
+            name = line.rstrip("\n").split(maxsplit=5)[-1]
+            if os.path.basename(name).startswith("libseccomp.so"):
+                path = name
+                break
+    if not path:
+        return version, f"unknown {version}"
+    st = os.stat(path)
+    return version, f"{path} {st.st_size} {st.st_mtime_ns} {st.st_ino}"
+
+
 def libseccomp_version() -> str:
     """The loaded libseccomp's version, ``"2.5.4"`` (imports pyseccomp)."""
     import ctypes
@@ -470,18 +489,20 @@ def table_digest() -> str:
     return hashlib.sha256(repr(RULES).encode()).hexdigest()
 
 
-def cache_key(*, allow_unix_sockets: bool, allow_inet: InetMode) -> str:
-    """Full sha256 hex key of the program for these options (pure: no libseccomp)."""
+def cache_key(*, allow_unix_sockets: bool, allow_inet: InetMode, libseccomp: str) -> str:
+    """Full sha256 hex key of the program for these options and this
+    libseccomp version (pure: the caller passes the version)."""
     material = repr((
         CACHE_FORMAT, __version__, table_digest(), platform.machine(), sys.byteorder,
         ("allow_unix_sockets", allow_unix_sockets), ("allow_inet", allow_inet.value),
+        ("libseccomp", libseccomp),
     ))
     return hashlib.sha256(material.encode()).hexdigest()
 
 
-def filter_id(*, allow_unix_sockets: bool, allow_inet: InetMode) -> str:
+def filter_id(*, allow_unix_sockets: bool, allow_inet: InetMode, libseccomp: str) -> str:
     """The first 16 hex digits of :func:`cache_key`: names the program in logs and the cache."""
-    return cache_key(allow_unix_sockets=allow_unix_sockets, allow_inet=allow_inet)[:16]
+    return cache_key(allow_unix_sockets=allow_unix_sockets, allow_inet=allow_inet, libseccomp=libseccomp)[:16]
 
 
 def _read_cached(path: Path, key: str) -> bytes | None:
@@ -536,39 +557,44 @@ def _write_cached(cache_dir: Path, path: Path, key: str, program: bytes, libsecc
 
 
 def load_or_compile(*, cache_dir: Path, allow_unix_sockets: bool,
-                    allow_inet: InetMode) -> tuple[bytes, str]:
-    """The program for these options and its filter id, from ``cache_dir`` when possible.
+                    allow_inet: InetMode) -> tuple[bytes, str, str]:
+    """The program for these options, its filter id and the identity of the
+    libseccomp it is keyed on (:func:`libseccomp_identity`), from
+    ``cache_dir`` when possible.
 
-    The key (:func:`cache_key`) is computed from data only — the rule table,
-    the options, the safebox version, the cache format, ``platform.machine()``
-    and byte order — so a hit costs a hash and one file read and never imports
-    pyseccomp (which ``dlopen``\\s libseccomp and runs ``ldconfig -p`` to find it).
-
-    The libseccomp version is *not* in the key, only recorded in the entry's
-    metadata. That is safe because the program's meaning is fixed by the key:
-    syscall numbers and UAPI constants are kernel ABI, and a different
-    libseccomp only lays out equivalent instructions differently. A safebox
-    upgrade (which may change the table or the libseccomp it needs) changes
-    the key. Entries are checked on read (magic, full key, sha256 of the
-    program, size) and recompiled when anything is off; a cache that cannot be
-    written is not an error (the program is returned uncached).
+    The key (:func:`cache_key`) holds the rule table, the options, the
+    safebox version, the cache format, ``platform.machine()``, byte order and
+    the libseccomp version. The version is in the key because libseccomp's
+    output is not only a layout: its 64-bit argument comparisons were wrong
+    before 2.4 (CVE-2019-9893), so a program compiled by a buggy libseccomp
+    must not outlive the upgrade that fixes it. Getting the version imports
+    pyseccomp; the exec hot path avoids that with bpf_cache, which checks the
+    library file's identity instead. Entries are checked on read (magic, full
+    key, sha256 of the program, size) and recompiled when anything is off; a
+    cache that cannot be written is not an error (the program is returned
+    uncached).
 
     The cache is trusted: ``cache_dir`` must be outside every path the sandbox
     can write, or a sandboxed command could plant a weaker filter for the next
     run (``docs/seccomp.md``).
     """
-    key = cache_key(allow_unix_sockets=allow_unix_sockets, allow_inet=allow_inet)
+    try:
+        version, ident = libseccomp_identity()
+    except (ImportError, RuntimeError, OSError) as exc:  # pyseccomp raises RuntimeError without libseccomp
+        raise BuildError(f"seccomp: cannot load pyseccomp/libseccomp: {exc}",
+                         hint="install libseccomp (Debian: libseccomp2) and pyseccomp") from exc
+    key = cache_key(allow_unix_sockets=allow_unix_sockets, allow_inet=allow_inet, libseccomp=version)
     fid = key[:16]
     path = cache_dir / f"seccomp-{fid}.bpf"
     cached = _read_cached(path, key)
     if cached is not None:
-        return cached, fid
+        return cached, fid, ident
     program = compile_program(allow_unix_sockets=allow_unix_sockets, allow_inet=allow_inet)
     try:
-        _write_cached(cache_dir, path, key, program, libseccomp_version())
+        _write_cached(cache_dir, path, key, program, version)
     except OSError:
         pass  # caching is an optimisation; the program itself is fine
-    return program, fid
+    return program, fid, ident
 
 
 def instructions(program: bytes) -> list[tuple[int, int, int, int]]:
