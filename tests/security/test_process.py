@@ -11,6 +11,7 @@ import os
 import shutil
 import signal
 import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -148,6 +149,41 @@ def test_host_processes_are_not_listed_in_proc(shared_home: FakeHome, host_sleep
     assert r.returncode == 0, r.stderr
     assert arg not in r.stdout
     assert len([line for line in r.stdout.splitlines() if line.strip()]) < 10  # only the sandbox's own
+
+
+@pytest.fixture
+def host_sleeper_with_secret() -> Iterator[tuple[int, str]]:
+    """A host process of the same user with a secret in its environment."""
+    secret = f"HOST-SECRET-{unique_sleep_arg()}"
+    proc = subprocess.Popen(["sleep", "60"], env={"PATH": "/usr/bin:/bin", "SECRET": secret})
+    try:
+        yield proc.pid, secret
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+# Without bwrap the host pid exists: Landlock refuses the ptrace-mode access
+# that /proc/PID/environ and /proc/PID/root need (EACCES). Under bwrap the pid
+# is not in the sandbox's pid namespace at all (ENOENT).
+PROC_ERRNO = {BOTH: "No such file or directory", BWRAP_ONLY: "No such file or directory",
+              HELPER_ONLY: "Permission denied"}
+
+
+@pytest.mark.parametrize("mode", ALL_MODES)
+def test_a_host_processs_environment_and_root_are_unreadable(shared_home: FakeHome,
+                                                             host_sleeper_with_secret: tuple[int, str],
+                                                             mode: str) -> None:
+    pid, secret = host_sleeper_with_secret
+    script = f"tr '\\0' '\\n' < /proc/{pid}/environ; ls /proc/{pid}/root/ >/dev/null && echo root-listed"
+    control = host(["sh", "-c", script])
+    assert f"SECRET={secret}" in control.stdout and "root-listed" in control.stdout
+
+    r = shared_home.run(["sh", "-c", script], mode=mode)
+    assert secret not in r.stdout and "root-listed" not in r.stdout, r.stdout
+    # dash shortens ENOENT's text to "No such file".
+    assert f"/proc/{pid}/environ: {PROC_ERRNO[mode].removesuffix(' or directory')}" in r.stderr, r.stderr
+    assert f"/proc/{pid}/root/" in r.stderr and PROC_ERRNO[mode] in r.stderr.splitlines()[-1], r.stderr
 
 
 @pytest.mark.parametrize("mode", PID_NS_MODES)
