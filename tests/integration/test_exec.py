@@ -195,3 +195,25 @@ def test_policy_show_into_a_closed_pipe_is_quiet(shared_home: FakeHome) -> None:
                        env=shared_home.env(), capture_output=True, text=True, timeout=60)
     assert r.stdout == "filesystem.denyRead:\n", r.stdout
     assert r.stderr == "", r.stderr
+
+
+# ------------------------------------------------------------------ real work inside
+
+@pytest.mark.parametrize("mode", [BOTH, BWRAP_ONLY, HELPER_ONLY])
+def test_a_compiler_and_a_test_runner_work_inside(fresh_home: FakeHome, mode: str) -> None:
+    """What the sandbox is for: build and test the work tree (temporary files
+    in TMPDIR, outputs in the work dir), with the same results as on the host."""
+    (fresh_home.work / "test_smoke.py").write_text(
+        "import unittest\n\n\nclass Smoke(unittest.TestCase):\n"
+        "    def test_adds(self):\n        self.assertEqual(1 + 1, 2)\n")
+    script = ("cc -O1 -o build/prog src/main.c && ./build/prog && echo built-and-ran && "
+              "python3 -m unittest -q test_smoke 2>&1 | tail -1")
+    (fresh_home.work / "build").mkdir()
+    control = host(["sh", "-c", script], cwd=fresh_home.work)
+    assert control.returncode == 0 and control.stdout.split() == ["built-and-ran", "OK"], control.stderr
+    (fresh_home.work / "build" / "prog").unlink()
+
+    r = fresh_home.run(["sh", "-c", script], mode=mode)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ["built-and-ran", "OK"], r.stdout + r.stderr
+    assert (fresh_home.work / "build" / "prog").is_file()
