@@ -300,11 +300,15 @@ def ensure_venv() -> Path:
 
 
 def _write_launcher(py: Path) -> None:
-    """Replace pip's .venv/bin/safebox with one that runs Python with -S.
+    """Replace pip's .venv/bin/safebox with one that runs Python with -IS.
 
     `site` costs about 1.6 ms of every `safebox exec` (measured: 7.7 against
     6.1 ms for `python -c pass`) and runs code safebox does not need: .pth
     files and the distribution's sitecustomize (a venv has no user site).
+    -I: PYTHONPATH and the other PYTHON* variables are ignored, and the
+    script's directory is not put on sys.path: with PYTHONPATH=. a command
+    could otherwise plant a `safebox` package in the work tree that the next
+    start imports (found in review; resolve.py refuses such a path too).
     The launcher does what site.venv() would do for this venv and nothing
     else: sys.prefix names the venv (self-protection keeps it
     read-only inside), its site-packages is the one import path added.
@@ -316,8 +320,8 @@ def _write_launcher(py: Path) -> None:
                           capture_output=True, text=True, check=True).stdout.strip()
     script = VENV / "bin" / "safebox"
     tmp = script.with_name("safebox.tmp")
-    tmp.write_text(f"""#!{py} -S
-# safebox launcher written by build.py (see _write_launcher there): no `site`,
+    tmp.write_text(f"""#!{py} -IS
+# safebox launcher written by build.py (see _write_launcher there): no `site`, no PYTHON* variables,
 # and the walks of the working directory start before safebox is imported.
 import sys
 sys.prefix = sys.exec_prefix = {str(VENV)!r}

@@ -478,9 +478,20 @@ def _read_bwrap_child(fd: int) -> int | None:
 
 
 def quarantine(paths: tuple[str, ...], state: str) -> list[tuple[str, str]]:
-    """Move protected files the command created (they did not exist before) out of the tree."""
+    """Move protected files the command created (they did not exist before) out of the tree.
+
+    The paths were resolved before the run; a parent the command replaced
+    with a symlink (``proj/.config -> ~/.config``) would make the move land
+    on whatever the link names, the user's own ``~/.config/git/config``
+    (found in review). Such a path is left alone and reported instead.
+    """
     moved = []
     for p in paths:
+        parent = os.path.dirname(p)
+        if os.path.realpath(parent) != parent:
+            _say(f"a directory on the way to protected path {p} was replaced by a symlink during the run; "
+                 "nothing moved there (check it by hand)")
+            continue
         if os.path.lexists(p):
             dest_dir = os.path.join(state, "quarantine", time.strftime("%Y%m%dT%H%M%S"))
             os.makedirs(dest_dir, mode=0o700, exist_ok=True)

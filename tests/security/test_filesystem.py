@@ -423,3 +423,38 @@ def test_a_run_leaves_no_placeholder_in_the_home_or_work_tree(fresh_home: FakeHo
     assert r.returncode == 0, r.stderr
     assert tree_listing(fresh_home.root, exclude=[state]) == before
 
+
+
+@pytest.mark.parametrize("mode", MOUNT_MODES)
+def test_a_bare_repo_stays_protected_after_the_command_hid_what_makes_it_one(fresh_home: FakeHome,
+                                                                             mode: str) -> None:
+    """Run 1 renames objects/ away (allowed: it is no protected entry), so
+    that by content x.git no longer looks like a repository; run 2 plants a
+    hook and puts objects/ back (found in review). safebox remembers the git
+    dirs it recognised (state dir), so run 2 finds hooks/ still read-only."""
+    gd = _git_dir(fresh_home.work / "x.git")
+    r1 = fresh_home.run(["sh", "-c", f"mv {gd}/objects {gd}/objects.x"], mode=mode)
+    assert r1.returncode == 0, r1.stderr  # control: the rename itself is allowed
+    r2 = fresh_home.run(["sh", "-c", f"echo evil > {gd}/hooks/post-update; mv {gd}/objects.x {gd}/objects"],
+                        mode=mode)
+    assert "hooks/post-update: Read-only file system" in r2.stderr, r2.stderr
+    assert not (gd / "hooks" / "post-update").exists()
+    # Control: with the memory gone between the two runs, the attack lands.
+    fresh_home.run(["sh", "-c", f"mv {gd}/objects {gd}/objects.x"], mode=mode)
+    (fresh_home.root / ".cache" / "safebox" / "known-git-dirs").unlink()
+    r3 = fresh_home.run(["sh", "-c", f"echo evil > {gd}/hooks/post-update"], mode=mode)
+    assert r3.returncode == 0 and (gd / "hooks" / "post-update").exists(), r3.stderr
+
+
+@pytest.mark.parametrize("mode", MOUNT_MODES)
+def test_a_worktree_admin_dir_stays_protected_after_the_command_made_it_look_like_a_repo(fresh_home: FakeHome,
+                                                                                        mode: str) -> None:
+    admin = fresh_home.work / ".git" / "worktrees" / "wt"
+    admin.mkdir(parents=True)
+    (admin / "HEAD").write_text("ref: refs/heads/wt\n")
+    (admin / "commondir").write_text("../..\n")
+    r1 = fresh_home.run(["sh", "-c", f"mkdir {admin}/objects"], mode=mode)
+    assert r1.returncode == 0, r1.stderr
+    r2 = fresh_home.run(["sh", "-c", f"echo {fresh_home.work}/fake > {admin}/commondir"], mode=mode)
+    assert "commondir: Read-only file system" in r2.stderr, r2.stderr
+    assert (admin / "commondir").read_text() == "../..\n"

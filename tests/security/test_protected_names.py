@@ -145,3 +145,40 @@ def test_a_file_created_through_a_dangling_protected_symlink_is_quarantined(fres
     assert not target.exists()
     assert f"the command created protected file {target}; moved it to" in r.stderr, r.stderr
     assert os.readlink(fresh_home.work / ".envrc") == "envrc.local"
+
+
+@pytest.mark.parametrize("mode", MOUNT_MODES)
+def test_the_quarantine_never_follows_a_parent_the_command_replaced_with_a_symlink(fresh_home: FakeHome,
+                                                                                     mode: str) -> None:
+    """The work tree has no .config: `.config/git` there is watched. The
+    command replaces the missing parent with a link to the user's real
+    ~/.config; moving "the planted file" would move the user's own git
+    config out of ~/.config (found in review). Nothing is moved; it is said."""
+    real_cfg = fresh_home.root / ".config" / "git"
+    real_cfg.mkdir(parents=True)
+    (real_cfg / "config").write_text("[user]\n\tname = me\n")
+    r = fresh_home.run(["sh", "-c", f"ln -s {fresh_home.root}/.config .config"], mode=mode)
+    assert r.returncode == 0, r.stderr
+    assert (real_cfg / "config").read_text() == "[user]\n\tname = me\n"
+    assert (f"a directory on the way to protected path {fresh_home.work}/.config/git was replaced by a "
+            "symlink during the run; nothing moved there") in r.stderr, r.stderr
+    # Control: a protected file really created at the work root is still moved out.
+    c = fresh_home.run(["sh", "-c", "echo evil > .envrc"], mode=mode)
+    assert c.returncode == 0 and not (fresh_home.work / ".envrc").exists(), c.stderr
+
+
+@pytest.mark.parametrize("mode", MOUNT_MODES)
+def test_the_config_of_a_repository_the_command_creates_at_the_root_is_quarantined(fresh_home: FakeHome,
+                                                                                  mode: str) -> None:
+    """A work root without a repository: `git init` inside, then an
+    fsmonitor in .git/config, would run code at the user's next `git status`
+    (found in review). The new config is moved out after the run; the rest of
+    the new repository stays (control)."""
+    root = fresh_home.root / "fresh-project"
+    root.mkdir()
+    script = "mkdir -p .git && printf '[core]\\n\\tfsmonitor = touch /tmp/pwned\\n' > .git/config && touch .git/HEAD"
+    r = fresh_home.run(["sh", "-c", script], mode=mode, cwd=root)
+    assert r.returncode == 0, r.stderr
+    assert not (root / ".git" / "config").exists()
+    assert (root / ".git" / "HEAD").exists()
+    assert f"safebox: the command created protected file {root}/.git/config; moved it to " in r.stderr, r.stderr

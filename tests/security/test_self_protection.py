@@ -4,9 +4,14 @@ them would control the next run."""
 
 from __future__ import annotations
 
+import subprocess
+from pathlib import Path
+
 import pytest
 
-from sbx import BOTH, HELPER_ONLY, FakeHome, host
+from sbx import BOTH, HELPER_ONLY, SAFEBOX, FakeHome, host
+
+SAFEBOX_BIN = Path(SAFEBOX)
 
 EXPECTED = {BOTH: "Read-only file system", HELPER_ONLY: "Permission denied"}
 
@@ -61,14 +66,29 @@ def test_the_policy_file_given_with_p_is_read_only_inside_the_work_dir(fresh_hom
     assert host(["sh", "-c", attack, "sh", str(pol)]).returncode == 0
 
 
+def _launcher_with_import_path(where: Path, lib: Path) -> Path:
+    """A copy of build.py's launcher that puts ``lib`` first on sys.path, as
+    a pip-made script with PYTHONPATH, or a `pip --user` site, would."""
+    real = (SAFEBOX_BIN).read_text().splitlines()
+    i = real.index("import sys") + 1
+    script = where / "safebox-with-path"
+    script.write_text("\n".join([*real[:i], f"sys.path.insert(0, {str(lib)!r})", *real[i:]]) + "\n")
+    script.chmod(0o755)
+    return script
+
+
 @pytest.mark.parametrize("mode", [BOTH, HELPER_ONLY])
-def test_the_interpreters_import_path_is_read_only_inside_a_write_root(fresh_home: FakeHome, mode: str) -> None:
-    """safebox imports from every sys.path entry (a pip --user site, the base
-    installation behind a venv): code planted there runs at the next start."""
+def test_the_interpreters_import_path_is_read_only_inside_a_write_root(fresh_home: FakeHome, tmp_path: Path,
+                                                                       mode: str) -> None:
+    """safebox imports from every sys.path entry: code planted there runs in
+    safebox at its next start, outside any sandbox."""
     lib = fresh_home.work / "pylib"
     lib.mkdir()
     planted = lib / "sitecustomize.py"
-    r = fresh_home.run(["sh", "-c", f"echo 'import os' > {planted}"], mode=mode, env={"PYTHONPATH": str(lib)})
+    launcher = _launcher_with_import_path(tmp_path, lib)
+    argv = [str(launcher), "exec", *(["--without", "bwrap"] if mode == HELPER_ONLY else []),
+            "--", "sh", "-c", f"echo 'import os' > {planted}"]
+    r = subprocess.run(argv, cwd=fresh_home.work, env=fresh_home.env(), capture_output=True, text=True, timeout=60)
     assert r.returncode != 0 and EXPECTED[mode] in r.stderr, r.stderr
     assert not planted.exists()
     # Control: without it on the import path, the same directory is writable.
@@ -76,8 +96,31 @@ def test_the_interpreters_import_path_is_read_only_inside_a_write_root(fresh_hom
     assert ok.returncode == 0 and planted.exists(), ok.stderr
 
 
-def test_an_import_path_that_holds_the_work_dir_does_not_take_it_away(fresh_home: FakeHome) -> None:
-    r = fresh_home.run(["sh", "-c", "echo x > written"], opts=["-v"], env={"PYTHONPATH": str(fresh_home.root)})
+def test_an_import_path_that_holds_a_write_root_is_a_refusal(fresh_home: FakeHome, tmp_path: Path) -> None:
+    """PYTHONPATH=. in the work tree (or `python -m safebox` from it): the
+    command could plant a `safebox` package there for the next start, and
+    keeping the work tree read-only would take the write root away. safebox
+    refuses, and the command never runs (found in review)."""
+    marker = fresh_home.work / "ran"
+    launcher = _launcher_with_import_path(tmp_path, fresh_home.work)
+    r = subprocess.run([str(launcher), "exec", "--", "touch", str(marker)], cwd=fresh_home.work,
+                       env=fresh_home.env(), capture_output=True, text=True, timeout=60)
+    assert r.returncode == 125 and not marker.exists()
+    assert (f"safebox: Python's import path has {fresh_home.work}, which holds the write root "
+            f"{fresh_home.work}") in r.stderr, r.stderr
+
+
+def test_the_launcher_ignores_pythonpath_so_a_planted_safebox_package_never_runs(fresh_home: FakeHome) -> None:
+    """build.py's launcher runs Python with -I: a `safebox` package planted
+    in the work tree is not imported even with PYTHONPATH pointing there.
+    Control: the same interpreter without -I imports the planted one."""
+    pkg = fresh_home.work / "safebox"
+    pkg.mkdir()
+    marker = fresh_home.root / "planted-code-ran"
+    (pkg / "__init__.py").write_text(f"open({str(marker)!r}, 'w').close()\n")
+    r = fresh_home.run(["true"], env={"PYTHONPATH": str(fresh_home.work)})
     assert r.returncode == 0, r.stderr
-    assert (fresh_home.work / "written").exists()
-    assert f"import path {fresh_home.root} holds a write root: not kept read-only inside" in r.stderr
+    assert not marker.exists()
+    control = subprocess.run([str(SAFEBOX_BIN.parent / "python"), "-c", "import safebox"], cwd=fresh_home.root,
+                             env={**fresh_home.env(), "PYTHONPATH": str(fresh_home.work)}, timeout=60)
+    assert control.returncode == 0 and marker.exists()

@@ -85,3 +85,27 @@ def test_command_runs_in_a_new_session(shared_home: FakeHome, mode: str) -> None
         proc.kill()
         proc.communicate()
         kill_tree_by_arg(arg)
+
+
+@pytest.mark.parametrize("mode", ALL_MODES)
+def test_the_users_other_terminals_cannot_be_opened(shared_home: FakeHome, pty: tuple[int, int], mode: str) -> None:
+    """Another terminal of the same user (a second pty): opening it would let
+    the command read what is typed there and write into it (found in review:
+    helper-only granted all of /dev/pts). Under bwrap /dev/pts is a fresh
+    instance; the helper alone grants only the command's own terminal."""
+    _, own = pty
+    v_master, victim = os.openpty()
+    try:
+        script = f"(echo x > {os.ttyname(victim)}) 2>&1; echo own > {os.ttyname(own)} && echo own-ok"
+        control = subprocess.run(["sh", "-c", script], stdin=own, capture_output=True, text=True, timeout=60)
+        assert control.stdout == "own-ok\n", control.stdout  # on the host both open
+        r = subprocess.run(shared_home.argv(["sh", "-c", script], mode=mode), stdin=own, capture_output=True,
+                           text=True, env=shared_home.env(), cwd=shared_home.work, timeout=60, check=False)
+        lines = r.stdout.splitlines()
+        assert lines[0] == f"sh: 1: cannot create {os.ttyname(victim)}: Permission denied", r.stdout
+        # The helper alone still lets the command open its own terminal by
+        # name; under bwrap it has it as fd 0-2 only (docs/index.md).
+        assert lines[1:] == (["own-ok"] if mode == HELPER_ONLY else []), r.stdout + r.stderr
+    finally:
+        os.close(v_master)
+        os.close(victim)

@@ -34,7 +34,7 @@ def test_the_launcher_skips_site_yet_keeps_the_venv_read_only_inside(tmp_path: P
     itself: the venv must still count as safebox's own installation, kept
     read-only inside even when a write root holds it (here the checkout)."""
     launcher = ROOT / ".venv" / "bin" / "safebox"
-    assert launcher.read_text().splitlines()[0] == f"#!{ROOT / '.venv' / 'bin' / 'python'} -S"
+    assert launcher.read_text().splitlines()[0] == f"#!{ROOT / '.venv' / 'bin' / 'python'} -IS"
     planted, beside = ROOT / ".venv" / "planted", ROOT / f"beside-{os.getpid()}"
     try:
         r = subprocess.run([str(launcher), "exec", "--allow-write", str(ROOT), "--",

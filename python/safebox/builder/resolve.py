@@ -131,6 +131,50 @@ def _rg_finish(proc: Spawned, root: str) -> list[str]:
     return sorted(found)
 
 
+KNOWN_GIT_DIRS = "known-git-dirs"
+_KNOWN_MAX = 4096
+
+
+def read_known_git_dirs(path: str) -> tuple[tuple[str, str], ...]:
+    """The git dirs and worktree admin dirs remembered by earlier runs
+    (``KIND HEXPATH`` lines in the state dir, which the sandbox cannot
+    write). A missing or unreadable file is an empty memory."""
+    try:
+        with open(path, "rb") as f:
+            raw = f.read(1 << 20)
+    except OSError:
+        return ()
+    out = []
+    for line in raw.decode("ascii", "replace").splitlines():
+        kind, _, hexpath = line.partition(" ")
+        try:
+            out.append((kind, os.fsdecode(bytes.fromhex(hexpath))))
+        except ValueError:
+            continue
+    return tuple(out)
+
+
+def remember_git_dirs(path: str, before: tuple[tuple[str, str], ...], seen: tuple[tuple[str, str], ...]) -> None:
+    """Add what this run recognised to the memory (atomically, 0600); paths
+    that are no longer directories are dropped, the newest kept first, at
+    most 4096. Written only when something changed; never fails the run."""
+    merged = dict.fromkeys([*seen, *before])
+    keep = [e for e in merged if os.path.isdir(e[1])][:_KNOWN_MAX]
+    if set(keep) == set(before):
+        return
+    data = "".join(f"{kind} {os.fsencode(p).hex()}\n" for kind, p in keep).encode()
+    tmp = f"{path}.{os.getpid()}.tmp"
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        try:
+            os.write(fd, data)
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+    except OSError:
+        pass  # a memory that cannot be written only loses this run's additions
+
+
 def _is_git_dir(d: str) -> bool:
     """A repository's git dir whatever its name: HEAD, objects/ and refs/ (what
     git's own is_git_directory() checks), as a bare repo or the target of
@@ -266,9 +310,13 @@ class Protected(Frozen):
     sealed: list[tuple[str, list[str]]]  # git dirs missing hooks/ or config
     git_dirs: list[str]  # bound onto themselves (cannot be renamed)
     links: list[tuple[str, str]]  # (symlink, its target text): restored if replaced
+    # Git dirs not named .git and worktree admin dirs seen now or before:
+    # ("git" | "admin", path), remembered in the state dir (see KnownGitDirs).
+    known: list[tuple[str, str]] = []
 
 
-def protected_paths(scans: dict[str, RootScan], write_roots: list[str], depth: int, home: str) -> Protected:
+def protected_paths(scans: dict[str, RootScan], write_roots: list[str], depth: int, home: str,
+                    known: tuple[tuple[str, str], ...] = ()) -> Protected:
     """Decide every protected path under the write roots.
 
     Existing ones are re-bound read-only. A git directory missing one of its
@@ -293,6 +341,12 @@ def protected_paths(scans: dict[str, RootScan], write_roots: list[str], depth: i
         return any(_is_under(p, w) for w in write_roots)
 
     admins: set[str] = set()
+    # Recognised in an earlier run: a command that renamed objects/ away, or
+    # made an objects/ in a worktree admin dir, must not have shed the
+    # protection by the next run (found in review).
+    for kind, p in known:
+        if under_a_root(p) and os.path.isdir(p) and not os.path.islink(p):
+            (admins if kind == "admin" else gits).add(p)
     for root in write_roots:
         found, named = scans[root].collect(root)
         for p in found:
@@ -322,8 +376,10 @@ def protected_paths(scans: dict[str, RootScan], write_roots: list[str], depth: i
                 else:
                     existing.add(real)
         # Missing protected files and directories at the top of the root
-        # (`.mcp.json`, `.claude/`, `.config/git` when the root is $HOME).
-        for name in (*defaults.PROTECTED_FILES, *defaults.PROTECTED_DIRS):
+        # (`.mcp.json`, `.claude/`, `.config/git` when the root is $HOME),
+        # and the config of a repository the command creates there with `git
+        # init` (`core.fsmonitor` in it runs at the user's next `git status`).
+        for name in (*defaults.PROTECTED_FILES, *defaults.PROTECTED_DIRS, ".git/config"):
             q = os.path.join(root, name)
             if not os.path.lexists(q):
                 missing.add(q)
@@ -358,7 +414,14 @@ def protected_paths(scans: dict[str, RootScan], write_roots: list[str], depth: i
     # mount point cannot be renamed, so `mv .git .git-old` cannot shed the
     # protection of the entries below it.
     git_dirs = sorted(p for p in gits if os.path.isdir(p) and not os.path.islink(p))
+    # Watched names are recorded with their parents resolved now (a dotfile
+    # manager's ~/.config -> dotfiles/config is legitimate): after the run a
+    # parent that resolves elsewhere was replaced by the command, and the
+    # quarantine refuses to follow it (runner.quarantine).
+    missing = {os.path.join(os.path.realpath(os.path.dirname(m)), os.path.basename(m)) for m in missing}
+    seen = {("git", g) for g in gits if os.path.basename(g) != ".git"} | {("admin", a) for a in admins}
     return Protected(existing=sorted(existing - set(git_dirs)), missing=sorted(missing - existing),
+                     known=sorted(seen),
                      sealed=sealed, git_dirs=git_dirs, links=sorted(links.items()))
 
 
@@ -429,12 +492,29 @@ def pin_ancestors(paths: list[str], write_roots: list[str]) -> list[str]:
 #: The device nodes a command may open on a helper-only host (Landlock's
 #: "dev" class: read, write, device ioctl); see landlock_rules.
 HELPER_ONLY_DEVICES = ("/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom",
-                       "/dev/tty", "/dev/ptmx", "/dev/pts")
+                       "/dev/tty", "/dev/ptmx")
+
+
+def own_terminals() -> list[str]:
+    """The terminals safebox's stdin, stdout and stderr are (and so the
+    command's): on a helper-only host the only ones under /dev/pts it may
+    open. The whole of /dev/pts would hand it the user's other terminals, to
+    read typed passwords from and write into (found in review)."""
+    out: list[str] = []
+    for fd in (0, 1, 2):
+        try:
+            name = os.ttyname(fd)
+        except OSError:
+            continue  # not a terminal
+        if name.startswith("/dev/") and name not in out:
+            out.append(name)
+    return out
 
 
 #: Device nodes the command cannot do without; a deny-read entry for one is
 #: an error, never a silent skip (bwrap's /dev has them all).
-UNMASKABLE_DEVICES = ("/dev", *HELPER_ONLY_DEVICES, "/dev/fd", "/dev/stdin", "/dev/stdout", "/dev/stderr")
+UNMASKABLE_DEVICES = ("/dev", *HELPER_ONLY_DEVICES, "/dev/pts", "/dev/fd", "/dev/stdin", "/dev/stdout",
+                      "/dev/stderr")
 
 
 def landlock_rules(*, layers: Layers, write_roots: list[str], mask_dirs: list[str],
@@ -464,7 +544,7 @@ def landlock_rules(*, layers: Layers, write_roots: list[str], mask_dirs: list[st
     # around seccomp's userfaultfd rule), the host's /dev/shm. It stays out
     # of the read grant; only the harmless nodes are granted.
     rules = _walk_excluding("read", "/", sorted({*denied, "/dev"}))
-    rules += [("dev", d) for d in HELPER_ONLY_DEVICES if os.path.exists(d)]
+    rules += [("dev", d) for d in (*HELPER_ONLY_DEVICES, *own_terminals()) if os.path.exists(d)]
     for root in write_roots:
         if any(_is_under(root, d) for d in (*denied, *write_exclude)):
             continue  # the write root itself is denied or safebox's own: grant nothing there
@@ -571,15 +651,23 @@ def _resolve(policy: EffectivePolicy, *, layers: Layers, cwd: str, home: str, ho
                                  "a write root cannot be unreadable; remove one of them")
 
     # The interpreter's import path too (the base installation behind a venv,
-    # a `pip --user` site, the entry script's dir), except an entry that
-    # holds a write root (PYTHONPATH=. in the work dir): keeping it read-only
-    # would take the write root away; such an entry is named with -v.
+    # a `pip --user` site, the entry script's dir): code planted there runs
+    # in safebox at its next start, outside any sandbox. An entry that holds
+    # a write root (PYTHONPATH=. in the work dir, `python -m safebox` run from
+    # it) cannot be kept read-only without taking the write root away, so
+    # safebox refuses to run at all (found in review: the command planted
+    # safebox/__init__.py there). build.py's launcher runs Python with -I,
+    # which ignores PYTHONPATH.
     imports: list[str] = []
     for p in host.import_paths:
         real = os.path.realpath(p)
-        if any(_is_under(w, real) for w in write_roots):
-            notes.append(f"import path {real} holds a write root: not kept read-only inside")
-        elif os.path.isdir(real):
+        holds = [w for w in write_roots if _is_under(w, real)]
+        if holds:
+            raise BuildError(f"Python's import path has {real}, which holds the write root {holds[0]}: "
+                             "the command could plant code that safebox itself would run next time",
+                             hint="unset PYTHONPATH, and start safebox by its `safebox` script, "
+                                  "not `python -m safebox` from the work tree")
+        if os.path.isdir(real):
             imports.append(real)
     for p in (*mask_dirs, *mask_files):
         if p in UNMASKABLE_DEVICES or any(_is_under(p, d) for d in ("/dev/pts", "/dev/fd")):
@@ -589,7 +677,10 @@ def _resolve(policy: EffectivePolicy, *, layers: Layers, cwd: str, home: str, ho
                        | set(imports)))
     rules = landlock_rules(layers=layers, write_roots=write_roots, mask_dirs=mask_dirs, mask_files=mask_files,
                            write_exclude=own)
-    prot = protected_paths(scans, write_roots, policy.search_depth, home)
+    known_file = os.path.join(host.state_dir, KNOWN_GIT_DIRS)
+    known_before = read_known_git_dirs(known_file)
+    prot = protected_paths(scans, write_roots, policy.search_depth, home, known=known_before)
+    remember_git_dirs(known_file, known_before, tuple(prot.known))
     existing, missing, sealed, git_dirs = prot.existing, prot.missing, prot.sealed, prot.git_dirs
     scan.procs = {}
     socket_binds: list[str] = []
@@ -666,5 +757,6 @@ def import_paths() -> tuple[str, ...]:
     import sys
 
     out = {sys.base_prefix, sys.base_exec_prefix, sys.exec_prefix}
-    out.update(p for p in sys.path if p and os.path.isabs(p))
+    # '' is the current directory (`python -c`, `python -m`).
+    out.update(p if p else os.getcwd() for p in sys.path if not p or os.path.isabs(p))
     return tuple(sorted(out))
