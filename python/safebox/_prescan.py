@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import os
 
-from safebox._record import Spawned, which
+from safebox._record import Spawned, path_outside, which
 from safebox.errors import BuildError
 from safebox.policy import defaults
 
@@ -65,6 +65,16 @@ def start_find(find: str, root: str, depth: int) -> Spawned:
         raise BuildError(f"find failed under {root}: {e}; cannot find protected symlinks") from None
 
 
+def safe_tool(name: str) -> str | None:
+    """``name`` from $PATH before the policy is known: not from the working
+    directory, the home directory or a temporary directory, the usual write
+    roots (the runner checks again against the real ones)."""
+    untrusted = [os.getcwd(), os.path.expanduser("~"), "/tmp", "/var/tmp", "/dev/shm"]
+    if os.environ.get("TMPDIR"):
+        untrusted.append(os.environ["TMPDIR"])
+    return which(name, path_outside(untrusted))
+
+
 def early(argv: list[str]) -> None:
     """Start the walks of the working directory if ``argv`` (without the
     program name) is a real ``exec``; idempotent, and never fails: any
@@ -74,7 +84,7 @@ def early(argv: list[str]) -> None:
     options = argv[1:argv.index("--")] if "--" in argv else argv[1:]
     if "--dry-run" in options:
         return
-    rg, find = which("rg"), which("find")
+    rg, find = safe_tool("rg"), safe_tool("find")
     if rg is None or find is None:
         return
     try:

@@ -136,6 +136,25 @@ def which(name: str, path: str | None = None) -> str | None:
     return None
 
 
+def path_outside(roots: "list[str] | tuple[str, ...]") -> str:
+    """$PATH without the entries a sandboxed command could have written to:
+    relative or empty ones (the working directory) and any that lie in one
+    of ``roots`` (an activated project venv, ~/.local/bin under a writable
+    home). safebox runs bwrap, ripgrep, find and socat on the host, before
+    and outside any sandbox: one planted in a write root would run there at
+    the next start (found in review)."""
+    real_roots = [os.path.realpath(r) for r in roots]
+    keep = []
+    for d in os.environ.get("PATH", os.defpath).split(os.pathsep):
+        if not d.startswith("/"):
+            continue
+        real = os.path.realpath(d)
+        if any(real == r or real.startswith(r.rstrip("/") + "/") for r in real_roots):
+            continue
+        keep.append(d)
+    return os.pathsep.join(keep)
+
+
 def rmtree(path: str) -> None:
     """Remove ``path`` recursively without following symlinks; ignore errors."""
     try:

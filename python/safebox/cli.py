@@ -170,13 +170,13 @@ def _exit_now(rc: int) -> None:
 def _run_exec(parsed: dict[str, Any]) -> int:
     # ripgrep's walk of the working directory starts before the runner (and
     # everything it imports) is loaded; the runner adopts it.
-    from safebox._record import which
+    from safebox import _prescan
     from safebox.builder.resolve import prestart
 
     prescan: dict[tuple[str, int], Any] = {}
     if not parsed["dry_run"]:
         try:
-            prescan = prestart(cwd=os.path.realpath(os.getcwd()), rg=which("rg"))
+            prescan = prestart(cwd=os.path.realpath(os.getcwd()), rg=_prescan.safe_tool("rg"))
         except Exception:  # noqa: BLE001 — only an optimisation; the runner starts its own
             prescan = {}
     try:

@@ -25,7 +25,7 @@ import _signal as signal  # the C module: `signal` wraps it in enums (~4.5 ms of
 import sys
 import time
 
-from safebox._record import Frozen, StrEnum, read_until, rmtree, which
+from safebox._record import Frozen, StrEnum, path_outside, read_until, rmtree, which
 from safebox.builder.resolved import Bridge, Layers, NetKind, ResolvedPolicy
 from safebox.errors import BuildError, HelperError, PolicyError, RunError
 from safebox.policy.effective import EffectivePolicy
@@ -533,6 +533,20 @@ def restore_links(links: tuple[tuple[str, str], ...], state: str) -> list[tuple[
     return restored
 
 
+def _tool(name: str, tools_path: str) -> str | None:
+    """``name`` from ``tools_path`` ($PATH outside the write roots). Raises
+    BuildError when the only one on $PATH lies in a write root: running it
+    would run whatever the command left there; None when there is none."""
+    found = which(name, tools_path)
+    if found is None:
+        elsewhere = which(name)
+        if elsewhere is not None:
+            raise BuildError(f"{name} is on PATH only at {elsewhere}, inside a write root: a sandboxed "
+                             "command could have replaced it, and safebox runs it outside the sandbox",
+                             hint=f"install {name} outside the write roots, or take that directory off PATH")
+    return found
+
+
 def run(req: ExecRequest, *, prescan: dict[tuple[str, int], Any] | None = None) -> int:
     """Run ``req.command`` sandboxed; return the exit status for ``safebox exec``."""
     if not req.command:
@@ -565,7 +579,10 @@ def run(req: ExecRequest, *, prescan: dict[tuple[str, int], Any] | None = None) 
     strict = policy.strict
 
     ports = _publish_ports(req.publish, policy)
-    bwrap = which("bwrap")
+    # bwrap, socat, ripgrep and find run on the host: never from a PATH entry
+    # the sandboxed command can write (found in review: a planted .venv/bin/rg).
+    tools = path_outside([cwd, *policy.allow_write])
+    bwrap = _tool("bwrap", tools)
     layers, notes = decide_layers(req, bwrap=bwrap)
     if strict and layers is not Layers.BOTH:
         raise BuildError(f"--strict: refusing to run with {layers.value} (every layer must be enforced)",
@@ -580,7 +597,7 @@ def run(req: ExecRequest, *, prescan: dict[tuple[str, int], Any] | None = None) 
     helper = find_helper()
     if layers is not Layers.BWRAP_ONLY:
         check_helper(helper)
-    socat = which("socat")
+    socat = _tool("socat", tools)
     audit = None
     if req.audit_log:
         from safebox.audit import AuditLog
@@ -599,7 +616,7 @@ def run(req: ExecRequest, *, prescan: dict[tuple[str, int], Any] | None = None) 
         policy = policy.replace(allow_write=(*policy.allow_write, run_tmp))
     # ripgrep starts now and searches the write roots while the rest is prepared.
     try:
-        scan = Scan(policy, layers=layers, rg_path=which("rg"), prestarted=prescan)
+        scan = Scan(policy, layers=layers, rg_path=_tool("rg", tools), prestarted=prescan)
     except BaseException:
         if run_tmp is not None:
             rmtree(run_tmp)
@@ -661,7 +678,7 @@ def run(req: ExecRequest, *, prescan: dict[tuple[str, int], Any] | None = None) 
         host = HostFacts(helper_path=helper, self_paths=(*self_paths(), helper, *given),
                          import_paths=import_paths(),
                          state_dir=state, run_dir=run_path,
-                         policy_path=os.path.join(run_path, "policy"), rg_path=which("rg"))
+                         policy_path=os.path.join(run_path, "policy"), rg_path=_tool("rg", tools))
         rp = resolve(policy, layers=layers, cwd=cwd, home=home, host=host, bridges=bridges, scan=scan)
         if ports and layers is not Layers.HELPER_ONLY:
             # Without bwrap the command shares the host's network: its port

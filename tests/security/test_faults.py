@@ -19,6 +19,14 @@ def _leftovers(home: FakeHome) -> list[str]:
     return sorted(os.listdir(home.run_base)) if home.run_base.exists() else []
 
 
+def _outside(home: FakeHome) -> Path:
+    """A directory outside every write root (not the work tree, not /tmp):
+    safebox takes no tool from a PATH entry the sandbox could write."""
+    d = home.root.parent / f"bin-{home.root.name}"
+    d.mkdir(exist_ok=True)
+    return d
+
+
 def _fake_bin(tmp: Path, name: str, script: str) -> str:
     """A directory holding a fake `name`, placed first on PATH."""
     d = tmp / f"fake-{name}"
@@ -49,7 +57,7 @@ def test_a_working_run_leaves_nothing_behind_control(fresh_home: FakeHome) -> No
 
 def test_without_bwrap_on_path_the_helper_runs_alone_and_says_so(fresh_home: FakeHome, tmp_path: Path) -> None:
     r = fresh_home.run(["cat", str(fresh_home.root / ".ssh" / "id_rsa")],
-                       env={"PATH": _path_without(tmp_path, "bwrap")})
+                       env={"PATH": _path_without(_outside(fresh_home), "bwrap")})
     assert r.returncode == 1 and fresh_home.secret not in r.stdout
     assert "safebox: bubblewrap not found: running with the helper alone" in r.stderr
     assert "Permission denied" in r.stderr  # Landlock still keeps the credential unreadable
@@ -57,7 +65,7 @@ def test_without_bwrap_on_path_the_helper_runs_alone_and_says_so(fresh_home: Fak
 
 def test_without_bwrap_strict_refuses_to_run(fresh_home: FakeHome, tmp_path: Path) -> None:
     marker = fresh_home.work / "ran"
-    r = fresh_home.run(["touch", str(marker)], opts=["--strict"], env={"PATH": _path_without(tmp_path, "bwrap")})
+    r = fresh_home.run(["touch", str(marker)], opts=["--strict"], env={"PATH": _path_without(_outside(fresh_home), "bwrap")})
     assert r.returncode == 125 and not marker.exists()
     assert _safebox_lines(r.stderr)[-1].startswith("safebox: --strict: refusing to run with helper-only")
     assert _leftovers(fresh_home) == []
@@ -71,7 +79,7 @@ def test_without_a_tool_that_finds_protected_files_the_command_never_runs(fresh_
                                                                           tool: str, message: str) -> None:
     # Without the walk, protected files under the write roots would go unprotected: fail closed.
     marker = fresh_home.work / "ran"
-    r = fresh_home.run(["touch", str(marker)], env={"PATH": _path_without(tmp_path, tool)})
+    r = fresh_home.run(["touch", str(marker)], env={"PATH": _path_without(_outside(fresh_home), tool)})
     assert r.returncode == 125 and not marker.exists()
     assert _safebox_lines(r.stderr) == [message], r.stderr
     assert _leftovers(fresh_home) == []
@@ -79,7 +87,7 @@ def test_without_a_tool_that_finds_protected_files_the_command_never_runs(fresh_
 
 def test_a_failing_bwrap_is_a_clear_error_and_the_command_never_runs(fresh_home: FakeHome, tmp_path: Path) -> None:
     marker = fresh_home.work / "ran"
-    path = _fake_bin(tmp_path, "bwrap", "echo 'bwrap: setting up uid map: Permission denied' >&2; exit 1")
+    path = _fake_bin(_outside(fresh_home), "bwrap", "echo 'bwrap: setting up uid map: Permission denied' >&2; exit 1")
     r = fresh_home.run(["touch", str(marker)], env={"PATH": path})
     assert r.returncode == 125 and not marker.exists()
     assert _safebox_lines(r.stderr) == ["safebox: bubblewrap could not create the sandbox (exit 1; its message is above)"]

@@ -124,3 +124,36 @@ def test_the_launcher_ignores_pythonpath_so_a_planted_safebox_package_never_runs
     control = subprocess.run([str(SAFEBOX_BIN.parent / "python"), "-c", "import safebox"], cwd=fresh_home.root,
                              env={**fresh_home.env(), "PYTHONPATH": str(fresh_home.work)}, timeout=60)
     assert control.returncode == 0 and marker.exists()
+
+
+@pytest.mark.parametrize("tool", ["rg", "find", "bwrap", "socat"])
+def test_a_tool_planted_on_path_inside_the_work_tree_never_runs(fresh_home: FakeHome, tool: str) -> None:
+    """An activated project venv puts proj/.venv/bin first on PATH, and the
+    work tree is writable inside: a command plants .venv/bin/rg, and safebox
+    would run it on the host at the next start (found in review). safebox
+    takes its tools only from PATH entries outside the write roots."""
+    bindir = fresh_home.work / ".venv" / "bin"
+    marker = fresh_home.root / f"planted-{tool}-ran"
+    plant = (f"mkdir -p {bindir} && printf '#!/bin/sh\\ntouch {marker}\\nexec /usr/bin/{tool} \"$@\"\\n' "
+             f"> {bindir}/{tool} && chmod +x {bindir}/{tool}")
+    assert fresh_home.run(["sh", "-c", plant]).returncode == 0
+    path = f"{bindir}:{fresh_home.env()['PATH']}"
+    policy = fresh_home.root / "net.json"
+    policy.write_text('{"network": {"allowedDomains": ["localhost"], "allowLocalBinding": true}}')
+    # Control: with that PATH, the planted tool is the one `which` finds, and it runs.
+    assert host(["sh", "-c", f"command -v {tool}"], env={"PATH": path}).stdout.strip() == f"{bindir}/{tool}"
+    r = fresh_home.run(["true"], env={"PATH": path}, opts=["-p", str(policy), "--publish", "8080"]
+                       if tool == "socat" else [])
+    assert r.returncode == 0, r.stderr  # with the tools from /usr/bin
+    assert not marker.exists(), r.stderr
+
+
+def test_a_tool_found_only_inside_a_write_root_is_a_refusal(fresh_home: FakeHome) -> None:
+    bindir = fresh_home.work / "tools"
+    bindir.mkdir()
+    for tool in ("bwrap", "rg", "find", "socat", "sh", "true"):
+        (bindir / tool).symlink_to(f"/usr/bin/{tool}")
+    marker = fresh_home.work / "ran"
+    r = fresh_home.run(["touch", str(marker)], env={"PATH": str(bindir)})
+    assert r.returncode == 125 and not marker.exists()
+    assert f"safebox: bwrap is on PATH only at {bindir}/bwrap, inside a write root" in r.stderr, r.stderr

@@ -96,16 +96,19 @@ def test_check_host_decision_table(host: str, allowed: bool, rule: str) -> None:
 
 
 LOCAL = [
-    "127.0.0.1", "127.255.0.1", "10.0.0.1", "172.16.5.5", "192.168.1.1", "169.254.1.1",
+    "127.0.0.1", "127.255.0.1", "10.0.0.1", "172.16.5.5", "192.168.1.1",
     "0.0.0.0", "224.0.0.1", "239.255.255.250", "255.255.255.255", "100.64.0.1",
     "100.127.255.254", "240.0.0.1", "192.0.2.1", "198.18.0.1",
-    "::1", "::", "fe80::1", "fc00::1", "fd12:3456::1", "ff02::1", "fec0::1",
+    "::1", "::", "fc00::1", "fd12:3456::1", "ff02::1", "fec0::1",
     "::ffff:127.0.0.1", "::ffff:10.0.0.1", "::127.0.0.1", "64:ff9b::10.0.0.1",
     "64:ff9b::7f00:1", "2002:7f00:1::1", "2002:c0a8:101::1",
 ]
 PUBLIC = ["8.8.8.8", "1.1.1.1", "100.128.0.1", "2606:4700:4700::1111", "64:ff9b::8.8.8.8", "::ffff:8.8.8.8"]
+# Metadata and credential endpoints, and everything link-local around them
+# (ECS task credentials, EKS Pod Identity, Azure WireServer: found in review).
 METADATA = ["169.254.169.254", "fd00:ec2::254", "100.100.100.200", "::ffff:169.254.169.254",
-            "64:ff9b::169.254.169.254"]
+            "64:ff9b::169.254.169.254", "169.254.170.2", "169.254.170.23", "fd00:ec2::23", "168.63.129.16",
+            "169.254.1.1", "fe80::1"]
 
 
 @pytest.mark.parametrize("addr", LOCAL)
@@ -190,3 +193,15 @@ def test_normalize_host_never_crashes_and_output_is_clean(text: str) -> None:
     assert out.isascii() and out == out.lower() and not out.endswith(".")
     assert not any(c in out for c in "@#/?% \x00") and len(out) <= 253
     assert normalize_host(out) == out  # idempotent
+
+
+@pytest.mark.parametrize("answer", ["93.184.216.34", "::ffff:93.184.216.34", "64:ff9b::93.184.216.34",
+                                    "2002:5db8:d822::1"])
+def test_a_denied_ipv4_literal_is_denied_in_every_form_an_ipv6_answer_carries_it(answer: str) -> None:
+    """An AAAA answer ::ffff:A.B.C.D reaches A.B.C.D through the dual-stack
+    socket (found in review). Control: another address passes."""
+    rules = NetworkRules.from_policy(["*.example.com"], ["93.184.216.34"])
+    d = rules.check_address(ipaddress.ip_address(answer), host="www.example.com")
+    assert not d.allowed and d.rule == RULE_DENIED, d
+    assert "93.184.216.34 is listed in network.deniedDomains" in d.reason
+    assert rules.check_address(ipaddress.ip_address("::ffff:93.184.216.35"), host="www.example.com").allowed

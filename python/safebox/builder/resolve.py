@@ -14,7 +14,7 @@ import stat
 from safebox import _prescan
 from safebox._prescan import start_find as _find_links_start
 from safebox._prescan import start_rg as _rg_start
-from safebox._record import Frozen, Spawned, which
+from safebox._record import Frozen, Spawned, path_outside, which
 from safebox.builder.resolved import Bridge, Layers, NetKind, ResolvedPolicy
 from safebox.errors import BuildError
 from safebox.policy import defaults
@@ -282,7 +282,7 @@ def prestart(*, cwd: str, rg: str | None) -> dict[tuple[str, int], RootScan]:
         return {(cwd, depth): RootScan(rg="", find=None, root=cwd, depth=depth, started=started)}
     if rg is None:
         return {}
-    return {(cwd, depth): RootScan(rg=rg, find=which("find"), root=cwd, depth=depth)}
+    return {(cwd, depth): RootScan(rg=rg, find=_prescan.safe_tool("find"), root=cwd, depth=depth)}
 
 
 def start_scans(rg: str | None, write_roots: list[str], depth: int) -> dict[str, RootScan]:
@@ -290,7 +290,7 @@ def start_scans(rg: str | None, write_roots: list[str], depth: int) -> dict[str,
     if rg is None:
         raise BuildError("ripgrep (rg) not found; it finds the files safebox must keep read-only",
                          hint="install ripgrep (apt-get install ripgrep) or run `safebox doctor`")
-    find = which("find")
+    find = which("find", path_outside(write_roots))
     scans: dict[str, RootScan] = {}
     try:
         for root in write_roots:
@@ -615,6 +615,13 @@ class Scan:
         pre = prestarted if prestarted is not None else {}
         adopt = {r: pre.pop((r, policy.search_depth)) for r in self.write_roots
                  if (r, policy.search_depth) in pre}
+        for sc in adopt.values():
+            for tool in (sc.rg.argv[0], sc.links.argv[0]):
+                if not which(os.path.basename(tool), path_outside(self.write_roots)) == tool:
+                    for other in adopt.values():
+                        other.cancel()
+                    raise BuildError(f"{tool} lies in a write root of this policy: the sandboxed command "
+                                     "could have replaced it", hint="install it outside the write roots")
         rest = [r for r in self.write_roots if r not in adopt]
         self.procs = {**adopt, **start_scans(rg_path, rest, policy.search_depth)}
 

@@ -58,16 +58,23 @@ _NUMERIC_LABEL_RE = re.compile(r"(?:0x[0-9a-f]*|[0-9]+)\Z")
 _CANONICAL_V4_RE = re.compile(r"(?:(?:25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])\.){3}"
                               r"(?:25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])\Z")
 
-#: Cloud instance-metadata endpoints (AWS/GCP/Azure/OpenStack, AWS IPv6 on
-#: Nitro, Alibaba).  Credentials live there, so ``allowLocalDestinations`` is
-#: not enough: they must be listed literally in ``allowedDomains``.
+#: Cloud instance-metadata and credential endpoints (AWS/GCP/Azure/OpenStack
+#: at 169.254.169.254, AWS IPv6 on Nitro, Alibaba, Azure's WireServer
+#: 168.63.129.16, AWS ECS task credentials 169.254.170.2, EKS Pod Identity
+#: 169.254.170.23 and fd00:ec2::23).  Credentials live there, so
+#: ``allowLocalDestinations`` is not enough: they must be listed literally in
+#: ``allowedDomains``.  So must anything else link-local (METADATA_NETWORKS):
+#: providers keep adding endpoints there (found in review).
 METADATA_ADDRESSES: frozenset[IPAddress] = frozenset(
     {
         ipaddress.ip_address("169.254.169.254"),
         ipaddress.ip_address("fd00:ec2::254"),
+        ipaddress.ip_address("fd00:ec2::23"),
         ipaddress.ip_address("100.100.100.200"),
+        ipaddress.ip_address("168.63.129.16"),
     }
 )
+METADATA_NETWORKS = (ipaddress.ip_network("169.254.0.0/16"), ipaddress.ip_network("fe80::/10"))
 
 _CGNAT = ipaddress.ip_network("100.64.0.0/10")
 _NAT64 = ipaddress.ip_network("64:ff9b::/96")
@@ -203,6 +210,10 @@ def _matches(name: str, pattern: str) -> bool:
     return name == pattern
 
 
+def _is_metadata(ip: IPAddress) -> bool:
+    return ip in METADATA_ADDRESSES or any(ip in n for n in METADATA_NETWORKS if n.version == ip.version)
+
+
 def _embedded_ipv4(ip: ipaddress.IPv6Address) -> list[ipaddress.IPv4Address]:
     """IPv4 addresses an IPv6 address reaches: mapped (``::ffff:a.b.c.d``),
     compatible (``::a.b.c.d``), NAT64 (``64:ff9b::/96``), 6to4 and Teredo."""
@@ -333,13 +344,18 @@ class NetworkRules:
         passes.  ``host`` only enriches the reason.
         """
         via = f"{host} resolves to " if host and host != ip.compressed else ""
-        if ip in self._literal_ips(self.denied):
-            return Decision(False, RULE_DENIED, f"{via}{ip.compressed}, listed in {RULE_DENIED}")
+        embedded = _embedded_ipv4(ip) if isinstance(ip, ipaddress.IPv6Address) else []
+        # A denied IPv4 literal is denied in every form an IPv6 answer can
+        # carry it (::ffff:a.b.c.d, NAT64, 6to4): the dual-stack socket
+        # reaches the same host (found in review).
+        denied = self._literal_ips(self.denied)
+        hit = next((a for a in (ip, *embedded) if a in denied), None)
+        if hit is not None:
+            return Decision(False, RULE_DENIED, f"{via}{ip.compressed}, {hit.compressed} is listed in {RULE_DENIED}")
         literal = self._literal_ips(self.allowed)
         if ip in literal:
             return Decision(True, RULE_ALLOWED, f"{ip.compressed} is listed literally in {RULE_ALLOWED}")
-        embedded = _embedded_ipv4(ip) if isinstance(ip, ipaddress.IPv6Address) else []
-        if ip in METADATA_ADDRESSES or any(v4 in METADATA_ADDRESSES for v4 in embedded):
+        if _is_metadata(ip) or any(_is_metadata(v4) for v4 in embedded):
             return Decision(
                 False, RULE_ALLOWED,
                 f"{via}{ip.compressed}, a cloud metadata address; it is reachable only when "
