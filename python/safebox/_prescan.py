@@ -69,9 +69,7 @@ def safe_tool(name: str) -> str | None:
     """``name`` from $PATH before the policy is known: not from the working
     directory, the home directory or a temporary directory, the usual write
     roots (the runner checks again against the real ones)."""
-    untrusted = [os.getcwd(), os.path.expanduser("~"), "/tmp", "/var/tmp", "/dev/shm"]
-    if os.environ.get("TMPDIR"):
-        untrusted.append(os.environ["TMPDIR"])
+    untrusted = (os.getcwd(), os.path.expanduser("~"), "/tmp", "/var/tmp", "/dev/shm", os.environ.get("TMPDIR") or "/tmp")
     return which(name, path_outside(untrusted))
 
 

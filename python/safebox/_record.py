@@ -143,16 +143,34 @@ def path_outside(roots: "list[str] | tuple[str, ...]") -> str:
     home). safebox runs bwrap, ripgrep, find and socat on the host, before
     and outside any sandbox: one planted in a write root would run there at
     the next start (found in review)."""
-    real_roots = [os.path.realpath(r) for r in roots]
+    key = (os.environ.get("PATH", os.defpath), tuple(roots))
+    hit = _path_outside_memo.get(key)
+    if hit is not None:
+        return hit
+    real_roots = [_realpath(r) for r in roots]
     keep = []
-    for d in os.environ.get("PATH", os.defpath).split(os.pathsep):
+    for d in key[0].split(os.pathsep):
         if not d.startswith("/"):
             continue
-        real = os.path.realpath(d)
+        real = _realpath(d)
         if any(real == r or real.startswith(r.rstrip("/") + "/") for r in real_roots):
             continue
         keep.append(d)
-    return os.pathsep.join(keep)
+    _path_outside_memo[key] = out = os.pathsep.join(keep)
+    return out
+
+
+# One exec resolves the same PATH entries for several tools; realpath costs
+# an lstat per component, ~15 µs an entry (on the start-up path).
+_path_outside_memo: dict[tuple[str, tuple[str, ...]], str] = {}
+_realpath_memo: dict[str, str] = {}
+
+
+def _realpath(p: str) -> str:
+    real = _realpath_memo.get(p)
+    if real is None:
+        real = _realpath_memo[p] = os.path.realpath(p)
+    return real
 
 
 def rmtree(path: str) -> None:
