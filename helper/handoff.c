@@ -31,7 +31,7 @@
  * message so that nothing else can be mistaken for a handoff. */
 #define HANDOFF_TAG 'L'
 #define HANDOFF_ACK 'k'
-#define MAX_LISTENERS (2 * SB_MAX_BRIDGES)
+#define MAX_LISTENERS (2 * SB_MAX_BRIDGES) /* also bounds one message's descriptors */
 
 /* Whether ::1 can be bound here (a kernel booted with ipv6.disable=1, or a
  * namespace whose lo has no ::1, cannot).  Never fails. */
@@ -72,9 +72,8 @@ static int listen_loopback(int family, uint16_t port)
 /* Send the N listeners in FDS over SOCK in one message.  Dies on failure:
  * a refused or short send means safebox is gone or the fd is not its
  * socket, and the command must not start without its proxy. */
-static void send_listeners(int sock, const int *fds, size_t n)
+void handoff_send(int sock, char tag, const int *fds, size_t n)
 {
-	char tag = HANDOFF_TAG;
 	struct iovec iov = { .iov_base = &tag, .iov_len = 1 };
 	union {
 		char buf[CMSG_SPACE(sizeof(int) * MAX_LISTENERS)];
@@ -91,24 +90,24 @@ static void send_listeners(int sock, const int *fds, size_t n)
 	c->cmsg_len = CMSG_LEN(sizeof(int) * n);
 	memcpy(CMSG_DATA(c), fds, sizeof(int) * n);
 	if (RETRY_EINTR(sendmsg(sock, &msg, MSG_NOSIGNAL)) != 1)
-		die_errno("proxy port: cannot hand the listeners to safebox");
+		die_errno("cannot hand descriptors to safebox (tag '%c')", tag);
 }
 
 /* Wait until safebox says it accepts on the listeners.  Dies on timeout, on
  * end of file (safebox refused them, or died) or on any other byte: the
  * command starts only once its proxy is there. */
-static void wait_ack(int sock)
+void handoff_wait_ack(int sock)
 {
 	struct pollfd p = { .fd = sock, .events = POLLIN };
 	char c;
 	int r = (int)RETRY_EINTR(poll(&p, 1, HANDOFF_WAIT_MS));
 
 	if (r < 0)
-		die_errno("proxy port: poll");
+		die_errno("handoff: poll");
 	if (r == 0)
-		die("proxy port: safebox did not take the listeners within %d ms", HANDOFF_WAIT_MS);
+		die("handoff: safebox did not take the descriptors within %d ms", HANDOFF_WAIT_MS);
 	if (RETRY_EINTR(read(sock, &c, 1)) != 1 || c != HANDOFF_ACK)
-		die("proxy port: safebox refused the listeners");
+		die("handoff: safebox refused the descriptors");
 }
 
 /* Listen on every "listen" port and hand the listeners to safebox over FD
@@ -137,12 +136,11 @@ unsigned long handoff_listeners(const struct policy *pol, int fd)
 		if (v6)
 			fds[n++] = listen_loopback(AF_INET6, pol->bridges[i].port);
 	}
-	send_listeners(fd, fds, n);
+	handoff_send(fd, HANDOFF_TAG, fds, n);
 	/* safebox holds its own references now; ours must not reach the
 	 * command, which could otherwise accept its own proxy connections. */
 	for (i = 0; i < n; i++)
 		close(fds[i]);
-	wait_ack(fd);
-	close(fd);
+	handoff_wait_ack(fd);
 	return ports;
 }

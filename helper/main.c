@@ -263,7 +263,7 @@ int main(int argc, char **argv)
 	seccomp_prepare(pol.seccomp_path, &bpf);         /*    read the BPF program, */
 	enforce_strict(&pol, &ll, &bpf);
 	st.bridges = handoff_listeners(&pol, a.handoff_fd); /* hand the proxy ports over, */
-	st.bridges += publish_start(&pol);               /*    start the publish bridges */
+	st.bridges += publish_start(&pol, a.handoff_fd); /*    start and pin the publish bridges */
 	set_no_new_privs();                              /* 3 */
 	landlock_apply(&ll);                             /* 4 */
 	close_fds_except(a.status_fd);                   /* 5 */

@@ -11,6 +11,7 @@
  * process group per bridge lets the helper kill them all if it fails later.
  */
 #include "publish.h"
+#include "handoff.h"
 #include "util.h"
 
 #include <fcntl.h>
@@ -121,7 +122,43 @@ static void wait_socket(const char *path)
  * directory forwards to 127.0.0.1:PORT inside, where the command listens;
  * safebox exposes that socket on the host's 127.0.0.1:PORT.  Waits until
  * every socket exists.  Dies on failure, after killing the bridges started. */
-unsigned long publish_start(const struct policy *pol)
+/* Hand safebox an O_PATH descriptor of every publish socket (tag 'P', in
+ * policy order) and wait for its answer.  safebox connects through these
+ * descriptors only, never by name: the run dir's pub/ is writable inside,
+ * and a command that replaced a socket with a symlink to a host socket
+ * (ssh-agent, docker.sock) would otherwise get the host relay to connect
+ * there (found in review).  Done before any restriction and before the
+ * command exists, so what is pinned is what socat created.  Dies on
+ * failure, including HANDOFF_FD < 0. */
+static void pin_sockets(const struct policy *pol, int handoff_fd, unsigned long n)
+{
+	int fds[SB_MAX_BRIDGES];
+	size_t i, k = 0;
+
+	if (handoff_fd < 0)
+		die("the policy publishes ports but no --handoff-fd was given");
+	for (i = 0; i < pol->n_bridges; i++) {
+		struct stat st;
+		int fd;
+
+		if (pol->bridges[i].kind != BRIDGE_PUBLISH)
+			continue;
+		fd = open(pol->bridges[i].sock_path, O_PATH | O_NOFOLLOW | O_CLOEXEC);
+		if (fd < 0)
+			die_errno("published port: open %s", pol->bridges[i].sock_path);
+		if (fstat(fd, &st) < 0 || !S_ISSOCK(st.st_mode))
+			die("published port: %s is not a socket", pol->bridges[i].sock_path);
+		fds[k++] = fd;
+	}
+	if (k != n)
+		die("published port: %zu sockets for %lu ports", k, n);
+	handoff_send(handoff_fd, 'P', fds, k);
+	for (i = 0; i < k; i++)
+		close(fds[i]);
+	handoff_wait_ack(handoff_fd);
+}
+
+unsigned long publish_start(const struct policy *pol, int handoff_fd)
 {
 	unsigned long n = 0;
 	size_t i;
@@ -143,5 +180,7 @@ unsigned long publish_start(const struct policy *pol)
 	for (i = 0; i < pol->n_bridges; i++)
 		if (pol->bridges[i].kind == BRIDGE_PUBLISH)
 			wait_socket(pol->bridges[i].sock_path);
+	if (n > 0)
+		pin_sockets(pol, handoff_fd, n);
 	return n;
 }

@@ -138,12 +138,12 @@ class FakeHome:
                               timeout=timeout, check=False, stdin=None if input is not None else subprocess.DEVNULL)
 
     def popen(self, command: Sequence[str], *, mode: str = BOTH, opts: Sequence[str] = (),
-              env: dict[str, str] | None = None, **kw: Any) -> subprocess.Popen[str]:
+              env: dict[str, str] | None = None, cwd: Path | None = None, **kw: Any) -> subprocess.Popen[str]:
         """Start ``safebox exec`` without waiting (for signal and leftover tests)."""
         kw.setdefault("stdin", subprocess.DEVNULL)
         kw.setdefault("stdout", subprocess.PIPE)
         kw.setdefault("stderr", subprocess.PIPE)
-        return subprocess.Popen(self.argv(command, mode=mode, opts=opts), cwd=self.work, env=self.env(env),
+        return subprocess.Popen(self.argv(command, mode=mode, opts=opts), cwd=cwd or self.work, env=self.env(env),
                                 text=True, **kw)
 
 

@@ -7,11 +7,22 @@ before any restriction) that listens on a unix socket in the run dir's
 is the host half: a listener on the host's 127.0.0.1:PORT whose connections
 are relayed to that unix socket. Threads, not processes: they die with safebox,
 even when it is SIGKILLed, so nothing is left listening.
+
+The socket is never connected to by name. ``pub/`` is writable inside (socat
+creates the socket there), so a command could replace it with a symlink to a
+host socket (ssh-agent, docker.sock) and the relay would follow it (found in
+review). The helper, before the command exists, hands over an ``O_PATH``
+descriptor of each socket socat created (:func:`receive_pinned`); the relay
+connects through ``/proc/self/fd/N``, which names that inode and nothing else,
+and refuses every connection until it has one.
 """
 
 from __future__ import annotations
 
+import array
+import os
 import socket
+import stat
 import threading
 
 from safebox.errors import RunError
@@ -28,6 +39,7 @@ class PublishForwarder:
         self._conns: set[socket.socket] = set()
         self._lock = threading.Lock()
         self._closed = False
+        self._pinned = -1  # O_PATH descriptor of the socket socat created inside
         self._listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self._listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
@@ -53,10 +65,17 @@ class PublishForwarder:
             self._conns.update(socks)
             return True
 
+    def pin(self, fd: int) -> None:
+        """Connect only through ``fd`` from now on (takes ownership)."""
+        self._pinned = fd
+
     def _serve(self, conn: socket.socket) -> None:
+        if self._pinned < 0:
+            conn.close()  # not handed over yet: the command has not started
+            return
         up = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
-            up.connect(self.sock_path)
+            up.connect(f"/proc/self/fd/{self._pinned}")
         except OSError:
             # The bridge inside is not there (yet, or any more): refuse cleanly.
             conn.close()
@@ -97,8 +116,44 @@ class PublishForwarder:
             self._closed = True
             conns, self._conns = self._conns, set()
         self._listener.close()
+        if self._pinned >= 0:
+            os.close(self._pinned)
+            self._pinned = -1
         for c in conns:
             try:
                 c.shutdown(socket.SHUT_RDWR)
             except OSError:
                 pass
+
+
+def receive_pinned(handoff: socket.socket, forwarders: list[PublishForwarder], *, timeout: float = 30.0) -> None:
+    """Take the helper's message 'P' (one O_PATH descriptor per published
+    port, in policy order), pin each forwarder to its socket, and answer 'k'.
+    Raises RunError, closing what it received, on anything else: the helper,
+    left without an answer, never starts the command."""
+    handoff.settimeout(timeout)
+    fds: list[int] = []
+    try:
+        msg, anc, flags, _ = handoff.recvmsg(16, socket.CMSG_SPACE(16 * 4), socket.MSG_CMSG_CLOEXEC)
+        for level, kind, data in anc:
+            if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+                fds += array.array("i", data[: len(data) - len(data) % 4]).tolist()
+        if not msg and not fds:
+            return  # the helper failed first; its status line says why
+        if msg != b"P" or flags & (socket.MSG_CTRUNC | socket.MSG_TRUNC) or len(fds) != len(forwarders):
+            raise RunError(f"--publish: unexpected message from the helper ({msg!r}, {len(fds)} descriptors)")
+        for fd in fds:
+            if not stat.S_ISSOCK(os.fstat(fd).st_mode):
+                raise RunError("--publish: the helper handed over something that is not a socket")
+    except (OSError, RunError) as e:
+        for fd in fds:
+            os.close(fd)
+        if isinstance(e, RunError):
+            raise
+        raise RunError(f"--publish: cannot receive the published sockets from the helper: {e}") from None
+    for fw, fd in zip(forwarders, fds, strict=True):
+        fw.pin(fd)
+    try:
+        handoff.sendall(b"k")
+    except OSError:
+        pass  # the helper is gone: its status line says why

@@ -680,6 +680,11 @@ def run(req: ExecRequest, *, prescan: dict[tuple[str, int], Any] | None = None) 
                          state_dir=state, run_dir=run_path,
                          policy_path=os.path.join(run_path, "policy"), rg_path=_tool("rg", tools))
         rp = resolve(policy, layers=layers, cwd=cwd, home=home, host=host, bridges=bridges, scan=scan)
+        if ports and layers is Layers.BWRAP_ONLY:
+            # The host relay connects only through a socket the helper pinned
+            # before the command existed (publish.py); without the helper
+            # nothing can pin it, and the name alone can be redirected.
+            raise PolicyError("--publish needs the helper: it cannot be used with --without helper")
         if ports and layers is not Layers.HELPER_ONLY:
             # Without bwrap the command shares the host's network: its port
             # is reachable as it is, and --publish has nothing to do.
@@ -729,7 +734,7 @@ def run(req: ExecRequest, *, prescan: dict[tuple[str, int], Any] | None = None) 
         if audit:
             audit.event("start", command=list(req.command), layers=layers.value, cwd=cwd)
         rc = _execute(rp, req, env, bwrap=bwrap, socat=socat or "socat", strict=strict, proxy=proxy,
-                      filter_id=filter_id)
+                      filter_id=filter_id, forwarders=forwarders)
         moved = quarantine(rp.watch_missing, state)
         for src, dest in moved:
             _say(f"the command created protected file {src}; moved it to {dest}")
@@ -759,7 +764,7 @@ def _dry_run(rp: ResolvedPolicy, req: ExecRequest, policy_bytes: bytes, filter_i
     from safebox.builder.bwrap import build_argv
 
     if rp.layers is not Layers.HELPER_ONLY:
-        handoff = 5 if rp.layers is Layers.BOTH and rp.bridges else None
+        handoff = 5 if rp.layers is Layers.BOTH and (rp.bridges or rp.publish) else None
         argv = ["bwrap", *build_argv(rp, list(req.command), status_fd=3, bwrap_status_fd=4, socat=socat,
                                      handoff_fd=handoff)]
     else:
@@ -772,7 +777,8 @@ def _dry_run(rp: ResolvedPolicy, req: ExecRequest, policy_bytes: bytes, filter_i
 
 
 def _execute(rp: ResolvedPolicy, req: ExecRequest, env: dict[str, str], *, bwrap: str | None,
-             socat: str, strict: bool, proxy: ProxyServer | None = None, filter_id: str = "") -> int:
+             socat: str, strict: bool, proxy: ProxyServer | None = None, filter_id: str = "",
+             forwarders: list[Any] | None = None) -> int:
     relay = _Relay()
     status_r = status_w = -1
     bw_r = bw_w = -1
@@ -780,11 +786,12 @@ def _execute(rp: ResolvedPolicy, req: ExecRequest, env: dict[str, str], *, bwrap
     pid = -1
     handoff: tuple[socket.socket, socket.socket] | None = None
     try:
-        if proxy is not None and rp.layers is Layers.BOTH and rp.bridges:
+        if rp.layers is Layers.BOTH and ((proxy is not None and rp.bridges) or forwarders):
             import socket
 
             # The helper listens on the proxy ports inside and sends the
-            # listeners back over this pair (helper/handoff.c).
+            # listeners back over this pair, then the published sockets
+            # (helper/handoff.c, helper/publish.c).
             handoff = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         status_r, status_w = os.pipe()
         if rp.layers is Layers.HELPER_ONLY:
@@ -819,9 +826,15 @@ def _execute(rp: ResolvedPolicy, req: ExecRequest, env: dict[str, str], *, bwrap
             os.close(args_fd)
             args_fd = -1
             relay.bwrap_child = _read_bwrap_child(bw_r)
-            if handoff and proxy:
+            if handoff:
                 handoff[1].close()  # only bwrap's copies remain: end of file once they are gone
-                proxy.adopt(handoff[0], ports={b.port: b.scheme for b in rp.bridges})
+                adopted = 1
+                if proxy is not None and rp.bridges:
+                    adopted = proxy.adopt(handoff[0], ports={b.port: b.scheme for b in rp.bridges})
+                if forwarders and adopted:
+                    from safebox.publish import receive_pinned
+
+                    receive_pinned(handoff[0], forwarders)
         os.close(status_w)
         status_w = -1
         from safebox.helper import parse_status, read_status_line, status_ok

@@ -46,7 +46,7 @@ def policy(home: FakeHome, *, binding: bool) -> list[str]:
     return ["-p", str(p)]
 
 
-@pytest.mark.parametrize("mode", [BOTH, BWRAP_ONLY])
+@pytest.mark.parametrize("mode", [BOTH])
 def test_a_published_port_reaches_the_server_inside(fresh_home: FakeHome, mode: str) -> None:
     port = free_port()
     proc = fresh_home.popen(["python3", "-c", SERVER.format(port=port)], mode=mode,
@@ -108,3 +108,46 @@ def test_without_allow_local_binding_the_command_cannot_listen(fresh_home: FakeH
     assert r.returncode == 1 and "PermissionError: [Errno 13] Permission denied" in r.stderr
     ok = subprocess.run(["python3", "-c", "import socket; socket.socket().bind(('127.0.0.1', 0))"])
     assert ok.returncode == 0  # control: the host may
+
+
+def test_publish_without_the_helper_is_a_refusal(fresh_home: FakeHome) -> None:
+    """Only the helper can pin the published socket before the command runs."""
+    marker = fresh_home.work / "ran"
+    r = fresh_home.run(["touch", str(marker)], mode=BWRAP_ONLY,
+                       opts=[*policy(fresh_home, binding=True), "--publish", str(free_port())])
+    assert r.returncode == 125 and not marker.exists()
+    assert "safebox: --publish needs the helper" in r.stderr, r.stderr
+
+
+def test_a_replaced_publish_socket_cannot_redirect_the_relay_to_a_host_socket(fresh_home: FakeHome) -> None:
+    """Started from $HOME, the state dir lies in the write root: the command
+    replaces run/*/pub/PORT.sock with a symlink to a host socket (an
+    ssh-agent, docker.sock), hoping the host relay follows the name (found
+    in review). The relay connects through the socket the helper pinned."""
+    port = free_port()
+    host_sock = fresh_home.root.parent / f"agent-{port}.sock"
+    srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    srv.bind(str(host_sock))
+    srv.listen(4)
+    srv.settimeout(0.2)
+    attack = (f"d=$(ls -d {fresh_home.root}/.cache/safebox/run/*/pub) && rm -f $d/{port}.sock && "
+              f"ln -s {host_sock} $d/{port}.sock && echo replaced $d/{port}.sock && "
+              f"python3 -c \"{SERVER.format(port=port)}\"")
+    proc = fresh_home.popen(["sh", "-c", attack], opts=[*policy(fresh_home, binding=True), "--publish", str(port)],
+                            cwd=fresh_home.root)
+    try:
+        assert proc.stdout is not None
+        replaced = proc.stdout.readline().split()
+        assert replaced[0] == "replaced", replaced
+        assert proc.stdout.readline() == "listening\n"
+        # Control: by name, the path now leads to the host socket.
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as by_name:
+            by_name.connect(replaced[1])
+            srv.accept()[0].close()
+        assert fetch(port) == b"hello from inside"
+        assert proc.wait(timeout=30) == 0
+    finally:
+        proc.kill()
+        proc.communicate()
+        srv.close()
+        host_sock.unlink()

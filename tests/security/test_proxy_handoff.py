@@ -113,7 +113,7 @@ def test_when_safebox_refuses_the_listeners_the_command_does_not_run(sandbox: Sa
     rc, _, status = _run(_policy(sandbox, _free_port()), ["touch", str(marker)], handoff=theirs,
                          safebox_side=threading.Thread(target=refuse))
     assert rc == 125 and not marker.exists()
-    assert "safebox refused the listeners" in status["error"]
+    assert "handoff: safebox refused the descriptors" in status["error"]
 
 
 def test_a_proxy_port_already_taken_is_a_refusal_naming_the_port(sandbox: Sandbox) -> None:

@@ -48,3 +48,15 @@ def test_proxy_variables_point_at_the_bridges_and_nothing_bypasses_them() -> Non
 @given(st.text(alphabet="AB_*?", max_size=8), st.text(alphabet="AB_", max_size=10))
 def test_glob_match_agrees_with_fnmatch(pattern: str, name: str) -> None:
     assert glob_match(name, pattern) == fnmatch.fnmatchcase(name, pattern)
+
+
+def test_common_credentials_found_in_review_are_scrubbed_whatever_their_case() -> None:
+    from safebox.builder.env import scrub
+    from safebox.policy.defaults import ENV_DENY_PATTERNS
+
+    environ = {"PGPASSWORD": "x", "MYSQL_PWD": "x", "SECRET_KEY": "x", "API_KEY": "x",
+               "DATABASE_URL": "postgres://u:pw@h/db", "NPM_CONFIG__AUTH": "x", "github_token": "x",
+               "KUBECONFIG": "/etc/k.conf", "PATH": "/usr/bin", "HOME": "/home/u", "EDITOR": "vi"}
+    kept, removed = scrub(environ, deny=ENV_DENY_PATTERNS, allow=())
+    assert kept == {"PATH": "/usr/bin", "HOME": "/home/u", "EDITOR": "vi"}
+    assert "github_token" in removed and "PGPASSWORD" in removed

@@ -23,9 +23,12 @@ def scrub(environ: Mapping[str, str], *, deny: tuple[str, ...], allow: tuple[str
     kept: dict[str, str] = {}
     removed: list[str] = []
     for k, v in environ.items():
-        exempt = any(fnmatchcase(k, a) for a in allow)
-        if any(fnmatchcase(k, p) for p in _ALWAYS_DROP) or (
-            not exempt and any(fnmatchcase(k, p) for p in deny)
+        # Names are matched upper-cased: `github_token` is as secret as
+        # GITHUB_TOKEN (found in review). Patterns are upper case.
+        key = k.upper()
+        exempt = any(fnmatchcase(k, a) or fnmatchcase(key, a) for a in allow)
+        if any(fnmatchcase(key, p) for p in _ALWAYS_DROP) or (
+            not exempt and any(fnmatchcase(key, p.upper()) for p in deny)
         ):
             removed.append(k)
             continue

@@ -73,6 +73,22 @@ ENV_DENY_PATTERNS: tuple[str, ...] = (
     "*_APIKEY",
     "*_PRIVATE_KEY",
     "*_CREDENTIALS",
+    # Found in review: common credentials the patterns above miss.
+    "PGPASSWORD",
+    "MYSQL_PWD",
+    "SECRET_KEY",
+    "API_KEY",
+    "*_AUTH",
+    "*_AUTH_TOKEN",
+    "NPM_CONFIG__AUTH*",
+    "*_ACCESS_KEY",
+    "*_SECRET_KEY",
+    "DATABASE_URL",
+    "*_DATABASE_URL",
+    "VAULT_TOKEN",
+    "KUBECONFIG",
+    "AWS_SHARED_CREDENTIALS_FILE",
+    "AWS_WEB_IDENTITY_TOKEN_FILE",
 )
 
 # Mandatory protection: read-only even beneath a write root. Names match a
