@@ -18,18 +18,47 @@ _ALWAYS_DROP = ("LD_PRELOAD", "LD_AUDIT", "SAFEBOX_*")
 _PROXY_VARS = ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "NO_PROXY", "FTP_PROXY", "GRPC_PROXY")
 
 
+class _Globs:
+    """Glob patterns sorted once by shape, so that a name is tested with a
+    few C-level calls: literals in a set, ``*SUFFIX`` by ``str.endswith`` of a
+    tuple, ``PREFIX*`` by ``startswith``, ``*MID*`` by ``in``; anything else
+    by ``glob_match``. (One name against 43 patterns one by one cost 0.5 ms
+    of every start.)"""
+
+    def __init__(self, patterns: tuple[str, ...]) -> None:
+        lits, suf, pre, mid, other = set(), [], [], [], []
+        for p in patterns:
+            body = p.strip("*")
+            if "?" in p or "*" in body:
+                other.append(p)
+            elif p == body:
+                lits.add(p)
+            elif p == "*" + body:
+                suf.append(body)
+            elif p == body + "*":
+                pre.append(body)
+            else:
+                mid.append(body)
+        self.lits, self.suf, self.pre, self.mid, self.other = lits, tuple(suf), tuple(pre), tuple(mid), other
+
+    def match(self, name: str) -> bool:
+        return (name in self.lits or (bool(self.suf) and name.endswith(self.suf))
+                or (bool(self.pre) and name.startswith(self.pre)) or any(m in name for m in self.mid)
+                or any(fnmatchcase(name, p) for p in self.other))
+
+
 def scrub(environ: Mapping[str, str], *, deny: tuple[str, ...], allow: tuple[str, ...]) -> tuple[dict[str, str], list[str]]:
     """(kept environment, names removed). ``allow`` exempts names from ``deny``."""
     kept: dict[str, str] = {}
     removed: list[str] = []
+    # Names are matched upper-cased: `github_token` is as secret as
+    # GITHUB_TOKEN (found in review).
+    denied = _Globs(tuple(p.upper() for p in deny))
+    always = _Globs(_ALWAYS_DROP)
     for k, v in environ.items():
-        # Names are matched upper-cased: `github_token` is as secret as
-        # GITHUB_TOKEN (found in review). Patterns are upper case.
         key = k.upper()
-        exempt = any(fnmatchcase(k, a) or fnmatchcase(key, a) for a in allow)
-        if any(fnmatchcase(key, p) for p in _ALWAYS_DROP) or (
-            not exempt and any(fnmatchcase(key, p.upper()) for p in deny)
-        ):
+        exempt = bool(allow) and any(fnmatchcase(k, a) or fnmatchcase(key, a) for a in allow)
+        if always.match(key) or (not exempt and denied.match(key)):
             removed.append(k)
             continue
         # The caller's proxy settings point at hosts the sandbox cannot reach

@@ -418,7 +418,12 @@ def protected_paths(scans: dict[str, RootScan], write_roots: list[str], depth: i
     # manager's ~/.config -> dotfiles/config is legitimate): after the run a
     # parent that resolves elsewhere was replaced by the command, and the
     # quarantine refuses to follow it (runner.quarantine).
-    missing = {os.path.join(os.path.realpath(os.path.dirname(m)), os.path.basename(m)) for m in missing}
+    parents: dict[str, str] = {}  # the same few parents (each root, its .git) recur
+    for m in missing:
+        d = os.path.dirname(m)
+        if d not in parents:
+            parents[d] = os.path.realpath(d)
+    missing = {os.path.join(parents[os.path.dirname(m)], os.path.basename(m)) for m in missing}
     seen = {("git", g) for g in gits if os.path.basename(g) != ".git"} | {("admin", a) for a in admins}
     return Protected(existing=sorted(existing - set(git_dirs)), missing=sorted(missing - existing),
                      known=sorted(seen),
