@@ -225,8 +225,14 @@ class RunDir:
         self.swept = sweep_stale(base)
         self.path = os.path.join(base, f"{os.getpid()}-{os.urandom(4).hex()}")
         os.mkdir(self.path, 0o700)
-        self._lock = os.open(os.path.join(self.path, "lock"), os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+        # Locked before it is visible as `lock`: a concurrent start's sweep
+        # that found an unlocked `lock` would take this live run for a dead
+        # one and remove it (found with 20 sandboxes at once). A dir without
+        # `lock` is left alone by the sweep for 60 s.
+        tmp = os.path.join(self.path, "lock.new")
+        self._lock = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
         fcntl.flock(self._lock, fcntl.LOCK_EX)
+        os.rename(tmp, os.path.join(self.path, "lock"))
 
     def remove(self) -> None:
         """Delete the run dir (idempotent)."""

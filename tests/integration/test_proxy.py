@@ -447,7 +447,8 @@ def test_stop_removes_sockets_closes_connections_and_is_idempotent(tmp_path) -> 
     held.close()
     assert not os.path.exists(p.http_socket) and not os.path.exists(p.socks_socket)
     assert len(os.listdir("/proc/self/fd")) <= before  # nothing leaked
-    assert threading.active_count() == threads
+    # No thread left behind (a thread of an earlier test may end meanwhile).
+    assert threading.active_count() <= threads
 
 
 def test_bad_pattern_and_unusable_run_dir_raise_proxy_error(tmp_path) -> None:

@@ -157,3 +157,19 @@ def test_a_tool_found_only_inside_a_write_root_is_a_refusal(fresh_home: FakeHome
     r = fresh_home.run(["touch", str(marker)], env={"PATH": str(bindir)})
     assert r.returncode == 125 and not marker.exists()
     assert f"safebox: bwrap is on PATH only at {bindir}/bwrap, inside a write root" in r.stderr, r.stderr
+
+
+def test_a_tool_in_the_home_bin_is_fine_when_home_is_not_a_write_root(fresh_home: FakeHome) -> None:
+    """Found re-reading the change: ~/.cargo/bin/rg first on PATH and the walk
+    begun early with /usr/bin/rg (the early walk avoids $HOME) made safebox
+    refuse to run. Only a tool inside a write root is refused (control below)."""
+    bindir = fresh_home.root / "bin"
+    bindir.mkdir()
+    (bindir / "rg").symlink_to("/usr/bin/rg")
+    path = f"{bindir}:{fresh_home.env()['PATH']}"
+    r = fresh_home.run(["true"], env={"PATH": path})
+    assert r.returncode == 0, r.stderr
+    # Control: with $HOME a write root, that same PATH entry is not used.
+    marker = fresh_home.work / "ran"
+    r2 = fresh_home.run(["touch", str(marker)], env={"PATH": path}, opts=["--allow-write", str(fresh_home.root)])
+    assert r2.returncode == 0 and marker.exists(), r2.stderr

@@ -620,9 +620,13 @@ class Scan:
         pre = prestarted if prestarted is not None else {}
         adopt = {r: pre.pop((r, policy.search_depth)) for r in self.write_roots
                  if (r, policy.search_depth) in pre}
+        # The walks begun before the policy was known used tools from outside
+        # the usual write roots; one that lies in a write root of this policy
+        # after all (an unusual allowWrite) is refused, never trusted.
         for sc in adopt.values():
             for tool in (sc.rg.argv[0], sc.links.argv[0]):
-                if not which(os.path.basename(tool), path_outside(self.write_roots)) == tool:
+                real = os.path.realpath(tool)
+                if any(_is_under(real, w) or _is_under(tool, w) for w in self.write_roots):
                     for other in adopt.values():
                         other.cancel()
                     raise BuildError(f"{tool} lies in a write root of this policy: the sandboxed command "
