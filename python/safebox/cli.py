@@ -280,14 +280,29 @@ def _click_app():
         def show() -> int:
             eff = load(Context(cwd=os.path.realpath(os.getcwd()), home=_home()),
                        policy_file=policy_file, flags=Flags())
+            sources = eff.sources or ()
             try:
                 if as_json:
-                    click.echo(json.dumps({"policy": policy_document(eff), "sources": eff.sources or {}}, indent=2))
+                    click.echo(json.dumps({
+                        "policy": policy_document(eff),
+                        "sources": [{"key": k, "value": v, "source": src} for k, v, src in sources],
+                    }, indent=2))
                     return 0
-                for key, entries in (eff.sources or {}).items():
+                by_key: dict[str, list[tuple[object, str]]] = {}
+                for key, value, src in sources:
+                    by_key.setdefault(key, []).append((value, src))
+                for key, entries in by_key.items():
                     click.echo(f"{key}:")
-                    for e in entries:
-                        click.echo(f"  {e}")
+                    for value, src in entries:
+                        # Values as a policy file spells them (true, 6), paths and names bare.
+                        shown = value if isinstance(value, str) else json.dumps(value)
+                        click.echo(f"  {shown}  <- {src}")
+                if eff.allowed_domains:
+                    click.echo(f"network: on, through safebox's proxy, to the {len(eff.allowed_domains)} "
+                               "allowed domain pattern(s) only")
+                else:
+                    click.echo("network: off (no allowed domain: the command has no network at all; "
+                               "allow one with --allow-domain or network.allowedDomains)")
             except BrokenPipeError:
                 # `safebox policy show | head`: the reader had enough. Quiet,
                 # as cat is; stdout goes to /dev/null so the exit flush cannot fail.

@@ -483,6 +483,42 @@ def _read_bwrap_child(fd: int) -> int | None:
     return int(digits) if digits.isdigit() else None
 
 
+# The quarantine keeps the newest QUARANTINE_MAX_ENTRIES entries (one
+# directory per second in which something was moved there); older ones are
+# removed when a new entry is made, and safebox says so in one line. What a
+# command planted is kept for the user to look at, but a harness whose tasks
+# keep planting must not fill the disk (docs/policy-reference.md).
+QUARANTINE_MAX_ENTRIES = 100
+
+
+def _is_quarantine_entry(name: str) -> bool:
+    """``YYYYmmddTHHMMSS``: the names ``quarantine`` makes (nothing else there is touched)."""
+    return len(name) == 15 and name[8] == "T" and name[:8].isdigit() and name[9:].isdigit()
+
+
+def bound_quarantine(qdir: str, *, keep: str, max_entries: int = QUARANTINE_MAX_ENTRIES) -> list[str]:
+    """Remove the oldest quarantine entries beyond ``max_entries`` (never
+    ``keep``, the one just filled); returns their names. Called only when
+    something was quarantined, so runs that plant nothing pay nothing."""
+    try:
+        names = sorted(n for n in os.listdir(qdir) if _is_quarantine_entry(n))
+    except OSError:
+        return []
+    excess = len(names) - max_entries
+    removed = []
+    for name in names:
+        if excess <= 0:
+            break
+        path = os.path.join(qdir, name)
+        if path == keep:
+            continue
+        rmtree(path)
+        if not os.path.lexists(path):
+            removed.append(name)
+            excess -= 1
+    return removed
+
+
 def quarantine(paths: tuple[str, ...], state: str) -> list[tuple[str, str]]:
     """Move protected files the command created (they did not exist before) out of the tree.
 
@@ -492,6 +528,8 @@ def quarantine(paths: tuple[str, ...], state: str) -> list[tuple[str, str]]:
     (found in review). Such a path is left alone and reported instead.
     """
     moved = []
+    qdir = os.path.join(state, "quarantine")
+    dest_dir = ""
     for p in paths:
         parent = os.path.dirname(p)
         if os.path.realpath(parent) != parent:
@@ -499,9 +537,15 @@ def quarantine(paths: tuple[str, ...], state: str) -> list[tuple[str, str]]:
                  "nothing moved there (check it by hand)")
             continue
         if os.path.lexists(p):
-            dest_dir = os.path.join(state, "quarantine", time.strftime("%Y%m%dT%H%M%S"))
+            dest_dir = os.path.join(qdir, time.strftime("%Y%m%dT%H%M%S"))
             os.makedirs(dest_dir, mode=0o700, exist_ok=True)
-            dest = os.path.join(dest_dir, p.strip("/").replace("/", "%"))
+            base = os.path.join(dest_dir, p.strip("/").replace("/", "%"))
+            dest, n = base, 1
+            while os.path.lexists(dest):
+                # The same path quarantined twice in one second (two runs, or
+                # a restored link replaced again): rename(2) would replace the
+                # first, and that is the user's evidence.
+                dest, n = f"{base}.{n}", n + 1
             try:
                 os.rename(p, dest)
             except OSError:
@@ -509,6 +553,12 @@ def quarantine(paths: tuple[str, ...], state: str) -> list[tuple[str, str]]:
 
                 shutil.move(p, dest)
             moved.append((p, dest))
+    if moved:
+        removed = bound_quarantine(qdir, keep=dest_dir)
+        if removed:
+            shown = ", ".join(removed[:3]) + (f" and {len(removed) - 3} more" if len(removed) > 3 else "")
+            _say(f"the quarantine keeps the newest {QUARANTINE_MAX_ENTRIES} entries: removed "
+                 f"{len(removed)} older one{'s' if len(removed) > 1 else ''} from {qdir} ({shown})")
     return moved
 
 
@@ -777,8 +827,11 @@ def _dry_run(rp: ResolvedPolicy, req: ExecRequest, policy_bytes: bytes, filter_i
         argv = [rp.helper_path, "--policy-file", rp.policy_path, "--status-fd", "3", "--", *req.command]
     print("# bwrap argv" if rp.layers is not Layers.HELPER_ONLY else "# helper argv (no bwrap)")
     print(" \\\n  ".join(shlex.quote(a) for a in argv))
-    print(f"# helper policy ({rp.policy_path}; seccomp filter {filter_id or 'none'})")
-    sys.stdout.write(policy_bytes.decode())
+    from safebox.builder.helper_policy import readable
+
+    print(f"# helper policy ({rp.policy_path}; seccomp filter {filter_id or 'none'}): "
+          "paths shown decoded; the file holds them hex-encoded")
+    sys.stdout.write(readable(policy_bytes))
     return 0
 
 

@@ -55,6 +55,15 @@ def test_bad_policy_exits_125_with_a_safebox_message(fresh_home: FakeHome, polic
     assert not marker.exists()
 
 
+def test_a_bad_flag_value_is_reported_with_the_flag_as_typed(fresh_home: FakeHome) -> None:
+    marker = fresh_home.work / "ran"
+    r = fresh_home.run(["touch", str(marker)], opts=["--allow-domain", "http://x.com"])
+    assert r.returncode == 125, r
+    assert r.stderr == ("safebox: --allow-domain http://x.com: not a domain name: give the name alone, "
+                        "without a scheme, port, path or user\n")
+    assert not marker.exists()
+
+
 def test_unknown_policy_key_is_named_in_the_message(fresh_home: FakeHome) -> None:
     pol = fresh_home.root / "bad.json"
     pol.write_text('{"filesystem": {"allowWrit": ["."]}}')
@@ -80,6 +89,17 @@ def test_dry_run_prints_the_bwrap_argv_and_policy_and_runs_nothing(fresh_home: F
     assert "# helper policy" in r.stdout
     assert "safebox-policy 2\n" in r.stdout and r.stdout.endswith("end\n")
     assert not (fresh_home.run_base / "DRY-RUN").exists()
+
+
+def test_dry_run_shows_the_helper_policy_paths_readable(fresh_home: FakeHome) -> None:
+    r = fresh_home.run(["true"], opts=["--dry-run"])
+    assert r.returncode == 0, r.stderr
+    policy = r.stdout.split("# helper policy", 1)[1].splitlines()[1:]
+    assert f"fs write {fresh_home.work}" in policy
+    assert "fs read /" in policy
+    assert f"seccomp {fresh_home.run_base}/DRY-RUN/seccomp.bpf" in policy
+    hexed = str(fresh_home.work).encode().hex()
+    assert hexed not in r.stdout  # control: the file format would have this
 
 
 def test_dry_run_without_bwrap_prints_the_helper_argv(fresh_home: FakeHome) -> None:
@@ -182,12 +202,32 @@ def test_policy_show_json_is_a_policy_that_policy_check_accepts(shared_home: Fak
     assert r.returncode == 0, r.stderr
     doc = json.loads(r.stdout)
     assert f"{shared_home.root}/.ssh" in doc["policy"]["filesystem"]["denyRead"]
-    assert doc["sources"]["filesystem.denyRead"][0].endswith("<- defaults")
+    assert {"key": "filesystem.denyRead", "value": f"{shared_home.root}/.ssh", "source": "defaults"} in doc["sources"]
+    assert {"key": "mandatoryDenySearchDepth", "value": 6, "source": "defaults"} in doc["sources"]
     saved = tmp_path / "effective.json"
     saved.write_text(json.dumps(doc["policy"]))
     check = subprocess.run([str(SAFEBOX), "policy", "check", str(saved)], env=shared_home.env(),
                            capture_output=True, text=True, timeout=60)
     assert check.returncode == 0, check.stdout + check.stderr
+
+
+def test_policy_show_spells_values_as_policy_files_do_and_says_whether_there_is_network(shared_home: FakeHome,
+                                                                                          tmp_path: Path) -> None:
+    pol = tmp_path / "p.toml"
+    pol.write_text("strict = true\n[network]\nallowLocalBinding = true\n")
+    r = subprocess.run([str(SAFEBOX), "policy", "show", "-p", str(pol)], cwd=shared_home.work,
+                       env=shared_home.env(), capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert lines[lines.index("strict:") + 1] == f"  true  <- {pol}"
+    assert lines[lines.index("network.allowLocalBinding:") + 1] == f"  true  <- {pol}"
+    assert "True" not in r.stdout
+    assert lines[-1].startswith("network: off (no allowed domain: the command has no network at all")
+    pol.write_text('[network]\nallowedDomains = ["pypi.org", "*.pythonhosted.org"]\n')
+    r = subprocess.run([str(SAFEBOX), "policy", "show", "-p", str(pol)], cwd=shared_home.work,
+                       env=shared_home.env(), capture_output=True, text=True, timeout=60)
+    assert r.stdout.splitlines()[-1] == ("network: on, through safebox's proxy, to the 2 allowed domain "
+                                         "pattern(s) only"), r.stdout
 
 
 def test_policy_show_into_a_closed_pipe_is_quiet(shared_home: FakeHome) -> None:

@@ -109,3 +109,76 @@ def test_the_users_other_terminals_cannot_be_opened(shared_home: FakeHome, pty: 
     finally:
         os.close(v_master)
         os.close(victim)
+
+
+GUIDE = Path(__file__).resolve().parents[2] / "docs" / "index.md"
+
+
+def _interact(argv: list[str], home: FakeHome, keys: bytes) -> str:
+    """Run argv with a fresh pty as its controlling terminal (stdin, stdout and
+    stderr), type ``keys`` into it and return everything written to it."""
+    import select
+    import time
+
+    setsid = shutil.which("setsid")
+    if setsid is None:
+        missing("setsid (util-linux) is needed to give the caller a controlling terminal")
+    master, slave = os.openpty()
+    try:
+        proc = subprocess.Popen([setsid, "-c", *argv], stdin=slave, stdout=slave, stderr=slave,
+                                env=home.env({"TERM": "dumb", "PS1": "$ "}), cwd=home.work)
+    finally:
+        os.close(slave)
+    try:
+        os.write(master, keys)
+        out = b""
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            ready, _, _ = select.select([master], [], [], 1)
+            if ready:
+                try:
+                    chunk = os.read(master, 4096)
+                except OSError:  # EIO: the last holder of the slave is gone
+                    break
+                if not chunk:
+                    break
+                out += chunk
+            elif proc.poll() is not None:
+                break
+        proc.wait(timeout=30)
+    finally:
+        proc.kill()
+        os.close(master)
+    return out.decode(errors="replace").replace("\r\n", "\n")
+
+
+@pytest.mark.parametrize("mode", [BOTH, BWRAP_ONLY])
+def test_an_interactive_shell_says_it_has_no_job_control_as_the_guide_explains(shared_home: FakeHome,
+                                                                              mode: str) -> None:
+    bash = shutil.which("bash")
+    if bash is None:
+        missing("bash is needed for the interactive shell")
+    keys = b"echo READY-$((6*7)); exit\n"
+    control = _interact([bash, "--norc", "-i"], shared_home, keys)
+    assert "READY-42" in control and "job control" not in control, control
+    out = _interact(shared_home.argv([bash, "--norc", "-i"], mode=mode), shared_home, keys)
+    assert "READY-42" in out, out  # the shell works
+    warning = [ln for ln in out.splitlines() if ln.startswith("bash: ")]
+    assert warning == ["bash: cannot set terminal process group (1): Inappropriate ioctl for device",
+                       "bash: no job control in this shell"], out
+    guide = GUIDE.read_text()
+    assert "\n".join(warning) in guide  # explained once, word for word, in the user guide
+
+
+@pytest.mark.parametrize("mode", [BOTH, BWRAP_ONLY])
+def test_script_gives_the_shell_a_terminal_of_the_sandboxs_own_with_job_control(shared_home: FakeHome,
+                                                                               mode: str) -> None:
+    bash, script = shutil.which("bash"), shutil.which("script")
+    if bash is None or script is None:
+        missing("bash and script (util-linux) are needed for the documented job-control recipe")
+    keys = b"sleep 30 &\njobs\nkill %1\necho READY-$((6*7))\nexit\n"
+    out = _interact(shared_home.argv([script, "-qec", f"{bash} --norc -i", "/dev/null"], mode=mode), shared_home,
+                    keys)
+    assert "READY-42" in out and "[1]+  Running" in out, out
+    assert "job control" not in out, out
+    assert "safebox exec -- script -qec 'bash -i' /dev/null" in GUIDE.read_text()

@@ -87,6 +87,14 @@ def test_policy_check_accepts_a_valid_file(tmp_path) -> None:
     assert r.exit_code == 0 and r.output.strip() == f"{good}: ok"
 
 
+@pytest.mark.parametrize("name", ["p.toml", "p.json"])
+def test_policy_check_treats_an_empty_file_alike_in_json_and_toml(tmp_path, name: str) -> None:
+    empty = tmp_path / name
+    empty.write_text("")
+    r = CliRunner().invoke(_click_app(), ["policy", "check", str(empty)])
+    assert r.exit_code == 0 and r.output.strip() == f"{empty}: ok", r.output
+
+
 @pytest.mark.parametrize("cmd", [["--help"], ["exec", "--help"], ["doctor", "--help"], ["policy", "--help"],
                                  ["policy", "check", "--help"], ["policy", "show", "--help"]])
 def test_every_command_has_help(cmd: list[str]) -> None:

@@ -61,3 +61,23 @@ def test_policy_file_is_created_0600_and_never_through_a_symlink(tmp_path) -> No
     with pytest.raises(FileExistsError):
         write_policy_file(link, b"x")
     assert not (tmp_path / "target").exists()
+
+
+def test_the_dry_run_view_decodes_every_hex_path_and_changes_nothing_else() -> None:
+    from safebox.builder.helper_policy import readable
+
+    hp = HelperPolicy(fs_rules=((FsAccess.READ, "/"), (FsAccess.WRITE, "/home/u/p q"),
+                                (FsAccess.WRITE, os.fsdecode(b"/home/u/\xff\n"))),
+                      net=NetMode.PROXY, connect_ports=(3128,), seccomp_path="/r/s.bpf",
+                      listens=(3128,), publishes=((8080, "/r/pub/8080.sock"),), socat_path="/usr/bin/socat")
+    raw = render(hp)
+    shown = readable(raw)
+    assert shown.splitlines() == [
+        "safebox-policy 2", "strict 0", "landlock on",
+        "fs read /",
+        "fs write '/home/u/p q'",
+        "fs write b'/home/u/\\xff\\n'",  # not printable: a bytes literal, still one line
+        "net proxy", "connect_port 3128", "bind none", "scope abstract_unix", "scope signal",
+        "seccomp /r/s.bpf", "listen 3128", "socat /usr/bin/socat", "publish 8080 /r/pub/8080.sock", "end"]
+    # Control: the file itself keeps hex.
+    assert b"fs write " + "/home/u/p q".encode().hex().encode() + b"\n" in raw

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 
@@ -148,3 +149,254 @@ def test_a_project_file_cannot_lower_the_search_depth_or_turn_strict_off(tmp_pat
         load(ctx, policy_file=None, flags=Flags())
     (tmp_path / "proj" / ".safebox.json").write_text(json.dumps({"mandatoryDenySearchDepth": 9}))
     assert load(ctx, policy_file=None, flags=Flags()).search_depth == 9  # raising is fine
+
+
+# ------------------------------------------------------------------ messages in the user's words
+
+def _pydantic_phrases() -> list[str]:
+    """The fixed opening of every message pydantic can produce ("Input should
+    be a valid list", "Value error, ", "Extra inputs are not permitted"):
+    none may reach the user."""
+    from pydantic_core import _pydantic_core
+
+    out = []
+    for err in _pydantic_core.list_all_errors():
+        fixed = err["message_template_python"].split("{", 1)[0].strip()
+        if len(fixed) >= 10:
+            out.append(fixed)
+    return out
+
+
+PYDANTIC_PHRASES = _pydantic_phrases()
+
+
+def _nest(key: str, value: object) -> dict:
+    doc: dict = {}
+    node = doc
+    parts = key.split(".")
+    for part in parts[:-1]:
+        node = node.setdefault(part, {})
+    node[parts[-1]] = value
+    return doc
+
+
+# Every key, with a wrong type and (where the type allows one) a wrong value,
+# and the message safebox gives for it.
+WRONG: list[tuple[str, object, str]] = [
+    ("network", "yes", 'network: must be a table/object, not the string "yes"'),
+    ("filesystem", ["."], "filesystem: must be a table/object, not a list"),
+    ("env", 1, "env: must be a table/object, not the number 1"),
+    ("ripgrep", "rg", 'ripgrep: must be a table/object, not the string "rg"'),
+    ("network.allowedDomains", "x.com", 'network.allowedDomains: must be a list of domain names, not the string "x.com"'),
+    ("network.allowedDomains", [3], "network.allowedDomains[0]: must be a domain name, not the number 3"),
+    ("network.allowedDomains", ["http://x.com"], 'network.allowedDomains[0] = "http://x.com": not a domain name: '
+                                                 "give the name alone, without a scheme, port, path or user"),
+    ("network.allowedDomains", ["[zz]"], 'network.allowedDomains[0] = "[zz]": not an IPv6 address between the brackets'),
+    ("network.deniedDomains", {"a": 1}, "network.deniedDomains: must be a list of domain names (or '*'), "
+                                        "not a table/object"),
+    ("network.deniedDomains", ["*.com"], 'network.deniedDomains[0] = "*.com": too broad: it covers a whole '
+                                         "top-level domain"),
+    ("network.allowUnixSockets", "/s", 'network.allowUnixSockets: must be a list of paths, not the string "/s"'),
+    ("network.allowUnixSockets", [""], 'network.allowUnixSockets[0] = "": a path must be non-empty'),
+    ("network.allowAllUnixSockets", "true", 'network.allowAllUnixSockets: must be true or false, not the string "true"'),
+    ("network.allowAllUnixSockets", 1, "network.allowAllUnixSockets: must be true or false, not the number 1"),
+    ("network.allowLocalBinding", "yes", 'network.allowLocalBinding: must be true or false, not the string "yes"'),
+    ("network.allowLocalBinding", None, None),  # null: not set (valid)
+    ("network.allowLocalDestinations", [True], "network.allowLocalDestinations: must be true or false, not a list"),
+    ("network.httpProxyPort", "8080", 'network.httpProxyPort: must be a port number from 1 to 65535, not the string'),
+    ("network.httpProxyPort", 0, "network.httpProxyPort: must be a port number from 1 to 65535, not the number 0"),
+    ("network.httpProxyPort", 8080, "network.httpProxyPort: an external proxy would bypass safebox's filtering proxy"),
+    ("network.socksProxyPort", True, "network.socksProxyPort: must be a port number from 1 to 65535, not true"),
+    ("network.socksProxyPort", 70000, "network.socksProxyPort: must be a port number from 1 to 65535, "
+                                      "not the number 70000"),
+    ("filesystem.denyRead", "~/.ssh", 'filesystem.denyRead: must be a list of paths, not the string "~/.ssh"'),
+    ("filesystem.denyRead", ["~root/.ssh"], 'filesystem.denyRead[0] = "~root/.ssh": only \'~\' and \'~/...\' '
+                                            "are supported, not '~user'"),
+    ("filesystem.allowWrite", ".", 'filesystem.allowWrite: must be a list of paths, not the string "."'),
+    ("filesystem.allowWrite", ["a\0b"], 'filesystem.allowWrite[0] = "a\\u0000b": a path must be non-empty and '
+                                        "contain no NUL byte"),
+    ("filesystem.denyWrite", [1.5], "filesystem.denyWrite[0]: must be a path, not the number 1.5"),
+    ("filesystem.denyWrite", [""], 'filesystem.denyWrite[0] = "": a path must be non-empty'),
+    ("env.deny", "X", 'env.deny: must be a list of environment variable patterns, not the string "X"'),
+    ("env.deny", ["A B"], 'env.deny[0] = "A B": an environment variable pattern uses only letters'),
+    ("env.allow", [None], "env.allow[0]: must be an environment variable pattern, not null"),
+    ("env.allow", ["A-B"], 'env.allow[0] = "A-B": an environment variable pattern uses only letters'),
+    ("strict", "yes", 'strict: must be true or false, not the string "yes"'),
+    ("trustProjectFiles", 0, "trustProjectFiles: must be true or false, not the number 0"),
+    ("mandatoryDenySearchDepth", "6", 'mandatoryDenySearchDepth: must be a whole number from 1 to 20, '
+                                      'not the string "6"'),
+    ("mandatoryDenySearchDepth", 21, "mandatoryDenySearchDepth: must be a whole number from 1 to 20, not the number 21"),
+    ("mandatoryDenySearchDepth", 2.5, "mandatoryDenySearchDepth: must be a whole number from 1 to 20, "
+                                      "not the number 2.5"),
+    ("ignoreViolations", ["x"], "ignoreViolations: must be a table/object whose values are lists of strings, not a list"),
+    ("ignoreViolations", {"*": "x"}, 'ignoreViolations.*: must be a list of strings, not the string "x"'),
+    ("allowPty", "no", 'allowPty: must be true or false, not the string "no"'),
+    ("ripgrep.command", 1, "ripgrep.command: must be a string, not the number 1"),
+    ("ripgrep.args", "-uu", 'ripgrep.args: must be a list of strings, not the string "-uu"'),
+    ("ripgrep.args", [{}], "ripgrep.args[0]: must be a string, not a table/object"),
+    ("enableWeakerNestedSandbox", "no", 'enableWeakerNestedSandbox: must be true or false, not the string "no"'),
+    ("enableWeakerNestedSandbox", True, "enableWeakerNestedSandbox: safebox never weakens its sandbox"),
+]
+
+
+def test_the_table_of_wrong_values_covers_every_key() -> None:
+    from safebox.policy.load import _known_keys
+
+    sections = {k.split(".")[0] for k in _known_keys() if "." in k}
+    assert set(_known_keys()) | sections <= {key for key, _, _ in WRONG}
+
+
+@pytest.mark.parametrize("key, value, message", WRONG, ids=[f"{k}={v!r}" for k, v, _ in WRONG])
+def test_every_key_with_a_wrong_type_or_value_is_explained_in_safebox_words(key: str, value: object,
+                                                                            message: str | None) -> None:
+    if message is None:
+        validate_layer(layer(_nest(key, value)))
+        return
+    with pytest.raises(PolicyError) as e:
+        validate_layer(layer(_nest(key, value)))
+    assert e.value.message.startswith(f"p.json: {message}"), e.value.message
+    leaked = [p for p in PYDANTIC_PHRASES if p in e.value.message]
+    assert not leaked, e.value.message
+
+
+def test_the_pydantic_phrase_list_would_catch_the_old_wording() -> None:
+    # Control: the list holds what used to leak.
+    assert "Input should be a valid list" in PYDANTIC_PHRASES
+    assert any(p.startswith("Value error") for p in PYDANTIC_PHRASES)
+
+
+@pytest.mark.parametrize("data, suggestion", [
+    ({"filesystem": {"allowWrites": ["."]}}, "filesystem.allowWrites: unknown key (did you mean `filesystem.allowWrite`?)"),
+    ({"network": {"allowedDomain": ["x.com"]}},
+     "network.allowedDomain: unknown key (did you mean `network.allowedDomains`?)"),
+    ({"network": {"allowUnixSocket": ["/s"]}},
+     "network.allowUnixSocket: unknown key (did you mean `network.allowUnixSockets`?)"),
+    ({"stirct": True}, "stirct: unknown key (did you mean `strict`?)"),
+    ({"allowWrite": ["."]}, "allowWrite: unknown key (did you mean `filesystem.allowWrite`?)"),
+    ({"network": {"denyRead": ["x"]}}, "network.denyRead: unknown key (did you mean `filesystem.denyRead`?)"),
+    ({"bogus": 1}, "bogus: unknown key (the keys are listed in docs/policy-reference.md)"),
+])
+def test_an_unknown_key_suggests_the_nearest_known_one(data: dict, suggestion: str) -> None:
+    with pytest.raises(PolicyError) as e:
+        validate_layer(layer(data))
+    assert e.value.message == f"p.json: {suggestion}"
+
+
+def test_an_srt_key_safebox_does_not_support_says_why(monkeypatch) -> None:
+    from safebox.policy import model
+
+    monkeypatch.setitem(model.SRT_KEYS_NOT_SUPPORTED, "filesystem.allowRead", "not yet; use denyRead")
+    with pytest.raises(PolicyError) as e:
+        validate_layer(layer({"filesystem": {"allowRead": ["."]}}))
+    assert e.value.message == ("p.json: filesystem.allowRead: a sandbox-runtime key that safebox does not "
+                               "support: not yet; use denyRead")
+
+
+@pytest.mark.parametrize("flags, message", [
+    (Flags(allow_domains=("http://x.com",)),
+     "--allow-domain http://x.com: not a domain name: give the name alone, without a scheme, port, path or user"),
+    (Flags(allow_domains=("ok.com", "*.com")), "--allow-domain '*.com': too broad: it covers a whole top-level domain"),
+    (Flags(deny_domains=("x.com:443",)), "--deny-domain x.com:443: not a domain name"),
+    (Flags(allow_write=("~root/x",)), "--allow-write '~root/x': only '~' and '~/...' are supported, not '~user'"),
+    (Flags(deny_read=("",)), "--deny-read '': a path must be non-empty and contain no NUL byte"),
+    (Flags(deny_write=("a\0b",)), "--deny-write 'a\\x00b': a path must be non-empty and contain no NUL byte"),
+])
+def test_a_bad_flag_value_is_reported_with_the_flag_the_user_typed(flags: Flags, message: str) -> None:
+    with pytest.raises(PolicyError) as e:
+        load(CTX, policy_file=None, flags=flags)
+    assert e.value.message.startswith(message), e.value.message
+    assert "command line" not in e.value.message and "network." not in e.value.message
+
+
+def test_every_flag_that_feeds_a_policy_key_has_its_name_for_messages() -> None:
+    from safebox.cli import EXEC_OPTIONS
+    from safebox.policy.load import FLAG_FOR_KEY, flags_layer
+
+    flag_of = {o.dest: o.long for o in EXEC_OPTIONS}
+    for field in Flags.__fields__:
+        data = flags_layer(Flags(**{field: True if field == "strict" else ("x.com",)})).data
+        key: tuple[str, ...] = ()
+        node = data
+        while isinstance(node, dict):
+            (name,) = node
+            key, node = (*key, name), node[name]
+        assert FLAG_FOR_KEY[key] == flag_of[field], field
+
+
+@pytest.mark.parametrize("name, raw", [("p.toml", b""), ("p.json", b""), ("p.json", b"  \n\t\n"),
+                                       ("p.toml", b"# only a comment\n"), ("p", b"")])
+def test_an_empty_file_is_an_empty_policy_in_json_as_in_toml(name: str, raw: bytes) -> None:
+    from safebox.policy.load import parse_document
+
+    assert parse_document(name, raw) == {}
+    assert validate_layer(layer({}, name=name)) == {}
+
+
+# ------------------------------------------------------------------ the policy cache's bound
+
+def _entries(cache) -> list:
+    return sorted(p for p in cache.iterdir() if p.name.endswith(".marshal"))
+
+
+def test_a_thousand_distinct_policies_stay_within_the_cache_bound(tmp_path, monkeypatch) -> None:
+    from safebox.policy.load import POLICY_CACHE_MAX_BYTES, POLICY_CACHE_MAX_ENTRIES
+
+    ctx = _home(tmp_path, monkeypatch)
+    cache = tmp_path / "cache"
+    first = Flags(deny_write=("first",))
+    load_cached(ctx, policy_file=None, flags=first, cache_dir=str(cache))
+    (first_entry,) = _entries(cache)
+    for i in range(1000):
+        flags = Flags(deny_write=(f"d{i}",))
+        assert load_cached(ctx, policy_file=None, flags=flags, cache_dir=str(cache)).deny_write[-1].endswith(f"/d{i}")
+        if i % 100 == 0:
+            # Used again now and then, each time after a minute's rest (an
+            # mtime long past): a hit marks it used, so it outlives the
+            # entries written with it.
+            os.utime(first_entry, (1, 1))
+            assert load_cached(ctx, policy_file=None, flags=first, cache_dir=str(cache)).deny_write[-1].endswith("/first")
+            assert first_entry.stat().st_mtime > 1
+    entries = _entries(cache)
+    assert len(entries) == POLICY_CACHE_MAX_ENTRIES
+    assert sum(p.stat().st_size for p in entries) <= POLICY_CACHE_MAX_BYTES
+    assert first_entry in entries
+    # The newest are kept: the last policy is a hit (its entry is unchanged).
+    last = Flags(deny_write=("d999",))
+    before = {p: p.stat().st_mtime_ns for p in entries}
+    load_cached(ctx, policy_file=None, flags=last, cache_dir=str(cache))
+    assert {p: p.stat().st_mtime_ns for p in _entries(cache)} == before
+    assert not [p for p in cache.iterdir() if p.name.endswith(".tmp")]
+
+
+def test_the_cache_is_bounded_by_size_too_and_never_evicts_the_entry_just_written(tmp_path) -> None:
+    from safebox.policy.load import evict_policy_cache
+
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    for i in range(10):
+        p = cache / f"policy-{i:032x}.marshal"
+        p.write_bytes(b"x" * 1000)
+        os.utime(p, (1000 + i, 1000 + i))
+    (cache / "bpf-0123.bin").write_bytes(b"y" * 5000)  # not a policy entry: never touched
+    stale_tmp = cache / f"policy-{0:032x}.marshal.4242.tmp"
+    stale_tmp.write_bytes(b"half")
+    os.utime(stale_tmp, (1, 1))
+    keep = str(cache / f"policy-{0:032x}.marshal")  # the oldest, but just written
+    removed = evict_policy_cache(str(cache), keep=keep, max_entries=100, max_bytes=3500)
+    left = sorted(p.name for p in cache.iterdir())
+    assert left == ["bpf-0123.bin", f"policy-{0:032x}.marshal", f"policy-{8:032x}.marshal",
+                    f"policy-{9:032x}.marshal"]
+    assert stale_tmp.name in removed and len(removed) == 8
+
+
+def test_a_cache_hit_does_not_scan_the_cache_dir(tmp_path, monkeypatch) -> None:
+    ctx = _home(tmp_path, monkeypatch)
+    cache = str(tmp_path / "cache")
+    load_cached(ctx, policy_file=None, flags=Flags(), cache_dir=cache)
+    from safebox.policy import load as load_mod
+
+    def boom(*a, **k):
+        raise AssertionError("evicted on a hit")
+
+    monkeypatch.setattr(load_mod, "evict_policy_cache", boom)
+    load_cached(ctx, policy_file=None, flags=Flags(), cache_dir=cache)

@@ -92,6 +92,32 @@ def render(policy: HelperPolicy) -> bytes:
     return ("\n".join(lines) + "\n").encode()
 
 
+# The fields of each line that hold a hex-encoded path (by the line's first word).
+_HEX_FIELDS = {"fs": (2,), "seccomp": (1,), "socat": (1,), "publish": (2,)}
+
+
+def readable(data: bytes) -> str:
+    """The policy file for people (``--dry-run``): the same lines with every
+    hex-encoded path decoded and shell-quoted when it needs quoting (a
+    non-printable path is shown as a Python bytes literal). Not the file
+    format: the helper reads only hex."""
+    import shlex
+
+    out = []
+    for line in data.decode("ascii", "replace").splitlines():
+        fields = line.split(" ")
+        for i in _HEX_FIELDS.get(fields[0], ()):
+            if i < len(fields):
+                try:
+                    raw = bytes.fromhex(fields[i])
+                except ValueError:
+                    continue
+                text = raw.decode("utf-8", "surrogateescape")
+                fields[i] = shlex.quote(text) if text.isprintable() else repr(raw)
+        out.append(" ".join(fields))
+    return "\n".join(out) + "\n"
+
+
 def write_policy_file(path: str | os.PathLike[str], data: bytes) -> None:
     """Create ``path`` with mode 0600 (never following a symlink) and write ``data``."""
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)

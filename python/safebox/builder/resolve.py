@@ -132,20 +132,30 @@ def _rg_finish(proc: Spawned, root: str) -> list[str]:
 
 
 KNOWN_GIT_DIRS = "known-git-dirs"
+# The memory's bound (docs/policy-reference.md): at most 4096 entries and
+# 1 MiB, what one read takes. When a write would pass it, paths that are no
+# longer directories are dropped and then the least recently seen, down to
+# three quarters of the bound: that sweep costs a stat per entry (~35 ms for
+# 4096 here), so it runs once per thousand or so new dirs, not at every write.
 _KNOWN_MAX = 4096
+_KNOWN_MAX_BYTES = 1 << 20
+_KNOWN_LOW = _KNOWN_MAX * 3 // 4
+_KNOWN_LOW_BYTES = _KNOWN_MAX_BYTES * 3 // 4
 
 
 def read_known_git_dirs(path: str) -> tuple[tuple[str, str], ...]:
     """The git dirs and worktree admin dirs remembered by earlier runs
     (``KIND HEXPATH`` lines in the state dir, which the sandbox cannot
-    write). A missing or unreadable file is an empty memory."""
+    write). A missing or unreadable file is an empty memory; a last line
+    without its newline (a file cut short) is ignored, never read as the
+    shorter path its hex prefix would name."""
     try:
         with open(path, "rb") as f:
-            raw = f.read(1 << 20)
+            raw = f.read(_KNOWN_MAX_BYTES)
     except OSError:
         return ()
     out = []
-    for line in raw.decode("ascii", "replace").splitlines():
+    for line in raw[:raw.rfind(b"\n") + 1].decode("ascii", "replace").splitlines():
         kind, _, hexpath = line.partition(" ")
         try:
             out.append((kind, os.fsdecode(bytes.fromhex(hexpath))))
@@ -155,19 +165,33 @@ def read_known_git_dirs(path: str) -> tuple[tuple[str, str], ...]:
 
 
 def remember_git_dirs(path: str, before: tuple[tuple[str, str], ...], seen: tuple[tuple[str, str], ...]) -> None:
-    """Add what this run recognised to the memory (atomically, 0600); paths
-    that are no longer directories are dropped, the newest kept first, at
-    most 4096. Written only when something changed; never fails the run."""
-    merged = dict.fromkeys([*seen, *before])
-    keep = [e for e in merged if os.path.isdir(e[1])][:_KNOWN_MAX]
-    if set(keep) == set(before):
+    """Add what this run recognised to the memory (atomically, 0600).
+
+    Written only when this run saw a dir the memory lacks, so a run that
+    adds nothing costs nothing; this run's dirs go first. Past the bound
+    (4096 entries or 1 MiB) the memory is swept: paths that are no longer
+    directories are dropped, then the least recently seen until three
+    quarters of the bound remain. Never fails the run."""
+    known = set(before)
+    if all(e in known for e in seen):
         return
-    data = "".join(f"{kind} {os.fsencode(p).hex()}\n" for kind, p in keep).encode()
+    merged = list(dict.fromkeys([*seen, *before]))
+    lines = [f"{kind} {os.fsencode(p).hex()}\n" for kind, p in merged]
+    if len(lines) > _KNOWN_MAX or sum(map(len, lines)) > _KNOWN_MAX_BYTES:
+        keep: list[str] = []
+        size = 0
+        for (_, p), line in zip(merged, lines, strict=True):
+            if len(keep) >= _KNOWN_LOW or size + len(line) > _KNOWN_LOW_BYTES:
+                break
+            if os.path.isdir(p):
+                keep.append(line)
+                size += len(line)
+        lines = keep
     tmp = f"{path}.{os.getpid()}.tmp"
     try:
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
         try:
-            os.write(fd, data)
+            os.write(fd, "".join(lines).encode())
         finally:
             os.close(fd)
         os.replace(tmp, path)

@@ -30,8 +30,10 @@ class EffectivePolicy(Frozen):
     env_allow: tuple[str, ...] = ()
     search_depth: int = 6
     strict: bool = False
-    # Where each top-level key's value came from, for `safebox policy show`.
-    sources: dict[str, list[str]] | None = None
+    # Where each entry came from, for `safebox policy show`: (key as files
+    # spell it, value, layer: "defaults", a file's path or "command line"),
+    # in layer order; for a scalar only the layer whose value won.
+    sources: tuple[tuple[str, Any, str], ...] | None = None
 
     def to_json_dict(self) -> dict[str, Any]:
         """A JSON-ready dict (tuples become lists)."""

@@ -112,12 +112,19 @@ def _read_file(path: str) -> bytes:
 
 
 def parse_document(path: str, raw: bytes) -> dict[str, Any]:
-    """JSON or TOML by extension (``.json``/``.toml``); anything else is tried as JSON then TOML."""
+    """JSON or TOML by extension (``.json``/``.toml``); anything else is tried as JSON then TOML.
+
+    An empty file (or only whitespace) is an empty policy whatever its
+    format, as an empty TOML document already is: ``touch policy.json``
+    must not be an error where ``touch policy.toml`` is not
+    (docs/policy-reference.md)."""
     suffix = os.path.splitext(path)[1].lower()
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as e:
         raise PolicyError(f"{path}: not UTF-8 ({e.reason} at byte {e.start})") from None
+    if not text.strip():
+        return {}
     errors = []
     for kind in (("json",) if suffix == ".json" else ("toml",) if suffix == ".toml" else ("json", "toml")):
         try:
@@ -147,15 +154,178 @@ def _key_part(part: object) -> str:
     return text if text.isprintable() and text else repr(text)
 
 
-def _format_validation_error(name: str, exc: Any) -> PolicyError:
-    first = exc.errors()[0]
-    loc = ".".join(_key_part(p) for p in first["loc"]).replace(".[", "[")
-    msg = first["msg"].replace("\n", " ")
-    if first["type"] == "extra_forbidden":
-        msg = "unknown key (check the spelling; see docs/policy-reference.md)"
-    more = len(exc.errors()) - 1
+def _json_word(value: object) -> str:
+    """A value as the user wrote it in a policy file, in that file's words."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return f"the number {value}"
+    if isinstance(value, str):
+        import json
+
+        shown = value if len(value) <= 60 else value[:57] + "..."
+        return f"the string {json.dumps(shown)}"
+    if isinstance(value, (list, tuple)):
+        return "a list"
+    if isinstance(value, dict):
+        return "a table/object"
+    import datetime
+
+    if isinstance(value, (datetime.date, datetime.time)):  # TOML has dates; JSON not
+        return "a date/time"
+    return f"a {type(value).__name__}"
+
+
+def _expected(loc: tuple[Any, ...]) -> str | None:
+    """What the model expects at ``loc``, in words ("a list of domain
+    names"), read from the model itself so that every key is covered."""
+    from typing import get_args, get_origin
+
+    from pydantic import BaseModel
+
+    from safebox.policy.model import NOUNS, PolicyFile
+
+    def bare(ann: Any) -> Any:
+        args = get_args(ann)
+        if type(None) in args:  # `X | None`: None means "not set"
+            rest = [a for a in args if a is not type(None)]
+            return rest[0] if len(rest) == 1 else ann
+        return ann
+
+    def noun(ann: Any, *, plural: bool) -> str | None:
+        ann = bare(ann)
+        if ann in NOUNS:
+            return NOUNS[ann][plural]
+        if get_origin(ann) is list:
+            inner = noun(get_args(ann)[0], plural=True)
+            return f"lists of {inner}" if plural else f"a list of {inner}"
+        if get_origin(ann) is dict:
+            inner = noun(get_args(ann)[1], plural=True)
+            return f"tables of {inner}" if plural else f"a table/object whose values are {inner}"
+        if isinstance(ann, type) and issubclass(ann, BaseModel):
+            return "tables/objects" if plural else "a table/object"
+        return None
+
+    ann: Any = PolicyFile
+    for part in loc:
+        ann = bare(ann)
+        if isinstance(ann, type) and issubclass(ann, BaseModel) and isinstance(part, str):
+            field = ann.model_fields.get(part)
+            if field is None:
+                return None
+            ann = field.annotation
+        elif get_origin(ann) is list and isinstance(part, int):
+            ann = get_args(ann)[0]
+        elif get_origin(ann) is dict and isinstance(part, str):
+            ann = get_args(ann)[1]
+        else:
+            return None
+    return noun(ann, plural=False)
+
+
+def _known_keys() -> list[str]:
+    """Every key a policy file may hold, dotted (``filesystem.allowWrite``)."""
+    from pydantic import BaseModel
+
+    from safebox.policy.model import PolicyFile
+
+    out = []
+    for name, field in PolicyFile.model_fields.items():
+        sub = next((a for a in getattr(field.annotation, "__args__", ()) if isinstance(a, type)
+                    and issubclass(a, BaseModel)), None)
+        out += [f"{name}.{k}" for k in sub.model_fields] if sub else [name]
+    return out
+
+
+def _unknown_key(loc: tuple[Any, ...]) -> str:
+    """The message for a key the model does not have: srt's unsupported
+    keys say why; otherwise the nearest known key, if one is near."""
+    import difflib
+
+    from safebox.policy.model import SRT_KEYS_NOT_SUPPORTED
+
+    dotted = ".".join(str(p) for p in loc)
+    if dotted in SRT_KEYS_NOT_SUPPORTED:
+        return f"a sandbox-runtime key that safebox does not support: {SRT_KEYS_NOT_SUPPORTED[dotted]}"
+    known = _known_keys()
+    parent = ".".join(str(p) for p in loc[:-1])
+    siblings = [k for k in known if k.rpartition(".")[0] == parent]
+    near = difflib.get_close_matches(dotted, siblings, n=1, cutoff=0.75)
+    if not near:
+        # The right key in the wrong table (`allowWrite` at the top level,
+        # `network.denyRead`): match the last part against every key's.
+        by_last = {k.rpartition(".")[2]: k for k in known}
+        last = difflib.get_close_matches(str(loc[-1]), list(by_last), n=1, cutoff=0.75)
+        near = [by_last[last[0]]] if last else []
+    if near:
+        return f"unknown key (did you mean `{near[0]}`?)"
+    return "unknown key (the keys are listed in docs/policy-reference.md)"
+
+
+def _message(err: dict[str, Any]) -> str:
+    """One pydantic error in safebox's words. pydantic's own wording
+    ("Input should be a valid list", "Value error,") never reaches the user:
+    every error is either ours (a validator's ValueError), an unknown key,
+    or "must be <what the model expects>, not <what the file has>"."""
+    kind = err["type"]
+    loc = tuple(err["loc"])
+    if kind == "extra_forbidden":
+        return _unknown_key(loc)
+    if kind in ("value_error", "assertion_error"):
+        return str(err.get("ctx", {}).get("error", "")) or "invalid value"
+    expected = _expected(loc)
+    given = _json_word(err.get("input"))
+    if expected is None:
+        return f"{given} is not allowed here"
+    return f"must be {expected}, not {given}"
+
+
+# Command-line flags → the policy key each one feeds (flags_layer), so an
+# error in a flag's value names the flag, as the user typed it.
+FLAG_FOR_KEY: dict[tuple[str, ...], str] = {
+    ("filesystem", "allowWrite"): "--allow-write",
+    ("filesystem", "denyRead"): "--deny-read",
+    ("filesystem", "denyWrite"): "--deny-write",
+    ("network", "allowedDomains"): "--allow-domain",
+    ("network", "deniedDomains"): "--deny-domain",
+    ("strict",): "--strict",
+}
+FLAGS_LAYER = "command line"
+
+
+def _where(layer: Layer, err: dict[str, Any]) -> str:
+    """Where an error is: the flag and its value as the user typed it
+    (``--allow-domain http://x.com``) for the command line; otherwise
+    ``FILE: key.path[0]``, with the value when the complaint is about it
+    (``= "http://x.com"``)."""
+    loc = tuple(err["loc"])
+    value = err.get("input")
+    if layer.name == FLAGS_LAYER:
+        for key, flag in FLAG_FOR_KEY.items():
+            n = len(key)
+            if loc[:n] == key and len(loc) == n + 1 and isinstance(value, str):
+                import shlex
+
+                return f"{flag} {shlex.quote(value) if value.isprintable() else repr(value)}"
+    path = ".".join(_key_part(p) for p in loc).replace(".[", "[")
+    where = f"{layer.name}: {path}" if path else layer.name
+    if err["type"] in ("value_error", "assertion_error") and isinstance(value, str):
+        import json
+
+        where += f" = {json.dumps(value if len(value) <= 200 else value[:197] + '...')}"
+    return where
+
+
+def _format_validation_error(layer: Layer, exc: Any) -> PolicyError:
+    """A pydantic ValidationError as one PolicyError line: the first error, in our words, and how many more."""
+    errors = exc.errors()
+    first = errors[0]
+    msg = _message(first).replace("\n", " ")
+    more = len(errors) - 1
     tail = f" (and {more} more error{'s' if more > 1 else ''})" if more else ""
-    return PolicyError(f"{name}: {loc}: {msg}{tail}")
+    return PolicyError(f"{_where(layer, first)}: {msg}{tail}")
 
 
 def validate_layer(layer: Layer) -> dict[str, Any]:
@@ -167,7 +337,7 @@ def validate_layer(layer: Layer) -> dict[str, Any]:
     try:
         model = validate(layer.data)
     except ValidationError as e:
-        raise _format_validation_error(layer.name, e) from None
+        raise _format_validation_error(layer, e) from None
     doc = model.model_dump(exclude_none=True)
     if doc.get("enableWeakerNestedSandbox"):
         raise PolicyError(f"{layer.name}: enableWeakerNestedSandbox: safebox never weakens its sandbox; remove the key")
@@ -194,7 +364,7 @@ def merge(layers: list[tuple[Layer, dict[str, Any]]], ctx: Context) -> Effective
         "allowed_domains", "denied_domains", "allow_unix_sockets", "deny_read",
         "allow_write", "deny_write", "env_deny", "env_allow")}
     scalars: dict[str, Any] = {}
-    sources: dict[str, list[str]] = {}
+    sources: list[tuple[str, Any, str]] = []
     mapping = _LIST_KEYS
     scalar_map = _SCALAR_KEYS
     for layer, doc in layers:
@@ -219,20 +389,24 @@ def merge(layers: list[tuple[Layer, dict[str, Any]]], ctx: Context) -> Effective
             values = _get(doc, key)
             if not values:
                 continue
+            dotted = ".".join(key)
             for v in values:
                 item = expand_path(v, ctx) if is_path else v
                 lists[target].append(item)
-                sources.setdefault(".".join(key), []).append(f"{item}  <- {layer.name}")
+                sources.append((dotted, item, layer.name))
         for key, target in scalar_map.items():
             value = _get(doc, key)
             if value is not None:
                 scalars[target] = value
-                sources[".".join(key)] = [f"{value!r}  <- {layer.name}"]
+                dotted = ".".join(key)
+                # A later layer's scalar replaces the earlier one: only the winner is shown.
+                sources = [s for s in sources if s[0] != dotted]
+                sources.append((dotted, value, layer.name))
 
     def dedupe(xs: list[str]) -> tuple[str, ...]:
         return tuple(dict.fromkeys(xs))
 
-    return EffectivePolicy(**{k: dedupe(v) for k, v in lists.items()}, **scalars, sources=sources)
+    return EffectivePolicy(**{k: dedupe(v) for k, v in lists.items()}, **scalars, sources=tuple(sources))
 
 
 # Policy keys (as files spell them) → EffectivePolicy fields; lists also say
@@ -294,7 +468,7 @@ def flags_layer(flags: Flags) -> Layer:
         data["network"] = net
     if flags.strict:
         data["strict"] = True
-    return Layer(name="command line", data=data)
+    return Layer(name=FLAGS_LAYER, data=data)
 
 
 def discover_files(ctx: Context, *, policy_file: str | None) -> list[tuple[str, bool]]:
@@ -341,26 +515,48 @@ def _load_from(inputs: list[tuple[str, bool, bytes]], ctx: Context, flags: Flags
     return merge([(layer, validate_layer(layer)) for layer in layers], ctx)
 
 
+# The policy cache's bound (docs/index.md, "Where things live"): a harness
+# that runs every task in a fresh worktree makes a new entry per task. Least
+# recently used entries go first; a hit refreshes an entry's mtime at most
+# once a minute (an inode write per run would be needless), so "recently"
+# has a resolution of a minute. The bounds are checked only when an entry is
+# written (a miss), never on a hit.
+POLICY_CACHE_MAX_ENTRIES = 256
+POLICY_CACHE_MAX_BYTES = 8 << 20
+_TOUCH_AFTER = 60.0
+_CACHE_FORMAT = 2  # 2: sources are (key, value, layer) records
+
+
 def load_cached(ctx: Context, *, policy_file: str | None, flags: Flags, cache_dir: str) -> EffectivePolicy:
     """``load``, memoised on disk by a digest of every input byte.
 
     A hit costs a few stats and reads and one ``marshal.loads``; a miss (or a
-    cache file that is not ours and private) falls back to ``load`` and
-    rewrites it. marshal is not safe against hostile bytes, which is why the
-    file must be ours, 0600, in a directory the sandbox can never write.
+    cache file that is not ours and private) falls back to ``load``,
+    rewrites it and evicts the least recently used entries beyond the bound
+    (``evict_policy_cache``). marshal is not safe against hostile bytes,
+    which is why the file must be ours, 0600, in a directory the sandbox can
+    never write.
     """
     inputs = _read_inputs(discover_files(ctx, policy_file=policy_file))
-    parts = [repr((__version__, ctx.cwd, ctx.home, flags, os.environ.get("XDG_CONFIG_HOME"))).encode()]
+    parts = [repr((_CACHE_FORMAT, __version__, ctx.cwd, ctx.home, flags, os.environ.get("XDG_CONFIG_HOME"))).encode()]
     for path, project, raw in inputs:
         parts.append(f"\0{path}\0{project}\0{len(raw)}\0".encode() + raw)
     key = sha256_hex(b"".join(parts))[:32]
-    cache = os.path.join(cache_dir, f"policy-{key}.marshal")
+    cache = os.path.join(cache_dir, f"{_CACHE_PREFIX}{key}{_CACHE_SUFFIX}")
     try:
         fd = os.open(cache, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
         try:
             st = os.fstat(fd)
             if st.st_uid == os.getuid() and (st.st_mode & 0o077) == 0:
-                return EffectivePolicy.from_json_dict(marshal.loads(os.read(fd, 1 << 22)))
+                policy = EffectivePolicy.from_json_dict(marshal.loads(os.read(fd, 1 << 22)))
+                import time
+
+                if time.time() - st.st_mtime > _TOUCH_AFTER:
+                    try:
+                        os.utime(fd)  # used: the eviction keeps recently used entries
+                    except OSError:
+                        pass
+                return policy
         finally:
             os.close(fd)
     except (OSError, ValueError, TypeError, EOFError):
@@ -375,6 +571,68 @@ def load_cached(ctx: Context, *, policy_file: str | None, flags: Flags, cache_di
         finally:
             os.close(fd)
         os.replace(tmp, cache)
+        evict_policy_cache(cache_dir, keep=cache)
     except OSError:
         pass  # an unwritable cache only costs speed
     return policy
+
+
+_CACHE_PREFIX = "policy-"
+_CACHE_SUFFIX = ".marshal"
+
+
+def evict_policy_cache(cache_dir: str, *, keep: str | None = None,
+                       max_entries: int | None = None, max_bytes: int | None = None) -> list[str]:
+    """Remove the least recently used policy cache entries (oldest mtime
+    first) until at most ``POLICY_CACHE_MAX_ENTRIES`` entries of at most
+    ``POLICY_CACHE_MAX_BYTES`` together remain; ``keep`` (the entry just
+    written) is never removed. Temporary files of writers that died (older
+    than an hour) go too. Returns the removed names. Only policy cache files
+    are looked at: the seccomp programs beside them are not ours to judge."""
+    import time
+
+    max_entries = POLICY_CACHE_MAX_ENTRIES if max_entries is None else max_entries
+    max_bytes = POLICY_CACHE_MAX_BYTES if max_bytes is None else max_bytes
+    now = time.time()
+    entries: list[tuple[float, str, int]] = []
+    removed: list[str] = []
+    try:
+        with os.scandir(cache_dir) as it:
+            for e in it:
+                if not e.name.startswith(_CACHE_PREFIX):
+                    continue
+                try:
+                    st = e.stat(follow_symlinks=False)
+                except OSError:
+                    continue
+                if e.name.endswith(".tmp"):
+                    if now - st.st_mtime > 3600:
+                        try:
+                            os.unlink(e.path)
+                            removed.append(e.name)
+                        except OSError:
+                            pass
+                elif e.name.endswith(_CACHE_SUFFIX):
+                    entries.append((st.st_mtime, e.path, st.st_size))
+    except OSError:
+        return removed
+    count = len(entries)
+    total = sum(size for _, _, size in entries)
+    if count <= max_entries and total <= max_bytes:
+        return removed
+    entries.sort()
+    for _, path, size in entries:
+        if count <= max_entries and total <= max_bytes:
+            break
+        if path == keep:
+            continue
+        try:
+            os.unlink(path)
+        except FileNotFoundError:
+            pass  # a concurrent safebox evicted it first
+        except OSError:
+            continue
+        removed.append(os.path.basename(path))
+        count -= 1
+        total -= size
+    return removed

@@ -20,12 +20,18 @@ _LABEL = re.compile(r"^[a-z0-9_]([a-z0-9_-]{0,61}[a-z0-9_])?$")
 def _check_domain_pattern(value: str) -> str:
     """Accept ``example.com``, ``*.example.com``, ``localhost``, IP literals
     (IPv6 in brackets or bare). Reject schemes, paths, ports, and wildcards that
-    are anywhere but a leading ``*.`` or cover a whole TLD (``*.com``)."""
+    are anywhere but a leading ``*.`` or cover a whole TLD (``*.com``).
+
+    Messages describe the value without repeating it: the caller puts it in
+    front, as the user spelled it (``--allow-domain http://x.com: ...``)."""
     v = value.strip()
     if v != value or not v:
-        raise ValueError("empty or padded domain pattern")
+        raise ValueError("empty, or padded with spaces")
     if v.startswith("[") and v.endswith("]"):
-        ipaddress.IPv6Address(v[1:-1])
+        try:
+            ipaddress.IPv6Address(v[1:-1])
+        except ValueError:
+            raise ValueError("not an IPv6 address between the brackets") from None
         return v
     try:
         ipaddress.ip_address(v)
@@ -33,21 +39,21 @@ def _check_domain_pattern(value: str) -> str:
     except ValueError:
         pass
     if "://" in v or "/" in v or ":" in v or "@" in v:
-        raise ValueError(f"{value!r} is not a domain: no scheme, port, path or userinfo")
+        raise ValueError("not a domain name: give the name alone, without a scheme, port, path or user")
     body = v[2:] if v.startswith("*.") else v
     if "*" in body:
-        raise ValueError(f"{value!r}: a wildcard is only allowed as a leading '*.'")
+        raise ValueError("a wildcard is only allowed as a leading '*.'")
     labels = body.rstrip(".").lower().split(".")
     try:
         labels = [lbl.encode("idna").decode("ascii") if not lbl.isascii() else lbl for lbl in labels]
     except UnicodeError as e:
-        raise ValueError(f"{value!r}: not a valid internationalised name ({e})") from None
+        raise ValueError(f"not a valid internationalised name ({e})") from None
     if not all(_LABEL.match(lbl) for lbl in labels):
-        raise ValueError(f"{value!r}: invalid characters or empty label")
+        raise ValueError("not a domain name: invalid characters or an empty label")
     if v.startswith("*.") and len(labels) < 2:
-        raise ValueError(f"{value!r} is too broad: it covers a whole top-level domain")
+        raise ValueError("too broad: it covers a whole top-level domain")
     if len(labels) < 2 and body != "localhost":
-        raise ValueError(f"{value!r}: a domain needs at least two labels (or 'localhost')")
+        raise ValueError("a domain needs at least two labels (or is 'localhost')")
     return v
 
 
@@ -60,13 +66,13 @@ def _check_path(value: str) -> str:
     if not value or "\0" in value:
         raise ValueError("a path must be non-empty and contain no NUL byte")
     if value.startswith("~") and not (value == "~" or value.startswith("~/")):
-        raise ValueError(f"{value!r}: only '~' and '~/...' are supported, not '~user'")
+        raise ValueError("only '~' and '~/...' are supported, not '~user'")
     return value
 
 
 def _check_env_pattern(value: str) -> str:
     if not re.fullmatch(r"[A-Za-z0-9_*?]+", value):
-        raise ValueError(f"{value!r}: an environment pattern uses letters, digits, '_', '*' and '?'")
+        raise ValueError("an environment variable pattern uses only letters, digits, '_', '*' and '?'")
     return value
 
 
@@ -74,6 +80,29 @@ DomainPattern = Annotated[str, AfterValidator(_check_domain_pattern)]
 DeniedPattern = Annotated[str, AfterValidator(_check_denied_pattern)]
 PolicyPath = Annotated[str, AfterValidator(_check_path)]
 EnvPattern = Annotated[str, AfterValidator(_check_env_pattern)]
+Port = Annotated[int, Field(ge=1, le=65535)]
+SearchDepth = Annotated[int, Field(ge=1, le=20)]
+
+# What each constrained type is, in the words an error message uses
+# (singular, plural): "must be a list of domain names, not the string ...".
+# Errors never show pydantic's own wording (policy/load.py).
+NOUNS: dict[Any, tuple[str, str]] = {
+    DomainPattern: ("a domain name", "domain names"),
+    DeniedPattern: ("a domain name or '*'", "domain names (or '*')"),
+    PolicyPath: ("a path", "paths"),
+    EnvPattern: ("an environment variable pattern", "environment variable patterns"),
+    Port: ("a port number from 1 to 65535", "port numbers"),
+    SearchDepth: ("a whole number from 1 to 20", "whole numbers from 1 to 20"),
+    str: ("a string", "strings"),
+    int: ("a whole number", "whole numbers"),
+    bool: ("true or false", "true/false values"),
+}
+
+# srt settings keys that safebox knows but does not support, as dotted key →
+# why, and what to do instead. An unknown key found here is reported with
+# this reason instead of "unknown key" (policy/load.py). Empty today: every
+# srt key is either supported or accepted (see PolicyFile).
+SRT_KEYS_NOT_SUPPORTED: dict[str, str] = {}
 
 
 class _Strict(BaseModel):
@@ -92,8 +121,8 @@ class NetworkSettings(_Strict):
     allowLocalDestinations: bool | None = None
     # srt: route through a proxy the caller runs. safebox always runs its own
     # filtering proxy; accepting these silently would bypass it, so they are refused.
-    httpProxyPort: Annotated[int, Field(ge=1, le=65535)] | None = None
-    socksProxyPort: Annotated[int, Field(ge=1, le=65535)] | None = None
+    httpProxyPort: Port | None = None
+    socksProxyPort: Port | None = None
 
 
 class FilesystemSettings(_Strict):
@@ -127,7 +156,7 @@ class PolicyFile(_Strict):
     env: EnvSettings | None = None
     strict: bool | None = None
     trustProjectFiles: bool | None = None
-    mandatoryDenySearchDepth: Annotated[int, Field(ge=1, le=20)] | None = None
+    mandatoryDenySearchDepth: SearchDepth | None = None
     # srt keys that do not change enforcement in safebox; accepted so that an
     # srt settings file works unchanged (see policy-reference.md).
     ignoreViolations: dict[str, list[str]] | None = None
