@@ -45,3 +45,16 @@ def test_every_credential_path_is_in_the_reference(path: str) -> None:
     # The three ssh host keys are written as one pattern.
     shown = "/etc/ssh/ssh_host_*_key" if path.startswith("/etc/ssh/ssh_host_") else path
     assert f"`{shown}`" in REFERENCE
+
+
+def test_the_state_dir_bounds_in_the_guide_are_the_codes() -> None:
+    from safebox.builder import resolve
+    from safebox.policy.load import POLICY_CACHE_MAX_BYTES, POLICY_CACHE_MAX_ENTRIES
+    from safebox.runner import QUARANTINE_MAX_ENTRIES
+
+    assert f"| {POLICY_CACHE_MAX_ENTRIES} entries and {POLICY_CACHE_MAX_BYTES >> 20} MiB |" in GUIDE
+    assert f"| the newest {QUARANTINE_MAX_ENTRIES} entries |" in GUIDE
+    assert f"the quarantine keeps the newest {QUARANTINE_MAX_ENTRIES} entries" in GUIDE
+    assert f"| {resolve._KNOWN_MAX} entries and {resolve._KNOWN_MAX_BYTES >> 20} MiB |" in GUIDE
+    assert f"The quarantine keeps the newest {QUARANTINE_MAX_ENTRIES} entries" in REFERENCE
+    assert f"at most {resolve._KNOWN_MAX} entries ({resolve._KNOWN_MAX_BYTES >> 20} MiB)" in REFERENCE

@@ -226,16 +226,18 @@ def _expected(loc: tuple[Any, ...]) -> str | None:
 
 
 def _known_keys() -> list[str]:
-    """Every key a policy file may hold, dotted (``filesystem.allowWrite``)."""
+    """Every key a policy file may hold, dotted (``network``, ``filesystem.allowWrite``)."""
     from pydantic import BaseModel
 
     from safebox.policy.model import PolicyFile
 
     out = []
     for name, field in PolicyFile.model_fields.items():
+        out.append(name)
         sub = next((a for a in getattr(field.annotation, "__args__", ()) if isinstance(a, type)
                     and issubclass(a, BaseModel)), None)
-        out += [f"{name}.{k}" for k in sub.model_fields] if sub else [name]
+        if sub is not None:
+            out += [f"{name}.{k}" for k in sub.model_fields]
     return out
 
 
