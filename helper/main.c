@@ -83,6 +83,27 @@ static void parse_args(int argc, char **argv, struct args *a)
 		die("--status-fd and --handoff-fd must differ");
 }
 
+/* The name of an errno that landlock_create_ruleset(2) can return, "?" for
+ * any other.  Not strerrorname_np(): that is GLIBC_2.32, and the wheel's
+ * manylinux tag is the newest glibc symbol the helper needs (build.py
+ * manylinux_platform); the helper's own calls stay at GLIBC_2.17 or older. */
+static const char *landlock_errno_name(int errnum)
+{
+	switch (errnum) {
+	case ENOSYS: return "ENOSYS";
+	case EOPNOTSUPP: return "EOPNOTSUPP";
+	case EPERM: return "EPERM";
+	case EINVAL: return "EINVAL";
+	case EFAULT: return "EFAULT";
+	case E2BIG: return "E2BIG";
+	case ENOMEM: return "ENOMEM";
+	case EMFILE: return "EMFILE";
+	case ENFILE: return "ENFILE";
+	case EACCES: return "EACCES";
+	default: return "?";
+	}
+}
+
 /* --probe: one JSON line on stdout.  Changes nothing.  Returns 0, or
  * SB_EXIT_FAILURE if stdout cannot be flushed; never dies. */
 static int probe(void)
@@ -94,8 +115,7 @@ static int probe(void)
 	printf("{\"v\":1,\"version\":\"%s\",\"build_id\":\"%s\",\"landlock_abi\":%d", SAFEBOX_VERSION,
 	       SAFEBOX_BUILD_ID, abi);
 	if (abi == 0)
-		printf(",\"landlock_errno\":\"%s\"",
-		       errnum == ENOSYS ? "ENOSYS" : errnum == EOPNOTSUPP ? "EOPNOTSUPP" : strerrorname_np(errnum) ? strerrorname_np(errnum) : "?");
+		printf(",\"landlock_errno\":\"%s\"", landlock_errno_name(errnum));
 	printf(",\"seccomp\":%s,\"nnp\":%s}\n", seccomp_available() ? "true" : "false",
 	       nnp ? "true" : "false");
 	return fflush(stdout) == 0 ? 0 : SB_EXIT_FAILURE;
