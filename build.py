@@ -421,8 +421,9 @@ def _write_launcher(py: Path) -> None:
     read-only inside), its site-packages is the one import path added.
     pip's own launcher cannot carry interpreter flags (it rewrites `#!python`
     to a bare interpreter path), so a `pip install` elsewhere keeps the
-    ordinary one and is only slower (`safebox.cli.main` starts the walks
-    itself then, after its own import)."""
+    ordinary one: slower (`safebox.cli.main` starts the walks itself then,
+    after its own import), and a PYTHONPATH holding a write root is refused
+    (125) rather than ignored (docs/index.md, "As a Python tool")."""
     site = subprocess.run([str(py), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
                           capture_output=True, text=True, check=True).stdout.strip()
     script = VENV / "bin" / "safebox"
