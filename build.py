@@ -33,6 +33,7 @@ import struct
 import subprocess
 import sys
 import tempfile
+import zipfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent
@@ -216,6 +217,8 @@ def elf_needs(path: Path) -> tuple[str, list[str], dict[str, set[str]]]:
         sh_fmt, dyn_fmt = end + "IIIIIIIIII", end + "iI"
     machine, = struct.unpack_from(end + "H", data, 18)
     arch = _ELF_MACHINES.get(machine)
+    if arch == "ppc64le" and end == ">":
+        arch = "ppc64"
     if arch is None:
         raise BuildError(f"{path}: ELF machine {machine} has no manylinux name known to build.py")
     # (type, offset, size, link, info) of every section header.
@@ -511,7 +514,6 @@ def wheel() -> list[Path]:
         _run([str(py.parent / "auditwheel"), "repair", "--plat", claimed, "--only-plat",
               "-w", str(repaired), str(whl)], env=env)
         (fixed,) = repaired.glob("*.whl")
-        import zipfile
         with zipfile.ZipFile(fixed) as z:
             grafted = [n for n in z.namelist() if ".libs/" in n]
         if fixed.name != whl.name or grafted:

@@ -2,6 +2,11 @@
 """Start-up overhead of `safebox exec -- true` against bare bubblewrap, same run.
 
     .venv/bin/python benchmarks/bench_startup.py [--runs 60] [--write docs/benchmarks.md]
+        [--launcher NAME=PATH ...]
+
+--launcher adds `PATH exec -- true` for another installed `safebox` (a pip
+or pipx install: their console-script launcher against build.py's -IS one,
+docs/index.md "As a Python tool").
 
 Interleaves the variants (so drift affects all alike), reports medians and
 the ratio to the bare-bwrap baseline, and with --write replaces the section
@@ -39,6 +44,8 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runs", type=int, default=60)
     ap.add_argument("--write", type=Path)
+    ap.add_argument("--launcher", action="append", default=[], metavar="NAME=PATH",
+                    help="also time PATH exec -- true (another installed safebox)")
     args = ap.parse_args()
     work = tempfile.mkdtemp(prefix="safebox-bench-")
     subprocess.run(["git", "init", "-q", work], check=True)
@@ -49,6 +56,9 @@ def main() -> int:
         "safebox exec --without helper -- true": [SAFEBOX, "exec", "--without", "helper", "--", "true"],
         "python3 -c pass (interpreter alone)": [sys.executable, "-c", "pass"],
     }
+    for spec in args.launcher:
+        name, _, path = spec.partition("=")
+        variants[f"{name}: safebox exec -- true"] = [path, "exec", "--", "true"]
     for cmd in variants.values():  # warm caches (policy, seccomp program, page cache)
         timed(cmd, work)
     samples: dict[str, list[float]] = {k: [] for k in variants}
