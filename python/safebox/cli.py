@@ -37,6 +37,9 @@ EXEC_OPTIONS: tuple[Opt, ...] = (
         help="Policy file (JSON or TOML), layered after the user and project files.", short="-p", value="FILE"),
     Opt(long="--allow-write", dest="allow_write", help="Also allow writing beneath PATH (repeatable).", value="PATH", multiple=True),
     Opt(long="--deny-read", dest="deny_read", help="Also make PATH unreadable (repeatable).", value="PATH", multiple=True),
+    Opt(long="--allow-read", dest="allow_read",
+        help="Take PATH, a denyRead entry such as a default credential path, off the deny list (repeatable).",
+        value="PATH", multiple=True),
     Opt(long="--deny-write", dest="deny_write", help="Keep PATH read-only even beneath a write root (repeatable).",
         value="PATH", multiple=True),
     Opt(long="--allow-domain", dest="allow_domains", help="Allow DOMAIN through the proxy; *.example.com = subdomains (repeatable).",
@@ -117,6 +120,7 @@ def _request(parsed: dict[str, Any]):  # -> ExecRequest
         command=tuple(parsed["command"]),
         policy_file=parsed["policy_file"],
         flags=Flags(allow_write=tuple(parsed["allow_write"]), deny_read=tuple(parsed["deny_read"]),
+                    allow_read=tuple(parsed["allow_read"]),
                     deny_write=tuple(parsed["deny_write"]), allow_domains=tuple(parsed["allow_domains"]),
                     deny_domains=tuple(parsed["deny_domains"]), strict=bool(parsed["strict"])),
         without=Without(parsed["without"]) if parsed["without"] else None,
@@ -274,11 +278,13 @@ def _click_app():
         """Print the effective merged policy, each entry with where it came from."""
         import json
 
+        from safebox.policy.defaults import credential_env
         from safebox.policy.load import Context, Flags, load, policy_document
         from safebox.runner import _home
 
         def show() -> int:
-            eff = load(Context(cwd=os.path.realpath(os.getcwd()), home=_home()),
+            eff = load(Context(cwd=os.path.realpath(os.getcwd()), home=_home(),
+                               credential_env=credential_env(os.environ)),
                        policy_file=policy_file, flags=Flags())
             sources = eff.sources or ()
             try:

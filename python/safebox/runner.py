@@ -29,6 +29,7 @@ from safebox._record import Frozen, StrEnum, path_outside, read_until, rmtree, w
 from safebox.builder.resolved import Bridge, Layers, NetKind, ResolvedPolicy
 from safebox.errors import BuildError, HelperError, PolicyError, RunError
 from safebox.policy.effective import EffectivePolicy
+from safebox.policy.defaults import credential_env
 from safebox.policy.load import Context, Flags, load_cached, state_dir
 
 TYPE_CHECKING = False
@@ -610,7 +611,7 @@ def run(req: ExecRequest, *, prescan: dict[tuple[str, int], Any] | None = None) 
     _cloexec_inherited()
     cwd = os.path.realpath(os.getcwd())
     home = _home()
-    ctx = Context(cwd=cwd, home=home)
+    ctx = Context(cwd=cwd, home=home, credential_env=credential_env(os.environ))
     state = state_dir(home)
     flags = req.flags
     if req.strict and not flags.strict:
@@ -733,6 +734,7 @@ def run(req: ExecRequest, *, prescan: dict[tuple[str, int], Any] | None = None) 
         given = (expand_path(req.policy_file, ctx),) if req.policy_file else ()
         host = HostFacts(helper_path=helper, self_paths=(*self_paths(), helper, *given),
                          import_paths=import_paths(),
+                         path_dirs=tuple(os.environ.get("PATH", "").split(":")),
                          state_dir=state, run_dir=run_path,
                          policy_path=os.path.join(run_path, "policy"), rg_path=_tool("rg", tools))
         rp = resolve(policy, layers=layers, cwd=cwd, home=home, host=host, bridges=bridges, scan=scan)
@@ -755,6 +757,8 @@ def run(req: ExecRequest, *, prescan: dict[tuple[str, int], Any] | None = None) 
                     forwarders.append(PublishForwarder(port, os.path.join(pub_dir, f"{port}.sock")))
             rp = rp.replace(publish=tuple((p, os.path.join(pub_dir, f"{p}.sock")) for p in ports),
                             publish_dir=pub_dir)
+        for w in rp.warnings:
+            _say(w)
         if req.verbose:
             for n in rp.notes:
                 _say(n)

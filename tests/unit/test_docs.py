@@ -58,3 +58,9 @@ def test_the_state_dir_bounds_in_the_guide_are_the_codes() -> None:
     assert f"| {resolve._KNOWN_MAX} entries and {resolve._KNOWN_MAX_BYTES >> 20} MiB |" in GUIDE
     assert f"The quarantine keeps the newest {QUARANTINE_MAX_ENTRIES} entries" in REFERENCE
     assert f"at most {resolve._KNOWN_MAX} entries ({resolve._KNOWN_MAX_BYTES >> 20} MiB)" in REFERENCE
+
+
+@pytest.mark.parametrize(("var", "sub"), defaults.CREDENTIAL_ENV)
+def test_every_credential_store_variable_is_in_the_reference(var: str, sub: str) -> None:
+    assert f"`${var}{'/' + sub if sub else ''}`" in REFERENCE or (var in defaults.LIST_VARIABLES
+                                                                 and f"`${var}`" in REFERENCE)

@@ -60,3 +60,58 @@ def test_common_credentials_found_in_review_are_scrubbed_whatever_their_case() -
     kept, removed = scrub(environ, deny=ENV_DENY_PATTERNS, allow=())
     assert kept == {"PATH": "/usr/bin", "HOME": "/home/u", "EDITOR": "vi"}
     assert "github_token" in removed and "PGPASSWORD" in removed
+
+
+# Issue 11, item 4: CI secrets by name, by pattern and by value shape.
+CI_SECRETS = ["CI_JOB_JWT", "CI_JOB_JWT_V2", "CI_REPOSITORY_URL", "SYSTEM_ACCESSTOKEN", "AZURE_DEVOPS_EXT_PAT",
+              "AZURE_STORAGE_CONNECTION_STRING", "GITHUB_PAT", "GOOGLE_GHA_CREDS_PATH", "KAGGLE_KEY",
+              "NEW_RELIC_LICENSE_KEY", "SENTRY_DSN", "SLACK_WEBHOOK_URL", "AWS_CONTAINER_CREDENTIALS_FULL_URI",
+              # by pattern: *_JWT*, *_PAT, *ACCESSTOKEN*, *_DSN
+              "VAULT_ID_JWT", "MY_JWT_TOKEN_V3", "GITLAB_PAT", "BUILD_ACCESSTOKEN_2", "DB_DSN"]
+
+
+@pytest.mark.parametrize("name", CI_SECRETS)
+def test_ci_secrets_are_removed_by_name_or_pattern(name: str) -> None:
+    kept, removed = scrub({name: "plain-value", "PATH": "/bin"}, deny=ENV_DENY_PATTERNS, allow=())
+    assert removed == [name] and kept == {"PATH": "/bin"}
+
+
+SECRET_URLS = ["redis://:pw@h", "mongodb://u:pw@h:27017/db", "amqp://u:pw@h", "https://user:tok@host/x",
+               "https://k3y@o0.ingest.sentry.io/1", "mongodb+srv://u:p@cluster0.example.net",
+               "git+https://tok@github.com/o/r", "https://a.example https://u:tok@b.example/simple",
+               "ssh://git@github.com/o/r.git", "postgres://u:p%40ss@h/db"]
+
+
+@pytest.mark.parametrize("value", SECRET_URLS)
+def test_a_variable_whose_value_is_a_url_with_userinfo_is_removed_whatever_its_name(value: str) -> None:
+    kept, removed = scrub({"INNOCENT_LOOKING": value, "PATH": "/bin"}, deny=ENV_DENY_PATTERNS, allow=())
+    assert removed == ["INNOCENT_LOOKING"] and kept == {"PATH": "/bin"}
+
+
+@pytest.mark.parametrize(("name", "value"), [
+    ("DATABASE_HOST", "db.internal"), ("GITHUB_SHA", "0123abcd"), ("PATH", "/usr/bin:/bin"),
+    ("HOMEPAGE", "https://example.com/x"), ("QUERY", "https://h/p?to=a@b"), ("FRAGMENT", "https://h/p#a@b"),
+    ("PATHAT", "https://h/users/@me"), ("EMAIL", "me@example.com"), ("GIT_SCP", "git@github.com:o/r.git"),
+    ("SPACED", "see https:// a@b"), ("NOSCHEME", "://u:p@h"), ("GOPATH", "/home/u/go"),
+    ("CI_PIPELINE_URL", "https://gitlab.com/g/p/-/pipelines/1"), ("PATCH", "1"), ("DSN_HOST", "h"),
+])
+def test_look_alikes_that_are_not_secrets_are_kept(name: str, value: str) -> None:
+    kept, removed = scrub({name: value}, deny=ENV_DENY_PATTERNS, allow=())
+    assert kept == {name: value} and removed == []
+
+
+def test_env_allow_keeps_a_url_with_userinfo_too() -> None:
+    kept, _ = scrub({"GIT_REMOTE": "ssh://git@github.com/o/r.git"}, deny=ENV_DENY_PATTERNS, allow=("GIT_REMOTE",))
+    assert kept == {"GIT_REMOTE": "ssh://git@github.com/o/r.git"}
+
+
+def test_the_value_rule_is_linear_on_a_long_value() -> None:
+    import time
+
+    from safebox.builder.env import url_with_userinfo
+
+    value = "x://" + "a" * 1_000_000 + "@h"
+    t = time.perf_counter()
+    assert url_with_userinfo(value)
+    assert not url_with_userinfo("a://" * 30_000 + "@")  # every authority ends at the next slash
+    assert time.perf_counter() - t < 0.5

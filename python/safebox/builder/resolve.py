@@ -31,6 +31,7 @@ class HostFacts(Frozen):
     policy_path: str
     rg_path: str | None
     import_paths: tuple[str, ...] = ()  # sys.path and the base prefixes; see resolve()
+    path_dirs: tuple[str, ...] = ()  # the caller's $PATH entries; see path_dirs_in_write_roots
 
 
 def _is_under(path: str, root: str) -> bool:
@@ -324,6 +325,78 @@ def start_scans(rg: str | None, write_roots: list[str], depth: int) -> dict[str,
             sc.cancel()
         raise
     return scans
+
+
+def links_on_the_way(path: str) -> list[tuple[str, str]]:
+    """Every symlink met while resolving the absolute ``path``, as (the link
+    in its resolved parent, its target text), in the order the kernel would
+    follow them; the links of a link's target included."""
+    found: list[tuple[str, str]] = []
+    parts = [c for c in path.split("/") if c]
+    cur = "/"
+    hops = 0
+    while parts:
+        name = parts.pop(0)
+        if name == ".":
+            continue
+        if name == "..":
+            cur = os.path.dirname(cur)
+            continue
+        nxt = os.path.join(cur, name)
+        try:
+            target = os.readlink(nxt)
+        except OSError:  # not a symlink (EINVAL), or missing from here on
+            cur = nxt
+            continue
+        hops += 1
+        if hops > 40:  # a loop (ELOOP for the kernel): nothing further to find
+            break
+        found.append((nxt, target))
+        parts = [c for c in target.split("/") if c] + parts
+        if target.startswith("/"):
+            cur = "/"
+    return found
+
+
+class PathDirs(Frozen):
+    """The caller's PATH directories that lie in a write root (issue 11)."""
+
+    existing: list[str]  # bound read-only
+    missing: list[str]  # watched, quarantined if the run creates them
+    links: list[tuple[str, str]]  # symlinks on the way inside a write root: restored if replaced
+
+
+def path_dirs_in_write_roots(path_dirs: tuple[str, ...], write_roots: list[str]) -> PathDirs:
+    """The directories of the caller's PATH that lie in a write root.
+
+    A program planted in one (``~/.local/bin/git``, ``.venv/bin/python`` of
+    an activated venv) runs on the host the next time the user's shell looks
+    it up, like a planted ``~/.bashrc`` (found in review, issue 11). So they
+    are treated like protected files: existing ones are bound read-only,
+    missing ones are watched and quarantined if the run creates them, and a
+    symlink on the way to one inside a write root (``~/bin -> dotfiles/bin``)
+    is restored after the run if the command replaced it. Relative entries
+    (``.``, an empty entry) name whichever directory a shell is in, not a
+    place that can be protected; they are left alone (docs/policy-reference.md).
+    """
+    existing: list[str] = []
+    missing: list[str] = []
+    links: list[tuple[str, str]] = []
+
+    def in_root(p: str) -> bool:
+        return any(_is_under(p, w) for w in write_roots)
+
+    for entry in dict.fromkeys(path_dirs):
+        if not entry.startswith("/"):
+            continue
+        for link, target in links_on_the_way(os.path.normpath(entry)):
+            if in_root(link) and (link, target) not in links:
+                links.append((link, target))
+        real = os.path.realpath(entry)
+        if not in_root(real):
+            continue
+        (existing if os.path.lexists(real) else missing).append(real)
+    return PathDirs(existing=sorted(set(existing)), missing=sorted(set(missing)), links=links)
 
 
 class Protected(Frozen):
@@ -715,8 +788,14 @@ def _resolve(policy: EffectivePolicy, *, layers: Layers, cwd: str, home: str, ho
                              "(the command's terminal, /dev/null, randomness); remove it from the policy")
     own = tuple(sorted({os.path.realpath(p) for p in (*host.self_paths, host.state_dir) if os.path.lexists(p)}
                        | set(imports)))
+    # denyWrite: existing paths are re-bound read-only below (bwrap) and, on
+    # a helper-only host, left out of Landlock's write grant like safebox's
+    # own files; missing ones beneath a write root are watched like missing
+    # protected files. Before issue 11 both were silently not enforced.
+    deny_write_real = sorted({os.path.realpath(p) for p in policy.deny_write})
+    deny_write_existing = [p for p in deny_write_real if os.path.lexists(p)]
     rules = landlock_rules(layers=layers, write_roots=write_roots, mask_dirs=mask_dirs, mask_files=mask_files,
-                           write_exclude=own)
+                           write_exclude=tuple(sorted({*own, *deny_write_existing})))
     known_file = os.path.join(host.state_dir, KNOWN_GIT_DIRS)
     known_before = read_known_git_dirs(known_file)
     prot = protected_paths(scans, write_roots, policy.search_depth, home, known=known_before)
@@ -731,10 +810,27 @@ def _resolve(policy: EffectivePolicy, *, layers: Layers, cwd: str, home: str, ho
         # invisible unless bound back in.
         socket_binds = [k for k in keep if _is_under(k, "/tmp") or any(_is_under(k, m) for m in mask_dirs)]
     read_only: set[str] = set(existing)
-    for p in policy.deny_write:
-        real = os.path.realpath(p)
-        if os.path.lexists(real):
-            read_only.add(real)
+    read_only.update(deny_write_existing)
+    for p in deny_write_real:
+        if not os.path.lexists(p) and any(_is_under(p, w) for w in write_roots):
+            missing.append(p)
+    warnings: list[str] = []
+    path_links: list[tuple[str, str]] = []
+    if not policy.allow_write_path_dirs:
+        pdirs = path_dirs_in_write_roots(host.path_dirs, write_roots)
+        read_only.update(pdirs.existing)
+        missing.extend(pdirs.missing)
+        path_links = [lk for lk in pdirs.links if lk not in prot.links]
+        if pdirs.existing:
+            notes.append("kept read-only as directories of PATH inside a write root "
+                         f"(filesystem.allowWritePathDirs): {', '.join(pdirs.existing)}")
+        if layers is not Layers.HELPER_ONLY:
+            for w in write_roots:
+                d = next((d for d in pdirs.existing if _is_under(w, d)), None)
+                if d is not None:
+                    warnings.append(f"the write root {w} is {'a directory on PATH' if d == w else f'inside {d}, on PATH'}"
+                                    ": it stays read-only so that nothing can be planted for your shell to run; "
+                                    "set filesystem.allowWritePathDirs = true in a policy file to write there")
     # Self-protection: safebox's installation, its state dir (policy cache,
     # seccomp cache, run dirs) and the policy files of this run stay
     # read-only even beneath a write root: a command that could change them
@@ -752,7 +848,7 @@ def _resolve(policy: EffectivePolicy, *, layers: Layers, cwd: str, home: str, ho
     # The parents of protected symlinks too: renaming one would carry the link
     # away from where it is checked after the run.
     pins = pin_ancestors([*read_only_list, *sealed_set, *git_dirs, *mask_dirs, *mask_files,
-                          *(link for link, _ in prot.links)], write_roots)
+                          *(link for link, _ in (*prot.links, *path_links))], write_roots)
     pins = [p for p in pins if p not in sealed_set and p not in read_only
             and not any(_is_under(p, m) for m in mask_dirs)
             and not any(_is_under(p, d) and p != d for d in sealed_set)]
@@ -774,9 +870,10 @@ def _resolve(policy: EffectivePolicy, *, layers: Layers, cwd: str, home: str, ho
         mask_dirs=tuple(mask_dirs), mask_files=tuple(mask_files), private_tmp=private_tmp,
         net=net, bridges=bridges, helper_path=host.helper_path, policy_path=host.policy_path,
         socket_binds=tuple(socket_binds),
-        run_dir=host.run_dir, watch_missing=tuple(missing), watch_links=tuple(prot.links),
+        run_dir=host.run_dir, watch_missing=tuple(sorted(set(missing))),
+        watch_links=tuple([*prot.links, *path_links]),
         landlock_rules=tuple(rules),
-        notes=tuple(notes))
+        notes=tuple(notes), warnings=tuple(warnings))
 
 
 def self_paths() -> tuple[str, ...]:

@@ -70,4 +70,5 @@ class ResolvedPolicy(Frozen):
     watch_links: tuple[tuple[str, str], ...] = ()
     # Landlock rules for the helper: (access class, path).
     landlock_rules: tuple[tuple[str, str], ...] = ()
-    notes: tuple[str, ...] = ()
+    notes: tuple[str, ...] = ()  # said with -v
+    warnings: tuple[str, ...] = ()  # said on every run: a grant the policy gave does not hold

@@ -7,6 +7,10 @@ Standard library only (on the exec hot path). Every list is documented in
 
 from __future__ import annotations
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
 # Read-denied by default. `~` is the invoking user's home. Missing paths are
 # skipped; symlinked ones have their resolved target masked (builder/resolve.py).
 CREDENTIAL_PATHS: tuple[str, ...] = (
@@ -33,6 +37,31 @@ CREDENTIAL_PATHS: tuple[str, ...] = (
     "~/.config/google-chrome",
     "~/.config/chromium",
     "~/.config/safebox",
+    # Found in review (issue 11): stores users have that the list missed.
+    # Coding agents' own logins:
+    "~/.claude/.credentials.json",
+    "~/.codex/auth.json",
+    # git, databases, build tools, registries, clouds, secret managers:
+    "~/.config/git/credentials",
+    "~/.pgpass",
+    "~/.my.cnf",
+    "~/.m2/settings.xml",
+    "~/.gradle/gradle.properties",
+    "~/.config/containers/auth.json",
+    "~/.boto",
+    "~/.s3cfg",
+    "~/.terraformrc",
+    "~/.kaggle",
+    "~/.databrickscfg",
+    "~/.oci",
+    "~/.pulumi/credentials.json",
+    "~/.gem/credentials",
+    "~/.composer/auth.json",
+    "~/.config/composer/auth.json",
+    "~/.config/op",
+    "~/.config/github-copilot",
+    "~/.fly",
+    "~/.snowsql",
     "/etc/shadow",
     "/etc/gshadow",
     "/etc/ssh/ssh_host_rsa_key",
@@ -42,8 +71,56 @@ CREDENTIAL_PATHS: tuple[str, ...] = (
     "/run/secrets",
 )
 
+# Credential stores that environment variables move elsewhere, read from the
+# caller's environment when the policy is loaded (policy/load.py): (variable,
+# path inside it; "" = the value itself). A variable in LIST_VARIABLES holds
+# several paths separated by ':'. Each resulting path is read-denied like
+# the list above; the policy cache is keyed on these variables' values.
+CREDENTIAL_ENV: tuple[tuple[str, str], ...] = (
+    ("CARGO_HOME", "credentials.toml"),
+    ("CARGO_HOME", "credentials"),
+    ("GNUPGHOME", ""),
+    ("DOCKER_CONFIG", ""),
+    ("REGISTRY_AUTH_FILE", ""),  # podman, buildah, skopeo
+    ("XDG_RUNTIME_DIR", "containers/auth.json"),  # podman's default login store
+    ("AWS_SHARED_CREDENTIALS_FILE", ""),
+    ("AWS_CONFIG_FILE", ""),
+    ("AWS_WEB_IDENTITY_TOKEN_FILE", ""),
+    ("KUBECONFIG", ""),
+    ("NETRC", ""),
+    ("AZURE_CONFIG_DIR", ""),
+    ("GH_CONFIG_DIR", ""),
+    ("CLOUDSDK_CONFIG", ""),
+    ("GOOGLE_APPLICATION_CREDENTIALS", ""),
+    ("GOOGLE_GHA_CREDS_PATH", ""),  # google-github-actions/auth writes it into the workspace
+)
+LIST_VARIABLES: frozenset[str] = frozenset({"KUBECONFIG"})
+CREDENTIAL_ENV_VARIABLES: tuple[str, ...] = tuple(dict.fromkeys(v for v, _ in CREDENTIAL_ENV))
+
+
+def credential_env(environ: "Mapping[str, str]") -> tuple[tuple[str, str], ...]:
+    """The caller's non-empty values of the variables in CREDENTIAL_ENV."""
+    return tuple((v, environ[v]) for v in CREDENTIAL_ENV_VARIABLES if environ.get(v))
+
+
+def credential_env_paths(values: tuple[tuple[str, str], ...]) -> list[tuple[str, tuple[str, ...]]]:
+    """(variable, the store paths it names) for the values ``credential_env`` took.
+    Paths are as the variable spells them (relative ones are relative to the
+    working directory, as for the tools that read them)."""
+    subs: dict[str, list[str]] = {}
+    for var, sub in CREDENTIAL_ENV:
+        subs.setdefault(var, []).append(sub)
+    out = []
+    for var, value in values:
+        bases = value.split(":") if var in LIST_VARIABLES else [value]
+        paths = tuple(dict.fromkeys(b.rstrip("/") + "/" + s if s else b for b in bases if b for s in subs[var]))
+        if paths:
+            out.append((var, paths))
+    return out
+
+
 # Environment variables removed from the command's environment. fnmatch-style,
-# matched case-sensitively against the variable name.
+# matched case-insensitively against the variable name (builder/env.py).
 ENV_DENY_PATTERNS: tuple[str, ...] = (
     "AWS_SECRET_ACCESS_KEY",
     "AWS_SESSION_TOKEN",
@@ -89,6 +166,29 @@ ENV_DENY_PATTERNS: tuple[str, ...] = (
     "KUBECONFIG",
     "AWS_SHARED_CREDENTIALS_FILE",
     "AWS_WEB_IDENTITY_TOKEN_FILE",
+    # Found in review (issue 11): CI and service secrets the patterns above
+    # missed. CI_REPOSITORY_URL embeds GitLab's job token.
+    "CI_JOB_JWT",
+    "CI_JOB_JWT_V2",
+    "CI_REPOSITORY_URL",
+    "SYSTEM_ACCESSTOKEN",
+    "AZURE_DEVOPS_EXT_PAT",
+    "AZURE_STORAGE_CONNECTION_STRING",
+    "GITHUB_PAT",
+    "GOOGLE_GHA_CREDS_PATH",
+    "KAGGLE_KEY",
+    "NEW_RELIC_LICENSE_KEY",
+    "SENTRY_DSN",
+    "SLACK_WEBHOOK_URL",
+    "AWS_CONTAINER_CREDENTIALS_FULL_URI",
+    "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI",
+    "*_JWT*",
+    "*_PAT",
+    "*ACCESSTOKEN*",
+    "*_DSN",
+    "*_CONNECTION_STRING",
+    "*_WEBHOOK_URL",
+    "*_LICENSE_KEY",
 )
 
 # Mandatory protection: read-only even beneath a write root. Names match a

@@ -23,9 +23,11 @@ class EffectivePolicy(Frozen):
     allow_all_unix_sockets: bool = False
     allow_local_binding: bool = False
     allow_local_destinations: bool = False
-    deny_read: tuple[str, ...] = ()
+    deny_read: tuple[str, ...] = ()  # allowRead's entries already taken out (policy/load.py)
+    allow_read: tuple[str, ...] = ()
     allow_write: tuple[str, ...] = ()
     deny_write: tuple[str, ...] = ()
+    allow_write_path_dirs: bool = False
     env_deny: tuple[str, ...] = ()
     env_allow: tuple[str, ...] = ()
     search_depth: int = 6

@@ -39,6 +39,8 @@ _WIDENING = (
     ("network", "allowLocalBinding"),
     ("network", "allowLocalDestinations"),
     ("filesystem", "allowWrite"),
+    ("filesystem", "allowRead"),
+    ("filesystem", "allowWritePathDirs"),
     ("env", "allow"),
     ("trustProjectFiles",),
 )
@@ -49,6 +51,7 @@ class Flags(Frozen):
 
     allow_write: tuple[str, ...] = ()
     deny_read: tuple[str, ...] = ()
+    allow_read: tuple[str, ...] = ()
     deny_write: tuple[str, ...] = ()
     allow_domains: tuple[str, ...] = ()
     deny_domains: tuple[str, ...] = ()
@@ -64,10 +67,13 @@ class Layer(Frozen):
 
 
 class Context(Frozen):
-    """Where relative and ``~`` paths point."""
+    """Where relative and ``~`` paths point, and the caller's variables that
+    move credential stores (``defaults.credential_env``): their stores are
+    read-denied like the default ones, and the policy cache is keyed on them."""
 
     cwd: str
     home: str
+    credential_env: tuple[tuple[str, str], ...] = ()
 
 
 def user_config_dir(home: str) -> str:
@@ -289,6 +295,7 @@ def _message(err: dict[str, Any]) -> str:
 FLAG_FOR_KEY: dict[tuple[str, ...], str] = {
     ("filesystem", "allowWrite"): "--allow-write",
     ("filesystem", "denyRead"): "--deny-read",
+    ("filesystem", "allowRead"): "--allow-read",
     ("filesystem", "denyWrite"): "--deny-write",
     ("network", "allowedDomains"): "--allow-domain",
     ("network", "deniedDomains"): "--deny-domain",
@@ -363,10 +370,11 @@ def merge(layers: list[tuple[Layer, dict[str, Any]]], ctx: Context) -> Effective
     """Merge validated layers in order into an EffectivePolicy."""
     trust = any(_get(doc, ("trustProjectFiles",)) for layer, doc in layers if not layer.project)
     lists: dict[str, list[str]] = {k: [] for k in (
-        "allowed_domains", "denied_domains", "allow_unix_sockets", "deny_read",
+        "allowed_domains", "denied_domains", "allow_unix_sockets", "deny_read", "allow_read",
         "allow_write", "deny_write", "env_deny", "env_allow")}
     scalars: dict[str, Any] = {}
     sources: list[tuple[str, Any, str]] = []
+    origin: dict[tuple[str, str], str] = {}  # (field, entry) -> the first layer that named it
     mapping = _LIST_KEYS
     scalar_map = _SCALAR_KEYS
     for layer, doc in layers:
@@ -395,6 +403,7 @@ def merge(layers: list[tuple[Layer, dict[str, Any]]], ctx: Context) -> Effective
             for v in values:
                 item = expand_path(v, ctx) if is_path else v
                 lists[target].append(item)
+                origin.setdefault((target, item), layer.name)
                 sources.append((dotted, item, layer.name))
         for key, target in scalar_map.items():
             value = _get(doc, key)
@@ -408,7 +417,35 @@ def merge(layers: list[tuple[Layer, dict[str, Any]]], ctx: Context) -> Effective
     def dedupe(xs: list[str]) -> tuple[str, ...]:
         return tuple(dict.fromkeys(xs))
 
+    if lists["allow_read"]:
+        lists["deny_read"], sources = _apply_allow_read(lists["deny_read"], lists["allow_read"], origin, sources)
     return EffectivePolicy(**{k: dedupe(v) for k, v in lists.items()}, **scalars, sources=tuple(sources))
+
+
+def _apply_allow_read(deny: list[str], allow: list[str], origin: dict[tuple[str, str], str],
+                      sources: list[tuple[str, Any, str]]) -> tuple[list[str], list[tuple[str, Any, str]]]:
+    """``denyRead`` without the entries ``allowRead`` re-allows.
+
+    Minimal on purpose (a fuller ``allowRead``, srt's carve-outs beneath a
+    denied directory, is later work): an entry equal to a ``denyRead``
+    entry, compared after ``~`` and relative expansion, removes it whatever
+    layer named it; an entry strictly beneath a denied directory would need
+    a carve-out inside a mask and is refused, never silently ignored; any
+    other entry names a path that is readable already and changes nothing.
+    """
+    for a in allow:
+        for d in deny:
+            if a != d and (d == "/" or a.startswith(d.rstrip("/") + "/")):
+                layer = origin[("allow_read", a)]
+                where = "--allow-read" if layer == FLAGS_LAYER else f"{layer}: filesystem.allowRead"
+                raise PolicyError(
+                    f"{where}: {a} lies inside the denied {d} (<- {origin[('deny_read', d)]}): "
+                    "only a whole denyRead entry can be re-allowed for now",
+                    hint=f"re-allow {d} itself, or keep {a} unreadable")
+    gone = set(allow)
+    shown = [(k, v, f"{src} (re-allowed by filesystem.allowRead from {origin[('allow_read', v)]})")
+             if k == "filesystem.denyRead" and v in gone else (k, v, src) for k, v, src in sources]
+    return [d for d in deny if d not in gone], shown
 
 
 # Policy keys (as files spell them) → EffectivePolicy fields; lists also say
@@ -418,6 +455,7 @@ _LIST_KEYS: dict[tuple[str, ...], tuple[str, bool]] = {
     ("network", "deniedDomains"): ("denied_domains", False),
     ("network", "allowUnixSockets"): ("allow_unix_sockets", True),
     ("filesystem", "denyRead"): ("deny_read", True),
+    ("filesystem", "allowRead"): ("allow_read", True),
     ("filesystem", "allowWrite"): ("allow_write", True),
     ("filesystem", "denyWrite"): ("deny_write", True),
     ("env", "deny"): ("env_deny", False),
@@ -427,6 +465,7 @@ _SCALAR_KEYS: dict[tuple[str, ...], str] = {
     ("network", "allowAllUnixSockets"): "allow_all_unix_sockets",
     ("network", "allowLocalBinding"): "allow_local_binding",
     ("network", "allowLocalDestinations"): "allow_local_destinations",
+    ("filesystem", "allowWritePathDirs"): "allow_write_path_dirs",
     ("strict",): "strict",
     ("mandatoryDenySearchDepth",): "search_depth",
 }
@@ -457,11 +496,24 @@ def default_layer() -> Layer:
     })
 
 
+def credential_env_layers(ctx: Context) -> list[Layer]:
+    """The credential stores the caller's environment moves (``GNUPGHOME``,
+    each file of ``KUBECONFIG``, ``$CARGO_HOME/credentials.toml``, ...), one
+    layer per variable so that ``policy show`` names it. They follow the
+    built-in defaults. These are literal paths from the environment, not
+    policy text: they are not validated as policy entries (a ``[`` in a
+    directory name is not a glob there)."""
+    out = []
+    for var, paths in defaults.credential_env_paths(ctx.credential_env):
+        out.append(Layer(name=f"${var}", data={"filesystem": {"denyRead": list(paths)}}))
+    return out
+
+
 def flags_layer(flags: Flags) -> Layer:
     """Command-line flags as the last layer."""
     data: dict[str, Any] = {}
     fs = {k: list(v) for k, v in (("allowWrite", flags.allow_write), ("denyRead", flags.deny_read),
-                                  ("denyWrite", flags.deny_write)) if v}
+                                  ("allowRead", flags.allow_read), ("denyWrite", flags.deny_write)) if v}
     net = {k: list(v) for k, v in (("allowedDomains", flags.allow_domains),
                                    ("deniedDomains", flags.deny_domains)) if v}
     if fs:
@@ -510,11 +562,12 @@ def load(ctx: Context, *, policy_file: str | None, flags: Flags) -> EffectivePol
 
 
 def _load_from(inputs: list[tuple[str, bool, bytes]], ctx: Context, flags: Flags) -> EffectivePolicy:
-    layers = [default_layer()]
-    for path, project, raw in inputs:
-        layers.append(Layer(name=path, data=parse_document(path, raw), project=project))
+    first = default_layer()
+    validated = [(first, validate_layer(first))]
+    validated += [(layer, layer.data) for layer in credential_env_layers(ctx)]
+    layers = [Layer(name=path, data=parse_document(path, raw), project=project) for path, project, raw in inputs]
     layers.append(flags_layer(flags))
-    return merge([(layer, validate_layer(layer)) for layer in layers], ctx)
+    return merge([*validated, *((layer, validate_layer(layer)) for layer in layers)], ctx)
 
 
 # The policy cache's bound (docs/index.md, "Where things live"): a harness
@@ -540,7 +593,9 @@ def load_cached(ctx: Context, *, policy_file: str | None, flags: Flags, cache_di
     never write.
     """
     inputs = _read_inputs(discover_files(ctx, policy_file=policy_file))
-    parts = [repr((_CACHE_FORMAT, __version__, ctx.cwd, ctx.home, flags, os.environ.get("XDG_CONFIG_HOME"))).encode()]
+    # The context includes the caller's credential-store variables: a run
+    # with another GNUPGHOME must not be served the last run's deny list.
+    parts = [repr((_CACHE_FORMAT, __version__, ctx, flags, os.environ.get("XDG_CONFIG_HOME"))).encode()]
     for path, project, raw in inputs:
         parts.append(f"\0{path}\0{project}\0{len(raw)}\0".encode() + raw)
     key = sha256_hex(b"".join(parts))[:32]

@@ -62,11 +62,33 @@ def _check_denied_pattern(value: str) -> str:
     return value if value == "*" else _check_domain_pattern(value)
 
 
+#: Characters that make a path entry a glob in sandbox-runtime's syntax
+#: (``*``, ``**``, ``?``, ``[...]``), plus braces, which shells and most glob
+#: libraries expand (``*.{pem,key}``). safebox does not expand globs yet: taken
+#: literally, ``**/.env`` names a path that never exists, and a deny entry for
+#: it would be skipped as missing while every ``.env`` stays readable (found in
+#: review, issue 11). Until globs are supported this is the one place that
+#: refuses them; lifting it is the whole change on the validation side.
+GLOB_CHARS = frozenset("*?[]{}")
+GLOB_REFUSAL = "glob patterns are not supported yet"
+
+
+def glob_refusal(value: str) -> str | None:
+    """Why ``value`` cannot be a path entry yet, or None when it has no glob character."""
+    if GLOB_CHARS.isdisjoint(value):
+        return None
+    return (f"{GLOB_REFUSAL} (it has one of * ? [ ] {{ }}): name the path itself, "
+            "or its directory (a directory covers everything beneath it)")
+
+
 def _check_path(value: str) -> str:
     if not value or "\0" in value:
         raise ValueError("a path must be non-empty and contain no NUL byte")
     if value.startswith("~") and not (value == "~" or value.startswith("~/")):
         raise ValueError("only '~' and '~/...' are supported, not '~user'")
+    refusal = glob_refusal(value)
+    if refusal:
+        raise ValueError(refusal)
     return value
 
 
@@ -129,8 +151,15 @@ class FilesystemSettings(_Strict):
     """``filesystem``: read everywhere except ``denyRead``; write only ``allowWrite``."""
 
     denyRead: list[PolicyPath] | None = None
+    # srt's key. For now an entry may only re-allow a whole denyRead entry
+    # (a default credential path a tool of yours needs); one beneath a
+    # denied directory is refused (policy/load.py, merge).
+    allowRead: list[PolicyPath] | None = None
     allowWrite: list[PolicyPath] | None = None
     denyWrite: list[PolicyPath] | None = None
+    # safebox addition: let the command write the directories of the
+    # caller's PATH that lie in a write root (read-only by default).
+    allowWritePathDirs: bool | None = None
 
 
 class EnvSettings(_Strict):

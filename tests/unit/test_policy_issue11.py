@@ -1,0 +1,210 @@
+"""Issue 11, items 2, 3 and 5 at the policy and resolve level: glob-shaped
+path entries are refused naming the key or flag, the caller's environment
+moves credential stores onto the deny list (and keys the policy cache),
+``allowRead`` takes a whole entry off it, and the directories of PATH inside
+a write root are found with the symlinks on the way to them."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from safebox.builder.resolve import links_on_the_way, path_dirs_in_write_roots
+from safebox.errors import PolicyError
+from safebox.policy import defaults
+from safebox.policy.load import Context, Flags, Layer, load, load_cached, policy_document, validate_layer
+from safebox.policy.model import GLOB_CHARS
+
+PATH_KEYS = [("filesystem", "denyRead"), ("filesystem", "allowRead"), ("filesystem", "allowWrite"),
+             ("filesystem", "denyWrite"), ("network", "allowUnixSockets")]
+GLOBS = ["**/.env", "~/.ssh/id_*", "secret?.txt", "key[12].pem", "certs/*.{pem,key}", "a]b", "a}b"]
+
+
+def _ctx(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, *, env: dict[str, str] | None = None) -> Context:
+    monkeypatch.delenv("XDG_CONFIG_HOME", raising=False)
+    home, cwd = tmp_path / "home", tmp_path / "proj"
+    home.mkdir(exist_ok=True)
+    cwd.mkdir(exist_ok=True)
+    return Context(cwd=str(cwd), home=str(home), credential_env=defaults.credential_env(env or {}))
+
+
+# ---------------------------------------------------------------- item 2
+
+def test_the_refused_glob_characters_are_srts_plus_braces() -> None:
+    # sandbox-runtime's containsGlobChars (POSIX): * ? [ ]; braces because
+    # shells and glob libraries expand them (*.{pem,key}).
+    assert GLOB_CHARS == frozenset("*?[]{}")
+
+
+@pytest.mark.parametrize("key", PATH_KEYS, ids=lambda k: ".".join(k))
+@pytest.mark.parametrize("entry", GLOBS)
+def test_a_glob_shaped_entry_in_any_path_list_of_a_file_is_refused_naming_the_key(key: tuple[str, str],
+                                                                                  entry: str) -> None:
+    with pytest.raises(PolicyError) as e:
+        validate_layer(Layer(name="p.toml", data={key[0]: {key[1]: ["/ok", entry]}}))
+    assert e.value.message.startswith(f"p.toml: {key[0]}.{key[1]}[1]: ")
+    assert "glob patterns are not supported yet" in e.value.message
+
+
+@pytest.mark.parametrize(("field", "flag"), [("deny_read", "--deny-read"), ("allow_read", "--allow-read"),
+                                             ("allow_write", "--allow-write"), ("deny_write", "--deny-write")])
+def test_a_glob_shaped_flag_value_is_refused_naming_the_flag(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                             field: str, flag: str) -> None:
+    ctx = _ctx(tmp_path, monkeypatch)
+    with pytest.raises(PolicyError) as e:
+        load(ctx, policy_file=None, flags=Flags(**{field: ("**/.env",)}))
+    assert e.value.message.startswith(f"{flag}: '**/.env': glob patterns are not supported yet")
+    assert "\n" not in e.value.message
+
+
+@pytest.mark.parametrize("entry", ["~/.ssh", "./.env", "/etc/ssh/ssh_host_ed25519_key", "dir with space/f",
+                                   "a+b(c)=d", "~/.config/op"])
+def test_control_a_literal_path_is_accepted(entry: str) -> None:
+    validate_layer(Layer(name="p.toml", data={"filesystem": {"denyRead": [entry]}}))
+
+
+# ---------------------------------------------------------------- item 3
+
+def test_every_new_default_credential_path_is_denied_by_default(tmp_path: Path,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    ctx = _ctx(tmp_path, monkeypatch)
+    deny = load(ctx, policy_file=None, flags=Flags()).deny_read
+    for p in ("~/.claude/.credentials.json", "~/.codex/auth.json", "~/.config/git/credentials", "~/.pgpass",
+              "~/.my.cnf", "~/.m2/settings.xml", "~/.gradle/gradle.properties", "~/.config/containers/auth.json",
+              "~/.boto", "~/.s3cfg", "~/.vault-token", "~/.terraformrc", "~/.terraform.d/credentials.tfrc.json",
+              "~/.kaggle", "~/.databrickscfg", "~/.oci", "~/.pulumi/credentials.json", "~/.gem/credentials",
+              "~/.composer/auth.json", "~/.config/op", "~/.config/github-copilot", "~/.fly", "~/.snowsql"):
+        assert ctx.home + p[1:] in deny, p
+
+
+ENV_STORES = {
+    "CARGO_HOME": ("/c/cargo", ["/c/cargo/credentials.toml", "/c/cargo/credentials"]),
+    "GNUPGHOME": ("/c/gnupg", ["/c/gnupg"]),
+    "DOCKER_CONFIG": ("/c/docker", ["/c/docker"]),
+    "REGISTRY_AUTH_FILE": ("/c/auth.json", ["/c/auth.json"]),
+    "XDG_RUNTIME_DIR": ("/run/user/1000", ["/run/user/1000/containers/auth.json"]),
+    "AWS_SHARED_CREDENTIALS_FILE": ("/c/aws-creds", ["/c/aws-creds"]),
+    "AWS_CONFIG_FILE": ("/c/aws-config", ["/c/aws-config"]),
+    "AWS_WEB_IDENTITY_TOKEN_FILE": ("/c/token", ["/c/token"]),
+    "KUBECONFIG": ("/c/k1:/c/k2::rel/k3", ["/c/k1", "/c/k2", "{cwd}/rel/k3"]),
+    "NETRC": ("/c/netrc", ["/c/netrc"]),
+    "AZURE_CONFIG_DIR": ("/c/azure", ["/c/azure"]),
+    "GH_CONFIG_DIR": ("/c/gh", ["/c/gh"]),
+    "CLOUDSDK_CONFIG": ("/c/gcloud", ["/c/gcloud"]),
+    "GOOGLE_APPLICATION_CREDENTIALS": ("/c/sa.json", ["/c/sa.json"]),
+    "GOOGLE_GHA_CREDS_PATH": ("gha-creds-1.json", ["{cwd}/gha-creds-1.json"]),
+}
+
+
+def test_the_env_store_table_covers_every_variable() -> None:
+    assert set(ENV_STORES) == set(defaults.CREDENTIAL_ENV_VARIABLES)
+
+
+@pytest.mark.parametrize("var", sorted(ENV_STORES))
+def test_a_store_moved_by_an_environment_variable_is_denied_and_named_by_its_variable(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, var: str) -> None:
+    value, expected = ENV_STORES[var]
+    ctx = _ctx(tmp_path, monkeypatch, env={var: value, "UNRELATED": "/c/x"})
+    eff = load(ctx, policy_file=None, flags=Flags())
+    for p in expected:
+        p = p.format(cwd=ctx.cwd)
+        assert p in eff.deny_read
+        assert f"{p}  <- ${var}" in (eff.sources or {})["filesystem.denyRead"]
+    # Control: without the variable, none of these is on the list.
+    plain = load(_ctx(tmp_path, monkeypatch), policy_file=None, flags=Flags())
+    assert not any(p.format(cwd=ctx.cwd) in plain.deny_read for p in expected)
+
+
+def test_an_empty_credential_variable_adds_nothing() -> None:
+    assert defaults.credential_env({"GNUPGHOME": "", "KUBECONFIG": ""}) == ()
+
+
+def test_env_store_paths_are_literal_not_globs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    ctx = _ctx(tmp_path, monkeypatch, env={"GNUPGHOME": "/c/gnupg[1]"})
+    assert "/c/gnupg[1]" in load(ctx, policy_file=None, flags=Flags()).deny_read
+
+
+def test_the_policy_cache_is_keyed_on_the_credential_variables(tmp_path: Path,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    cache = str(tmp_path / "cache")
+    first = load_cached(_ctx(tmp_path, monkeypatch, env={"GNUPGHOME": "/c/one"}), policy_file=None,
+                        flags=Flags(), cache_dir=cache)
+    second = load_cached(_ctx(tmp_path, monkeypatch, env={"GNUPGHOME": "/c/two"}), policy_file=None,
+                         flags=Flags(), cache_dir=cache)
+    assert "/c/one" in first.deny_read and "/c/one" not in second.deny_read
+    assert "/c/two" in second.deny_read
+    # Control: the same variables are a cache hit (one entry per distinct value).
+    load_cached(_ctx(tmp_path, monkeypatch, env={"GNUPGHOME": "/c/two"}), policy_file=None, flags=Flags(),
+                cache_dir=cache)
+    assert len(os.listdir(cache)) == 2
+
+
+def test_allow_read_takes_a_whole_default_entry_off_the_deny_list(tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    ctx = _ctx(tmp_path, monkeypatch, env={"GNUPGHOME": "/c/gnupg"})
+    eff = load(ctx, policy_file=None, flags=Flags(allow_read=("~/.m2/settings.xml", "/c/gnupg")))
+    assert f"{ctx.home}/.m2/settings.xml" not in eff.deny_read and "/c/gnupg" not in eff.deny_read
+    assert f"{ctx.home}/.ssh" in eff.deny_read  # the rest stays
+    shown = (eff.sources or {})["filesystem.denyRead"]
+    assert f"{ctx.home}/.m2/settings.xml  <- defaults  (re-allowed by filesystem.allowRead <- command line)" in shown
+    # The document `policy show --json` prints passes `policy check` and
+    # means the same.
+    doc = policy_document(eff)
+    validate_layer(Layer(name="shown.json", data=json.loads(json.dumps(doc))))
+    assert doc["filesystem"]["allowWritePathDirs"] is False
+
+
+def test_allow_read_inside_a_denied_directory_is_refused_naming_both(tmp_path: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    ctx = _ctx(tmp_path, monkeypatch)
+    with pytest.raises(PolicyError) as e:
+        load(ctx, policy_file=None, flags=Flags(allow_read=("~/.ssh/config",)))
+    assert e.value.message == (f"--allow-read: {ctx.home}/.ssh/config lies inside the denied {ctx.home}/.ssh "
+                               "(<- defaults): only a whole denyRead entry can be re-allowed for now")
+
+
+def test_allow_read_of_a_path_that_is_not_denied_changes_nothing(tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    ctx = _ctx(tmp_path, monkeypatch)
+    base = load(ctx, policy_file=None, flags=Flags())
+    assert load(ctx, policy_file=None, flags=Flags(allow_read=("~", "/usr"))).deny_read == base.deny_read
+
+
+@pytest.mark.parametrize("doc", [{"filesystem": {"allowRead": ["~/.pgpass"]}},
+                                 {"filesystem": {"allowWritePathDirs": True}}])
+def test_a_project_file_cannot_re_allow_or_open_path_dirs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                          doc: dict) -> None:
+    ctx = _ctx(tmp_path, monkeypatch)
+    (Path(ctx.cwd) / ".safebox.json").write_text(json.dumps(doc))
+    with pytest.raises(PolicyError, match="a project file may not widen the sandbox"):
+        load(ctx, policy_file=None, flags=Flags())
+
+
+# ---------------------------------------------------------------- item 5
+
+def test_links_on_the_way_lists_every_symlink_followed(tmp_path: Path) -> None:
+    (tmp_path / "dots" / "bin").mkdir(parents=True)
+    (tmp_path / "d").symlink_to("dots")
+    (tmp_path / "bin").symlink_to("d/bin")
+    assert links_on_the_way(str(tmp_path / "bin")) == [(str(tmp_path / "bin"), "d/bin"),
+                                                       (str(tmp_path / "d"), "dots")]
+    assert links_on_the_way(str(tmp_path / "dots" / "bin")) == []
+
+
+def test_path_dirs_in_a_write_root_are_found_resolved_and_missing_ones_watched(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    (home / ".local" / "bin").mkdir(parents=True)
+    (home / "dots" / "bin").mkdir(parents=True)
+    (home / "bin").symlink_to("dots/bin")
+    found = path_dirs_in_write_roots(
+        (f"{home}/.local/bin", f"{home}/bin", f"{home}/.cargo/bin", "/usr/bin", ".", "", "bin",
+         f"{home}/.local/bin/"), [str(home)])
+    assert found.existing == [f"{home}/.local/bin", f"{home}/dots/bin"]
+    assert found.missing == [f"{home}/.cargo/bin"]
+    assert found.links == [(f"{home}/bin", "dots/bin")]
+    # Control: no write root holds them, nothing is found.
+    none = path_dirs_in_write_roots((f"{home}/.local/bin", f"{home}/bin"), [str(tmp_path / "elsewhere")])
+    assert (none.existing, none.missing, none.links) == ([], [], [])
