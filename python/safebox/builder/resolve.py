@@ -630,7 +630,8 @@ def landlock_rules(*, layers: Layers, write_roots: list[str], mask_dirs: list[st
     to it, grant ``readdir`` on each ancestor and ``read`` on every sibling
     (see docs/layers.md). Write roots that contain a denied path, or one of
     ``write_exclude`` (safebox's installation and state dir: a command that
-    could write them would control the next run), are split the same way.
+    could write them would control the next run; ``denyWrite`` paths), are
+    split the same way.
     """
     denied = sorted(set(mask_dirs) | set(mask_files))
     if layers is not Layers.HELPER_ONLY:
