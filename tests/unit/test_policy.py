@@ -212,6 +212,10 @@ WRONG: list[tuple[str, object, str]] = [
     ("filesystem.denyRead", "~/.ssh", 'filesystem.denyRead: must be a list of paths, not the string "~/.ssh"'),
     ("filesystem.denyRead", ["~root/.ssh"], 'filesystem.denyRead[0] = "~root/.ssh": only \'~\' and \'~/...\' '
                                             "are supported, not '~user'"),
+    ("filesystem.allowRead", "~/.pgpass", 'filesystem.allowRead: must be a list of paths, not the string "~/.pgpass"'),
+    ("filesystem.allowRead", ["**/.env"], 'filesystem.allowRead[0] = "**/.env": glob patterns are not supported yet'),
+    ("filesystem.allowWritePathDirs", "yes", 'filesystem.allowWritePathDirs: must be true or false, '
+                                             'not the string "yes"'),
     ("filesystem.allowWrite", ".", 'filesystem.allowWrite: must be a list of paths, not the string "."'),
     ("filesystem.allowWrite", ["a\0b"], 'filesystem.allowWrite[0] = "a\\u0000b": a path must be non-empty and '
                                         "contain no NUL byte"),
@@ -286,11 +290,11 @@ def test_an_unknown_key_suggests_the_nearest_known_one(data: dict, suggestion: s
 def test_an_srt_key_safebox_does_not_support_says_why(monkeypatch) -> None:
     from safebox.policy import model
 
-    monkeypatch.setitem(model.SRT_KEYS_NOT_SUPPORTED, "filesystem.allowRead", "not yet; use denyRead")
+    monkeypatch.setitem(model.SRT_KEYS_NOT_SUPPORTED, "filesystem.allowGitConfig", "not yet; use denyWrite")
     with pytest.raises(PolicyError) as e:
-        validate_layer(layer({"filesystem": {"allowRead": ["."]}}))
-    assert e.value.message == ("p.json: filesystem.allowRead: a sandbox-runtime key that safebox does not "
-                               "support: not yet; use denyRead")
+        validate_layer(layer({"filesystem": {"allowGitConfig": True}}))
+    assert e.value.message == ("p.json: filesystem.allowGitConfig: a sandbox-runtime key that safebox does not "
+                               "support: not yet; use denyWrite")
 
 
 @pytest.mark.parametrize("flags, message", [

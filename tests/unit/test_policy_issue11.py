@@ -45,8 +45,8 @@ def test_a_glob_shaped_entry_in_any_path_list_of_a_file_is_refused_naming_the_ke
                                                                                   entry: str) -> None:
     with pytest.raises(PolicyError) as e:
         validate_layer(Layer(name="p.toml", data={key[0]: {key[1]: ["/ok", entry]}}))
-    assert e.value.message.startswith(f"p.toml: {key[0]}.{key[1]}[1]: ")
-    assert "glob patterns are not supported yet" in e.value.message
+    assert e.value.message.startswith(f"p.toml: {key[0]}.{key[1]}[1] = {json.dumps(entry)}: "
+                                      "glob patterns are not supported yet")
 
 
 @pytest.mark.parametrize(("field", "flag"), [("deny_read", "--deny-read"), ("allow_read", "--allow-read"),
@@ -56,7 +56,7 @@ def test_a_glob_shaped_flag_value_is_refused_naming_the_flag(tmp_path: Path, mon
     ctx = _ctx(tmp_path, monkeypatch)
     with pytest.raises(PolicyError) as e:
         load(ctx, policy_file=None, flags=Flags(**{field: ("**/.env",)}))
-    assert e.value.message.startswith(f"{flag}: '**/.env': glob patterns are not supported yet")
+    assert e.value.message.startswith(f"{flag} '**/.env': glob patterns are not supported yet")
     assert "\n" not in e.value.message
 
 
@@ -112,7 +112,7 @@ def test_a_store_moved_by_an_environment_variable_is_denied_and_named_by_its_var
     for p in expected:
         p = p.format(cwd=ctx.cwd)
         assert p in eff.deny_read
-        assert f"{p}  <- ${var}" in (eff.sources or {})["filesystem.denyRead"]
+        assert ("filesystem.denyRead", p, f"${var}") in (eff.sources or ())
     # Control: without the variable, none of these is on the list.
     plain = load(_ctx(tmp_path, monkeypatch), policy_file=None, flags=Flags())
     assert not any(p.format(cwd=ctx.cwd) in plain.deny_read for p in expected)
@@ -148,8 +148,8 @@ def test_allow_read_takes_a_whole_default_entry_off_the_deny_list(tmp_path: Path
     eff = load(ctx, policy_file=None, flags=Flags(allow_read=("~/.m2/settings.xml", "/c/gnupg")))
     assert f"{ctx.home}/.m2/settings.xml" not in eff.deny_read and "/c/gnupg" not in eff.deny_read
     assert f"{ctx.home}/.ssh" in eff.deny_read  # the rest stays
-    shown = (eff.sources or {})["filesystem.denyRead"]
-    assert f"{ctx.home}/.m2/settings.xml  <- defaults  (re-allowed by filesystem.allowRead <- command line)" in shown
+    assert ("filesystem.denyRead", f"{ctx.home}/.m2/settings.xml",
+            "defaults (re-allowed by filesystem.allowRead from command line)") in (eff.sources or ())
     # The document `policy show --json` prints passes `policy check` and
     # means the same.
     doc = policy_document(eff)
