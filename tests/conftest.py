@@ -21,6 +21,11 @@ from collections.abc import Generator
 
 import pytest
 
+try:
+    from hypothesis import settings as _hypothesis_settings
+except ImportError:  # hypothesis is in the [test] extra; only the property tests need it
+    _hypothesis_settings = None
+
 # The black-box fixtures (fake homes, probes) for tests/integration and tests/security.
 pytest_plugins = ("sbx",)
 
@@ -60,7 +65,16 @@ def bwrap_works() -> bool:
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    """Refuse the run when ``SAFEBOX_TEST_LANDLOCK_ABI`` disagrees with the kernel."""
+    """Refuse the run when ``SAFEBOX_TEST_LANDLOCK_ABI`` disagrees with the kernel.
+
+    Hypothesis keeps no example database: the suite runs as root and then as
+    an unprivileged user over the same checkout, and the second run cannot
+    write the root-owned ``.hypothesis/`` the first one left (it fails, not
+    skips). Every property test must find its failures from scratch anyway.
+    """
+    if _hypothesis_settings is not None:
+        _hypothesis_settings.register_profile("safebox", database=None)
+        _hypothesis_settings.load_profile("safebox")
     wanted = os.environ.get("SAFEBOX_TEST_LANDLOCK_ABI")
     if wanted is not None and wanted.strip() != str(landlock_abi()):
         raise pytest.UsageError(
