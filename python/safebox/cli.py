@@ -45,6 +45,9 @@ EXEC_OPTIONS: tuple[Opt, ...] = (
     Opt(long="--allow-domain", dest="allow_domains", help="Allow DOMAIN through the proxy; *.example.com = subdomains (repeatable).",
         value="DOMAIN", multiple=True),
     Opt(long="--deny-domain", dest="deny_domains", help="Refuse DOMAIN even if allowed (repeatable).", value="DOMAIN", multiple=True),
+    Opt(long="--preset", dest="presets",
+        help="A toolchain's registry domains and sandbox-private caches: npm, pip, cargo, go, maven, github "
+             "(repeatable; docs/toolchains.md).", value="NAME", multiple=True),
     Opt(long="--publish", dest="publish",
         help="Make 127.0.0.1:PORT on the host reach 127.0.0.1:PORT inside (needs network.allowLocalBinding; "
              "repeatable).", value="PORT", multiple=True),
@@ -55,6 +58,8 @@ EXEC_OPTIONS: tuple[Opt, ...] = (
     Opt(long="--audit-log", dest="audit_log", help="Append JSON-lines events (start, stop, network decisions) to FILE.",
         value="FILE"),
     Opt(long="--verbose", dest="verbose", help="Say which layers were enforced and what was adjusted.", short="-v"),
+    Opt(long="--quiet", dest="quiet", help="Do not print a line per refused host, nor hints (errors still print).",
+        short="-q"),
 )
 _BY_NAME = {o.long: o for o in EXEC_OPTIONS} | {o.short: o for o in EXEC_OPTIONS if o.short}
 
@@ -122,11 +127,12 @@ def _request(parsed: dict[str, Any]):  # -> ExecRequest
         flags=Flags(allow_write=tuple(parsed["allow_write"]), deny_read=tuple(parsed["deny_read"]),
                     allow_read=tuple(parsed["allow_read"]),
                     deny_write=tuple(parsed["deny_write"]), allow_domains=tuple(parsed["allow_domains"]),
-                    deny_domains=tuple(parsed["deny_domains"]), strict=bool(parsed["strict"])),
+                    deny_domains=tuple(parsed["deny_domains"]), strict=bool(parsed["strict"]),
+                    presets=tuple(parsed["presets"])),
         without=Without(parsed["without"]) if parsed["without"] else None,
         strict=bool(parsed["strict"]), dry_run=bool(parsed["dry_run"]),
         publish=tuple(parsed["publish"]),
-        audit_log=parsed["audit_log"], verbose=bool(parsed["verbose"]))
+        audit_log=parsed["audit_log"], verbose=bool(parsed["verbose"]), quiet=bool(parsed["quiet"]))
 
 
 def fail(err: SafeboxError) -> NoReturn:
@@ -273,25 +279,32 @@ def _click_app():
 
     @policy_grp.command("show")
     @click.option("-p", "--policy", "policy_file", metavar="FILE", help="Also layer FILE, as exec --policy does.")
+    @click.option("--preset", "presets", metavar="NAME", multiple=True,
+                  help="Also apply preset NAME, as exec --preset does (repeatable).")
     @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text.")
-    def policy_show(policy_file: str | None, as_json: bool) -> None:
-        """Print the effective merged policy, each entry with where it came from."""
+    def policy_show(policy_file: str | None, presets: tuple[str, ...], as_json: bool) -> None:
+        """Print the effective merged policy, each entry with where it came from,
+        and what each preset expanded to."""
         import json
 
         from safebox.policy.defaults import credential_env
-        from safebox.policy.load import Context, Flags, load, policy_document
+        from safebox.policy.load import Context, Flags, load, policy_document, state_dir
+        from safebox.policy.presets import describe
         from safebox.runner import _home
 
         def show() -> int:
-            eff = load(Context(cwd=os.path.realpath(os.getcwd()), home=_home(),
+            home = _home()
+            eff = load(Context(cwd=os.path.realpath(os.getcwd()), home=home,
                                credential_env=credential_env(os.environ)),
-                       policy_file=policy_file, flags=Flags())
+                       policy_file=policy_file, flags=Flags(presets=presets))
+            expanded = describe(eff.presets, eff.allowed_domains, state=state_dir(home), home=home)
             sources = eff.sources or ()
             try:
                 if as_json:
                     click.echo(json.dumps({
                         "policy": policy_document(eff),
                         "sources": [{"key": k, "value": v, "source": src} for k, v, src in sources],
+                        "presets": expanded,
                     }, indent=2))
                     return 0
                 by_key: dict[str, list[tuple[object, str]]] = {}
@@ -309,6 +322,15 @@ def _click_app():
                 else:
                     click.echo("network: off (no allowed domain: the command has no network at all; "
                                "allow one with --allow-domain or network.allowedDomains)")
+                for name, info in expanded.items():
+                    click.echo(f"preset {name} ({info['why']}):")
+                    click.echo(f"  domains: {', '.join(info['domains'])}")
+                    for cache in info["caches"]:
+                        click.echo(f"  cache {cache['dir']}")
+                        for var, value in cache["env"].items():
+                            click.echo(f"    {var}={value}")
+                        if cache["hostPaths"]:
+                            click.echo(f"    read-only inside: {', '.join(cache['hostPaths'])}")
             except BrokenPipeError:
                 # `safebox policy show | head`: the reader had enough. Quiet,
                 # as cat is; stdout goes to /dev/null so the exit flush cannot fail.

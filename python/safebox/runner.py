@@ -66,6 +66,7 @@ class ExecRequest(Frozen):
     audit_log: str | None = None
     verbose: bool = False
     publish: tuple[str, ...] = ()  # ports as given on the command line
+    quiet: bool = False  # no refused-host lines, no hints
 
 
 def _say(msg: str) -> None:
@@ -646,6 +647,18 @@ def run(req: ExecRequest, *, prescan: dict[tuple[str, int], Any] | None = None) 
                          hint="run `safebox doctor` to see why bubblewrap cannot run here")
     for n in notes:
         _say(n)
+    # A missing write root the user asked for is created or refused, never
+    # skipped (builder/write_roots.py).
+    missing_roots = [w for w in policy.allow_write if not os.path.lexists(w)]
+    if missing_roots:
+        from safebox.builder.write_roots import create_missing
+        from safebox.policy.load import user_config_dir as _ucd
+
+        for n in create_missing(tuple(missing_roots),
+                                skip=("/tmp",) if layers is not Layers.HELPER_ONLY else (),
+                                never_under=(*policy.deny_read, state, _ucd(home)), dry_run=req.dry_run):
+            if not req.quiet:
+                _say(n)
 
     from safebox.builder.resolve import HostFacts, Scan, import_paths, resolve, self_paths
     from safebox.helper import check_helper, find_helper
@@ -702,7 +715,7 @@ def run(req: ExecRequest, *, prescan: dict[tuple[str, int], Any] | None = None) 
                 proxy = ProxyServer(ProxyConfig(
                     allowed_domains=policy.allowed_domains, denied_domains=policy.denied_domains,
                     allow_local_destinations=policy.allow_local_destinations,
-                    audit_log=req.audit_log or None),
+                    audit_log=req.audit_log or None, explain=not req.quiet),
                     run_dir=run_path, tcp=layers is Layers.HELPER_ONLY,
                     # Unix sockets only for the socat bridges of --without helper;
                     # with the helper, the proxy serves on the listeners it hands over.
@@ -737,7 +750,19 @@ def run(req: ExecRequest, *, prescan: dict[tuple[str, int], Any] | None = None) 
                          path_dirs=tuple(os.environ.get("PATH", "").split(":")),
                          state_dir=state, run_dir=run_path,
                          policy_path=os.path.join(run_path, "policy"), rg_path=_tool("rg", tools))
-        rp = resolve(policy, layers=layers, cwd=cwd, home=home, host=host, bridges=bridges, scan=scan)
+        caches = None
+        if policy.allowed_domains:
+            # Presets named, or whose registry is allowed anyway: their tools'
+            # caches go to sandbox-private dirs (builder/caches.py).
+            from safebox.policy.presets import active
+
+            used = active(policy.presets, policy.allowed_domains)
+            if used:
+                from safebox.builder.caches import prepare
+
+                caches = prepare(used, state=state, home=home, create=not req.dry_run)
+        rp = resolve(policy, layers=layers, cwd=cwd, home=home, host=host, bridges=bridges, scan=scan,
+                     **({"cache_dirs": caches.dirs, "cache_host_paths": caches.host_paths} if caches else {}))
         if ports and layers is Layers.BWRAP_ONLY:
             # The host relay connects only through a socket the helper pinned
             # before the command existed (publish.py); without the helper
@@ -782,6 +807,11 @@ def run(req: ExecRequest, *, prescan: dict[tuple[str, int], Any] | None = None) 
                                  private_tmp=layers is not Layers.HELPER_ONLY, tmpdir=run_tmp)
         if req.verbose and removed:
             _say(f"removed from the environment: {', '.join(removed)}")
+        if caches is not None:
+            from safebox.builder.caches import cache_env
+
+            http = next((b for b in rp.bridges if b.scheme == "http" and b.port), None)
+            env.update(cache_env(caches, env, proxy=("127.0.0.1", http.port) if http else None))
 
         if req.dry_run:
             return _dry_run(rp, req, policy_bytes, filter_id, socat=socat or "socat")
@@ -795,6 +825,10 @@ def run(req: ExecRequest, *, prescan: dict[tuple[str, int], Any] | None = None) 
             audit.event("start", command=list(req.command), layers=layers.value, cwd=cwd)
         rc = _execute(rp, req, env, bwrap=bwrap, socat=socat or "socat", strict=strict, proxy=proxy,
                       filter_id=filter_id, forwarders=forwarders)
+        if rc != 0 and not req.quiet and rp.private_tmp:
+            hint = hidden_tmp_hint(req.command, rp)
+            if hint:
+                _say(hint)
         moved = quarantine(rp.watch_missing, state)
         for src, dest in moved:
             _say(f"the command created protected file {src}; moved it to {dest}")
@@ -816,6 +850,25 @@ def run(req: ExecRequest, *, prescan: dict[tuple[str, int], Any] | None = None) 
             run_dir.remove()
         if run_tmp is not None:
             rmtree(run_tmp)
+
+
+def hidden_tmp_hint(command: tuple[str, ...], rp: ResolvedPolicy) -> str | None:
+    """One hint when the command named a path under the host's /tmp that
+    exists there but is hidden by the sandbox's private /tmp (and was not
+    bound in): ``safebox exec -- cat /tmp/foo`` fails with ENOENT otherwise
+    unexplained. ``--opt=/tmp/x`` counts too."""
+    for arg in command[1:]:
+        at = arg.find("/tmp/")
+        if at != 0 and not (at > 0 and arg[at - 1] == "="):
+            continue
+        path = os.path.normpath(arg[at:])
+        if not path.startswith("/tmp/") or not os.path.lexists(path):
+            continue
+        if any(path == b or path.startswith(b + "/") for b in (*rp.write_roots, *rp.socket_binds)):
+            continue
+        return (f"hint: {path} exists on the host, but the sandbox has a private /tmp that hides it; "
+                f"use --allow-write {path} to bind it in, or a path outside /tmp")
+    return None
 
 
 def _dry_run(rp: ResolvedPolicy, req: ExecRequest, policy_bytes: bytes, filter_id: str, *, socat: str) -> int:

@@ -19,7 +19,8 @@ path shadows an earlier one, so the order *is* the policy):
    then each existing unprotected child ``--bind C C``: creating the missing
    entry fails with EROFS.
 7. Read-only re-binds beneath write roots: mandatory protection, ``denyWrite``,
-   safebox's own installation and state dir.
+   safebox's own installation and state dir; then the sandbox-private tool
+   caches of the presets (leaves of the state dir), ``--bind C C``.
 8. Deny-read: directories get ``--tmpfs D`` (made read-only in step 10, so a
    write there fails rather than vanishing), files get ``--ro-bind /dev/null F``.
 9. Allowed unix sockets under the private ``/tmp`` or a mask, bound back in;
@@ -60,6 +61,8 @@ def mount_args(rp: ResolvedPolicy) -> list[str]:
             a += ["--bind", k, k]
     for p in rp.read_only:
         a += ["--ro-bind", p, p]
+    for c in rp.cache_dirs:
+        a += ["--bind", c, c]
     masked: list[str] = []
     # Under the private /tmp a denied path is already absent. Under /proc and
     # /dev it is not (the fresh procfs has cpuinfo, sys, ...; bwrap's /dev has

@@ -740,19 +740,39 @@ class Scan:
 
 
 def resolve(policy: EffectivePolicy, *, layers: Layers, cwd: str, home: str, host: HostFacts,
-            bridges: tuple[Bridge, ...] = (), scan: Scan | None = None) -> ResolvedPolicy:
-    """Look at the host once and decide every mount and rule."""
+            bridges: tuple[Bridge, ...] = (), scan: Scan | None = None,
+            cache_dirs: tuple[str, ...] = (), cache_host_paths: tuple[str, ...] = ()) -> ResolvedPolicy:
+    """Look at the host once and decide every mount and rule.
+
+    ``cache_dirs``: the presets' sandbox-private caches (builder/caches.py),
+    writable inside; ``cache_host_paths``: the host's own caches of those
+    tools, read-only inside even beneath a write root."""
     if scan is None:
         scan = Scan(policy, layers=layers, rg_path=host.rg_path)
     try:
-        return _resolve(policy, layers=layers, cwd=cwd, home=home, host=host, bridges=bridges, scan=scan)
+        rp = _resolve(policy.replace(deny_write=(*policy.deny_write, *cache_host_paths)) if cache_host_paths
+                      else policy, layers=layers, cwd=cwd, home=home, host=host, bridges=bridges, scan=scan,
+                      extra_exclude=cache_host_paths)
+        return _with_caches(rp, cache_dirs) if cache_dirs else rp
     except BaseException:
         scan.abandon()
         raise
 
 
+def _with_caches(rp: ResolvedPolicy, cache_dirs: tuple[str, ...]) -> ResolvedPolicy:
+    """Add the presets' cache leaves: writable inside, under every layer."""
+    for c in cache_dirs:
+        for m in (*rp.mask_dirs, *rp.mask_files):
+            if _is_under(c, m):
+                raise BuildError(f"the sandbox cache {c} lies inside denied {m}: a preset's cache cannot be "
+                                 "unreadable; remove the denyRead entry or the preset")
+    rules = (*rp.landlock_rules, *(("write", c) for c in cache_dirs))
+    return rp.replace(cache_dirs=cache_dirs if rp.layers is not Layers.HELPER_ONLY else (),
+                      landlock_rules=rules)
+
+
 def _resolve(policy: EffectivePolicy, *, layers: Layers, cwd: str, home: str, host: HostFacts,
-             bridges: tuple[Bridge, ...], scan: Scan) -> ResolvedPolicy:
+             bridges: tuple[Bridge, ...], scan: Scan, extra_exclude: tuple[str, ...] = ()) -> ResolvedPolicy:
     notes = list(scan.notes)
     write_roots = scan.write_roots
     scans = scan.procs
@@ -793,10 +813,13 @@ def _resolve(policy: EffectivePolicy, *, layers: Layers, cwd: str, home: str, ho
     # a helper-only host, left out of Landlock's write grant like safebox's
     # own files; missing ones beneath a write root are watched like missing
     # protected files. Before issue 11 both were silently not enforced.
+    # Host caches a preset redirected (extra_exclude) are kept out of the
+    # write grants too, so that they stay read-only without bwrap as well.
     deny_write_real = sorted({os.path.realpath(p) for p in policy.deny_write})
     deny_write_existing = [p for p in deny_write_real if os.path.lexists(p)]
+    excl = {*own, *deny_write_existing, *(os.path.realpath(p) for p in extra_exclude if os.path.lexists(p))}
     rules = landlock_rules(layers=layers, write_roots=write_roots, mask_dirs=mask_dirs, mask_files=mask_files,
-                           write_exclude=tuple(sorted({*own, *deny_write_existing})))
+                           write_exclude=tuple(sorted(excl)))
     known_file = os.path.join(host.state_dir, KNOWN_GIT_DIRS)
     known_before = read_known_git_dirs(known_file)
     prot = protected_paths(scans, write_roots, policy.search_depth, home, known=known_before)

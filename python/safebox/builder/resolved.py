@@ -68,6 +68,9 @@ class ResolvedPolicy(Frozen):
     watch_missing: tuple[str, ...] = ()
     # Protected symlinks (path, target text): restored after the run if replaced.
     watch_links: tuple[tuple[str, str], ...] = ()
+    # Sandbox-private tool caches (presets): bound read-write onto themselves
+    # after the read-only re-binds (they lie in safebox's state dir).
+    cache_dirs: tuple[str, ...] = ()
     # Landlock rules for the helper: (access class, path).
     landlock_rules: tuple[tuple[str, str], ...] = ()
     notes: tuple[str, ...] = ()  # said with -v

@@ -36,6 +36,9 @@ class EffectivePolicy(Frozen):
     # spell it, value, layer: "defaults", a file's path or "command line"),
     # in layer order; for a scalar only the layer whose value won.
     sources: tuple[tuple[str, Any, str], ...] | None = None
+    # Toolchain presets named by any layer (their domains are already in
+    # allowed_domains; their caches are set up per run: policy/presets.py).
+    presets: tuple[str, ...] = ()
 
     def to_json_dict(self) -> dict[str, Any]:
         """A JSON-ready dict (tuples become lists)."""

@@ -43,6 +43,7 @@ _WIDENING = (
     ("filesystem", "allowWritePathDirs"),
     ("env", "allow"),
     ("trustProjectFiles",),
+    ("presets",),  # a preset allows its registry's domains
 )
 
 
@@ -56,6 +57,7 @@ class Flags(Frozen):
     allow_domains: tuple[str, ...] = ()
     deny_domains: tuple[str, ...] = ()
     strict: bool = False
+    presets: tuple[str, ...] = ()
 
 
 class Layer(Frozen):
@@ -300,6 +302,7 @@ FLAG_FOR_KEY: dict[tuple[str, ...], str] = {
     ("network", "allowedDomains"): "--allow-domain",
     ("network", "deniedDomains"): "--deny-domain",
     ("strict",): "--strict",
+    ("presets",): "--preset",
 }
 FLAGS_LAYER = "command line"
 
@@ -371,7 +374,7 @@ def merge(layers: list[tuple[Layer, dict[str, Any]]], ctx: Context) -> Effective
     trust = any(_get(doc, ("trustProjectFiles",)) for layer, doc in layers if not layer.project)
     lists: dict[str, list[str]] = {k: [] for k in (
         "allowed_domains", "denied_domains", "allow_unix_sockets", "deny_read", "allow_read",
-        "allow_write", "deny_write", "env_deny", "env_allow")}
+        "allow_write", "deny_write", "env_deny", "env_allow", "presets")}
     scalars: dict[str, Any] = {}
     sources: list[tuple[str, Any, str]] = []
     origin: dict[tuple[str, str], str] = {}  # (field, entry) -> the first layer that named it
@@ -405,6 +408,14 @@ def merge(layers: list[tuple[Layer, dict[str, Any]]], ctx: Context) -> Effective
                 lists[target].append(item)
                 origin.setdefault((target, item), layer.name)
                 sources.append((dotted, item, layer.name))
+        for name in _get(doc, ("presets",)) or ():
+            # A preset expands where it is named: its domains join the
+            # allowed list, each saying which preset and layer it came from.
+            from safebox.policy.presets import PRESETS
+
+            for d in PRESETS[name].domains:
+                lists["allowed_domains"].append(d)
+                sources.append(("network.allowedDomains", d, f"preset {name} ({layer.name})"))
         for key, target in scalar_map.items():
             value = _get(doc, key)
             if value is not None:
@@ -460,6 +471,7 @@ _LIST_KEYS: dict[tuple[str, ...], tuple[str, bool]] = {
     ("filesystem", "denyWrite"): ("deny_write", True),
     ("env", "deny"): ("env_deny", False),
     ("env", "allow"): ("env_allow", False),
+    ("presets",): ("presets", False),
 }
 _SCALAR_KEYS: dict[tuple[str, ...], str] = {
     ("network", "allowAllUnixSockets"): "allow_all_unix_sockets",
@@ -522,6 +534,8 @@ def flags_layer(flags: Flags) -> Layer:
         data["network"] = net
     if flags.strict:
         data["strict"] = True
+    if flags.presets:
+        data["presets"] = list(flags.presets)
     return Layer(name=FLAGS_LAYER, data=data)
 
 

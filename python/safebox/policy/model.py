@@ -92,6 +92,14 @@ def _check_path(value: str) -> str:
     return value
 
 
+def _check_preset(value: str) -> str:
+    from safebox.policy.presets import PRESETS, unknown_message
+
+    if value not in PRESETS:
+        raise ValueError(unknown_message(value))
+    return value
+
+
 def _check_env_pattern(value: str) -> str:
     if not re.fullmatch(r"[A-Za-z0-9_*?]+", value):
         raise ValueError("an environment variable pattern uses only letters, digits, '_', '*' and '?'")
@@ -102,6 +110,7 @@ DomainPattern = Annotated[str, AfterValidator(_check_domain_pattern)]
 DeniedPattern = Annotated[str, AfterValidator(_check_denied_pattern)]
 PolicyPath = Annotated[str, AfterValidator(_check_path)]
 EnvPattern = Annotated[str, AfterValidator(_check_env_pattern)]
+PresetName = Annotated[str, AfterValidator(_check_preset)]
 Port = Annotated[int, Field(ge=1, le=65535)]
 SearchDepth = Annotated[int, Field(ge=1, le=20)]
 
@@ -113,6 +122,7 @@ NOUNS: dict[Any, tuple[str, str]] = {
     DeniedPattern: ("a domain name or '*'", "domain names (or '*')"),
     PolicyPath: ("a path", "paths"),
     EnvPattern: ("an environment variable pattern", "environment variable patterns"),
+    PresetName: ("a preset name", "preset names"),
     Port: ("a port number from 1 to 65535", "port numbers"),
     SearchDepth: ("a whole number from 1 to 20", "whole numbers from 1 to 20"),
     str: ("a string", "strings"),
@@ -186,6 +196,8 @@ class PolicyFile(_Strict):
     strict: bool | None = None
     trustProjectFiles: bool | None = None
     mandatoryDenySearchDepth: SearchDepth | None = None
+    # safebox addition: toolchain presets (policy/presets.py), e.g. ["npm"].
+    presets: list[PresetName] | None = None
     # srt keys that do not change enforcement in safebox; accepted so that an
     # srt settings file works unchanged (see policy-reference.md).
     ignoreViolations: dict[str, list[str]] | None = None

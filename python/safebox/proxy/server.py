@@ -48,6 +48,9 @@ class ProxyConfig:
     denied_domains: tuple[str, ...] = ()
     allow_local_destinations: bool = False
     audit_log: str | os.PathLike[str] | None = None
+    #: Print one ``safebox:`` line on stderr per refused host and port
+    #: (proxy/explain.py); ``safebox exec`` turns it off with --quiet.
+    explain: bool = False
 
 
 def _receive_fds(handoff: socket.socket) -> tuple[bytes, list[int]]:
@@ -159,7 +162,12 @@ class ProxyServer:
                 self._audit = AuditLog(self.config.audit_log)
         except OSError as exc:
             raise ProxyError(f"cannot open audit log {self.config.audit_log}: {exc.strerror}") from None
-        gate = self._gate = Gate(self.rules, audit=self._audit.event if self._audit else None)
+        explain = None
+        if self.config.explain:
+            from safebox.proxy.explain import Explainer
+
+            explain = Explainer()
+        gate = self._gate = Gate(self.rules, audit=self._audit.event if self._audit else None, explain=explain)
         ready = threading.Event()
         failure: list[BaseException] = []
         loop = asyncio.new_event_loop()

@@ -412,6 +412,9 @@ class Gate:
 
     rules: NetworkRules
     audit: Callable[..., None] | None = None
+    #: Called with (host, port, protocol, decision) on every refusal: the
+    #: ``safebox:`` line on stderr (proxy/explain.py).
+    explain: Callable[[str, int, str, Decision], None] | None = None
     resolve_timeout: float = 30.0
     connect_timeout: float = 30.0
     _loop: asyncio.AbstractEventLoop | None = field(default=None, repr=False)
@@ -438,6 +441,8 @@ class Gate:
         decision = self.rules.check_host(host)
         if not decision.allowed:
             self.record(host, port, protocol, decision)
+            if self.explain is not None:
+                self.explain(host, port, protocol, decision)
             raise Refused(decision)
         name = normalize_host(host)
         literal = parse_ip_literal(name)
@@ -462,6 +467,8 @@ class Gate:
         decision = self.rules.check_addresses(addresses, host=name)
         self.record(host, port, protocol, decision)
         if not decision.allowed:
+            if self.explain is not None:
+                self.explain(name, port, protocol, decision)
             raise Refused(decision)
         last: UpstreamError | None = None
         for ip in addresses:

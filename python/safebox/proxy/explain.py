@@ -1,0 +1,83 @@
+"""One ``safebox:`` line on stderr per refused destination: the host, the
+rule that refused it and the fix, where the user looks (a client shows only
+``403 Forbidden`` or ``CONNECT tunnel failed``; SOCKS5 has no room for a
+reason at all).
+
+Printed from the proxy's thread with one ``write(2)`` per line, so it appears
+at once and never interleaves within a line. Once per host and port; after
+:data:`MAX_LINES` distinct refusals one last line says the rest are in the
+audit log (a command asking for a million names must not flood the
+terminal). The host comes from the sandboxed command: everything outside
+printable ASCII is replaced, so no escape sequence reaches the terminal.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+
+from safebox.proxy.rules import RULE_ALLOWED, RULE_DENIED, RULE_LOCAL, RULE_REQUEST, Decision, parse_ip_literal
+
+__all__ = ["MAX_LINES", "Explainer", "refusal_line"]
+
+MAX_LINES = 50
+_PROTOCOL = {"connect": "CONNECT", "http": "HTTP", "socks5": "SOCKS5"}
+
+
+def _printable(text: str) -> str:
+    return "".join(c if " " <= c <= "~" else "?" for c in text)[:400]
+
+
+def fix_for(host: str, decision: Decision) -> str:
+    """What to change so that ``host`` is allowed (or why nothing will)."""
+    if decision.rule == RULE_REQUEST:
+        return "the request is malformed; no policy change allows it"
+    if decision.rule == RULE_DENIED:
+        return f"{host} is denied on purpose: remove the matching --deny-domain or {RULE_DENIED} entry"
+    if decision.rule == RULE_LOCAL:
+        return f"set {RULE_LOCAL} = true in a policy file (the name resolves to a local address)"
+    if "metadata" in decision.reason or "link-local" in decision.reason:
+        return f"list the address literally in {RULE_ALLOWED} only if the command must reach it"
+    fix = f"--allow-domain {host}"
+    if parse_ip_literal(host) is None:
+        from safebox.policy.presets import presets_for_host
+
+        presets = presets_for_host(host)
+        if presets:
+            fix += " or " + " or ".join(f"--preset {p}" for p in presets)
+    return f"{fix} ({RULE_ALLOWED} in a policy file)"
+
+
+def refusal_line(host: str, port: int, protocol: str, decision: Decision) -> str:
+    """``safebox: refused CONNECT to pypi.org:443 (pypi.org is not in ...); fix: --allow-domain pypi.org ...``."""
+    h = _printable(host.lower() if decision.rule != RULE_REQUEST else host)
+    shown = f"[{h}]" if ":" in h and not h.startswith("[") else h
+    proto = _PROTOCOL.get(protocol, protocol.upper())
+    by = "" if decision.rule in decision.reason or decision.rule == RULE_REQUEST else f" by {decision.rule}"
+    return _printable(f"safebox: refused {proto} to {shown}:{port}{by} ({decision.reason}); "
+                      f"fix: {fix_for(h, decision)}") + "\n"
+
+
+class Explainer:
+    """The callable the proxy's gate calls on every refusal."""
+
+    def __init__(self, fd: int = 2) -> None:
+        self.fd = fd
+        self.seen: set[tuple[str, int]] = set()
+        self._lock = threading.Lock()  # one proxy thread today; cheap insurance
+
+    def __call__(self, host: str, port: int, protocol: str, decision: Decision) -> None:
+        key = (host.lower(), port)
+        with self._lock:
+            if key in self.seen or len(self.seen) > MAX_LINES:
+                return
+            self.seen.add(key)
+            if len(self.seen) > MAX_LINES:
+                line = (f"safebox: more than {MAX_LINES} destinations refused; the rest are not shown "
+                        "(--audit-log FILE records every decision)\n")
+            else:
+                line = refusal_line(host, port, protocol, decision)
+        try:
+            os.write(self.fd, line.encode("ascii", "replace"))
+        except OSError:
+            pass  # stderr closed: nobody to tell
