@@ -1,0 +1,200 @@
+"""Presets, refusal lines, missing write roots and the hidden-/tmp hint,
+through the real ``safebox exec`` (bwrap, helper, proxy).
+
+The real package managers against local registries are in
+test_toolchains.py; here the tool is a shell, so every mode is cheap to cover.
+Refused destinations are refused by the proxy before any lookup: nothing
+leaves the machine.
+"""
+
+from __future__ import annotations
+
+import os
+import select
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from sbx import BOTH, BWRAP_ONLY, HELPER_ONLY, FakeHome, host, token, tree_listing
+
+pytestmark = pytest.mark.needs_bwrap
+
+MODES = [BOTH, HELPER_ONLY, BWRAP_ONLY]
+
+
+def caches(home: FakeHome) -> Path:
+    return home.root / ".cache" / "safebox" / "sandbox-caches"
+
+
+def safebox_lines(stderr: str) -> list[str]:
+    return [ln for ln in stderr.splitlines() if ln.startswith("safebox:")]
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_preset_gives_the_tool_a_writable_private_cache_and_keeps_the_hosts_read_only(
+        fresh_home: FakeHome, mode: str) -> None:
+    host_cache = fresh_home.root / ".npm"
+    (host_cache / "_cacache").mkdir(parents=True)
+    (host_cache / "_cacache" / "index").write_text("host entry\n")
+    before = tree_listing(host_cache)
+    # The home is a write root here: the host cache would be writable without the preset.
+    r = fresh_home.run(["sh", "-c", 'echo "$npm_config_cache"; echo poisoned > "$npm_config_cache/entry" && '
+                        'echo cache-ok; echo poisoned > ~/.npm/_cacache/index; echo rc=$?'],
+                       mode=mode, cwd=fresh_home.root, opts=["--preset", "npm"])
+    assert r.returncode == 0, r.stderr
+    leaf = caches(fresh_home) / "npm" / "npm"
+    assert r.stdout.splitlines()[0] == str(leaf)
+    assert "cache-ok" in r.stdout
+    assert "rc=2" in r.stdout and ("Read-only file system" in r.stderr or "Permission denied" in r.stderr)
+    assert (leaf / "entry").read_text() == "poisoned\n"
+    assert tree_listing(host_cache) == before
+    assert (host_cache / "_cacache" / "index").read_text() == "host entry\n"
+
+
+def test_control_without_a_preset_the_host_cache_under_a_write_root_is_writable(fresh_home: FakeHome) -> None:
+    (fresh_home.root / ".npm").mkdir()
+    r = fresh_home.run(["sh", "-c", "echo x > ~/.npm/probe"], cwd=fresh_home.root)
+    assert r.returncode == 0, r.stderr
+    assert (fresh_home.root / ".npm" / "probe").read_text() == "x\n"
+
+
+def test_the_sandbox_cannot_write_beside_its_cache_leaves(fresh_home: FakeHome) -> None:
+    # A command that could replace a leaf with a symlink would have the next
+    # run bind the symlink's target read-write.
+    r = fresh_home.run(["sh", "-c", 'd=$(dirname "$PIP_CACHE_DIR"); mv "$PIP_CACHE_DIR" "$d/moved"; echo rc=$?; '
+                        'ln -s ~/.ssh "$d/evil"; echo rc=$?'], opts=["--preset", "pip"])
+    assert r.stdout.split() == ["rc=1", "rc=1"], r.stderr
+    assert sorted(os.listdir(caches(fresh_home) / "pip")) == ["pip", "uv"]
+
+
+def test_a_cache_leaf_replaced_by_a_symlink_is_refused_with_125(fresh_home: FakeHome) -> None:
+    assert fresh_home.run(["true"], opts=["--preset", "go"]).returncode == 0
+    leaf = caches(fresh_home) / "go" / "gomodcache"
+    leaf.rmdir()
+    leaf.symlink_to(fresh_home.root / ".ssh")
+    r = fresh_home.run(["true"], opts=["--preset", "go"])
+    assert r.returncode == 125
+    assert safebox_lines(r.stderr) == [f"safebox: sandbox cache {leaf} is not a directory owned by you; "
+                                       "refusing to use it"]
+
+
+def test_the_cache_persists_across_sandbox_runs(fresh_home: FakeHome) -> None:
+    mark = token()
+    assert fresh_home.run(["sh", "-c", f'echo {mark} > "$GOMODCACHE/m"'], opts=["--preset", "go"]).returncode == 0
+    r = fresh_home.run(["sh", "-c", 'cat "$GOMODCACHE/m"'], opts=["--preset", "go"])
+    assert r.stdout.strip() == mark
+
+
+def test_allowing_a_registry_by_hand_redirects_its_cache_too(fresh_home: FakeHome) -> None:
+    # The README's `safebox exec --allow-domain registry.npmjs.org -- npm install`.
+    r = fresh_home.run(["sh", "-c", 'echo "$npm_config_cache"'], opts=["--allow-domain", "registry.npmjs.org"])
+    assert r.stdout.strip() == str(caches(fresh_home) / "npm" / "npm")
+
+
+# ------------------------------------------------------------------ refusals
+
+def test_refused_hosts_are_explained_once_per_host_and_port_for_connect_http_and_socks5(
+        shared_home: FakeHome) -> None:
+    script = ("curl -sS -o /dev/null -p https://pypi.org/; curl -sS -o /dev/null -p https://pypi.org/; "
+              "curl -sS -o /dev/null http://example.org/x; "
+              "curl -sS -o /dev/null -x socks5h://127.0.0.1:1080 http://example.net:81/; true")
+    r = shared_home.run(["sh", "-c", script], opts=["--allow-domain", "example.com"])
+    assert safebox_lines(r.stderr) == [
+        "safebox: refused CONNECT to pypi.org:443 (pypi.org is not in network.allowedDomains); "
+        "fix: --allow-domain pypi.org or --preset pip (network.allowedDomains in a policy file)",
+        "safebox: refused HTTP to example.org:80 (example.org is not in network.allowedDomains); "
+        "fix: --allow-domain example.org (network.allowedDomains in a policy file)",
+        "safebox: refused SOCKS5 to example.net:81 (example.net is not in network.allowedDomains); "
+        "fix: --allow-domain example.net (network.allowedDomains in a policy file)",
+    ]
+    # The client's own view stays what it was: a 403 / SOCKS5 reply 2.
+    assert "CONNECT tunnel failed, response 403" in r.stderr
+
+
+def test_quiet_prints_no_refusal_line(shared_home: FakeHome) -> None:
+    r = shared_home.run(["sh", "-c", "curl -sS -o /dev/null -p https://pypi.org/; true"],
+                        opts=["-q", "--allow-domain", "example.com"])
+    assert "CONNECT tunnel failed, response 403" in r.stderr  # control: it was refused
+    assert safebox_lines(r.stderr) == []
+
+
+def test_a_refusal_line_appears_while_the_command_still_runs(shared_home: FakeHome) -> None:
+    p = shared_home.popen(["sh", "-c", "curl -sS -o /dev/null -p https://pypi.org/ 2>/dev/null; exec sleep 60"],
+                          opts=["--allow-domain", "example.com"])
+    try:
+        assert p.stderr is not None
+        ready, _, _ = select.select([p.stderr], [], [], 20)
+        assert ready, "no refusal line within 20 s"
+        line = p.stderr.readline()
+        assert line.startswith("safebox: refused CONNECT to pypi.org:443 ")
+        assert p.poll() is None  # the command is still running
+    finally:
+        p.kill()
+        p.communicate(timeout=30)  # reaps it and closes the pipes
+
+
+def test_a_refused_host_is_explained_without_bwrap_too(shared_home: FakeHome) -> None:
+    r = shared_home.run(["sh", "-c", "curl -sS -o /dev/null -p https://pypi.org/; true"], mode=HELPER_ONLY,
+                        opts=["--allow-domain", "example.com"])
+    assert any(ln.startswith("safebox: refused CONNECT to pypi.org:443 ") for ln in safebox_lines(r.stderr))
+
+
+# ------------------------------------------------------------------ missing write roots
+
+def test_a_missing_allow_write_dir_is_created_and_writable(fresh_home: FakeHome) -> None:
+    want = fresh_home.root / f"new-{token()}"
+    r = fresh_home.run(["sh", "-c", f"echo ok > {want}/f"], opts=["--allow-write", str(want)])
+    assert r.returncode == 0, r.stderr
+    assert (want / "f").read_text() == "ok\n"
+    assert safebox_lines(r.stderr) == [f"safebox: created the missing write root {want} (--allow-write)"]
+
+
+def test_a_missing_allow_write_dir_without_its_parent_is_refused_with_125(fresh_home: FakeHome) -> None:
+    want = fresh_home.root / "no-parent" / "x"
+    r = fresh_home.run(["sh", "-c", "echo ran"], opts=["--allow-write", str(want)])
+    assert r.returncode == 125
+    assert r.stdout == ""
+    assert safebox_lines(r.stderr) == [
+        f"safebox: --allow-write/filesystem.allowWrite {want} does not exist and neither does its parent "
+        f"{want.parent}; safebox creates one directory, not a chain"]
+    assert not want.parent.exists()
+
+
+def test_control_an_existing_allow_write_dir_is_used_as_it_is(fresh_home: FakeHome) -> None:
+    want = fresh_home.root / "exists"
+    want.mkdir()
+    r = fresh_home.run(["sh", "-c", f"echo ok > {want}/f"], opts=["--allow-write", str(want)])
+    assert r.returncode == 0 and safebox_lines(r.stderr) == []
+
+
+# ------------------------------------------------------------------ hidden /tmp
+
+@pytest.fixture
+def host_tmp_file() -> Iterator[Path]:
+    p = Path("/tmp") / f"sbx-hint-{token()}"
+    p.write_text("on the host\n")
+    p.chmod(0o644)
+    yield p
+    p.unlink()
+
+
+def test_a_host_tmp_path_hidden_by_the_private_tmp_gets_one_hint(shared_home: FakeHome, host_tmp_file: Path) -> None:
+    assert host(["cat", str(host_tmp_file)]).stdout == "on the host\n"  # control
+    r = shared_home.run(["cat", str(host_tmp_file)])
+    assert r.returncode == 1
+    assert safebox_lines(r.stderr) == [
+        f"safebox: hint: {host_tmp_file} exists on the host, but the sandbox has a private /tmp that hides it; "
+        f"use --allow-write {host_tmp_file} to bind it in, or a path outside /tmp"]
+
+
+def test_the_hinted_fix_works_and_quiet_silences_the_hint(shared_home: FakeHome, host_tmp_file: Path) -> None:
+    r = shared_home.run(["cat", str(host_tmp_file)], opts=["--allow-write", str(host_tmp_file)])
+    assert r.returncode == 0 and r.stdout == "on the host\n"
+    q = shared_home.run(["cat", str(host_tmp_file)], opts=["--quiet"])
+    assert q.returncode == 1 and safebox_lines(q.stderr) == []
+
+
+def test_no_hint_for_a_tmp_path_the_command_made_itself(shared_home: FakeHome) -> None:
+    r = shared_home.run(["sh", "-c", "false /tmp/not-on-the-host-" + token()])
+    assert r.returncode == 1 and safebox_lines(r.stderr) == []
