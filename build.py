@@ -69,7 +69,15 @@ TEST_NEEDS = {
     "clang": ("clang libclang-rt-dev", "clang compiler-rt", "clang compiler-rt"),
     "ip": ("iproute2", "iproute", "iproute2"),
     "unshare": ("util-linux", "util-linux", "util-linux"),
+    # The toolchain tests run real clients (tests/integration/test_toolchains.py).
+    "npm": ("npm", "npm", "npm"),
+    "git": ("git", "git", "git"),
 }
+# Test-only tools beside the checkout, never global: verdaccio (a local npm
+# registry), yarn and pnpm, pinned by .tools/package-lock.json.
+TOOLS = ROOT / ".tools"
+# Test-only Python tools, installed into .venv: a local PyPI, and uv.
+VENV_TEST_TOOLS = {"pypi-server": "pypiserver>=2", "uv": "uv>=0.4"}
 LIBSECCOMP = ("libseccomp-dev", "libseccomp-devel", "libseccomp")
 UNPRIVILEGED_USER = "safebox-ci"
 
@@ -452,7 +460,32 @@ def setup(*, for_tests: bool = False) -> Path:
         raise BuildError("safebox is Linux only")
     ensure_host_packages(for_tests=for_tests)
     _compile_helper_if_changed()
-    return ensure_venv()
+    py = ensure_venv()
+    if for_tests:
+        ensure_test_tools(py)
+    return py
+
+
+def ensure_test_tools(py: Path) -> None:
+    """The local registries and clients of the toolchain tests: verdaccio,
+    yarn and pnpm into .tools/ (``npm ci``, only when the lock changed),
+    pypiserver and uv into .venv. Idempotent."""
+    missing = [spec for exe, spec in VENV_TEST_TOOLS.items() if not (VENV / "bin" / exe).exists()]
+    if missing:
+        _say(f"installing test tools into .venv: {' '.join(missing)}")
+        _run([str(py), "-m", "pip", "install", "-q", "--disable-pip-version-check", *missing],
+             stdout=subprocess.DEVNULL)
+    lock = TOOLS / "package-lock.json"
+    stamp = TOOLS / "node_modules" / ".safebox-stamp"
+    digest = hashlib.sha256(lock.read_bytes() + (TOOLS / "package.json").read_bytes()).hexdigest()
+    if stamp.exists() and stamp.read_text() == digest and (TOOLS / "node_modules" / ".bin" / "verdaccio").exists():
+        return
+    npm = shutil.which("npm")
+    if npm is None:
+        raise BuildError("npm not found; the toolchain tests need it (apt-get install npm)")
+    _say(f"installing test tools into {TOOLS}: verdaccio, yarn, pnpm")
+    _run([npm, "ci", "--no-audit", "--no-fund", "--loglevel=error"], cwd=TOOLS, stdout=subprocess.DEVNULL)
+    stamp.write_text(digest)
 
 
 def _compile_helper_if_changed() -> None:
