@@ -72,7 +72,13 @@ TEST_NEEDS = {
     # The toolchain tests run real clients (tests/integration/test_toolchains.py).
     "npm": ("npm", "npm", "npm"),
     "git": ("git", "git", "git"),
+    "go": ("golang-go", "golang", "go"),
+    "mvn": ("maven", "maven", "maven"),
+    "javac": ("default-jdk-headless", "java-devel", "jdk-openjdk"),
 }
+# By path: a cargo the unprivileged test user can run (a rustup cargo under
+# /root/.cargo is on root's PATH but not theirs).
+TEST_NEEDS_AT = {"/usr/bin/cargo": ("cargo", "cargo", "rust")}
 # Test-only tools beside the checkout, never global: verdaccio (a local npm
 # registry), yarn and pnpm, pinned by .tools/package-lock.json.
 TOOLS = ROOT / ".tools"
@@ -341,6 +347,8 @@ def ensure_host_packages(*, for_tests: bool) -> None:
     if for_tests:
         needs.update(TEST_NEEDS)
     missing = [pkgs for cmd, pkgs in needs.items() if not shutil.which(cmd)]
+    if for_tests:
+        missing += [pkgs for path, pkgs in TEST_NEEDS_AT.items() if not os.access(path, os.X_OK)]
     if not _have_libseccomp():
         missing.append(LIBSECCOMP)
     venv_ok = subprocess.run(["/usr/bin/python3", "-c", "import ensurepip"],

@@ -430,3 +430,319 @@ def test_git_clone_over_http_works_inside_and_leaves_the_host_git_config(
                         env={"GIT_CONFIG_NOSYSTEM": "1"})
     assert r2.returncode != 0
     assert any(ln.startswith("safebox: refused HTTP to 127.0.0.1:") for ln in r2.stderr.splitlines())
+
+
+# ------------------------------------------------------------------ go
+
+@pytest.fixture(scope="module")
+def goproxy(scratch: Path) -> Iterator[str]:
+    """A static Go module proxy (GOPROXY protocol: list, .info, .mod, .zip)
+    on 127.0.0.1 serving ``example.com/tiny v1.0.0``; yields the GOPROXY URL.
+
+    The URL names ``localhost.`` (with the dot): Go never sends requests for
+    ``localhost`` or a loopback address through a proxy (net/http's
+    ProxyFromEnvironment), and inside the sandbox loopback is the sandbox's
+    own. The proxy normalises the name to ``localhost``."""
+    from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
+
+    root = scratch / f"goproxy-{token()}"
+    d = root / "example.com" / "tiny" / "@v"
+    d.mkdir(parents=True)
+    mod = "module example.com/tiny\n\ngo 1.19\n"
+    (d / "list").write_text("v1.0.0\n")
+    (d / "v1.0.0.info").write_text(json.dumps({"Version": "v1.0.0", "Time": "2024-01-01T00:00:00Z"}))
+    (d / "v1.0.0.mod").write_text(mod)
+    with zipfile.ZipFile(d / "v1.0.0.zip", "w") as z:
+        z.writestr("example.com/tiny@v1.0.0/go.mod", mod)
+        z.writestr("example.com/tiny@v1.0.0/tiny.go", 'package tiny\n\nconst Value = "tiny-ok"\n')
+
+    class Handler(SimpleHTTPRequestHandler):
+        def __init__(self, *a: object, **kw: object) -> None:
+            super().__init__(*a, directory=str(root), **kw)  # type: ignore[arg-type]
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    srv = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    srv.daemon_threads = True
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    try:
+        yield f"http://localhost.:{srv.server_address[1]}"
+    finally:
+        srv.shutdown()
+        srv.server_close()
+
+
+def local_policy(home: FakeHome) -> list[str]:
+    """A policy allowing ``localhost`` (which resolves to loopback)."""
+    path = home.root / "local.json"
+    path.write_text(json.dumps({"network": {"allowedDomains": ["localhost"], "allowLocalDestinations": True}}))
+    return ["-p", str(path)]
+
+
+def test_go_build_works_inside_leaves_the_host_module_cache_and_reuses_its_own(
+        fresh_home: FakeHome, goproxy: str) -> None:
+    go = shutil.which("go", path="/usr/lib/go/bin:/usr/local/go/bin:/usr/bin")
+    if go is None:
+        missing("go is not installed (apt-get install golang-go; build.py setup --tests does it)")
+    (fresh_home.work / "go.mod").write_text("module proj\n\ngo 1.19\n\nrequire example.com/tiny v1.0.0\n")
+    (fresh_home.work / "main.go").write_text('package main\n\nimport (\n\t"fmt"\n\n\t"example.com/tiny"\n)\n\n'
+                                             "func main() { fmt.Println(tiny.Value) }\n")
+    host_cache, before = seed_host_cache(fresh_home, "go/pkg/mod")
+    # -modcacherw: Go makes its module cache read-only; the test's clean-up must remove it.
+    env = {"GOPROXY": goproxy, "GOSUMDB": "off", "GOFLAGS": "-mod=mod -modcacherw", "GOTOOLCHAIN": "local"}
+    r = fresh_home.run([go, "build", "-o", "tinybin", "."], opts=["--preset", "go", *local_policy(fresh_home)],
+                       env=env, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert subprocess.run([str(fresh_home.work / "tinybin")], capture_output=True, text=True,
+                          timeout=30).stdout == "tiny-ok\n"
+    assert snapshot(host_cache) == before
+    assert (sandbox_cache(fresh_home, "go", "gomodcache") / "example.com" / "tiny@v1.0.0" / "tiny.go").is_file()
+
+    # Second run: no proxy reachable at all (GOPROXY=off, nothing allowed but the preset).
+    (fresh_home.work / "tinybin").unlink()
+    r2 = fresh_home.run([go, "build", "-o", "tinybin", "."], opts=["--preset", "go"],
+                        env={**env, "GOPROXY": "off"}, timeout=300)
+    assert r2.returncode == 0, r2.stderr
+    assert snapshot(host_cache) == before
+
+
+# ------------------------------------------------------------------ maven
+
+MOJO = """package sbx;
+
+import org.apache.maven.artifact.Artifact;
+import org.apache.maven.plugin.AbstractMojo;
+import org.apache.maven.project.MavenProject;
+
+public class ResolveMojo extends AbstractMojo {
+    private MavenProject project;
+
+    public void execute() {
+        for (Artifact a : project.getArtifacts()) {
+            getLog().info("SBX-RESOLVED " + a.getId() + " " + a.getFile());
+        }
+    }
+}
+"""
+
+PLUGIN_XML = """<plugin>
+  <name>sbx</name><groupId>org.sbx</groupId><artifactId>sbx-maven-plugin</artifactId><version>1.0</version>
+  <goalPrefix>sbx</goalPrefix><isolatedRealm>false</isolatedRealm><inheritedByDefault>true</inheritedByDefault>
+  <mojos><mojo>
+    <goal>resolve</goal><requiresDependencyResolution>compile</requiresDependencyResolution>
+    <requiresProject>true</requiresProject><implementation>sbx.ResolveMojo</implementation><language>java</language>
+    <instantiationStrategy>per-lookup</instantiationStrategy><executionStrategy>once-per-session</executionStrategy>
+    <threadSafe>true</threadSafe>
+    <parameters><parameter><name>project</name><type>org.apache.maven.project.MavenProject</type>
+      <required>true</required><editable>false</editable><description>the project</description></parameter></parameters>
+    <configuration><project implementation="org.apache.maven.project.MavenProject">${project}</project></configuration>
+  </mojo></mojos>
+  <dependencies/>
+</plugin>
+"""
+
+
+def _pom(group: str, artifact: str, packaging: str, deps: str = "") -> str:
+    return (f'<project xmlns="http://maven.apache.org/POM/4.0.0"><modelVersion>4.0.0</modelVersion>'
+            f"<groupId>{group}</groupId><artifactId>{artifact}</artifactId><version>1.0</version>"
+            f"<packaging>{packaging}</packaging>{deps}</project>\n")
+
+
+def _publish(repo: Path, group: str, artifact: str, files: dict[str, bytes]) -> None:
+    d = repo / group.replace(".", "/") / artifact / "1.0"
+    d.mkdir(parents=True, exist_ok=True)
+    for name, data in files.items():
+        (d / name).write_bytes(data)
+        (d / f"{name}.sha1").write_text(hashlib.sha1(data).hexdigest())  # noqa: S324 — Maven's own checksum
+
+
+@pytest.fixture(scope="module")
+def maven_repo(scratch: Path) -> Iterator[str]:
+    """A static Maven repository on 127.0.0.1 holding a plugin of our own
+    (compiled here against Debian's maven libs: Maven Central is out of
+    reach, and every Maven build needs some plugin) and ``org.sbx:tiny:1.0``,
+    the dependency the plugin makes Maven resolve; yields its URL."""
+    from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
+
+    javac, jar_libs = shutil.which("javac"), Path("/usr/share/maven/lib")
+    if javac is None or not shutil.which("mvn") or not (jar_libs / "maven-core-3.x.jar").is_file():
+        missing("maven and a JDK are not installed (apt-get install maven default-jdk-headless)")
+    root = scratch / f"maven-{token()}"
+    src = root / "src" / "sbx"
+    src.mkdir(parents=True)
+    (src / "ResolveMojo.java").write_text(MOJO)
+    classes = root / "classes"
+    cp = ":".join(str(jar_libs / j) for j in ("maven-plugin-api-3.x.jar", "maven-core-3.x.jar",
+                                               "maven-artifact-3.x.jar", "maven-model-3.x.jar"))
+    subprocess.run([javac, "-d", str(classes), "-cp", cp, "--release", "8", str(src / "ResolveMojo.java")],
+                   check=True, capture_output=True, timeout=120)
+    plugin = root / "plugin.jar"
+    with zipfile.ZipFile(plugin, "w") as z:
+        z.write(classes / "sbx" / "ResolveMojo.class", "sbx/ResolveMojo.class")
+        z.writestr("META-INF/maven/plugin.xml", PLUGIN_XML)
+    tiny = root / "tiny.jar"
+    with zipfile.ZipFile(tiny, "w") as z:
+        z.writestr("sbx/tiny.txt", "tiny-ok\n")
+    repo = root / "repo"
+    # Maven adds plexus-utils to a plugin that does not depend on it; it is
+    # served from here too (Debian's copy, under version 1.0).
+    _publish(repo, "org.codehaus.plexus", "plexus-utils", {
+        "plexus-utils-1.0.pom": _pom("org.codehaus.plexus", "plexus-utils", "jar").encode(),
+        "plexus-utils-1.0.jar": (jar_libs / "plexus-utils.jar").read_bytes()})
+    utils = ("<dependencies><dependency><groupId>org.codehaus.plexus</groupId><artifactId>plexus-utils</artifactId>"
+             "<version>1.0</version></dependency></dependencies>")
+    _publish(repo, "org.sbx", "sbx-maven-plugin", {
+        "sbx-maven-plugin-1.0.pom": _pom("org.sbx", "sbx-maven-plugin", "maven-plugin", utils).encode(),
+        "sbx-maven-plugin-1.0.jar": plugin.read_bytes()})
+    _publish(repo, "org.sbx", "tiny", {"tiny-1.0.pom": _pom("org.sbx", "tiny", "jar").encode(),
+                                       "tiny-1.0.jar": tiny.read_bytes()})
+
+    class Handler(SimpleHTTPRequestHandler):
+        def __init__(self, *a: object, **kw: object) -> None:
+            super().__init__(*a, directory=str(repo), **kw)  # type: ignore[arg-type]
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    srv = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    srv.daemon_threads = True
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{srv.server_address[1]}/"
+    finally:
+        srv.shutdown()
+        srv.server_close()
+
+
+def test_maven_resolves_inside_leaves_the_host_repository_and_reuses_its_own(
+        fresh_home: FakeHome, maven_repo: str) -> None:
+    repos = "".join(f"<{ks}><{k}><id>central</id><url>{maven_repo}</url></{k}></{ks}>"
+                    for k, ks in (("repository", "repositories"), ("pluginRepository", "pluginRepositories")))
+    (fresh_home.work / "pom.xml").write_text(
+        '<project xmlns="http://maven.apache.org/POM/4.0.0"><modelVersion>4.0.0</modelVersion>'
+        "<groupId>t</groupId><artifactId>proj</artifactId><version>1</version><packaging>pom</packaging>"
+        f"{repos}<dependencies><dependency><groupId>org.sbx</groupId><artifactId>tiny</artifactId>"
+        "<version>1.0</version></dependency></dependencies><build><plugins><plugin><groupId>org.sbx</groupId>"
+        "<artifactId>sbx-maven-plugin</artifactId><version>1.0</version><executions><execution>"
+        "<phase>validate</phase><goals><goal>resolve</goal></goals></execution></executions></plugin></plugins>"
+        "</build></project>\n")
+    host_repo, before = seed_host_cache(fresh_home, ".m2/repository")
+    leaf = sandbox_cache(fresh_home, "maven", "m2-repository")
+    r = fresh_home.run(["mvn", "-B", "validate"], opts=["--preset", "maven", *LOCAL], timeout=300)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr
+    assert f"SBX-RESOLVED org.sbx:tiny:jar:1.0 {leaf}/org/sbx/tiny/1.0/tiny-1.0.jar" in r.stdout
+    assert snapshot(host_repo) == before
+
+    # Second run offline (-o) with the repository not allowed: the sandbox's own repository serves it.
+    r2 = fresh_home.run(["mvn", "-B", "-o", "validate"], opts=["--preset", "maven"], timeout=300)
+    assert r2.returncode == 0, r2.stdout[-3000:] + r2.stderr
+    assert "SBX-RESOLVED org.sbx:tiny:jar:1.0" in r2.stdout
+    assert snapshot(host_repo) == before
+
+
+# ------------------------------------------------------------------ cargo
+
+def _crate(name: str, version: str) -> bytes:
+    """A ``.crate``: a gzipped tar of ``NAME-VERSION/`` with a library in it."""
+    import io
+    import tarfile
+
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:gz") as tar:
+        for rel, text in ((f"{name}-{version}/Cargo.toml",
+                           f'[package]\nname = "{name}"\nversion = "{version}"\nedition = "2018"\n'),
+                          (f"{name}-{version}/src/lib.rs", 'pub const VALUE: &str = "tiny-ok";\n')):
+            data = text.encode()
+            info = tarfile.TarInfo(rel)
+            info.size = len(data)
+            info.mtime = 1700000000
+            tar.addfile(info, io.BytesIO(data))
+    return buf.getvalue()
+
+
+@pytest.fixture(scope="module")
+def cargo_registry(scratch: Path) -> Iterator[str]:
+    """A cargo registry on 127.0.0.1: its index a git repository served by
+    git http-backend (Debian's cargo 1.65 predates sparse HTTP indexes), its
+    crates static files; yields the index URL. Holds ``sbx_tiny 1.0.0``."""
+    from socketserver import ThreadingMixIn
+    from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
+
+    backend = git_http_backend()
+    root = scratch / f"cargo-{token()}"
+    index = root / "index-src"
+    (index / "sb" / "x_").mkdir(parents=True)
+    crate = _crate("sbx_tiny", "1.0.0")
+    (root / "dl").mkdir()
+    (root / "dl" / "sbx_tiny-1.0.0.crate").write_bytes(crate)
+    (index / "sb" / "x_" / "sbx_tiny").write_text(json.dumps({
+        "name": "sbx_tiny", "vers": "1.0.0", "deps": [], "cksum": hashlib.sha256(crate).hexdigest(),
+        "features": {}, "yanked": False}) + "\n")
+    holder: dict[str, int] = {}
+
+    def app(environ, start_response):  # type: ignore[no-untyped-def]
+        path = environ.get("PATH_INFO", "")
+        if path.startswith("/dl/"):
+            data = (root / "dl" / os.path.basename(path)).read_bytes()
+            start_response("200 OK", [("Content-Type", "application/octet-stream"),
+                                      ("Content-Length", str(len(data)))])
+            return [data]
+        return git_app(root, backend)(environ, start_response)
+
+    class Quiet(WSGIRequestHandler):
+        def log_message(self, *args: object) -> None:
+            pass
+
+    class Threading(ThreadingMixIn, WSGIServer):
+        daemon_threads = True
+
+    srv = make_server("127.0.0.1", 0, app, server_class=Threading, handler_class=Quiet)
+    holder["port"] = srv.server_address[1]
+    base = f"http://127.0.0.1:{holder['port']}"
+    (index / "config.json").write_text(json.dumps({"dl": f"{base}/dl/{{crate}}-{{version}}.crate", "api": None}))
+    genv = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(root), "GIT_CONFIG_NOSYSTEM": "1",
+            "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t.invalid", "GIT_COMMITTER_NAME": "t",
+            "GIT_COMMITTER_EMAIL": "t@t.invalid"}
+    for cmd in (["git", "init", "-q", "-b", "master"], ["git", "add", "."], ["git", "commit", "-qm", "index"],
+                ["git", "clone", "-q", "--bare", ".", str(root / "index.git")]):
+        subprocess.run(cmd, cwd=index, env=genv, check=True, capture_output=True, timeout=60)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    try:
+        yield f"{base}/index.git"
+    finally:
+        srv.shutdown()
+        srv.server_close()
+
+
+def test_cargo_build_works_inside_leaves_the_host_registry_and_reuses_its_own(
+        fresh_home: FakeHome, cargo_registry: str) -> None:
+    # Debian's cargo: root's rustup cargo (~/.cargo/bin) is not the unprivileged user's.
+    cargo = "/usr/bin/cargo"
+    if not os.access(cargo, os.X_OK):
+        missing("cargo is not installed at /usr/bin/cargo (apt-get install cargo; build.py setup --tests does it)")
+    (fresh_home.work / "src").mkdir(exist_ok=True)
+    (fresh_home.work / "Cargo.toml").write_text('[package]\nname = "proj"\nversion = "0.1.0"\nedition = "2018"\n\n'
+                                               '[dependencies]\nsbx_tiny = "1.0"\n')
+    (fresh_home.work / "src" / "main.rs").write_text('fn main() { println!("{}", sbx_tiny::VALUE); }\n')
+    (fresh_home.work / ".cargo").mkdir()
+    # The project's own config names the registry: cargo reads it whatever CARGO_HOME is.
+    (fresh_home.work / ".cargo" / "config.toml").write_text(
+        f'[source.crates-io]\nreplace-with = "local"\n\n[source.local]\nregistry = "{cargo_registry}"\n\n'
+        "[net]\ngit-fetch-with-cli = true\n")
+    host_registry, before = seed_host_cache(fresh_home, ".cargo/registry")
+    env = {"CARGO_TARGET_DIR": str(fresh_home.work / "target")}
+    r = fresh_home.run([cargo, "build", "-q"], opts=["--preset", "cargo", *LOCAL], env=env, timeout=600)
+    assert r.returncode == 0, r.stderr
+    out = subprocess.run([str(fresh_home.work / "target" / "debug" / "proj")], capture_output=True, text=True,
+                         timeout=30)
+    assert out.stdout == "tiny-ok\n"
+    assert snapshot(host_registry) == before
+    home = sandbox_cache(fresh_home, "cargo", "cargo-home")
+    assert list((home / "registry" / "src").glob("*/sbx_tiny-1.0.0/src/lib.rs"))
+
+    # Second run: offline, the registry not allowed; the sandbox's CARGO_HOME serves it.
+    shutil.rmtree(fresh_home.work / "target")
+    r2 = fresh_home.run([cargo, "build", "-q", "--offline"], opts=["--preset", "cargo"], env=env, timeout=600)
+    assert r2.returncode == 0, r2.stderr
+    assert snapshot(host_registry) == before
