@@ -297,7 +297,7 @@ def _click_app():
             eff = load(Context(cwd=os.path.realpath(os.getcwd()), home=home,
                                credential_env=credential_env(os.environ)),
                        policy_file=policy_file, flags=Flags(presets=presets))
-            expanded = describe(eff.presets, eff.allowed_domains, state=state_dir(home), home=home)
+            expanded = describe(eff.presets, eff.cache_presets, state=state_dir(home), home=home)
             sources = eff.sources or ()
             try:
                 if as_json:

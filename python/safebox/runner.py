@@ -751,16 +751,12 @@ def run(req: ExecRequest, *, prescan: dict[tuple[str, int], Any] | None = None) 
                          state_dir=state, run_dir=run_path,
                          policy_path=os.path.join(run_path, "policy"), rg_path=_tool("rg", tools))
         caches = None
-        if policy.allowed_domains:
+        if policy.cache_presets:
             # Presets named, or whose registry is allowed anyway: their tools'
             # caches go to sandbox-private dirs (builder/caches.py).
-            from safebox.policy.presets import active
+            from safebox.builder.caches import prepare
 
-            used = active(policy.presets, policy.allowed_domains)
-            if used:
-                from safebox.builder.caches import prepare
-
-                caches = prepare(used, state=state, home=home, create=not req.dry_run)
+            caches = prepare(policy.cache_presets, state=state, home=home, create=not req.dry_run)
         rp = resolve(policy, layers=layers, cwd=cwd, home=home, host=host, bridges=bridges, scan=scan,
                      **({"cache_dirs": caches.dirs, "cache_host_paths": caches.host_paths} if caches else {}))
         if ports and layers is Layers.BWRAP_ONLY:

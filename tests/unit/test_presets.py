@@ -94,6 +94,10 @@ def test_a_registry_allowed_by_hand_activates_its_presets_caches() -> None:
     assert active((), ("pypi.org", "example.com")) == ("pip",)
     assert active(("github",), ()) == ("github",)
     assert active((), ("example.com", "files.pythonhosted.org")) == ()  # not the registry itself
+    # Decided when the layers merge, so that the run itself never needs the table.
+    assert _load_from([], CTX, Flags(allow_domains=("registry.npmjs.org",))).cache_presets == ("npm",)
+    assert _load_from([], CTX, Flags(presets=("go", "github"))).cache_presets == ("go", "github")
+    assert _load_from([], CTX, Flags(allow_domains=("example.com",))).cache_presets == ()
 
 
 def test_policy_show_describes_each_presets_caches(tmp_path: Path) -> None:

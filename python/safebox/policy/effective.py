@@ -39,6 +39,10 @@ class EffectivePolicy(Frozen):
     # Toolchain presets named by any layer (their domains are already in
     # allowed_domains; their caches are set up per run: policy/presets.py).
     presets: tuple[str, ...] = ()
+    # The presets whose caches a run sets up: those named, and those whose
+    # registry is allowed by hand (presets.active). Decided when the layers
+    # are merged, so that a run without presets never imports the table.
+    cache_presets: tuple[str, ...] = ()
 
     def to_json_dict(self) -> dict[str, Any]:
         """A JSON-ready dict (tuples become lists)."""

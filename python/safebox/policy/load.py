@@ -430,7 +430,11 @@ def merge(layers: list[tuple[Layer, dict[str, Any]]], ctx: Context) -> Effective
 
     if lists["allow_read"]:
         lists["deny_read"], sources = _apply_allow_read(lists["deny_read"], lists["allow_read"], origin, sources)
-    return EffectivePolicy(**{k: dedupe(v) for k, v in lists.items()}, **scalars, sources=tuple(sources))
+    merged = {k: dedupe(v) for k, v in lists.items()}
+    from safebox.policy.presets import active
+
+    return EffectivePolicy(**merged, **scalars, sources=tuple(sources),
+                           cache_presets=active(merged["presets"], merged["allowed_domains"]))
 
 
 def _apply_allow_read(deny: list[str], allow: list[str], origin: dict[tuple[str, str], str],

@@ -162,7 +162,7 @@ def presets_for_host(host: str) -> tuple[str, ...]:
     return tuple(p.name for p in PRESETS.values() if any(_covers(d, host) for d in p.domains))
 
 
-def describe(named: tuple[str, ...], allowed_domains: tuple[str, ...], *, state: str,
+def describe(named: tuple[str, ...], used: tuple[str, ...], *, state: str,
              home: str) -> dict[str, dict[str, object]]:
     """What each preset a run would use expands to, for ``safebox policy
     show``: why it applies, its domains, and per cache the dir, the variables
@@ -170,7 +170,7 @@ def describe(named: tuple[str, ...], allowed_domains: tuple[str, ...], *, state:
     import os
 
     out: dict[str, dict[str, object]] = {}
-    for name in active(named, allowed_domains):
+    for name in dict.fromkeys((*named, *used)):
         p = PRESETS[name]
         caches = []
         for c in p.caches:

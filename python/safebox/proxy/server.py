@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 
 from safebox.errors import ProxyError
 from safebox.proxy import http, socks5
-from safebox.proxy.rules import HostError, NetworkRules
+from safebox.proxy.rules import Decision, HostError, NetworkRules
 from safebox.proxy.upstream import Gate
 
 if TYPE_CHECKING:
@@ -107,6 +107,21 @@ def _check_listeners(tag: bytes, fds: list[int], ports: dict[int, str]) -> list[
     return socks
 
 
+def _explain_on_first_refusal() -> Callable[[str, int, str, Decision], None]:
+    """The gate's ``explain`` callback; proxy/explain.py is imported at the
+    first refusal, not on every networked run's start-up."""
+    box: list[Callable[[str, int, str, Decision], None]] = []
+
+    def explain(host: str, port: int, protocol: str, decision: Decision) -> None:
+        if not box:
+            from safebox.proxy.explain import Explainer
+
+            box.append(Explainer())
+        box[0](host, port, protocol, decision)
+
+    return explain
+
+
 class ProxyServer:
     """The filtering proxy: HTTP (CONNECT + plain) on :attr:`http_socket`,
     SOCKS5 on :attr:`socks_socket`, both unix sockets in ``run_dir``.
@@ -162,11 +177,7 @@ class ProxyServer:
                 self._audit = AuditLog(self.config.audit_log)
         except OSError as exc:
             raise ProxyError(f"cannot open audit log {self.config.audit_log}: {exc.strerror}") from None
-        explain = None
-        if self.config.explain:
-            from safebox.proxy.explain import Explainer
-
-            explain = Explainer()
+        explain = _explain_on_first_refusal() if self.config.explain else None
         gate = self._gate = Gate(self.rules, audit=self._audit.event if self._audit else None, explain=explain)
         ready = threading.Event()
         failure: list[BaseException] = []
