@@ -54,6 +54,10 @@ def main() -> int:
         "safebox exec -- true": [SAFEBOX, "exec", "--", "true"],
         "safebox exec --without bwrap -- true": [SAFEBOX, "exec", "--without", "bwrap", "--", "true"],
         "safebox exec --without helper -- true": [SAFEBOX, "exec", "--without", "helper", "--", "true"],
+        # With a proxy; the second adds a preset's domains and caches (docs/toolchains.md, "Cost").
+        "safebox exec --allow-domain example.com -- true": [SAFEBOX, "exec", "--allow-domain", "example.com",
+                                                            "--", "true"],
+        "safebox exec --preset npm -- true": [SAFEBOX, "exec", "--preset", "npm", "--", "true"],
         "python3 -c pass (interpreter alone)": [sys.executable, "-c", "pass"],
     }
     for spec in args.launcher:

@@ -284,3 +284,17 @@ def test_a_dangling_symlink_write_root_is_refused(tmp_path: Path) -> None:
     (tmp_path / "link").symlink_to(tmp_path / "gone")
     with pytest.raises(BuildError, match="dangling symlink"):
         create_missing((str(tmp_path / "link"),), skip=(), never_under=(), dry_run=False)
+
+
+def test_docs_toolchains_names_every_preset_domain_variable_and_host_cache() -> None:
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "toolchains.md").read_text()
+    for p in PRESETS.values():
+        assert f"`{p.name}`" in doc
+        for d in p.domains:
+            assert f"`{d}`" in doc
+        for c in p.caches:
+            assert f"`{c.name}/`" in doc
+            for v in c.env:
+                assert f"`{v.name}`" in doc
+            for h in c.host_paths:
+                assert f"`{h}`" in doc
