@@ -240,6 +240,8 @@ WRONG: list[tuple[str, object, str]] = [
     ("ripgrep.args", [{}], "ripgrep.args[0]: must be a string, not a table/object"),
     ("enableWeakerNestedSandbox", "no", 'enableWeakerNestedSandbox: must be true or false, not the string "no"'),
     ("enableWeakerNestedSandbox", True, "enableWeakerNestedSandbox: safebox never weakens its sandbox"),
+    ("presets", "npm", 'presets: must be a list of preset names, not the string "npm"'),
+    ("presets", ["nmp"], 'presets[0] = "nmp": unknown preset \'nmp\' (did you mean npm?); known: npm, pip, cargo'),
 ]
 
 
