@@ -316,12 +316,6 @@ def _click_app():
                         # Values as a policy file spells them (true, 6), paths and names bare.
                         shown = value if isinstance(value, str) else json.dumps(value)
                         click.echo(f"  {shown}  <- {src}")
-                if eff.allowed_domains:
-                    click.echo(f"network: on, through safebox's proxy, to the {len(eff.allowed_domains)} "
-                               "allowed domain pattern(s) only")
-                else:
-                    click.echo("network: off (no allowed domain: the command has no network at all; "
-                               "allow one with --allow-domain or network.allowedDomains)")
                 for name, info in expanded.items():
                     click.echo(f"preset {name} ({info['why']}):")
                     click.echo(f"  domains: {', '.join(info['domains'])}")
@@ -331,6 +325,12 @@ def _click_app():
                             click.echo(f"    {var}={value}")
                         if cache["hostPaths"]:
                             click.echo(f"    read-only inside: {', '.join(cache['hostPaths'])}")
+                if eff.allowed_domains:
+                    click.echo(f"network: on, through safebox's proxy, to the {len(eff.allowed_domains)} "
+                               "allowed domain pattern(s) only")
+                else:
+                    click.echo("network: off (no allowed domain: the command has no network at all; "
+                               "allow one with --allow-domain or network.allowedDomains)")
             except BrokenPipeError:
                 # `safebox policy show | head`: the reader had enough. Quiet,
                 # as cat is; stdout goes to /dev/null so the exit flush cannot fail.

@@ -198,3 +198,30 @@ def test_the_hinted_fix_works_and_quiet_silences_the_hint(shared_home: FakeHome,
 def test_no_hint_for_a_tmp_path_the_command_made_itself(shared_home: FakeHome) -> None:
     r = shared_home.run(["sh", "-c", "false /tmp/not-on-the-host-" + token()])
     assert r.returncode == 1 and safebox_lines(r.stderr) == []
+
+
+def test_policy_show_tells_what_a_preset_expanded_to_and_where_it_came_from(shared_home: FakeHome) -> None:
+    import json
+    import subprocess
+
+    from sbx import SAFEBOX
+
+    r = subprocess.run([str(SAFEBOX), "policy", "show", "--preset", "pip", "--json"], cwd=shared_home.work,
+                       env=shared_home.env(), capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    assert {"key": "network.allowedDomains", "value": "files.pythonhosted.org",
+            "source": "preset pip (command line)"} in doc["sources"]
+    assert {"key": "presets", "value": "pip", "source": "command line"} in doc["sources"]
+    pip = doc["presets"]["pip"]
+    assert pip["domains"] == ["pypi.org", "files.pythonhosted.org"]
+    assert pip["caches"][0]["env"] == {"PIP_CACHE_DIR": str(caches(shared_home) / "pip" / "pip")}
+    text = subprocess.run([str(SAFEBOX), "policy", "show", "--preset", "pip"], cwd=shared_home.work,
+                          env=shared_home.env(), capture_output=True, text=True, timeout=60).stdout
+    assert "  pypi.org  <- preset pip (command line)" in text.splitlines()
+    assert f"    PIP_CACHE_DIR={caches(shared_home) / 'pip' / 'pip'}" in text.splitlines()
+    bad = subprocess.run([str(SAFEBOX), "exec", "--preset", "nmp", "--", "true"], cwd=shared_home.work,
+                         env=shared_home.env(), capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 125
+    assert bad.stderr.splitlines()[0] == ("safebox: --preset nmp: unknown preset 'nmp' (did you mean npm?); "
+                                         "known: npm, pip, cargo, go, maven, github")
