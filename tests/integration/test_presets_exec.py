@@ -59,6 +59,15 @@ def test_control_without_a_preset_the_host_cache_under_a_write_root_is_writable(
     assert (fresh_home.root / ".npm" / "probe").read_text() == "x\n"
 
 
+def test_a_host_cache_the_user_made_a_write_root_of_stays_writable_with_the_preset(fresh_home: FakeHome) -> None:
+    # `--allow-write ~/.npm` says so explicitly; the preset must not take it back silently.
+    (fresh_home.root / ".npm").mkdir()
+    r = fresh_home.run(["sh", "-c", "echo x > ~/.npm/probe"],
+                       opts=["--preset", "npm", "--allow-write", str(fresh_home.root / ".npm")])
+    assert r.returncode == 0, r.stderr
+    assert (fresh_home.root / ".npm" / "probe").read_text() == "x\n"
+
+
 def test_the_sandbox_cannot_write_beside_its_cache_leaves(fresh_home: FakeHome) -> None:
     # A command that could replace a leaf with a symlink would have the next
     # run bind the symlink's target read-write.

@@ -749,6 +749,11 @@ def resolve(policy: EffectivePolicy, *, layers: Layers, cwd: str, home: str, hos
     tools, read-only inside even beneath a write root."""
     if scan is None:
         scan = Scan(policy, layers=layers, rg_path=host.rg_path)
+    # A host cache the user made a write root of (--allow-write ~/.npm), or
+    # one holding a write root, is theirs to write: keeping it read-only
+    # would silently take back what they asked for.
+    cache_host_paths = tuple(h for h in cache_host_paths
+                             if not any(_is_under(w, os.path.realpath(h)) for w in scan.write_roots))
     try:
         rp = _resolve(policy.replace(deny_write=(*policy.deny_write, *cache_host_paths)) if cache_host_paths
                       else policy, layers=layers, cwd=cwd, home=home, host=host, bridges=bridges, scan=scan,
