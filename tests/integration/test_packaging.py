@@ -121,8 +121,12 @@ def wheelhouse(wheel: Path, scratch: Path) -> Path:
 
 
 def offline_pip_env(wheelhouse: Path) -> dict[str, str]:
+    # pipx picks uv as its backend whenever uv is installed (the toolchain
+    # tests install it into .venv), and uv reads UV_*, not PIP_*: both are
+    # pointed at the wheelhouse so either backend installs offline.
     return {**os.environ, "PIP_NO_INDEX": "1", "PIP_FIND_LINKS": str(wheelhouse),
-            "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
+            "PIP_DISABLE_PIP_VERSION_CHECK": "1", "UV_NO_INDEX": "1", "UV_FIND_LINKS": str(wheelhouse),
+            "UV_OFFLINE": "1"}
 
 
 @pytest.fixture(scope="module")
