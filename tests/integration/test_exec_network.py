@@ -29,7 +29,7 @@ from pathlib import Path
 
 import pytest
 
-from sbx import BOTH, EACCES, ECONNREFUSED, EPERM, HELPER_ONLY, FakeHome, host, token, wait_for
+from sbx import BOTH, EACCES, ECONNREFUSED, EPERM, HELPER_ONLY, SAFEBOX, FakeHome, host, token, wait_for
 
 pytestmark = pytest.mark.needs_bwrap
 
@@ -122,6 +122,45 @@ def test_a_denied_domain_wins_over_an_allowed_one(shared_home: FakeHome, server:
     r = curl(shared_home, [], f"http://localhost:{port}/", opts=opts)
     assert "network.deniedDomains" in r.stdout and r.stdout.startswith("safebox: connection to localhost")
     assert _Server.hits.count("/") == 0
+
+
+@pytest.mark.parametrize("path", list(PATHS))
+def test_a_star_in_denied_domains_refuses_every_host_with_the_documented_reason(
+        shared_home: FakeHome, server: tuple[int, str], path: str) -> None:
+    # Issue 11 item 7: `policy check` accepted deniedDomains ["*"] and every
+    # exec then failed with "invalid network domain pattern".
+    port, body = server
+    network = {**LOCAL, "allowedDomains": ["localhost", "127.0.0.1"]}
+    control = curl(shared_home, PATHS[path], f"http://localhost:{port}/{path}", opts=policy(shared_home, network))
+    assert (control.returncode, control.stdout) == (0, body), control.stderr  # without the deny it gets through
+
+    opts = policy(shared_home, {**network, "deniedDomains": ["*"]})
+    checked = subprocess.run([str(SAFEBOX), "policy", "check", opts[1]], capture_output=True, text=True, check=False)
+    assert (checked.returncode, checked.stdout) == (0, f"{opts[1]}: ok\n"), checked.stderr
+    before = len(_Server.hits)
+    for host_ in ("localhost", "127.0.0.1"):  # a name and a listed IP literal alike
+        r = curl(shared_home, PATHS[path] if path != "http" else ["-D", "/dev/stderr"],
+                 f"http://{host_}:{port}/{path}", opts=opts)
+        assert "invalid network domain pattern" not in r.stderr, r.stderr
+        if path == "http":
+            assert r.returncode == 0, r.stderr
+            assert "403 Forbidden" in r.stderr and "X-Safebox-Rule: network.deniedDomains" in r.stderr
+            assert r.stdout == refusal(host_, port, "network.deniedDomains",
+                                       f"{host_} matches '*' in network.deniedDomains")
+        elif path == "connect":
+            assert r.returncode == 56 and "CONNECT tunnel failed, response 403" in r.stderr, r.stderr
+        else:
+            assert r.returncode == 97 and "SOCKS5" in r.stderr and "(2)" in r.stderr, r.stderr
+    assert len(_Server.hits) == before
+
+
+def test_a_star_in_allowed_domains_is_refused_alike_by_policy_check_and_exec(shared_home: FakeHome) -> None:
+    opts = policy(shared_home, {"allowedDomains": ["*"]})
+    reason = "network.allowedDomains[0]: Value error, '*' alone would let every host through"
+    checked = subprocess.run([str(SAFEBOX), "policy", "check", opts[1]], capture_output=True, text=True, check=False)
+    assert checked.returncode == 125 and reason in checked.stderr, checked.stderr
+    r = shared_home.run(["true"], opts=opts)
+    assert r.returncode == 125 and reason in r.stderr, r.stderr
 
 
 def test_an_ip_literal_is_refused_unless_listed(shared_home: FakeHome, server: tuple[int, str]) -> None:

@@ -8,58 +8,29 @@ weaker sandbox.
 
 from __future__ import annotations
 
-import ipaddress
 import re
 from typing import Annotated, Any
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
-_LABEL = re.compile(r"^[a-z0-9_]([a-z0-9_-]{0,61}[a-z0-9_])?$")
+from safebox.domains import check_pattern
 
 
 def _check_domain_pattern(value: str) -> str:
-    """Accept ``example.com``, ``*.example.com``, ``localhost``, IP literals
-    (IPv6 in brackets or bare). Reject schemes, paths, ports, and wildcards that
-    are anywhere but a leading ``*.`` or cover a whole TLD (``*.com``).
+    """An ``allowedDomains`` entry, by the one grammar the proxy uses too
+    (:func:`safebox.domains.check_pattern`). The user's spelling is kept;
+    the proxy canonicalises it the same way when it starts.
 
     Messages describe the value without repeating it: the caller puts it in
     front, as the user spelled it (``--allow-domain http://x.com: ...``)."""
-    v = value.strip()
-    if v != value or not v:
-        raise ValueError("empty, or padded with spaces")
-    if v.startswith("[") and v.endswith("]"):
-        try:
-            ipaddress.IPv6Address(v[1:-1])
-        except ValueError:
-            raise ValueError("not an IPv6 address between the brackets") from None
-        return v
-    try:
-        ipaddress.ip_address(v)
-        return v
-    except ValueError:
-        pass
-    if "://" in v or "/" in v or ":" in v or "@" in v:
-        raise ValueError("not a domain name: give the name alone, without a scheme, port, path or user")
-    body = v[2:] if v.startswith("*.") else v
-    if "*" in body:
-        raise ValueError("a wildcard is only allowed as a leading '*.'")
-    labels = body.rstrip(".").lower().split(".")
-    try:
-        labels = [lbl.encode("idna").decode("ascii") if not lbl.isascii() else lbl for lbl in labels]
-    except UnicodeError as e:
-        raise ValueError(f"not a valid internationalised name ({e})") from None
-    if not all(_LABEL.match(lbl) for lbl in labels):
-        raise ValueError("not a domain name: invalid characters or an empty label")
-    if v.startswith("*.") and len(labels) < 2:
-        raise ValueError("too broad: it covers a whole top-level domain")
-    if len(labels) < 2 and body != "localhost":
-        raise ValueError("a domain needs at least two labels (or is 'localhost')")
-    return v
+    check_pattern(value)
+    return value
 
 
 def _check_denied_pattern(value: str) -> str:
-    """deniedDomains also accepts a bare ``*`` (deny everything not otherwise decided)."""
-    return value if value == "*" else _check_domain_pattern(value)
+    """A ``deniedDomains`` entry: the same grammar, plus ``*`` (refuse everything)."""
+    check_pattern(value, denied=True)
+    return value
 
 
 #: Characters that make a path entry a glob in sandbox-runtime's syntax

@@ -6,21 +6,25 @@ Two checks run for every request, in this order:
 1. :meth:`NetworkRules.check_host` on the name the client asked for, after
    normalisation (case, one trailing dot, IDNA).  ``deniedDomains`` wins over
    ``allowedDomains``; ``*.example.com`` matches strict subdomains only, never
-   the apex.  IP literals pass only when listed literally in ``allowedDomains``.
+   the apex; ``*`` in ``deniedDomains`` refuses every host and IP literal.
+   IP literals pass only when listed literally in ``allowedDomains``.
 2. :meth:`NetworkRules.check_address` on *every* address the name resolves to
    (DNS rebinding: an allowed name that resolves inward gets nowhere).
    Loopback, private, link-local, CGNAT, multicast, reserved, … are refused
    unless ``allowLocalDestinations`` is set; cloud metadata addresses only
    when listed literally, whatever ``allowLocalDestinations`` says.
 
-Nothing here touches the network or the filesystem; the tests are tables.
+The grammar of names and entries is :mod:`safebox.domains`, shared with
+``safebox policy check``. Nothing here touches the network or the
+filesystem; the tests are tables.
 """
 
 from __future__ import annotations
 
 import ipaddress
-import re
 from dataclasses import dataclass
+
+from safebox.domains import DENY_ALL, HostError, IPAddress, check_pattern, normalize_host, parse_ip_literal
 
 __all__ = [
     "RULE_ALLOWED",
@@ -35,28 +39,12 @@ __all__ = [
     "validate_pattern",
 ]
 
-IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
-
 #: Policy keys a refusal points at: the key the user would change.
 RULE_ALLOWED = "network.allowedDomains"
 RULE_DENIED = "network.deniedDomains"
 RULE_LOCAL = "network.allowLocalDestinations"
 #: Not a policy key: the request itself is malformed; no policy change helps.
 RULE_REQUEST = "request"
-
-#: RFC 1035 limits, on the ASCII (IDNA) form.
-MAX_NAME_LENGTH = 253
-MAX_LABEL_LENGTH = 63
-
-# Letters, digits, hyphen; underscore is tolerated because real names use it
-# (``_dmarc``, some S3 buckets) and it cannot smuggle a delimiter.
-_LABEL_RE = re.compile(r"[a-z0-9_](?:[a-z0-9_-]*[a-z0-9_])?\Z")
-# Anything getaddrinfo/inet_aton would read as a number: "127.1", "0x7f.1",
-# "2130706433", "0177.0.0.1".  WHATWG URL treats a host whose last label is
-# numeric as IPv4; so do we, and only the canonical dotted quad is accepted.
-_NUMERIC_LABEL_RE = re.compile(r"(?:0x[0-9a-f]*|[0-9]+)\Z")
-_CANONICAL_V4_RE = re.compile(r"(?:(?:25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])\.){3}"
-                              r"(?:25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])\Z")
 
 #: Cloud instance-metadata and credential endpoints (AWS/GCP/Azure/OpenStack
 #: at 169.254.169.254, AWS IPv6 on Nitro, Alibaba, Azure's WireServer
@@ -84,10 +72,6 @@ _SITE_LOCAL = ipaddress.ip_network("fec0::/10")
 _BROADCAST = ipaddress.ip_address("255.255.255.255")
 
 
-class HostError(ValueError):
-    """A host name or IP literal is malformed; the message says what is wrong."""
-
-
 @dataclass(frozen=True)
 class Decision:
     """The verdict on one host or address.
@@ -103,108 +87,16 @@ class Decision:
     reason: str
 
 
-def parse_ip_literal(host: str) -> IPAddress | None:
-    """Return the address if ``host`` is an IP literal (``1.2.3.4``, ``::1``,
-    ``[::1]``), ``None`` if it is a name.
-
-    Raises :class:`HostError` for numeric forms other than the canonical dotted
-    quad (``127.1``, ``0x7f.0.0.1``, ``2130706433``, ``0177.0.0.1``): resolvers
-    read them as addresses, so they are never names, and refusing them keeps one
-    spelling per address.  IPv6 zone ids (``fe80::1%eth0``) are refused too.
-    """
-    text = host
-    if text.startswith("[") or text.endswith("]"):
-        if not (text.startswith("[") and text.endswith("]")):
-            raise HostError(f"unbalanced brackets in {host!r}")
-        text = text[1:-1]
-        if ":" not in text:
-            raise HostError(f"brackets around a non-IPv6 host {host!r}")
-    if ":" in text:
-        if "%" in text:
-            raise HostError(f"IPv6 zone ids are not allowed: {host!r}")
-        try:
-            return ipaddress.IPv6Address(text)
-        except ValueError:
-            raise HostError(f"malformed IPv6 literal {host!r}") from None
-    lowered = text.lower().removesuffix(".")
-    last = lowered.rsplit(".", 1)[-1]
-    if _NUMERIC_LABEL_RE.match(last):
-        if not _CANONICAL_V4_RE.match(lowered):
-            raise HostError(
-                f"ambiguous numeric host {host!r}: write IPv4 addresses as a plain dotted quad"
-            )
-        return ipaddress.IPv4Address(lowered)
-    return None
-
-
-def normalize_host(host: str) -> str:
-    """Return the canonical form of a host: an IP literal in its compressed
-    form (no brackets), or a lower-case ASCII (IDNA) name without trailing dot.
-
-    Raises :class:`HostError` for userinfo (``a@b``), ports, fragments, empty
-    labels, bad characters, over-long names and labels, and undecodable
-    ``xn--`` labels.
-    """
-    if not host:
-        raise HostError("empty host")
-    if len(host) > 1024:
-        raise HostError("host name too long")
-    ip = parse_ip_literal(host)
-    if ip is not None:
-        return ip.compressed
-    for bad, what in (("@", "userinfo"), ("#", "a fragment"), ("/", "a path"),
-                      ("?", "a query"), (":", "a port"), ("%", "percent-encoding")):
-        if bad in host:
-            raise HostError(f"host {host!r} contains {what} ({bad!r})")
-    name = host.removesuffix(".")
-    if not name.isascii():
-        try:
-            name = name.encode("idna").decode("ascii")
-        except UnicodeError as exc:
-            raise HostError(f"host {host!r} is not a valid internationalised name: {exc}") from None
-    name = name.lower()
-    if _NUMERIC_LABEL_RE.match(name.rsplit(".", 1)[-1]):
-        # Only reachable through IDNA mapping ("¹²⁷.0.0.1" -> "127.0.0.1"):
-        # a number spelled in other characters is not a name either.
-        raise HostError(f"host {host!r} maps to a numeric name")
-    if len(name) > MAX_NAME_LENGTH:
-        raise HostError(f"host name longer than {MAX_NAME_LENGTH} characters")
-    for label in name.split("."):
-        if not label:
-            raise HostError(f"empty label in host {host!r}")
-        if len(label) > MAX_LABEL_LENGTH:
-            raise HostError(f"label longer than {MAX_LABEL_LENGTH} characters in host {host!r}")
-        if not _LABEL_RE.match(label):
-            raise HostError(f"bad character in host {host!r}")
-        if label.startswith("xn--"):
-            try:
-                label.encode("ascii").decode("idna")
-            except UnicodeError:
-                raise HostError(f"invalid IDNA label {label!r} in host {host!r}") from None
-    return name
-
-
-def validate_pattern(pattern: str) -> str:
-    """Return the canonical form of an ``allowedDomains``/``deniedDomains``
-    entry: ``example.com``, ``*.example.com`` or an IP literal.
-
-    Raises :class:`HostError` for anything else (``*`` alone, ``a.*.com``,
-    ``*example.com``, malformed names).
-    """
-    if pattern.startswith("*."):
-        rest = pattern[2:]
-        if "*" in rest:
-            raise HostError(f"pattern {pattern!r}: '*' is only allowed as the first label")
-        if parse_ip_literal(rest) is not None:
-            raise HostError(f"pattern {pattern!r}: wildcards do not apply to IP addresses")
-        return "*." + normalize_host(rest)
-    if "*" in pattern:
-        raise HostError(f"pattern {pattern!r}: only '*.' followed by a domain is allowed")
-    return normalize_host(pattern)
+def validate_pattern(pattern: str, *, denied: bool = False) -> str:
+    """The canonical form of one ``allowedDomains`` (or, with ``denied``,
+    ``deniedDomains``) entry; :func:`safebox.domains.check_pattern`."""
+    return check_pattern(pattern, denied=denied)
 
 
 def _matches(name: str, pattern: str) -> bool:
     """Whether the canonical ``name`` matches the canonical ``pattern``."""
+    if pattern == DENY_ALL:
+        return True
     if pattern.startswith("*."):
         return name.endswith(pattern[1:])  # ".example.com": strict subdomains
     return name == pattern
@@ -293,8 +185,8 @@ class NetworkRules:
     ) -> NetworkRules:
         """Canonicalise the entries; raises :class:`HostError` naming a bad one."""
         return cls(
-            allowed=tuple(validate_pattern(p) for p in allowed_domains),
-            denied=tuple(validate_pattern(p) for p in denied_domains),
+            allowed=tuple(check_pattern(p) for p in allowed_domains),
+            denied=tuple(check_pattern(p, denied=True) for p in denied_domains),
             allow_local_destinations=allow_local_destinations,
         )
 
@@ -319,6 +211,9 @@ class NetworkRules:
             ip = ipaddress.ip_address(name)
         except ValueError:
             ip = None
+        if DENY_ALL in self.denied:
+            # Names and IP literals alike: "refuses everything" (policy-reference.md).
+            return Decision(False, RULE_DENIED, f"{name} matches '*' in {RULE_DENIED}")
         if ip is not None:
             if ip in self._literal_ips(self.denied):
                 return Decision(False, RULE_DENIED, f"{name} is listed in {RULE_DENIED}")
@@ -344,6 +239,8 @@ class NetworkRules:
         passes.  ``host`` only enriches the reason.
         """
         via = f"{host} resolves to " if host and host != ip.compressed else ""
+        if DENY_ALL in self.denied:  # check_host refused already; kept for callers that skip it
+            return Decision(False, RULE_DENIED, f"{via}{ip.compressed} matches '*' in {RULE_DENIED}")
         embedded = _embedded_ipv4(ip) if isinstance(ip, ipaddress.IPv6Address) else []
         # A denied IPv4 literal is denied in every form an IPv6 answer can
         # carry it (::ffff:a.b.c.d, NAT64, 6to4): the dual-stack socket
