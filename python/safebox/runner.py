@@ -743,9 +743,11 @@ def run(req: ExecRequest, *, prescan: dict[tuple[str, int], Any] | None = None) 
         from safebox.policy.load import expand_path
 
         # The --policy file is this run's input like the user and project
-        # files (those are protected by name): read-only inside.
-        given = (expand_path(req.policy_file, ctx),) if req.policy_file else ()
-        host = HostFacts(helper_path=helper, self_paths=(*self_paths(), helper, *given),
+        # files (those are protected by name): read-only inside. So is the
+        # --audit-log file: the command must not forge the record of its
+        # own run (the proxy and safebox append to it from the host).
+        given = tuple(expand_path(f, ctx) for f in (req.policy_file, req.audit_log) if f)
+        host = HostFacts(helper_path=helper, self_paths=(*self_paths(), helper), run_files=given,
                          import_paths=import_paths(),
                          path_dirs=tuple(os.environ.get("PATH", "").split(":")),
                          state_dir=state, run_dir=run_path,

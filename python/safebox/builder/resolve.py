@@ -20,18 +20,26 @@ from safebox.errors import BuildError
 from safebox.policy import defaults
 from safebox.policy.effective import EffectivePolicy
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
 
 class HostFacts(Frozen):
     """Paths safebox itself lives at; all are kept read-only inside."""
 
     helper_path: str
-    self_paths: tuple[str, ...]  # package dir, venv prefix, interpreter, helper, this run's policy files
+    self_paths: tuple[str, ...]  # package dir, venv prefix, interpreter, helper
     state_dir: str
     run_dir: str
     policy_path: str
     rg_path: str | None
     import_paths: tuple[str, ...] = ()  # sys.path and the base prefixes; see resolve()
     path_dirs: tuple[str, ...] = ()  # the caller's $PATH entries; see path_dirs_in_write_roots
+    # This run's own files given on the command line (--policy, --audit-log):
+    # read-only inside like safebox's installation, and refused with a second
+    # name (a forged audit line, a policy rewritten for the next run).
+    run_files: tuple[str, ...] = ()
 
 
 def _is_under(path: str, root: str) -> bool:
@@ -444,9 +452,12 @@ def protected_paths(scans: dict[str, RootScan], write_roots: list[str], depth: i
     for kind, p in known:
         if under_a_root(p) and os.path.isdir(p) and not os.path.islink(p):
             (admins if kind == "admin" else gits).add(p)
+    dotgit_files: set[str] = set()  # `.git` files (gitdir: ...): linked worktrees, submodules
     for root in write_roots:
         found, named = scans[root].collect(root)
         for p in found:
+            if p.endswith("/.git") and os.path.isfile(p):
+                dotgit_files.add(p)
             if os.path.isdir(p) and os.path.isfile(os.path.join(p, "HEAD")):
                 if _is_worktree_admin_dir(p):
                     admins.add(p)  # its own entries are protected below, not the whole dir
@@ -507,10 +518,14 @@ def protected_paths(scans: dict[str, RootScan], write_roots: list[str], depth: i
         for entry in defaults.PROTECTED_IN_WORKTREE_ADMIN_DIR:
             q = os.path.join(admin, entry)
             (existing if os.path.lexists(q) else missing).add(q)
+    # What the git configs name: hooks directories (core.hooksPath) and
+    # included config files, existing or not yet.
+    _git_config_paths(gits, dotgit_files, write_roots, home, existing=existing, missing=missing, links=links)
     # A git directory is bound onto itself read-write (git still works): a
     # mount point cannot be renamed, so `mv .git .git-old` cannot shed the
     # protection of the entries below it.
     git_dirs = sorted(p for p in gits if os.path.isdir(p) and not os.path.islink(p))
+    refuse_hard_links(sorted(existing - set(git_dirs)))
     # Watched names are recorded with their parents resolved now (a dotfile
     # manager's ~/.config -> dotfiles/config is legitimate): after the run a
     # parent that resolves elsewhere was replaced by the command, and the
@@ -525,6 +540,175 @@ def protected_paths(scans: dict[str, RootScan], write_roots: list[str], depth: i
     return Protected(existing=sorted(existing - set(git_dirs)), missing=sorted(missing - existing),
                      known=sorted(seen),
                      sealed=sealed, git_dirs=git_dirs, links=sorted(links.items()))
+
+
+def _git_dir_of(dotgit: str) -> str | None:
+    """The git dir a ``.git`` file names (``gitdir: ../.git/worktrees/w``)."""
+    try:
+        with open(dotgit, "rb") as f:
+            first = f.read(4096).split(b"\n", 1)[0].decode("utf-8", "surrogateescape").rstrip("\r")
+    except OSError:
+        return None
+    if not first.startswith("gitdir:"):
+        return None
+    return os.path.normpath(os.path.join(os.path.dirname(dotgit), first[len("gitdir:"):].strip()))
+
+
+def _common_dir(git: str) -> str:
+    """Where a git dir keeps its config: itself, or what its ``commondir`` names (a linked worktree)."""
+    try:
+        with open(os.path.join(git, "commondir"), "rb") as f:
+            text = f.read(4096).decode("utf-8", "surrogateescape").strip()
+    except OSError:
+        return git
+    return os.path.normpath(os.path.join(git, text)) if text else git
+
+
+def _enclosing_repo(root: str) -> str | None:
+    """The ``.git`` above a write root, found as git finds it (the nearest
+    parent holding one): its config applies to the write root, and a
+    relative ``core.hooksPath`` in it may point into it (a monorepo's
+    ``frontend/.husky``). A few lstats."""
+    d = os.path.dirname(root)
+    while True:
+        q = os.path.join(d, ".git")
+        if os.path.lexists(q):
+            return q
+        if d == "/":
+            return None
+        d = os.path.dirname(d)
+
+
+def global_git_configs(home: str, env: Mapping[str, str] | None = None) -> list[str]:
+    """The system and global config files git reads, as the caller's
+    environment sets them (``GIT_CONFIG_SYSTEM``, ``GIT_CONFIG_NOSYSTEM``,
+    ``GIT_CONFIG_GLOBAL``, ``XDG_CONFIG_HOME``); whether they exist is
+    found out by reading them."""
+    e = os.environ if env is None else env
+    out = []
+    if not e.get("GIT_CONFIG_NOSYSTEM"):
+        out.append(e.get("GIT_CONFIG_SYSTEM") or "/etc/gitconfig")
+    if e.get("GIT_CONFIG_GLOBAL"):
+        out.append(e["GIT_CONFIG_GLOBAL"])
+    else:
+        xdg = e.get("XDG_CONFIG_HOME") or os.path.join(home, ".config")
+        out += [os.path.join(xdg, "git", "config"), os.path.join(home, ".gitconfig")]
+    return out
+
+
+def _git_config_paths(gits: set[str], dotgit_files: set[str], write_roots: list[str], home: str, *,
+                      existing: set[str], missing: set[str], links: dict[str, str]) -> None:
+    """Protect what git configs name beneath the write roots: the hooks
+    directory of ``core.hooksPath`` and the files of ``include.path`` /
+    ``includeIf.*.path`` (existing ones read-only, missing ones watched; a
+    symlink among them is restored after the run like a protected one).
+
+    The configs read are the system and global ones and those of every
+    repository found beneath a write root or enclosing one. A relative
+    ``core.hooksPath`` is taken relative to where git runs hooks: the work
+    tree's top, or the git dir (bare repositories, and the receiving side
+    of a push); a global one, relative to every such place. Raises
+    BuildError when a hooks directory holds a write root: it cannot be read-only
+    without taking the write root away.
+    """
+    from safebox.builder.gitconfig import ConfigRefs, config_refs
+
+    cache: dict[str, str | None] = {}
+    common = config_refs(global_git_configs(home), home=home, cache=cache)
+    # (places relative hooks paths are taken from, that repository's configs)
+    repos: list[tuple[list[str], list[str]]] = []
+    for g in gits:
+        c = _common_dir(g)
+        top = os.path.dirname(g) if os.path.basename(g) == ".git" else g
+        repos.append(([top, g, c], [os.path.join(c, "config"), os.path.join(g, "config.worktree")]))
+    dotgits = set(dotgit_files)
+    for root in write_roots:
+        up = _enclosing_repo(root)
+        if up is not None:
+            if os.path.isdir(up):
+                c = _common_dir(up)
+                repos.append(([os.path.dirname(up), up, c], [os.path.join(c, "config"),
+                                                              os.path.join(up, "config.worktree")]))
+            else:
+                dotgits.add(up)
+    for f in dotgits:
+        g = _git_dir_of(f)
+        if g is None:
+            continue
+        c = _common_dir(g)
+        repos.append(([os.path.dirname(f), g, c], [os.path.join(c, "config"), os.path.join(g, "config.worktree")]))
+
+    def under_a_root(p: str) -> bool:
+        return any(_is_under(p, w) for w in write_roots)
+
+    hooks: set[str] = set()
+    includes: set[str] = set(common.includes)
+    for bases, files in repos:
+        own = config_refs(files, home=home, refs=ConfigRefs(), cache=cache)
+        includes.update(own.includes)
+        for value in (*common.hooks, *own.hooks):
+            if not os.path.isabs(value):
+                hooks.update(os.path.normpath(os.path.join(base, value)) for base in bases)
+    hooks.update(os.path.normpath(v) for v in common.hooks if os.path.isabs(v))
+    # husky (>= 9) sets core.hooksPath to .husky/_, whose stubs run the
+    # user's scripts one level up (.husky/pre-commit).
+    hooks.update([os.path.dirname(h) for h in hooks if os.path.basename(h) == "_"])
+    for p in (*hooks, *includes):
+        if os.path.islink(p) and under_a_root(p) and p not in links:
+            try:
+                links[p] = os.readlink(p)
+            except OSError:
+                pass
+    for h in sorted(hooks):
+        real = os.path.realpath(h)
+        if not under_a_root(real):
+            continue  # read-only already
+        held = [w for w in write_roots if _is_under(w, real)]
+        if held:
+            raise BuildError(f"git's core.hooksPath names {h}, which holds the write root {held[0]}: "
+                             "the command could plant hooks that git runs outside the sandbox",
+                             hint="point core.hooksPath at a directory inside the work tree (such as .githooks), "
+                                  "or run safebox from a directory that does not contain the hooks")
+        (existing if os.path.lexists(real) else missing).add(real)
+    for inc in sorted(includes):
+        real = os.path.realpath(inc)
+        if not under_a_root(real) or os.path.isdir(real):
+            continue
+        (existing if os.path.lexists(real) else missing).add(real)
+
+
+def refuse_hard_links(paths: list[str]) -> None:
+    """Refuse to run when a protected file has another name (a hard link).
+
+    A read-only bind protects a path; a second name of the same inode
+    elsewhere in a write root stays writable, and writing it rewrites the
+    protected file (a dotfiles repo hard-linked to ``~/.bashrc``, a hook
+    shared between repositories with ``ln``). Finding the other names would
+    take a walk of every write root, so safebox refuses instead and says how
+    to find them. Checked: every protected file, and the files directly in
+    a protected directory (``.git/hooks/pre-commit``, ``.vscode/tasks.json``).
+    git's own hard links (objects, with ``git clone --local``) are in no
+    protected path.
+    """
+    candidates: list[str] = []
+    for p in paths:
+        try:
+            if os.path.isdir(p) and not os.path.islink(p):
+                with os.scandir(p) as it:
+                    candidates += [e.path for e in it if e.is_file(follow_symlinks=False)]
+            else:
+                candidates.append(p)
+        except OSError:
+            continue
+    for c in candidates:
+        try:
+            st = os.lstat(c)
+        except OSError:
+            continue
+        if stat.S_ISREG(st.st_mode) and st.st_nlink > 1:
+            raise BuildError(f"protected file {c} has {st.st_nlink} hard links: the command could rewrite it "
+                             "through another name", hint=f"list the other names with `find / -xdev -samefile {c}` "
+                             "and replace them with a copy or a symlink")
 
 
 def host_unix_sockets() -> list[str]:
@@ -812,7 +996,10 @@ def _resolve(policy: EffectivePolicy, *, layers: Layers, cwd: str, home: str, ho
         if p in UNMASKABLE_DEVICES or any(_is_under(p, d) for d in ("/dev/pts", "/dev/fd")):
             raise BuildError(f"filesystem.denyRead {p}: cannot be masked: every sandbox needs this device "
                              "(the command's terminal, /dev/null, randomness); remove it from the policy")
-    own = tuple(sorted({os.path.realpath(p) for p in (*host.self_paths, host.state_dir) if os.path.lexists(p)}
+    refuse_hard_links([p for p in (os.path.realpath(f) for f in host.run_files)
+                       if any(_is_under(p, w) for w in write_roots)])
+    own = tuple(sorted({os.path.realpath(p) for p in (*host.self_paths, *host.run_files, host.state_dir)
+                        if os.path.lexists(p)}
                        | set(imports)))
     # denyWrite: existing paths are re-bound read-only below (bwrap) and, on
     # a helper-only host, left out of Landlock's write grant like safebox's
@@ -864,7 +1051,7 @@ def _resolve(policy: EffectivePolicy, *, layers: Layers, cwd: str, home: str, ho
     # seccomp cache, run dirs) and the policy files of this run stay
     # read-only even beneath a write root: a command that could change them
     # would decide the next run's sandbox.
-    for p in (*host.self_paths, host.state_dir):
+    for p in (*host.self_paths, *host.run_files, host.state_dir):
         if os.path.lexists(p):
             read_only.add(os.path.realpath(p))
     read_only.update(imports)

@@ -219,6 +219,9 @@ PROTECTED_FILES: tuple[str, ...] = (
     ".mcp.json",
     ".safebox.toml",
     ".safebox.json",
+    # pre-commit's hook (installed in .git/hooks) runs what this file lists,
+    # `repo: local` entries being any command, at the user's next commit.
+    ".pre-commit-config.yaml",
 )
 PROTECTED_DIRS: tuple[str, ...] = (
     ".vscode",
@@ -235,6 +238,12 @@ PROTECTED_DIRS: tuple[str, ...] = (
     ".config/environment.d",
     ".ssh",
     ".git/hooks",
+    # Dev containers: `initializeCommand` runs on the host when the editor
+    # opens the folder; the rest configures what runs in the container.
+    ".devcontainer",
+    # husky's hooks: core.hooksPath is .husky/_, whose stubs run the scripts
+    # in .husky/ (the configured hooks directory is found from git's config too).
+    ".husky",
 )
 # Inside every git repository found (a directory holding `.git`), these are protected.
 # `commondir` and `config.worktree` redirect where git takes its config from:
