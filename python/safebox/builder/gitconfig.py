@@ -22,8 +22,9 @@ Standard library only, and cheap: a file that mentions neither
 from __future__ import annotations
 
 import os
+import stat
 
-__all__ = ["MAX_CONFIG_BYTES", "MAX_INCLUDE_DEPTH", "ConfigRefs", "config_refs", "entries", "read_config"]
+__all__ = ["MAX_CONFIG_BYTES", "MAX_INCLUDE_DEPTH", "ConfigRefs", "config_refs", "entries", "read_config", "read_file"]
 
 #: git refuses deeper include chains (``MAX_INCLUDE_DEPTH`` in config.c).
 MAX_INCLUDE_DEPTH = 10
@@ -177,16 +178,38 @@ def entries(text: str) -> list[tuple[str, str | None]]:
             return out
 
 
-def read_config(path: str) -> str | None:
-    """The text of a config file, or None when there is none to read
-    (missing, a directory, unreadable). Larger than git would ever need
-    (1 MiB) is read that far."""
+def read_file(path: str, limit: int = MAX_CONFIG_BYTES) -> bytes | None:
+    """The first ``limit`` bytes of a regular file, or None when there is
+    none to read (missing, a directory, unreadable). Sized by fstat: a read
+    of the full limit would allocate it, for a file of a few lines."""
     try:
-        with open(path, "rb") as f:
-            raw = f.read(MAX_CONFIG_BYTES)
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     except OSError:
         return None
-    return raw.decode("utf-8", "surrogateescape")
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            return None
+        chunks: list[bytes] = []
+        want = min(st.st_size, limit)
+        while want > 0:
+            chunk = os.read(fd, want)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            want -= len(chunk)
+        return b"".join(chunks)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+
+
+def read_config(path: str) -> str | None:
+    """The text of a config file (its first 1 MiB, more than git would ever
+    need), or None when there is none to read."""
+    raw = read_file(path)
+    return None if raw is None else raw.decode("utf-8", "surrogateescape")
 
 
 class ConfigRefs:

@@ -544,11 +544,12 @@ def protected_paths(scans: dict[str, RootScan], write_roots: list[str], depth: i
 
 def _git_dir_of(dotgit: str) -> str | None:
     """The git dir a ``.git`` file names (``gitdir: ../.git/worktrees/w``)."""
-    try:
-        with open(dotgit, "rb") as f:
-            first = f.read(4096).split(b"\n", 1)[0].decode("utf-8", "surrogateescape").rstrip("\r")
-    except OSError:
+    from safebox.builder.gitconfig import read_file
+
+    raw = read_file(dotgit, 4096)
+    if raw is None:
         return None
+    first = raw.split(b"\n", 1)[0].decode("utf-8", "surrogateescape").rstrip("\r")
     if not first.startswith("gitdir:"):
         return None
     return os.path.normpath(os.path.join(os.path.dirname(dotgit), first[len("gitdir:"):].strip()))
@@ -556,11 +557,10 @@ def _git_dir_of(dotgit: str) -> str | None:
 
 def _common_dir(git: str) -> str:
     """Where a git dir keeps its config: itself, or what its ``commondir`` names (a linked worktree)."""
-    try:
-        with open(os.path.join(git, "commondir"), "rb") as f:
-            text = f.read(4096).decode("utf-8", "surrogateescape").strip()
-    except OSError:
-        return git
+    from safebox.builder.gitconfig import read_file
+
+    raw = read_file(os.path.join(git, "commondir"), 4096)
+    text = raw.decode("utf-8", "surrogateescape").strip() if raw else ""
     return os.path.normpath(os.path.join(git, text)) if text else git
 
 
@@ -690,25 +690,32 @@ def refuse_hard_links(paths: list[str]) -> None:
     git's own hard links (objects, with ``git clone --local``) are in no
     protected path.
     """
-    candidates: list[str] = []
+    def refuse(path: str, nlink: int) -> None:
+        raise BuildError(f"protected file {path} has {nlink} hard links: the command could rewrite it "
+                         "through another name", hint=f"list the other names with `find / -xdev -samefile {path}` "
+                         "and replace them with a copy or a symlink")
+
     for p in paths:
         try:
-            if os.path.isdir(p) and not os.path.islink(p):
-                with os.scandir(p) as it:
-                    candidates += [e.path for e in it if e.is_file(follow_symlinks=False)]
-            else:
-                candidates.append(p)
+            st = os.lstat(p)
+            if stat.S_ISREG(st.st_mode):
+                if st.st_nlink > 1:
+                    refuse(p, st.st_nlink)
+                continue
+            if not stat.S_ISDIR(st.st_mode):
+                continue
+            # git never runs a hook named *.sample (a fresh repository has a
+            # dozen): not worth a stat each on every start.
+            samples = os.path.basename(p) == "hooks"
+            with os.scandir(p) as it:
+                kids = [e for e in it if e.is_file(follow_symlinks=False)
+                        and not (samples and e.name.endswith(".sample"))]
+            for e in kids:
+                n = e.stat(follow_symlinks=False).st_nlink
+                if n > 1:
+                    refuse(e.path, n)
         except OSError:
-            continue
-    for c in candidates:
-        try:
-            st = os.lstat(c)
-        except OSError:
-            continue
-        if stat.S_ISREG(st.st_mode) and st.st_nlink > 1:
-            raise BuildError(f"protected file {c} has {st.st_nlink} hard links: the command could rewrite it "
-                             "through another name", hint=f"list the other names with `find / -xdev -samefile {c}` "
-                             "and replace them with a copy or a symlink")
+            continue  # vanished since it was found
 
 
 def host_unix_sockets() -> list[str]:
