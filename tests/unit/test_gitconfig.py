@@ -87,7 +87,7 @@ def _lines(draw: st.DrawFn) -> str:
 @pytest.mark.skipif(GIT is None, reason="git not installed")
 @given(_lines())
 @example("[core]\nhooksPath\n")
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=150, deadline=None, database=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 def test_for_every_text_git_accepts_the_entries_are_the_same(tmp_path: Path, text: str) -> None:
     f = tmp_path / "config"
     f.write_bytes(text.encode())
