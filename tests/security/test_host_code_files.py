@@ -42,10 +42,11 @@ def _hooks_dir(home: FakeHome, rel: str) -> Path:
 # ------------------------------------------------------------ core.hooksPath
 
 @pytest.mark.parametrize("mode", MOUNT_MODES)
+@pytest.mark.parametrize("absolute", [False, True])
 def test_the_hooks_dir_named_by_core_hookspath_in_the_repo_config_is_read_only(fresh_home: FakeHome,
-                                                                                mode: str) -> None:
+                                                                                mode: str, absolute: bool) -> None:
     hooks = _hooks_dir(fresh_home, "tools/hooks")
-    _set_repo_config(fresh_home, "[core]\n\thooksPath = tools/hooks\n")
+    _set_repo_config(fresh_home, f"[core]\n\thooksPath = {hooks if absolute else 'tools/hooks'}\n")
     r = fresh_home.run(["sh", "-c", "echo ok > tools/notes; echo evil > tools/hooks/post-checkout; "
                                     "echo evil >> tools/hooks/pre-commit"], mode=mode)
     assert (fresh_home.work / "tools" / "notes").read_text() == "ok\n"  # control: its parent is writable
@@ -105,6 +106,38 @@ def test_a_hooks_dir_named_in_the_config_of_the_repo_enclosing_the_work_dir_is_r
     assert (front / "notes").read_text() == "ok\n"  # control
     assert ".githooks/pre-commit: Read-only file system" in r.stderr, r.stderr
     assert (hooks / "pre-commit").read_text() == "#!/bin/sh\nexit 0\n"
+
+
+@pytest.mark.parametrize("mode", MOUNT_MODES)
+@pytest.mark.parametrize("layout", ["linked-worktree", "symlinked-git-dir"])
+def test_a_relative_hooks_path_is_taken_in_the_work_tree_a_git_file_or_link_belongs_to(fresh_home: FakeHome,
+                                                                                     mode: str, layout: str) -> None:
+    # The config lives with the git dir; the hooks run at the top of the work
+    # tree, which is where the `.git` file or link is, not where the config is.
+    env = {"GIT_AUTHOR_NAME": "a", "GIT_AUTHOR_EMAIL": "a@b", "GIT_COMMITTER_NAME": "a", "GIT_COMMITTER_EMAIL": "a@b"}
+    if layout == "linked-worktree":
+        import subprocess
+
+        work = fresh_home.work / "src-repo"
+        for argv in (["git", "init", "-q", str(work)], ["git", "-C", str(work), "commit", "-q", "--allow-empty", "-m", "x"],
+                     ["git", "-C", str(work), "worktree", "add", "-q", str(fresh_home.work / "wt")],
+                     ["git", "-C", str(work), "config", "core.hooksPath", ".githooks"]):
+            subprocess.run(argv, check=True, env={**fresh_home.env(), **env}, capture_output=True)
+        tree = fresh_home.work / "wt"
+    else:
+        gitdir = fresh_home.work / "gitdirs" / "lib.git"
+        for d in ("hooks", "objects", "refs"):
+            (gitdir / d).mkdir(parents=True)
+        (gitdir / "HEAD").write_text("ref: refs/heads/main\n")
+        (gitdir / "config").write_text("[core]\n\thooksPath = .githooks\n")
+        tree = fresh_home.work / "lib"
+        tree.mkdir()
+        (tree / ".git").symlink_to("../gitdirs/lib.git")
+    (tree / ".githooks").mkdir()
+    r = fresh_home.run(["sh", "-c", f"echo ok > {tree}/notes; echo evil > {tree}/.githooks/pre-commit"], mode=mode)
+    assert (tree / "notes").read_text() == "ok\n"  # control
+    assert f"{tree}/.githooks/pre-commit: Read-only file system" in r.stderr, r.stderr
+    assert not (tree / ".githooks" / "pre-commit").exists()
 
 
 @pytest.mark.parametrize("mode", MOUNT_MODES)

@@ -222,9 +222,11 @@ class ConfigRefs:
 
 
 def _expand(value: str, home: str) -> str:
-    """git's ``interpolate_path`` for the forms that matter here: ``~`` and ``~/``."""
+    """git's ``interpolate_path``: ``~`` and ``~/`` are the user's home, ``~user/`` that user's."""
     if value == "~" or value.startswith("~/"):
         return home + value[1:]
+    if value.startswith("~"):
+        return os.path.expanduser(value)  # ~user: a passwd lookup, only here
     return value
 
 

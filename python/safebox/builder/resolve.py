@@ -452,7 +452,9 @@ def protected_paths(scans: dict[str, RootScan], write_roots: list[str], depth: i
     for kind, p in known:
         if under_a_root(p) and os.path.isdir(p) and not os.path.islink(p):
             (admins if kind == "admin" else gits).add(p)
-    dotgit_files: set[str] = set()  # `.git` files (gitdir: ...): linked worktrees, submodules
+    # `.git` files (gitdir: ...: linked worktrees, submodules) and `.git`
+    # symlinks: their work tree is where they are, not where the git dir is.
+    dotgit_files: set[str] = set()
     for root in write_roots:
         found, named = scans[root].collect(root)
         for p in found:
@@ -481,6 +483,8 @@ def protected_paths(scans: dict[str, RootScan], write_roots: list[str], depth: i
                 elif is_git:
                     gits.add(real)
                     existing.add(real)
+                    if path != real:
+                        dotgit_files.add(path)
                 else:
                     existing.add(real)
         # Missing protected files and directories at the top of the root
@@ -625,14 +629,9 @@ def _git_config_paths(gits: set[str], dotgit_files: set[str], write_roots: list[
     for root in write_roots:
         up = _enclosing_repo(root)
         if up is not None:
-            if os.path.isdir(up):
-                c = _common_dir(up)
-                repos.append(([os.path.dirname(up), up, c], [os.path.join(c, "config"),
-                                                              os.path.join(up, "config.worktree")]))
-            else:
-                dotgits.add(up)
+            dotgits.add(up)
     for f in dotgits:
-        g = _git_dir_of(f)
+        g = os.path.realpath(f) if os.path.isdir(f) else _git_dir_of(f)  # a symlinked .git, or a gitdir: file
         if g is None:
             continue
         c = _common_dir(g)
@@ -643,16 +642,26 @@ def _git_config_paths(gits: set[str], dotgit_files: set[str], write_roots: list[
 
     hooks: set[str] = set()
     includes: set[str] = set(common.includes)
+
+    def add_hooks(value: str, bases: list[str]) -> None:
+        rel = os.path.normpath(value)
+        # husky (>= 9) sets core.hooksPath to DIR/_, whose stubs run the
+        # user's scripts one level up (DIR/pre-commit): DIR is protected too.
+        values = [rel, os.path.dirname(rel)] if os.path.basename(rel) == "_" and os.path.dirname(rel) else [rel]
+        for v in values:
+            if os.path.isabs(v):
+                hooks.add(v)
+            else:
+                hooks.update(os.path.join(b, v) for b in bases)
+
+    for value in common.hooks:
+        if os.path.isabs(value):
+            add_hooks(value, [])
     for bases, files in repos:
         own = config_refs(files, home=home, refs=ConfigRefs(), cache=cache)
         includes.update(own.includes)
         for value in (*common.hooks, *own.hooks):
-            if not os.path.isabs(value):
-                hooks.update(os.path.normpath(os.path.join(base, value)) for base in bases)
-    hooks.update(os.path.normpath(v) for v in common.hooks if os.path.isabs(v))
-    # husky (>= 9) sets core.hooksPath to .husky/_, whose stubs run the
-    # user's scripts one level up (.husky/pre-commit).
-    hooks.update([os.path.dirname(h) for h in hooks if os.path.basename(h) == "_"])
+            add_hooks(value, bases)
     for p in (*hooks, *includes):
         if os.path.islink(p) and under_a_root(p) and p not in links:
             try:
