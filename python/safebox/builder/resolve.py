@@ -652,7 +652,7 @@ def _git_config_paths(gits: set[str], dotgit_files: set[str], write_roots: list[
             if os.path.isabs(v):
                 hooks.add(v)
             else:
-                hooks.update(os.path.join(b, v) for b in bases)
+                hooks.update(os.path.normpath(os.path.join(b, v)) for b in bases)
 
     for value in common.hooks:
         if os.path.isabs(value):
