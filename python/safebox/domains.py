@@ -51,6 +51,72 @@ class HostError(ValueError):
     """A host name or IP literal is malformed; the message says what is wrong."""
 
 
+def _ip_literal(host: str) -> IPAddress | None:
+    """:func:`parse_ip_literal`, its errors saying what is wrong without repeating ``host``."""
+    text = host
+    if text.startswith("[") or text.endswith("]"):
+        if not (text.startswith("[") and text.endswith("]")):
+            raise HostError("unbalanced brackets")
+        text = text[1:-1]
+        if ":" not in text:
+            raise HostError("not an IPv6 address between the brackets")
+    if ":" in text:
+        if "%" in text:
+            raise HostError("IPv6 zone ids are not allowed")
+        try:
+            return ipaddress.IPv6Address(text)
+        except ValueError:
+            raise HostError("not an IPv6 address" + (" between the brackets" if text != host else "")) from None
+    lowered = text.lower().removesuffix(".")
+    last = lowered.rsplit(".", 1)[-1]
+    if _NUMERIC_LABEL_RE.match(last):
+        if not _CANONICAL_V4_RE.match(lowered):
+            raise HostError("an ambiguous number: write IPv4 addresses as a plain dotted quad")
+        return ipaddress.IPv4Address(lowered)
+    return None
+
+
+def _normalize(host: str) -> str:
+    """:func:`normalize_host`, its errors saying what is wrong without repeating ``host``."""
+    if not host:
+        raise HostError("empty")
+    if len(host) > 1024:
+        raise HostError("too long")
+    ip = _ip_literal(host)
+    if ip is not None:
+        return ip.compressed
+    for bad, what in (("@", "userinfo"), ("#", "a fragment"), ("/", "a path"),
+                      ("?", "a query"), (":", "a port"), ("%", "percent-encoding")):
+        if bad in host:
+            raise HostError(f"contains {what} ({bad!r})")
+    name = host.removesuffix(".")
+    if not name.isascii():
+        try:
+            name = name.encode("idna").decode("ascii")
+        except UnicodeError as exc:
+            raise HostError(f"not a valid internationalised name ({exc})") from None
+    name = name.lower()
+    if _NUMERIC_LABEL_RE.match(name.rsplit(".", 1)[-1]):
+        # Only reachable through IDNA mapping ("¹²⁷.0.0.1" -> "127.0.0.1"):
+        # a number spelled in other characters is not a name either.
+        raise HostError("maps to a numeric name")
+    if len(name) > MAX_NAME_LENGTH:
+        raise HostError(f"longer than {MAX_NAME_LENGTH} characters")
+    for label in name.split("."):
+        if not label:
+            raise HostError("an empty label")
+        if len(label) > MAX_LABEL_LENGTH:
+            raise HostError(f"a label longer than {MAX_LABEL_LENGTH} characters")
+        if not _LABEL_RE.match(label):
+            raise HostError("a character that is not a letter, digit, '-' or '_'")
+        if label.startswith("xn--"):
+            try:
+                label.encode("ascii").decode("idna")
+            except UnicodeError:
+                raise HostError(f"an invalid IDNA label {label!r}") from None
+    return name
+
+
 def parse_ip_literal(host: str) -> IPAddress | None:
     """Return the address if ``host`` is an IP literal (``1.2.3.4``, ``::1``,
     ``[::1]``), ``None`` if it is a name.
@@ -60,76 +126,24 @@ def parse_ip_literal(host: str) -> IPAddress | None:
     read them as addresses, so they are never names, and refusing them keeps one
     spelling per address.  IPv6 zone ids (``fe80::1%eth0``) are refused too.
     """
-    text = host
-    if text.startswith("[") or text.endswith("]"):
-        if not (text.startswith("[") and text.endswith("]")):
-            raise HostError(f"unbalanced brackets in {host!r}")
-        text = text[1:-1]
-        if ":" not in text:
-            raise HostError(f"brackets around a non-IPv6 host {host!r}")
-    if ":" in text:
-        if "%" in text:
-            raise HostError(f"IPv6 zone ids are not allowed: {host!r}")
-        try:
-            return ipaddress.IPv6Address(text)
-        except ValueError:
-            raise HostError(f"malformed IPv6 literal {host!r}") from None
-    lowered = text.lower().removesuffix(".")
-    last = lowered.rsplit(".", 1)[-1]
-    if _NUMERIC_LABEL_RE.match(last):
-        if not _CANONICAL_V4_RE.match(lowered):
-            raise HostError(
-                f"ambiguous numeric host {host!r}: write IPv4 addresses as a plain dotted quad"
-            )
-        return ipaddress.IPv4Address(lowered)
-    return None
+    try:
+        return _ip_literal(host)
+    except HostError as exc:
+        raise HostError(f"host {host!r}: {exc}") from None
 
 
 def normalize_host(host: str) -> str:
     """Return the canonical form of a host: an IP literal in its compressed
     form (no brackets), or a lower-case ASCII (IDNA) name without trailing dot.
 
-    Raises :class:`HostError` for userinfo (``a@b``), ports, fragments, empty
-    labels, bad characters, over-long names and labels, and undecodable
-    ``xn--`` labels.
+    Raises :class:`HostError` (naming the host) for userinfo (``a@b``),
+    ports, fragments, empty labels, bad characters, over-long names and
+    labels, and undecodable ``xn--`` labels.
     """
-    if not host:
-        raise HostError("empty host")
-    if len(host) > 1024:
-        raise HostError("host name too long")
-    ip = parse_ip_literal(host)
-    if ip is not None:
-        return ip.compressed
-    for bad, what in (("@", "userinfo"), ("#", "a fragment"), ("/", "a path"),
-                      ("?", "a query"), (":", "a port"), ("%", "percent-encoding")):
-        if bad in host:
-            raise HostError(f"host {host!r} contains {what} ({bad!r})")
-    name = host.removesuffix(".")
-    if not name.isascii():
-        try:
-            name = name.encode("idna").decode("ascii")
-        except UnicodeError as exc:
-            raise HostError(f"host {host!r} is not a valid internationalised name: {exc}") from None
-    name = name.lower()
-    if _NUMERIC_LABEL_RE.match(name.rsplit(".", 1)[-1]):
-        # Only reachable through IDNA mapping ("¹²⁷.0.0.1" -> "127.0.0.1"):
-        # a number spelled in other characters is not a name either.
-        raise HostError(f"host {host!r} maps to a numeric name")
-    if len(name) > MAX_NAME_LENGTH:
-        raise HostError(f"host name longer than {MAX_NAME_LENGTH} characters")
-    for label in name.split("."):
-        if not label:
-            raise HostError(f"empty label in host {host!r}")
-        if len(label) > MAX_LABEL_LENGTH:
-            raise HostError(f"label longer than {MAX_LABEL_LENGTH} characters in host {host!r}")
-        if not _LABEL_RE.match(label):
-            raise HostError(f"bad character in host {host!r}")
-        if label.startswith("xn--"):
-            try:
-                label.encode("ascii").decode("idna")
-            except UnicodeError:
-                raise HostError(f"invalid IDNA label {label!r} in host {host!r}") from None
-    return name
+    try:
+        return _normalize(host)
+    except HostError as exc:
+        raise HostError(f"host {host!r}: {exc}") from None
 
 
 def check_pattern(pattern: str, *, denied: bool = False) -> str:
@@ -138,38 +152,41 @@ def check_pattern(pattern: str, *, denied: bool = False) -> str:
     ``localhost``, an IP literal (``1.2.3.4``, ``::1``), or in ``deniedDomains``
     only, :data:`DENY_ALL`.
 
-    Raises :class:`HostError` naming what is wrong: ``*`` in
+    Raises :class:`HostError` saying what is wrong, without repeating the
+    entry (the caller puts it in front, as the user spelled it): ``*`` in
     ``allowedDomains`` (it would let every host through, which is what the
     proxy exists to prevent; srt refuses it too), a wildcard anywhere but a
     leading ``*.``, a wildcard over a whole top-level domain (``*.com``) or
     an IP address (``*.1.2.3.4``), a single-label name other than
-    ``localhost`` (as srt), and whatever :func:`normalize_host` refuses
-    (schemes, ports, paths, userinfo, numeric IPv4 spellings, bad labels).
+    ``localhost`` (as srt), schemes, ports, paths and userinfo, and whatever
+    else a host name may not be (numeric IPv4 spellings, bad labels).
     """
     if not isinstance(pattern, str):
-        raise HostError(f"pattern {pattern!r} is not a string")
+        raise HostError("not a string")
     if pattern == DENY_ALL:
         if denied:
             return DENY_ALL
         raise HostError("'*' alone would let every host through; list the domains instead "
                         "('*.example.com' covers the subdomains of example.com)")
+    if not pattern or pattern.strip() != pattern:
+        raise HostError("empty, or padded with spaces")
     if "/" in pattern or "@" in pattern or (pattern.count(":") == 1 and not pattern.startswith("[")):
         # Said plainly: a URL or host:port would otherwise read as a bad IPv6 literal.
-        raise HostError(f"pattern {pattern!r} is not a domain: write it without scheme, port, path or userinfo")
+        raise HostError("not a domain name: give the name alone, without a scheme, port, path or user")
     if pattern.startswith("*."):
         rest = pattern[2:]
         if "*" in rest:
-            raise HostError(f"pattern {pattern!r}: '*' is only allowed as the first label")
-        if parse_ip_literal(rest) is not None:
-            raise HostError(f"pattern {pattern!r}: wildcards do not apply to IP addresses")
-        name = normalize_host(rest)
+            raise HostError("a wildcard is only allowed as a leading '*.'")
+        if _ip_literal(rest) is not None:
+            raise HostError("wildcards do not apply to IP addresses")
+        name = _normalize(rest)
         if "." not in name:
-            raise HostError(f"pattern {pattern!r} is too broad: it covers a whole top-level domain")
+            raise HostError("too broad: it covers a whole top-level domain")
         return "*." + name
     if "*" in pattern:
-        raise HostError(f"pattern {pattern!r}: a wildcard is only allowed as a leading '*.'"
+        raise HostError("a wildcard is only allowed as a leading '*.'"
                         + (" (or '*' alone, which refuses everything)" if denied else ""))
-    canonical = normalize_host(pattern)
+    canonical = _normalize(pattern)
     if "." not in canonical and ":" not in canonical and canonical != "localhost":
-        raise HostError(f"pattern {pattern!r}: a domain needs at least two labels (or is 'localhost')")
+        raise HostError("a domain needs at least two labels (or is 'localhost')")
     return canonical

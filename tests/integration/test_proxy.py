@@ -235,7 +235,7 @@ def test_allowed_name_resolving_to_loopback_is_refused_without_allow_local(make_
     ("target", "rule"),
     [
         ("CONNECT example.org:443", "network.allowedDomains"),
-        ("CONNECT bad.localhost:443", "network.deniedDomains"),
+        ("CONNECT bad.sandbox.test:443", "network.deniedDomains"),  # deny wins over *.sandbox.test
         ("CONNECT 127.0.0.1:80", "network.allowedDomains"),
         ("CONNECT [::ffff:127.0.0.1]:80", "network.allowedDomains"),
         ("CONNECT [::1]:80", "network.allowedDomains"),
@@ -243,7 +243,7 @@ def test_allowed_name_resolving_to_loopback_is_refused_without_allow_local(make_
     ],
 )
 def test_refusal_is_403_naming_host_and_policy_key(make_proxy, target, rule) -> None:
-    p = make_proxy(("localhost", "*.localhost"), ("bad.localhost",))
+    p = make_proxy(("localhost", "*.sandbox.test"), ("bad.sandbox.test",))
     out = raw(p.http_socket, f"{target} HTTP/1.1\r\n\r\n".encode())
     head, _, body = out.partition(b"\r\n\r\n")
     assert head.startswith(b"HTTP/1.1 403 ")
@@ -262,9 +262,9 @@ def test_host_tricks_are_refused(make_proxy, authority) -> None:
     assert out.split(b" ", 2)[1] in (b"400", b"403"), out
 
 
-@pytest.mark.parametrize("name", ["example.org", "127.1", "2130706433", "bad.localhost"])
+@pytest.mark.parametrize("name", ["example.org", "127.1", "2130706433", "bad.sandbox.test"])
 def test_socks5_refuses_names_with_0x02(make_proxy, name) -> None:
-    p = make_proxy(("localhost", "*.localhost"), ("bad.localhost",))
+    p = make_proxy(("localhost", "*.sandbox.test"), ("bad.sandbox.test",))
     req = b"\x05\x01\x00\x03" + bytes([len(name)]) + name.encode() + b"\x00\x50"
     assert socks_connect(p.socks_socket, req)[:2] == b"\x05\x02"
 

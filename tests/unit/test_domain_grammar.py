@@ -132,20 +132,28 @@ def test_an_accepted_entry_has_one_canonical_form(pattern: str, denied: bool, ca
 
 @pytest.mark.parametrize(("pattern", "denied", "message"), [
     ("*", False, "'*' alone would let every host through"),
-    ("*.com", True, "too broad"),
-    ("intranet", False, "at least two labels"),
-    ("a.*.com", True, "or '*' alone, which refuses everything"),
-    ("127.1", False, "ambiguous numeric host"),
-    ("https://x.com", False, "not a domain: write it without scheme, port, path or userinfo"),
-    ("x.com:443", True, "not a domain"),
+    ("*.com", True, "too broad: it covers a whole top-level domain"),
+    ("intranet", False, "a domain needs at least two labels (or is 'localhost')"),
+    ("a.*.com", True, "a wildcard is only allowed as a leading '*.' (or '*' alone, which refuses everything)"),
+    ("127.1", False, "an ambiguous number: write IPv4 addresses as a plain dotted quad"),
+    ("*.1.2.3.4", True, "wildcards do not apply to IP addresses"),
+    ("https://x.com", False, "not a domain name: give the name alone, without a scheme, port, path or user"),
+    ("x.com:443", True, "not a domain name: give the name alone"),
+    ("[zz]", False, "not an IPv6 address between the brackets"),
+    ("[fe80::1%eth0]", True, "IPv6 zone ids are not allowed"),
+    (" x.com", False, "empty, or padded with spaces"),
 ])
-def test_a_refused_entry_says_why(pattern: str, denied: bool, message: str) -> None:
-    with pytest.raises(HostError, match=message.replace("*", r"\*").replace("(", r"\(").replace(")", r"\)")):
+def test_a_refused_entry_says_why_without_repeating_it(pattern: str, denied: bool, message: str) -> None:
+    # The caller puts the entry in front, as the user spelled it.
+    with pytest.raises(HostError) as e:
         check_pattern(pattern, denied=denied)
+    assert str(e.value).startswith(message), str(e.value)
+    if len(pattern) > 1:  # '*' is named in its own reason
+        assert pattern.strip() not in str(e.value)
 
 
 def test_policy_check_refuses_a_star_in_allowed_domains_with_the_reason() -> None:
     with pytest.raises(PolicyError) as e:
         validate_layer(Layer(name="p.json", data={"network": {"allowedDomains": ["*"]}}))
-    assert "network.allowedDomains[0]" in e.value.message
-    assert "'*' alone would let every host through" in e.value.message
+    assert e.value.message.startswith('p.json: network.allowedDomains[0] = "*": '
+                                      "'*' alone would let every host through"), e.value.message

@@ -184,9 +184,18 @@ class NetworkRules:
         allow_local_destinations: bool = False,
     ) -> NetworkRules:
         """Canonicalise the entries; raises :class:`HostError` naming a bad one."""
+        def compiled(key: str, patterns: tuple[str, ...] | list[str]) -> tuple[str, ...]:
+            out = []
+            for p in patterns:
+                try:
+                    out.append(check_pattern(p, denied=key == RULE_DENIED))
+                except HostError as exc:
+                    raise HostError(f"{key} entry {p!r}: {exc}") from None
+            return tuple(out)
+
         return cls(
-            allowed=tuple(check_pattern(p) for p in allowed_domains),
-            denied=tuple(check_pattern(p, denied=True) for p in denied_domains),
+            allowed=compiled(RULE_ALLOWED, allowed_domains),
+            denied=compiled(RULE_DENIED, denied_domains),
             allow_local_destinations=allow_local_destinations,
         )
 
@@ -206,7 +215,7 @@ class NetworkRules:
         try:
             name = normalize_host(host)
         except HostError as exc:
-            return Decision(False, RULE_REQUEST, f"invalid host: {exc}")
+            return Decision(False, RULE_REQUEST, f"invalid {exc}")  # "invalid host 'a@b': contains userinfo"
         try:
             ip = ipaddress.ip_address(name)
         except ValueError:
