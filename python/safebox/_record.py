@@ -254,6 +254,33 @@ def read_until(fd: int, marker: bytes, *, limit: int = 65536) -> bytes:
     return buf
 
 
+def read_small(path: str, limit: int) -> bytes | None:
+    """The first ``limit`` bytes of a regular file, or None when there is
+    none to read (missing, not a regular file, unreadable). Sized by fstat:
+    ``read(limit)`` would allocate the whole limit for a file of a few lines."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        st = os.fstat(fd)
+        if (st.st_mode & 0o170000) != 0o100000:  # S_ISREG without importing stat
+            return None
+        chunks: list[bytes] = []
+        want = min(st.st_size, limit)
+        while want > 0:
+            chunk = os.read(fd, want)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            want -= len(chunk)
+        return b"".join(chunks)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+
+
 def sha256_hex(data: bytes) -> str:
     """sha256 without importing hashlib (its import pulls in more than the digest)."""
     try:

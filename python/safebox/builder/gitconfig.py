@@ -22,9 +22,10 @@ Standard library only, and cheap: a file that mentions neither
 from __future__ import annotations
 
 import os
-import stat
 
-__all__ = ["MAX_CONFIG_BYTES", "MAX_INCLUDE_DEPTH", "ConfigRefs", "config_refs", "entries", "read_config", "read_file"]
+from safebox._record import read_small
+
+__all__ = ["MAX_CONFIG_BYTES", "MAX_INCLUDE_DEPTH", "ConfigRefs", "config_refs", "entries", "read_config"]
 
 #: git refuses deeper include chains (``MAX_INCLUDE_DEPTH`` in config.c).
 MAX_INCLUDE_DEPTH = 10
@@ -178,37 +179,10 @@ def entries(text: str) -> list[tuple[str, str | None]]:
             return out
 
 
-def read_file(path: str, limit: int = MAX_CONFIG_BYTES) -> bytes | None:
-    """The first ``limit`` bytes of a regular file, or None when there is
-    none to read (missing, a directory, unreadable). Sized by fstat: a read
-    of the full limit would allocate it, for a file of a few lines."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-    except OSError:
-        return None
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            return None
-        chunks: list[bytes] = []
-        want = min(st.st_size, limit)
-        while want > 0:
-            chunk = os.read(fd, want)
-            if not chunk:
-                break
-            chunks.append(chunk)
-            want -= len(chunk)
-        return b"".join(chunks)
-    except OSError:
-        return None
-    finally:
-        os.close(fd)
-
-
 def read_config(path: str) -> str | None:
     """The text of a config file (its first 1 MiB, more than git would ever
     need), or None when there is none to read."""
-    raw = read_file(path)
+    raw = read_small(path, MAX_CONFIG_BYTES)
     return None if raw is None else raw.decode("utf-8", "surrogateescape")
 
 

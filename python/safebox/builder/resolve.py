@@ -14,7 +14,7 @@ import stat
 from safebox import _prescan
 from safebox._prescan import start_find as _find_links_start
 from safebox._prescan import start_rg as _rg_start
-from safebox._record import Frozen, Spawned, path_outside, which
+from safebox._record import Frozen, Spawned, path_outside, read_small, which
 from safebox.builder.resolved import Bridge, Layers, NetKind, ResolvedPolicy
 from safebox.errors import BuildError
 from safebox.policy import defaults
@@ -548,9 +548,7 @@ def protected_paths(scans: dict[str, RootScan], write_roots: list[str], depth: i
 
 def _git_dir_of(dotgit: str) -> str | None:
     """The git dir a ``.git`` file names (``gitdir: ../.git/worktrees/w``)."""
-    from safebox.builder.gitconfig import read_file
-
-    raw = read_file(dotgit, 4096)
+    raw = read_small(dotgit, 4096)
     if raw is None:
         return None
     first = raw.split(b"\n", 1)[0].decode("utf-8", "surrogateescape").rstrip("\r")
@@ -561,9 +559,7 @@ def _git_dir_of(dotgit: str) -> str | None:
 
 def _common_dir(git: str) -> str:
     """Where a git dir keeps its config: itself, or what its ``commondir`` names (a linked worktree)."""
-    from safebox.builder.gitconfig import read_file
-
-    raw = read_file(os.path.join(git, "commondir"), 4096)
+    raw = read_small(os.path.join(git, "commondir"), 4096)
     text = raw.decode("utf-8", "surrogateescape").strip() if raw else ""
     return os.path.normpath(os.path.join(git, text)) if text else git
 
@@ -615,10 +611,6 @@ def _git_config_paths(gits: set[str], dotgit_files: set[str], write_roots: list[
     BuildError when a hooks directory holds a write root: it cannot be read-only
     without taking the write root away.
     """
-    from safebox.builder.gitconfig import ConfigRefs, config_refs
-
-    cache: dict[str, str | None] = {}
-    common = config_refs(global_git_configs(home), home=home, cache=cache)
     # (places relative hooks paths are taken from, that repository's configs)
     repos: list[tuple[list[str], list[str]]] = []
     for g in gits:
@@ -636,6 +628,20 @@ def _git_config_paths(gits: set[str], dotgit_files: set[str], write_roots: list[
             continue
         c = _common_dir(g)
         repos.append(([os.path.dirname(f), g, c], [os.path.join(c, "config"), os.path.join(g, "config.worktree")]))
+
+    globals_ = global_git_configs(home)
+    cache: dict[str, str | None] = {}
+    named = False
+    for f in (*globals_, *(f for _, files in repos for f in files)):
+        if f not in cache:
+            raw = read_small(f, 1 << 20)
+            cache[f] = None if raw is None else raw.decode("utf-8", "surrogateescape")
+            named = named or (raw is not None and (b"hookspath" in (low := raw.lower()) or b"include" in low))
+    if not named:
+        return  # the common case: no config names a hooks dir or an include; the parser is not even loaded
+    from safebox.builder.gitconfig import ConfigRefs, config_refs
+
+    common = config_refs(globals_, home=home, cache=cache)
 
     def under_a_root(p: str) -> bool:
         return any(_is_under(p, w) for w in write_roots)
