@@ -582,6 +582,12 @@ def restore_links(links: tuple[tuple[str, str], ...], state: str) -> list[tuple[
             pass
         except OSError:
             pass  # no longer a symlink (EINVAL): a replacement
+        if not os.path.isdir(os.path.dirname(path)):
+            # Its directory is gone, and everything in it: nothing stands at
+            # the path, and nothing can until someone outside the sandbox
+            # recreates the directory. Raising here would make one vanished
+            # temporary tree (a killed run's watch list) stop every later start.
+            continue
         try:
             dest = quarantine((path,), state)
             os.symlink(target, path)

@@ -187,3 +187,31 @@ def test_the_git_dir_memory_is_not_rewritten_when_nothing_is_new(tmp_path: Path)
     remember_git_dirs(mem, read_known_git_dirs(mem), (("git", str(b)),))  # control: something new is written
     assert os.stat(mem).st_mtime_ns != 1
     assert read_known_git_dirs(mem) == (("git", str(b)), ("git", str(a)))
+
+
+# ------------------------------------------------------ watched symlinks
+
+
+def test_a_watched_symlink_whose_directory_vanished_does_not_stop_the_next_start(tmp_path: Path) -> None:
+    # A killed run's watch list can name a protected symlink in a temporary
+    # tree that is gone by the next start (seen with pytest's /tmp trees in
+    # helper-only runs). Nothing can stand at such a path: the sweep settles
+    # it instead of failing every later start with 125.
+    from safebox.runner import restore_links
+
+    gone = tmp_path / "gone"
+    state = tmp_path / "state"
+    state.mkdir()
+    assert restore_links(((str(gone / ".bashrc"), "dotfiles/bashrc"),), str(state)) == []
+    assert not gone.exists()
+
+
+def test_a_removed_watched_symlink_is_still_restored_when_its_directory_exists(tmp_path: Path) -> None:
+    # The control: the directory is there, the link is gone, so it is put back.
+    from safebox.runner import restore_links
+
+    state = tmp_path / "state"
+    state.mkdir()
+    link = tmp_path / ".bashrc"
+    assert restore_links(((str(link), "dotfiles/bashrc"),), str(state)) == [(str(link), None)]
+    assert os.readlink(link) == "dotfiles/bashrc"
