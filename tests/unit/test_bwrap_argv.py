@@ -75,9 +75,51 @@ def test_deny_read_tmpfs_is_remounted_read_only_after_everything_else() -> None:
     assert a[-2:] == ["--remount-ro", "/home/u/.aws"]
 
 
-def test_masks_inside_the_private_tmp_are_not_mounted() -> None:
+def test_masks_inside_the_private_tmp_are_not_mounted_where_nothing_brings_the_host_path_back() -> None:
     a = mount_args(policy(mask_dirs=("/tmp/x",), mask_files=("/tmp/y",)))
     assert "/tmp/x" not in a and "/tmp/y" not in a
+
+
+def test_a_work_dir_under_tmp_keeps_its_masks_in_the_golden_argv() -> None:
+    """Issue 11 item 1: masks under the private /tmp were skipped even beneath
+    a work dir (or $HOME) bound back into it."""
+    rp = policy(cwd="/tmp/task", write_roots=("/tmp/task",), read_only=("/tmp/task/.bashrc",),
+                mask_dirs=("/tmp/task/.ssh", "/tmp/other/.ssh"),
+                mask_files=("/tmp/task/s", "/tmp/other/s", "/home/u/.netrc"))
+    assert mount_args(rp) == [
+        "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/proc/1",
+        "--tmpfs", "/tmp",
+        "--bind", "/tmp/task", "/tmp/task",
+        "--ro-bind", "/tmp/task/.bashrc", "/tmp/task/.bashrc",
+        "--tmpfs", "/tmp/task/.ssh",
+        "--ro-bind", "/dev/null", "/tmp/task/s",
+        "--ro-bind", "/dev/null", "/home/u/.netrc",
+        "--ro-bind", "/run/sb/1", "/run/sb/1",
+        "--remount-ro", "/proc/1",
+        "--remount-ro", "/tmp/task/.ssh",
+    ]
+
+
+@pytest.mark.parametrize("bind", ["write_roots", "pinned_dirs", "read_only", "sealed"])
+def test_a_mask_under_the_private_tmp_comes_after_the_tmpfs_and_the_bind_that_brings_it_back(bind: str) -> None:
+    kw: dict[str, object] = {"write_roots": ("/tmp/w",)}
+    match bind:
+        case "write_roots":
+            kw["write_roots"] = ("/tmp/w", "/tmp/w2")
+        case "pinned_dirs":
+            kw["pinned_dirs"] = ("/tmp/w2",)
+        case "read_only":
+            kw["read_only"] = ("/tmp/w2",)
+        case "sealed":
+            kw["sealed_dirs"] = (("/tmp/w2", ("/tmp/w2/objects",)),)
+    a = mount_args(policy(mask_dirs=("/tmp/w2/d",), mask_files=("/tmp/w/f",), **kw))
+    tmpfs_tmp = a.index("/tmp") if a[a.index("/tmp") - 1] == "--tmpfs" else -1
+    assert tmpfs_tmp > 0
+    d, f = a.index("/tmp/w2/d"), a.index("/tmp/w/f")
+    assert a[d - 1] == "--tmpfs" and a[f - 2:f] == ["--ro-bind", "/dev/null"]
+    assert tmpfs_tmp < a.index("/tmp/w") < f
+    assert tmpfs_tmp < a.index("/tmp/w2") < d
+    assert a[-2:] == ["--remount-ro", "/tmp/w2/d"]
 
 
 def test_without_helper_the_command_runs_behind_the_launcher_shell() -> None:

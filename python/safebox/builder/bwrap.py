@@ -23,6 +23,9 @@ path shadows an earlier one, so the order *is* the policy):
    caches of the presets (leaves of the state dir), ``--bind C C``.
 8. Deny-read: directories get ``--tmpfs D`` (made read-only in step 10, so a
    write there fails rather than vanishing), files get ``--ro-bind /dev/null F``.
+   After every bind of steps 4-7, so none of them can uncover a mask; under
+   the private ``/tmp`` only where such a bind brought the host path back
+   (``needs_mask``).
 9. Allowed unix sockets under the private ``/tmp`` or a mask, bound back in;
    then the run dir, read-only, so the helper finds its policy even when a
    mask covers the run dir's parent. (Unlisted host sockets are among the
@@ -46,6 +49,33 @@ def _under(path: str, root: str) -> bool:
     return path == root or path.startswith(root.rstrip("/") + "/")
 
 
+def host_binds(rp: ResolvedPolicy) -> list[str]:
+    """The binds of steps 4-7, which bring host paths back into view, in the
+    private ``/tmp`` too (a work dir or ``$HOME`` under ``/tmp``)."""
+    out = [*rp.write_roots, *rp.pinned_dirs, *rp.read_only]
+    for d, kids in rp.sealed_dirs:
+        out += [d, *kids]
+    return out
+
+
+def needs_mask(rp: ResolvedPolicy, path: str) -> bool:
+    """Whether a deny-read path is visible when step 8 runs, and so must be masked.
+
+    Under the private ``/tmp`` a host path is absent unless a bind of steps
+    4-7 brought it back: a work dir or ``$HOME`` under ``/tmp`` (agent task
+    worktrees, CI containers with ``HOME=/tmp``) is such a bind, and a denied
+    path beneath it is as readable as anywhere else (issue 11: these masks
+    were skipped as "already absent"). Under ``/proc`` and ``/dev`` nothing
+    is absent (the fresh procfs has cpuinfo, sys, ...; bwrap's /dev has shm,
+    pts, ...): those are masked like any other path, over the new mounts.
+    A path that is absent is not mounted over: bwrap would create it in the
+    private ``/tmp`` as an empty mount point.
+    """
+    if not any(_under(path, t) for t in rp.private_tmp):
+        return True
+    return any(_under(path, b) for b in host_binds(rp))
+
+
 def mount_args(rp: ResolvedPolicy) -> list[str]:
     """Steps 1-10 of the module docstring."""
     a: list[str] = ["--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/proc/1"]
@@ -64,16 +94,13 @@ def mount_args(rp: ResolvedPolicy) -> list[str]:
     for c in rp.cache_dirs:
         a += ["--bind", c, c]
     masked: list[str] = []
-    # Under the private /tmp a denied path is already absent. Under /proc and
-    # /dev it is not (the fresh procfs has cpuinfo, sys, ...; bwrap's /dev has
-    # shm, pts, ...): those are masked like any other path, over the new mounts.
     for d in rp.mask_dirs:
-        if any(_under(d, t) for t in rp.private_tmp):
+        if not needs_mask(rp, d):
             continue
         a += ["--tmpfs", d]
         masked.append(d)
     for f in rp.mask_files:
-        if any(_under(f, t) for t in rp.private_tmp):
+        if not needs_mask(rp, f):
             continue
         a += ["--ro-bind", "/dev/null", f]
     for sock in rp.socket_binds:
