@@ -611,6 +611,38 @@ def _tool(name: str, tools_path: str) -> str | None:
     return found
 
 
+#: Directories that, as the work dir (a write root without a word from the
+#: user), make a whole system tree writable: warned about on every run.
+#: ``$HOME`` is added at run time. Exact matches only: ``/usr/src/app``, a
+#: common container work dir, is a project like any other.
+SYSTEM_DIRS = frozenset({"/bin", "/boot", "/etc", "/home", "/lib", "/lib32", "/lib64", "/libx32", "/media",
+                         "/mnt", "/opt", "/root", "/run", "/sbin", "/srv", "/usr", "/usr/bin", "/usr/lib",
+                         "/usr/local", "/usr/local/bin", "/usr/sbin", "/usr/share", "/var", "/var/lib"})
+
+
+def check_write_roots(policy: EffectivePolicy, *, cwd: str, home: str) -> None:
+    """Refuse a write root of ``/`` by the flag or key that asked for it, and
+    warn (on every run, not only with -v) when the work dir is ``$HOME`` or
+    a system directory. Runs before any tool is looked up: a write root of
+    ``/`` holds every tool, and the refusal would otherwise speak of bwrap's
+    location (issue 11 item 12)."""
+    for w in policy.allow_write:
+        if os.path.realpath(w) != "/":
+            continue
+        via = "" if w == "/" else " (it resolves to /)"
+        if w == cwd:
+            raise PolicyError(f"the work dir {w}{via} is a write root (the built-in filesystem.allowWrite entry "
+                              "`.`): `/` is refused: it would make the whole host writable",
+                              hint="cd into a project directory first")
+        raise PolicyError(f"{policy.entry('filesystem.allowWrite', w)}{via}: `/` is refused: it would make "
+                          "the whole host writable", hint="allow only the directories the command writes")
+    at_home = cwd in (home, os.path.realpath(home))
+    if at_home or cwd in SYSTEM_DIRS:
+        what = "your home directory" if at_home else "a system directory"
+        _say(f"warning: the work dir {cwd} is {what}, and the work dir is writable: all of {cwd} is writable "
+             "inside but for the protected and denied paths; run from a project directory to narrow it")
+
+
 def run(req: ExecRequest, *, prescan: dict[tuple[str, int], Any] | None = None) -> int:
     """Run ``req.command`` sandboxed; return the exit status for ``safebox exec``."""
     if not req.command:
@@ -640,6 +672,7 @@ def run(req: ExecRequest, *, prescan: dict[tuple[str, int], Any] | None = None) 
 
     _private_dir(user_config_dir(home))
     policy = load_cached(ctx, policy_file=req.policy_file, flags=flags, cache_dir=os.path.join(state, "cache"))
+    check_write_roots(policy, cwd=cwd, home=home)
     strict = policy.strict
 
     ports = _publish_ports(req.publish, policy)
@@ -666,9 +699,13 @@ def run(req: ExecRequest, *, prescan: dict[tuple[str, int], Any] | None = None) 
             if not req.quiet:
                 _say(n)
 
-    from safebox.builder.resolve import HostFacts, Scan, import_paths, resolve, self_paths
+    from safebox.builder.resolve import (WRITE_ROOTS, HostFacts, Scan, import_paths, read_write_roots,
+                                         refuse_planted_links, remember_write_roots, resolve, self_paths)
     from safebox.helper import check_helper, find_helper
 
+    roots_file = os.path.join(state, WRITE_ROOTS)
+    earlier_roots = read_write_roots(roots_file)
+    refuse_planted_links(policy, layers=layers, cwd=cwd, pwd=os.environ.get("PWD"), earlier=earlier_roots)
 
     helper = find_helper()
     if layers is not Layers.BWRAP_ONLY:
@@ -767,6 +804,11 @@ def run(req: ExecRequest, *, prescan: dict[tuple[str, int], Any] | None = None) 
             caches = prepare(policy.cache_presets, state=state, home=home, create=not req.dry_run)
         rp = resolve(policy, layers=layers, cwd=cwd, home=home, host=host, bridges=bridges, scan=scan,
                      **({"cache_dirs": caches.dirs, "cache_host_paths": caches.host_paths} if caches else {}))
+        if not req.dry_run:
+            # Remembered before the command exists: a link it plants in one
+            # of these is refused by later runs (refuse_planted_links).
+            remember_write_roots(roots_file, earlier_roots, tuple(r for r in rp.write_roots if r != run_tmp),
+                                 time.time())
         if ports and layers is Layers.BWRAP_ONLY:
             # The host relay connects only through a socket the helper pinned
             # before the command existed (publish.py); without the helper

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import stat
+import time
 
 from safebox import _prescan
 from safebox._prescan import start_find as _find_links_start
@@ -206,6 +207,147 @@ def remember_git_dirs(path: str, before: tuple[tuple[str, str], ...], seen: tupl
         os.replace(tmp, path)
     except OSError:
         pass  # a memory that cannot be written only loses this run's additions
+
+
+WRITE_ROOTS = "write-roots"
+
+
+def read_write_roots(path: str) -> dict[str, float]:
+    """The host write roots of earlier runs, each with the time it was first
+    granted (``EPOCH HEXPATH`` lines in the state dir, which the sandbox
+    cannot write). A missing or unreadable file is an empty memory."""
+    try:
+        with open(path, "rb") as f:
+            raw = f.read(1 << 20)
+    except OSError:
+        return {}
+    out: dict[str, float] = {}
+    for line in raw.decode("ascii", "replace").splitlines():
+        when, _, hexpath = line.partition(" ")
+        try:
+            out.setdefault(os.fsdecode(bytes.fromhex(hexpath)), float(when))
+        except ValueError:
+            continue
+    return out
+
+
+def remember_write_roots(path: str, before: dict[str, float], roots: tuple[str, ...], now: float) -> None:
+    """Add this run's host write roots to the memory (atomically, 0600), each
+    keeping the time it was first granted; roots that are no longer
+    directories are dropped, the newest kept first, at most 4096. Written
+    only when a root is new; never fails the run."""
+    if all(r in before for r in roots):
+        return
+    merged = {r: before.get(r, now) for r in roots}
+    for r, when in before.items():
+        merged.setdefault(r, when)
+    keep = [(r, when) for r, when in merged.items() if os.path.isdir(r)][:_KNOWN_MAX]
+    data = "".join(f"{when:.3f} {os.fsencode(r).hex()}\n" for r, when in keep).encode()
+    tmp = f"{path}.{os.getpid()}.tmp"
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        try:
+            os.write(fd, data)
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+    except OSError:
+        pass  # a memory that cannot be written only loses this run's roots
+
+
+def links_on_the_way(path: str) -> list[tuple[str, str]]:
+    """Every symlink that resolving ``path`` follows, in order, as (the link
+    with its directory already resolved, its target text). A missing
+    component ends the walk: what follows it is taken literally."""
+    out: list[tuple[str, str]] = []
+    todo = [c for c in path.split("/") if c][::-1]
+    cur = "/"
+    while todo:
+        c = todo.pop()
+        if c == ".":
+            continue
+        if c == "..":
+            cur = os.path.dirname(cur)
+            continue
+        nxt = os.path.join(cur, c)
+        try:
+            st = os.lstat(nxt)
+        except OSError:
+            break
+        if not stat.S_ISLNK(st.st_mode):
+            cur = nxt
+            continue
+        if len(out) >= 40:  # the kernel's own limit (ELOOP)
+            raise BuildError(f"{path}: too many levels of symbolic links")
+        target = os.readlink(nxt)
+        out.append((nxt, target))
+        if target.startswith("/"):
+            cur = "/"
+        todo.extend([t for t in target.split("/") if t][::-1])
+    return out
+
+
+def refuse_planted_links(policy: EffectivePolicy, *, layers: Layers, cwd: str, pwd: str | None,
+                         earlier: dict[str, float]) -> None:
+    """Refuse to follow a symlink on the way to a write root that a sandboxed
+    command could have planted (issue 11 item 10: run 1 replaced ``build/``
+    with a link to a folder outside, and run 2's ``--allow-write ./build``
+    wrote there). The rule (docs/policy-reference.md, "Symlinks on the way
+    to a write root"):
+
+    1. a link whose directory lies in a write root of this run is refused,
+       whoever made it: this run's command, or an earlier one with the same
+       work dir, could have;
+    2. a link whose directory lies in an earlier run's write root (remembered
+       in the state dir) and that was made after that root was first granted
+       (its ctime, which no one can set back) is refused;
+    3. any other link is the user's, and followed.
+
+    Every allowWrite entry is walked, and the work dir as the shell names it
+    (``$PWD``, when that resolves to it): the kernel gives safebox the work
+    dir already resolved, so a planted ``app -> ~/.config`` that the user
+    ``cd``-ed through would otherwise hand over ``~/.config``. Deny paths
+    are not walked: their links are followed, and a mask or read-only bind
+    on the target grants nothing.
+    """
+    entries = [w for w in policy.allow_write if not (w == "/tmp" and layers is not Layers.HELPER_ONLY)]
+    now = {*entries, *(os.path.realpath(w) for w in entries)}
+
+    def why(link: str) -> str | None:
+        parent = os.path.dirname(link)
+        for r in now:
+            if r != "/" and _is_under(parent, r):
+                return f"in {r}, a write root of this run"
+        for r, since in earlier.items():
+            if r != "/" and _is_under(parent, r):
+                try:
+                    made = os.lstat(link).st_ctime
+                except OSError:
+                    made = since
+                # A second of slack for the coarse file clock: a link made
+                # by the run that first granted the root is still caught.
+                if made >= since - 1:
+                    return (f"in {r}, a write root since "
+                            f"{time.strftime('%Y-%m-%d %H:%M', time.localtime(since))}, and made after that")
+        return None
+
+    walks = [(w, w) for w in entries if w != cwd]
+    if pwd and pwd.startswith("/") and pwd != cwd and os.path.realpath(pwd) == cwd:
+        walks.append((cwd, pwd))
+    for w, name in walks:
+        for link, target in links_on_the_way(name):
+            reason = why(link)
+            if reason is None:
+                continue
+            real = os.path.realpath(name)
+            if w == cwd and name == pwd:
+                raise BuildError(f"the work dir {pwd} is reached through the symlink {link} (-> {target}) "
+                                 f"{reason}: a sandboxed command could have planted it; refusing to make "
+                                 f"its target {real} writable", hint=f"if you made that link, cd {real} first")
+            raise BuildError(f"{policy.entry('filesystem.allowWrite', w)}: {link} is a symlink (-> {target}) "
+                             f"{reason}: a sandboxed command could have planted it; refusing to follow it "
+                             "into a write grant", hint=f"if you made that link, allow its target: "
+                                                        f"--allow-write {real}")
 
 
 def _is_git_dir(d: str) -> bool:

@@ -44,6 +44,22 @@ class EffectivePolicy(Frozen):
     # are merged, so that a run without presets never imports the table.
     cache_presets: tuple[str, ...] = ()
 
+    def entry(self, key: str, value: str) -> str:
+        """List entry ``value`` of ``key`` (``filesystem.allowWrite``) named as
+        the user would find and change it: ``--allow-write /x`` for a flag,
+        ``filesystem.allowWrite entry /x in FILE`` for a policy file."""
+        flag = {"filesystem.allowWrite": "--allow-write", "filesystem.denyRead": "--deny-read",
+                "filesystem.denyWrite": "--deny-write"}.get(key)
+        for source in (self.sources or {}).get(key, []):
+            item, sep, layer = source.rpartition("  <- ")
+            if sep and item == value:
+                if layer == "command line" and flag:
+                    return f"{flag} {value}"
+                if layer == "defaults":
+                    return f"{key} entry {value} (a built-in default)"
+                return f"{key} entry {value} in {layer}"
+        return f"{key} entry {value}"
+
     def to_json_dict(self) -> dict[str, Any]:
         """A JSON-ready dict (tuples become lists)."""
         return {k: (list(v) if isinstance(v, tuple) else v) for k, v in self.asdict().items()}

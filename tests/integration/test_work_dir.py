@@ -1,0 +1,65 @@
+"""Write roots of ``/`` and work dirs that make a whole system tree writable
+(issue 11 item 12): ``/`` is refused by the flag or key that asked for it, and a
+work dir of ``$HOME`` or a system directory is warned about on every run."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from sbx import FakeHome
+
+SLASH = "`/` is refused: it would make the whole host writable"
+
+
+def test_allow_write_slash_is_refused_naming_the_flag(shared_home: FakeHome) -> None:
+    r = shared_home.run(["true"], opts=["--allow-write", "/"])
+    assert r.returncode == 125
+    assert r.stderr == (f"safebox: --allow-write /: {SLASH}\n"
+                        "hint: allow only the directories the command writes\n"), r.stderr
+    # Control: the same run with a narrower write root works.
+    ok = shared_home.run(["true"], opts=["--allow-write", str(shared_home.work)])
+    assert ok.returncode == 0 and ok.stderr == "", ok.stderr
+
+
+def test_a_link_to_slash_in_allow_write_is_refused_as_slash(fresh_home: FakeHome) -> None:
+    link = fresh_home.root / "everything"
+    link.symlink_to("/")
+    r = fresh_home.run(["true"], opts=["--allow-write", str(link)])
+    assert r.returncode == 125
+    assert r.stderr.splitlines()[0] == f"safebox: --allow-write {link} (it resolves to /): {SLASH}", r.stderr
+
+
+def test_allow_write_slash_in_a_policy_file_is_refused_naming_the_key_and_file(fresh_home: FakeHome,
+                                                                               tmp_path: Path) -> None:
+    pol = fresh_home.root / "p.json"
+    pol.write_text(json.dumps({"filesystem": {"allowWrite": ["/"]}}))
+    r = fresh_home.run(["true"], opts=["--policy", str(pol)])
+    assert r.returncode == 125
+    assert r.stderr.splitlines()[0] == f"safebox: filesystem.allowWrite entry / in {pol}: {SLASH}", r.stderr
+
+
+def test_a_work_dir_of_slash_is_refused_as_such(shared_home: FakeHome) -> None:
+    r = shared_home.run(["true"], cwd=Path("/"))
+    assert r.returncode == 125
+    assert r.stderr == ("safebox: the work dir / is a write root (the built-in filesystem.allowWrite entry `.`): "
+                        f"{SLASH}\nhint: cd into a project directory first\n"), r.stderr
+
+
+def test_a_work_dir_of_home_is_warned_about_without_verbose(fresh_home: FakeHome) -> None:
+    r = fresh_home.run(["true"], cwd=fresh_home.root)
+    assert r.returncode == 0
+    assert r.stderr == (f"safebox: warning: the work dir {fresh_home.root} is your home directory, and the work "
+                        f"dir is writable: all of {fresh_home.root} is writable inside but for the protected and "
+                        "denied paths; run from a project directory to narrow it\n"), r.stderr
+    # Control: from a project directory, not a word.
+    ok = fresh_home.run(["true"])
+    assert ok.returncode == 0 and ok.stderr == "", ok.stderr
+
+
+def test_a_work_dir_of_etc_is_warned_about_without_verbose(shared_home: FakeHome) -> None:
+    r = shared_home.run(["true"], cwd=Path("/etc"))
+    assert r.returncode == 0, r.stderr
+    assert r.stderr == ("safebox: warning: the work dir /etc is a system directory, and the work dir is writable: "
+                        "all of /etc is writable inside but for the protected and denied paths; run from a "
+                        "project directory to narrow it\n"), r.stderr
