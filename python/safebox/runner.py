@@ -620,12 +620,12 @@ SYSTEM_DIRS = frozenset({"/bin", "/boot", "/etc", "/home", "/lib", "/lib32", "/l
                          "/usr/local", "/usr/local/bin", "/usr/sbin", "/usr/share", "/var", "/var/lib"})
 
 
-def check_write_roots(policy: EffectivePolicy, *, cwd: str, home: str) -> None:
-    """Refuse a write root of ``/`` by the flag or key that asked for it, and
-    warn (on every run, not only with -v) when the work dir is ``$HOME`` or
-    a system directory. Runs before any tool is looked up: a write root of
-    ``/`` holds every tool, and the refusal would otherwise speak of bwrap's
-    location (issue 11 item 12)."""
+def check_write_roots(policy: EffectivePolicy, *, cwd: str, home: str) -> str | None:
+    """Refuse a write root of ``/`` by the flag or key that asked for it;
+    return a warning (said on every run, not only with -v, once the sandbox
+    is built) when the work dir is ``$HOME`` or a system directory. Runs
+    before any tool is looked up: a write root of ``/`` holds every tool, and
+    the refusal would otherwise speak of bwrap's location (issue 11 item 12)."""
     for w in policy.allow_write:
         if os.path.realpath(w) != "/":
             continue
@@ -639,8 +639,9 @@ def check_write_roots(policy: EffectivePolicy, *, cwd: str, home: str) -> None:
     at_home = cwd in (home, os.path.realpath(home))
     if at_home or cwd in SYSTEM_DIRS:
         what = "your home directory" if at_home else "a system directory"
-        _say(f"warning: the work dir {cwd} is {what}, and the work dir is writable: all of {cwd} is writable "
-             "inside but for the protected and denied paths; run from a project directory to narrow it")
+        return (f"warning: the work dir {cwd} is {what}, and the work dir is writable: all of {cwd} is writable "
+                "inside but for the protected and denied paths; run from a project directory to narrow it")
+    return None
 
 
 def run(req: ExecRequest, *, prescan: dict[tuple[str, int], Any] | None = None) -> int:
@@ -672,7 +673,7 @@ def run(req: ExecRequest, *, prescan: dict[tuple[str, int], Any] | None = None) 
 
     _private_dir(user_config_dir(home))
     policy = load_cached(ctx, policy_file=req.policy_file, flags=flags, cache_dir=os.path.join(state, "cache"))
-    check_write_roots(policy, cwd=cwd, home=home)
+    warning = check_write_roots(policy, cwd=cwd, home=home)
     strict = policy.strict
 
     ports = _publish_ports(req.publish, policy)
@@ -828,6 +829,8 @@ def run(req: ExecRequest, *, prescan: dict[tuple[str, int], Any] | None = None) 
                     forwarders.append(PublishForwarder(port, os.path.join(pub_dir, f"{port}.sock")))
             rp = rp.replace(publish=tuple((p, os.path.join(pub_dir, f"{p}.sock")) for p in ports),
                             publish_dir=pub_dir)
+        if warning:
+            _say(warning)  # now that the sandbox is built: a refusal stays one line
         for w in rp.warnings:
             _say(w)
         if req.verbose:
