@@ -1,0 +1,64 @@
+"""``links_on_the_way``: every symlink resolving a path follows, with its
+directory already resolved (what refuse_planted_links judges), and the
+memory of earlier runs' write roots."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from safebox.builder.resolve import links_on_the_way, read_write_roots, remember_write_roots
+from safebox.errors import BuildError
+
+
+def test_a_chain_of_relative_and_absolute_links_is_listed_in_order(tmp_path: Path) -> None:
+    (tmp_path / "real" / "sub").mkdir(parents=True)
+    (tmp_path / "ws").mkdir()
+    (tmp_path / "ws" / "a").symlink_to("b")
+    (tmp_path / "ws" / "b").symlink_to(tmp_path / "mid")
+    (tmp_path / "mid").symlink_to("real/../real")
+    target = tmp_path / "ws" / "a" / "sub"
+    assert links_on_the_way(str(target)) == [
+        (str(tmp_path / "ws" / "a"), "b"),
+        (str(tmp_path / "ws" / "b"), str(tmp_path / "mid")),
+        (str(tmp_path / "mid"), "real/../real"),
+    ]
+    assert os.path.realpath(target) == str(tmp_path / "real" / "sub")
+
+
+def test_a_link_is_reported_with_the_directory_it_really_lies_in(tmp_path: Path) -> None:
+    (tmp_path / "real").mkdir()
+    (tmp_path / "alias").symlink_to("real")
+    (tmp_path / "real" / "build").symlink_to("/nonexistent-x")
+    got = links_on_the_way(str(tmp_path / "alias" / "build" / "deeper"))
+    assert got == [(str(tmp_path / "alias"), "real"), (str(tmp_path / "real" / "build"), "/nonexistent-x")]
+
+
+def test_a_path_without_links_has_none(tmp_path: Path) -> None:
+    (tmp_path / "d").mkdir()
+    assert links_on_the_way(str(tmp_path / "d" / "missing" / "x")) == []
+
+
+def test_a_loop_is_an_error_not_a_hang(tmp_path: Path) -> None:
+    (tmp_path / "a").symlink_to("b")
+    (tmp_path / "b").symlink_to("a")
+    with pytest.raises(BuildError, match="too many levels of symbolic links"):
+        links_on_the_way(str(tmp_path / "a" / "x"))
+
+
+def test_write_roots_keep_the_time_they_were_first_granted(tmp_path: Path) -> None:
+    mem = str(tmp_path / "write-roots")
+    r1, r2 = tmp_path / "r1", tmp_path / "r2"
+    r1.mkdir()
+    r2.mkdir()
+    remember_write_roots(mem, read_write_roots(mem), (str(r1),), 100.0)
+    remember_write_roots(mem, read_write_roots(mem), (str(r1), str(r2)), 200.0)
+    assert read_write_roots(mem) == {str(r1): 100.0, str(r2): 200.0}
+    assert (os.stat(mem).st_mode & 0o777) == 0o600
+    r2.rmdir()  # gone: dropped at the next write
+    r3 = tmp_path / "r3"
+    r3.mkdir()
+    remember_write_roots(mem, read_write_roots(mem), (str(r3),), 300.0)
+    assert read_write_roots(mem) == {str(r3): 300.0, str(r1): 100.0}
