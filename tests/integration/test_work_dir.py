@@ -36,7 +36,7 @@ def test_allow_write_slash_in_a_policy_file_is_refused_naming_the_key_and_file(f
     pol.write_text(json.dumps({"filesystem": {"allowWrite": ["/"]}}))
     r = fresh_home.run(["true"], opts=["--policy", str(pol)])
     assert r.returncode == 125
-    assert r.stderr.splitlines()[0] == f"safebox: filesystem.allowWrite entry / in {pol}: {SLASH}", r.stderr
+    assert r.stderr.splitlines()[0] == f"safebox: {pol}: filesystem.allowWrite entry /: {SLASH}", r.stderr
 
 
 def test_a_work_dir_of_slash_is_refused_as_such(shared_home: FakeHome) -> None:

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from safebox.builder import resolve
 from safebox.builder.resolve import links_on_the_way, read_write_roots, remember_write_roots
 from safebox.errors import BuildError
 
@@ -55,10 +56,34 @@ def test_write_roots_keep_the_time_they_were_first_granted(tmp_path: Path) -> No
     r2.mkdir()
     remember_write_roots(mem, read_write_roots(mem), (str(r1),), 100.0)
     remember_write_roots(mem, read_write_roots(mem), (str(r1), str(r2)), 200.0)
-    assert read_write_roots(mem) == {str(r1): 100.0, str(r2): 200.0}
+    assert read_write_roots(mem) == {str(r2): 200.0, str(r1): 100.0}
     assert (os.stat(mem).st_mode & 0o777) == 0o600
-    r2.rmdir()  # gone: dropped at the next write
-    r3 = tmp_path / "r3"
-    r3.mkdir()
-    remember_write_roots(mem, read_write_roots(mem), (str(r3),), 300.0)
-    assert read_write_roots(mem) == {str(r3): 300.0, str(r1): 100.0}
+    before = os.stat(mem).st_mtime_ns
+    remember_write_roots(mem, read_write_roots(mem), (str(r2), str(r1)), 300.0)
+    assert os.stat(mem).st_mtime_ns == before  # nothing new: not rewritten
+
+
+def test_the_write_roots_memory_stays_bounded(tmp_path: Path) -> None:
+    mem = str(tmp_path / "write-roots")
+    roots = []
+    for i in range(resolve._KNOWN_MAX + 10):
+        r = tmp_path / f"r{i}"
+        r.mkdir()
+        roots.append(str(r))
+    for i in range(0, len(roots), 500):
+        remember_write_roots(mem, read_write_roots(mem), tuple(roots[i:i + 500]), float(i))
+    got = read_write_roots(mem)
+    assert len(got) <= resolve._KNOWN_MAX
+    assert os.path.getsize(mem) <= resolve._KNOWN_MAX_BYTES
+    assert roots[-1] in got and roots[0] not in got  # the least recently added are forgotten
+    # A cut-short last line is ignored, not read as a shorter path.
+    with open(mem, "ab") as f:
+        f.write(b"1.0 " + os.fsencode(roots[-1]).hex()[:-4].encode())
+    assert os.fsdecode(bytes.fromhex(os.fsencode(roots[-1]).hex()[:-4])) not in read_write_roots(mem)
+
+
+def test_the_write_roots_memory_bound_in_the_guide_is_the_codes() -> None:
+    guide = (Path(__file__).resolve().parents[2] / "docs" / "index.md").read_text()
+    row = (f"| remembered write roots (`write-roots`) | {resolve._KNOWN_MAX} entries and "
+           f"{resolve._KNOWN_MAX_BYTES >> 20} MiB |")
+    assert row in guide

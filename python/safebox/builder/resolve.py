@@ -215,14 +215,16 @@ WRITE_ROOTS = "write-roots"
 def read_write_roots(path: str) -> dict[str, float]:
     """The host write roots of earlier runs, each with the time it was first
     granted (``EPOCH HEXPATH`` lines in the state dir, which the sandbox
-    cannot write). A missing or unreadable file is an empty memory."""
+    cannot write), most recently added first. A missing or unreadable file
+    is an empty memory; a last line cut short is ignored. Same bound as the
+    git-dir memory (4096 entries, 1 MiB)."""
     try:
         with open(path, "rb") as f:
-            raw = f.read(1 << 20)
+            raw = f.read(_KNOWN_MAX_BYTES)
     except OSError:
         return {}
     out: dict[str, float] = {}
-    for line in raw.decode("ascii", "replace").splitlines():
+    for line in raw[:raw.rfind(b"\n") + 1].decode("ascii", "replace").splitlines():
         when, _, hexpath = line.partition(" ")
         try:
             out.setdefault(os.fsdecode(bytes.fromhex(hexpath)), float(when))
@@ -232,22 +234,31 @@ def read_write_roots(path: str) -> dict[str, float]:
 
 
 def remember_write_roots(path: str, before: dict[str, float], roots: tuple[str, ...], now: float) -> None:
-    """Add this run's host write roots to the memory (atomically, 0600), each
-    keeping the time it was first granted; roots that are no longer
-    directories are dropped, the newest kept first, at most 4096. Written
-    only when a root is new; never fails the run."""
-    if all(r in before for r in roots):
+    """Add this run's new host write roots to the memory (atomically, 0600),
+    first, with ``now`` as the time they were first granted; roots already
+    known keep theirs. Written only when a root is new, so a run in a known
+    work dir costs nothing. Past the bound the memory is swept as the
+    git-dir memory is (remember_git_dirs). Never fails the run."""
+    new = [r for r in dict.fromkeys(roots) if r not in before]
+    if not new:
         return
-    merged = {r: before.get(r, now) for r in roots}
-    for r, when in before.items():
-        merged.setdefault(r, when)
-    keep = [(r, when) for r, when in merged.items() if os.path.isdir(r)][:_KNOWN_MAX]
-    data = "".join(f"{when:.3f} {os.fsencode(r).hex()}\n" for r, when in keep).encode()
+    merged = [(r, now) for r in new] + list(before.items())
+    lines = [f"{when:.3f} {os.fsencode(r).hex()}\n" for r, when in merged]
+    if len(lines) > _KNOWN_MAX or sum(map(len, lines)) > _KNOWN_MAX_BYTES:
+        keep: list[str] = []
+        size = 0
+        for (r, _), line in zip(merged, lines, strict=True):
+            if len(keep) >= _KNOWN_LOW or size + len(line) > _KNOWN_LOW_BYTES:
+                break
+            if os.path.isdir(r):
+                keep.append(line)
+                size += len(line)
+        lines = keep
     tmp = f"{path}.{os.getpid()}.tmp"
     try:
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
         try:
-            os.write(fd, data)
+            os.write(fd, "".join(lines).encode())
         finally:
             os.close(fd)
         os.replace(tmp, path)

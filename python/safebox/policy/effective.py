@@ -47,17 +47,16 @@ class EffectivePolicy(Frozen):
     def entry(self, key: str, value: str) -> str:
         """List entry ``value`` of ``key`` (``filesystem.allowWrite``) named as
         the user would find and change it: ``--allow-write /x`` for a flag,
-        ``filesystem.allowWrite entry /x in FILE`` for a policy file."""
+        ``FILE: filesystem.allowWrite entry /x`` for a policy file."""
         flag = {"filesystem.allowWrite": "--allow-write", "filesystem.denyRead": "--deny-read",
                 "filesystem.denyWrite": "--deny-write"}.get(key)
-        for source in (self.sources or {}).get(key, []):
-            item, sep, layer = source.rpartition("  <- ")
-            if sep and item == value:
+        for k, item, layer in self.sources or ():  # lists after a round trip through the cache
+            if k == key and item == value:
                 if layer == "command line" and flag:
                     return f"{flag} {value}"
                 if layer == "defaults":
-                    return f"{key} entry {value} (a built-in default)"
-                return f"{key} entry {value} in {layer}"
+                    return f"the built-in {key} entry {value}"
+                return f"{layer}: {key} entry {value}"
         return f"{key} entry {value}"
 
     def to_json_dict(self) -> dict[str, Any]:
