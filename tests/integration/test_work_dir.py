@@ -63,3 +63,12 @@ def test_a_work_dir_of_etc_is_warned_about_without_verbose(shared_home: FakeHome
     assert r.stderr == ("safebox: warning: the work dir /etc is a system directory, and the work dir is writable: "
                         "all of /etc is writable inside but for the protected and denied paths; run from a "
                         "project directory to narrow it\n"), r.stderr
+
+
+def test_every_warned_system_dir_is_listed_in_the_guide() -> None:
+    from safebox.runner import SYSTEM_DIRS
+
+    guide = (Path(__file__).resolve().parents[2] / "docs" / "index.md").read_text()
+    section = guide[guide.index("### The work dir is a write root"):]
+    for d in sorted(SYSTEM_DIRS):
+        assert f"`{d}`" in section, d
