@@ -7,11 +7,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-import pytest
-
 from safebox.builder import resolve
 from safebox.builder.resolve import links_on_the_way, read_write_roots, remember_write_roots
-from safebox.errors import BuildError
 
 
 def test_a_chain_of_relative_and_absolute_links_is_listed_in_order(tmp_path: Path) -> None:
@@ -42,11 +39,11 @@ def test_a_path_without_links_has_none(tmp_path: Path) -> None:
     assert links_on_the_way(str(tmp_path / "d" / "missing" / "x")) == []
 
 
-def test_a_loop_is_an_error_not_a_hang(tmp_path: Path) -> None:
+def test_a_loop_ends_the_walk_instead_of_hanging(tmp_path: Path) -> None:
     (tmp_path / "a").symlink_to("b")
     (tmp_path / "b").symlink_to("a")
-    with pytest.raises(BuildError, match="too many levels of symbolic links"):
-        links_on_the_way(str(tmp_path / "a" / "x"))
+    got = links_on_the_way(str(tmp_path / "a" / "x"))
+    assert 0 < len(got) <= 41 and got[0] == (str(tmp_path / "a"), "b")
 
 
 def test_write_roots_keep_the_time_they_were_first_granted(tmp_path: Path) -> None:

@@ -266,38 +266,6 @@ def remember_write_roots(path: str, before: dict[str, float], roots: tuple[str, 
         pass  # a memory that cannot be written only loses this run's roots
 
 
-def links_on_the_way(path: str) -> list[tuple[str, str]]:
-    """Every symlink that resolving ``path`` follows, in order, as (the link
-    with its directory already resolved, its target text). A missing
-    component ends the walk: what follows it is taken literally."""
-    out: list[tuple[str, str]] = []
-    todo = [c for c in path.split("/") if c][::-1]
-    cur = "/"
-    while todo:
-        c = todo.pop()
-        if c == ".":
-            continue
-        if c == "..":
-            cur = os.path.dirname(cur)
-            continue
-        nxt = os.path.join(cur, c)
-        try:
-            st = os.lstat(nxt)
-        except OSError:
-            break
-        if not stat.S_ISLNK(st.st_mode):
-            cur = nxt
-            continue
-        if len(out) >= 40:  # the kernel's own limit (ELOOP)
-            raise BuildError(f"{path}: too many levels of symbolic links")
-        target = os.readlink(nxt)
-        out.append((nxt, target))
-        if target.startswith("/"):
-            cur = "/"
-        todo.extend([t for t in target.split("/") if t][::-1])
-    return out
-
-
 def refuse_planted_links(policy: EffectivePolicy, *, layers: Layers, cwd: str, pwd: str | None,
                          earlier: dict[str, float]) -> None:
     """Refuse to follow a symlink on the way to a write root that a sandboxed
