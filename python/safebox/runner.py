@@ -687,8 +687,17 @@ def run(req: ExecRequest, *, prescan: dict[tuple[str, int], Any] | None = None) 
                          hint="run `safebox doctor` to see why bubblewrap cannot run here")
     for n in notes:
         _say(n)
+
+    from safebox.builder.resolve import (WRITE_ROOTS, HostFacts, Scan, import_paths, read_write_roots,
+                                         refuse_planted_links, remember_write_roots, resolve, self_paths)
+    from safebox.helper import check_helper, find_helper
+
+    roots_file = os.path.join(state, WRITE_ROOTS)
+    earlier_roots = read_write_roots(roots_file)
+    refuse_planted_links(policy, layers=layers, cwd=cwd, pwd=os.environ.get("PWD"), earlier=earlier_roots)
     # A missing write root the user asked for is created or refused, never
-    # skipped (builder/write_roots.py).
+    # skipped (builder/write_roots.py); after the symlink check, so that no
+    # directory is created through a link a sandbox planted.
     missing_roots = [w for w in policy.allow_write if not os.path.lexists(w)]
     if missing_roots:
         from safebox.builder.write_roots import create_missing
@@ -699,14 +708,6 @@ def run(req: ExecRequest, *, prescan: dict[tuple[str, int], Any] | None = None) 
                                 never_under=(*policy.deny_read, state, _ucd(home)), dry_run=req.dry_run):
             if not req.quiet:
                 _say(n)
-
-    from safebox.builder.resolve import (WRITE_ROOTS, HostFacts, Scan, import_paths, read_write_roots,
-                                         refuse_planted_links, remember_write_roots, resolve, self_paths)
-    from safebox.helper import check_helper, find_helper
-
-    roots_file = os.path.join(state, WRITE_ROOTS)
-    earlier_roots = read_write_roots(roots_file)
-    refuse_planted_links(policy, layers=layers, cwd=cwd, pwd=os.environ.get("PWD"), earlier=earlier_roots)
 
     helper = find_helper()
     if layers is not Layers.BWRAP_ONLY:

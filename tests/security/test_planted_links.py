@@ -136,3 +136,19 @@ def test_a_link_older_than_an_earlier_runs_grant_is_the_users(fresh_home: FakeHo
                        opts=["--allow-write", str(fresh_home.work / "build")], cwd=elsewhere)
     assert r.returncode == 0, r.stderr
     assert (outside / "x").read_text() == "ok\n"
+
+
+@pytest.mark.parametrize("mode", [BOTH])
+def test_no_missing_write_root_is_created_through_a_planted_link(fresh_home: FakeHome, mode: str) -> None:
+    """A missing allowWrite path is created before the run (issue 14); never
+    through a link a sandbox planted, which would make a directory wherever
+    the link points before the refusal."""
+    build, outside = plant(fresh_home, mode)
+    r = fresh_home.run(["true"], mode=mode, opts=["--allow-write", str(build / "new")])
+    assert r.returncode == 125, r.stdout + r.stderr
+    assert f"{build} is a symlink (-> {outside})" in one_safebox_line(r.stderr)
+    assert not (outside / "new").exists()
+    # Control: a missing write root beside the link is created and granted.
+    ok = fresh_home.run(["true"], mode=mode, opts=["--allow-write", str(fresh_home.work / "new")])
+    assert ok.returncode == 0, ok.stderr
+    assert (fresh_home.work / "new").is_dir()
