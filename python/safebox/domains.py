@@ -17,6 +17,8 @@ from __future__ import annotations
 import ipaddress
 import re
 
+from safebox.hostport import PortError, join_port, split_port
+
 __all__ = [
     "DENY_ALL",
     "MAX_LABEL_LENGTH",
@@ -150,6 +152,25 @@ def check_pattern(pattern: str, *, denied: bool = False) -> str:
     """Return the canonical form of one ``allowedDomains`` entry (or, with
     ``denied``, ``deniedDomains`` entry): ``example.com``, ``*.example.com``,
     ``localhost``, an IP literal (``1.2.3.4``, ``::1``), or in ``deniedDomains``
+    only, :data:`DENY_ALL`; each with an optional ``:port`` suffix (srt's
+    ``host:port``, ``safebox/hostport.py``: ``api.example.com:443``,
+    ``[2001:db8::1]:443``, ``*:22``), kept in the canonical form.
+
+    Raises :class:`HostError` as :func:`_check_host_pattern` does, and for a
+    port out of range.
+    """
+    if not isinstance(pattern, str):
+        raise HostError("not a string")
+    try:
+        host, port = split_port(pattern)
+    except PortError as exc:
+        raise HostError(str(exc)) from None
+    return join_port(_check_host_pattern(host, denied=denied), port)
+
+
+def _check_host_pattern(pattern: str, *, denied: bool = False) -> str:
+    """The host part of an entry: ``example.com``, ``*.example.com``,
+    ``localhost``, an IP literal (``1.2.3.4``, ``::1``), or in ``deniedDomains``
     only, :data:`DENY_ALL`.
 
     Raises :class:`HostError` saying what is wrong, without repeating the
@@ -172,7 +193,7 @@ def check_pattern(pattern: str, *, denied: bool = False) -> str:
         raise HostError("empty, or padded with spaces")
     if "/" in pattern or "@" in pattern or (pattern.count(":") == 1 and not pattern.startswith("[")):
         # Said plainly: a URL or host:port would otherwise read as a bad IPv6 literal.
-        raise HostError("not a domain name: give the name alone, without a scheme, port, path or user")
+        raise HostError("not a domain name: give the name alone (or name:port), without a scheme, path or user")
     if pattern.startswith("*."):
         rest = pattern[2:]
         if "*" in rest:

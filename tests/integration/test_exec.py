@@ -59,8 +59,8 @@ def test_a_bad_flag_value_is_reported_with_the_flag_as_typed(fresh_home: FakeHom
     marker = fresh_home.work / "ran"
     r = fresh_home.run(["touch", str(marker)], opts=["--allow-domain", "http://x.com"])
     assert r.returncode == 125, r
-    assert r.stderr == ("safebox: --allow-domain http://x.com: not a domain name: give the name alone, "
-                        "without a scheme, port, path or user\n")
+    assert r.stderr == ("safebox: --allow-domain http://x.com: not a domain name: give the name alone "
+                        "(or name:port), without a scheme, path or user\n")
     assert not marker.exists()
 
 

@@ -24,7 +24,7 @@ def layer(data: dict, name: str = "p.json", project: bool = False) -> Layer:
     ({"network": {"allowedDomains": ["http://x.com"]}}, "network.allowedDomains[0]"),
     ({"network": {"allowedDomains": ["x.com", "*.com"]}}, "network.allowedDomains[1]"),
     ({"network": {"allowedDomains": ["*"]}}, "network.allowedDomains[0]"),
-    ({"network": {"allowedDomains": ["x.com:443"]}}, "network.allowedDomains[0]"),
+    ({"network": {"allowedDomains": ["x.com:0"]}}, "network.allowedDomains[0]"),
     ({"network": {"allowedDomains": "x.com"}}, "network.allowedDomains"),
     ({"network": {"allowLocalBinding": "yes"}}, "network.allowLocalBinding"),
     ({"filesystem": {"denyRead": [""]}}, "filesystem.denyRead[0]"),
@@ -190,7 +190,7 @@ WRONG: list[tuple[str, object, str]] = [
     ("network.allowedDomains", "x.com", 'network.allowedDomains: must be a list of domain names, not the string "x.com"'),
     ("network.allowedDomains", [3], "network.allowedDomains[0]: must be a domain name, not the number 3"),
     ("network.allowedDomains", ["http://x.com"], 'network.allowedDomains[0] = "http://x.com": not a domain name: '
-                                                 "give the name alone, without a scheme, port, path or user"),
+                                                 "give the name alone (or name:port), without a scheme, path or user"),
     ("network.allowedDomains", ["[zz]"], 'network.allowedDomains[0] = "[zz]": not an IPv6 address between the brackets'),
     ("network.deniedDomains", {"a": 1}, "network.deniedDomains: must be a list of domain names (or '*'), "
                                         "not a table/object"),
@@ -301,9 +301,10 @@ def test_an_srt_key_safebox_does_not_support_says_why(monkeypatch) -> None:
 
 @pytest.mark.parametrize("flags, message", [
     (Flags(allow_domains=("http://x.com",)),
-     "--allow-domain http://x.com: not a domain name: give the name alone, without a scheme, port, path or user"),
+     "--allow-domain http://x.com: not a domain name: give the name alone (or name:port), without a scheme, path or user"),
     (Flags(allow_domains=("ok.com", "*.com")), "--allow-domain '*.com': too broad: it covers a whole top-level domain"),
-    (Flags(deny_domains=("x.com:443",)), "--deny-domain x.com:443: not a domain name"),
+    (Flags(deny_domains=("x.com:https",)), "--deny-domain x.com:https: not a domain name"),
+    (Flags(allow_domains=("x.com:70000",)), "--allow-domain x.com:70000: port 70000 is out of range (1 to 65535)"),
     (Flags(allow_write=("~root/x",)), "--allow-write '~root/x': only '~' and '~/...' are supported, not '~user'"),
     (Flags(deny_read=("",)), "--deny-read '': a path must be non-empty and contain no NUL byte"),
     (Flags(deny_write=("a\0b",)), "--deny-write 'a\\x00b': a path must be non-empty and contain no NUL byte"),

@@ -8,6 +8,8 @@ Two checks run for every request, in this order:
    ``allowedDomains``; ``*.example.com`` matches strict subdomains only, never
    the apex; ``*`` in ``deniedDomains`` refuses every host and IP literal.
    IP literals pass only when listed literally in ``allowedDomains``.
+   An entry with a ``:port`` suffix (``api.example.com:443``, ``*:22``; srt's
+   syntax) matches that destination port only; one without matches every port.
 2. :meth:`NetworkRules.check_address` on *every* address the name resolves to
    (DNS rebinding: an allowed name that resolves inward gets nowhere).
    Loopback, private, link-local, CGNAT, multicast, reserved, … are refused
@@ -21,10 +23,12 @@ filesystem; the tests are tables.
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 from dataclasses import dataclass
 
 from safebox.domains import DENY_ALL, HostError, IPAddress, check_pattern, normalize_host, parse_ip_literal
+from safebox.hostport import split_port
 
 __all__ = [
     "RULE_ALLOWED",
@@ -36,6 +40,7 @@ __all__ = [
     "NetworkRules",
     "normalize_host",
     "parse_ip_literal",
+    "validate_entry",
     "validate_pattern",
 ]
 
@@ -91,6 +96,30 @@ def validate_pattern(pattern: str, *, denied: bool = False) -> str:
     """The canonical form of one ``allowedDomains`` (or, with ``denied``,
     ``deniedDomains``) entry; :func:`safebox.domains.check_pattern`."""
     return check_pattern(pattern, denied=denied)
+
+
+def validate_entry(entry: str, *, denied: bool = False) -> str:
+    """:func:`validate_pattern`, by its ``host:port`` name: the canonical
+    entry with its optional port (``Example.COM:443`` → ``example.com:443``)."""
+    return check_pattern(entry, denied=denied)
+
+
+@functools.lru_cache(maxsize=1024)
+def _entry(canonical: str) -> tuple[str, int | None]:
+    """(pattern, port) of a canonical entry; the pattern without brackets."""
+    host, port = split_port(canonical)
+    return host.strip("[]"), port
+
+
+def _port_ok(entry_port: int | None, port: int | None, *, deny: bool) -> bool:
+    """Whether an entry's port covers the destination ``port``. An unknown
+    ``port`` (``None``) is covered by a ported deny entry but never by a
+    ported allow entry: when in doubt, refuse."""
+    if entry_port is None:
+        return True
+    if port is None:
+        return deny
+    return entry_port == port
 
 
 def _matches(name: str, pattern: str) -> bool:
@@ -199,19 +228,39 @@ class NetworkRules:
             allow_local_destinations=allow_local_destinations,
         )
 
-    def _literal_ips(self, patterns: tuple[str, ...]) -> set[IPAddress]:
-        """The IP literals among canonical ``patterns``."""
+    def _literal_ips(self, patterns: tuple[str, ...], port: int | None = None, *,
+                     deny: bool = False) -> set[IPAddress]:
+        """The IP literals among canonical ``patterns`` whose port covers ``port``."""
         found: set[IPAddress] = set()
         for p in patterns:
-            if not p.startswith("*."):
+            pattern, entry_port = _entry(p)
+            if not pattern.startswith("*") and _port_ok(entry_port, port, deny=deny):
                 try:
-                    found.add(ipaddress.ip_address(p))
+                    found.add(ipaddress.ip_address(pattern))
                 except ValueError:
                     pass
         return found
 
-    def check_host(self, host: str) -> Decision:
-        """Decide on the host a client asked for, before any resolution."""
+    def _deny_all(self, port: int | None) -> str | None:
+        """The ``*`` (or ``*:port``) entry of ``deniedDomains`` covering ``port``."""
+        for p in self.denied:
+            pattern, entry_port = _entry(p)
+            if pattern == DENY_ALL and _port_ok(entry_port, port, deny=True):
+                return p
+        return None
+
+    def _other_ports(self, name: str) -> str:
+        """The ``allowedDomains`` entries naming ``name`` with a port, for a
+        refusal that says which ports are allowed (empty when none)."""
+        hits = [p for p in self.allowed if _entry(p)[1] is not None and _matches(name, _entry(p)[0])]
+        return ", ".join(repr(p) for p in hits)
+
+    def check_host(self, host: str, port: int | None = None) -> Decision:
+        """Decide on the host a client asked for, before any resolution.
+
+        ``port`` is the destination port; entries with a ``:port`` suffix
+        match only it. ``None`` (unknown) matches no ported allow entry.
+        """
         try:
             name = normalize_host(host)
         except HostError as exc:
@@ -220,45 +269,59 @@ class NetworkRules:
             ip = ipaddress.ip_address(name)
         except ValueError:
             ip = None
-        if DENY_ALL in self.denied:
+        everything = self._deny_all(port)
+        if everything is not None:
             # Names and IP literals alike: "refuses everything" (policy-reference.md).
-            return Decision(False, RULE_DENIED, f"{name} matches '*' in {RULE_DENIED}")
+            return Decision(False, RULE_DENIED, f"{name} matches {everything!r} in {RULE_DENIED}")
+        on = f" port {port}" if port is not None else ""
         if ip is not None:
-            if ip in self._literal_ips(self.denied):
+            if ip in self._literal_ips(self.denied, port, deny=True):
                 return Decision(False, RULE_DENIED, f"{name} is listed in {RULE_DENIED}")
-            if ip in self._literal_ips(self.allowed):
+            if ip in self._literal_ips(self.allowed, port):
                 return Decision(True, RULE_ALLOWED, f"{name} is listed literally in {RULE_ALLOWED}")
+            others = self._other_ports(name)
+            if others:
+                return Decision(False, RULE_ALLOWED,
+                                f"{name}{on} is not allowed: {RULE_ALLOWED} allows it only as {others}")
             return Decision(
                 False, RULE_ALLOWED,
                 f"IP address {name} is not listed literally in {RULE_ALLOWED}",
             )
         for p in self.denied:
-            if _matches(name, p):
+            pattern, entry_port = _entry(p)
+            if _matches(name, pattern) and _port_ok(entry_port, port, deny=True):
                 return Decision(False, RULE_DENIED, f"{name} matches {p!r} in {RULE_DENIED}")
         for p in self.allowed:
-            if _matches(name, p):
+            pattern, entry_port = _entry(p)
+            if _matches(name, pattern) and _port_ok(entry_port, port, deny=False):
                 return Decision(True, RULE_ALLOWED, f"{name} matches {p!r} in {RULE_ALLOWED}")
+        others = self._other_ports(name)
+        if others:
+            return Decision(False, RULE_ALLOWED,
+                            f"{name}{on} is not allowed: {RULE_ALLOWED} allows it only as {others}")
         return Decision(False, RULE_ALLOWED, f"{name} is not in {RULE_ALLOWED}")
 
-    def check_address(self, ip: IPAddress, *, host: str = "") -> Decision:
+    def check_address(self, ip: IPAddress, *, host: str = "", port: int | None = None) -> Decision:
         """Decide on one address a host resolved to (or an IP literal).
 
-        An address listed literally in ``allowedDomains`` is an explicit grant
-        and passes whatever its class; a listed ``deniedDomains`` literal never
-        passes.  ``host`` only enriches the reason.
+        An address listed literally in ``allowedDomains`` (for ``port``, when
+        the entry has one) is an explicit grant and passes whatever its class;
+        a listed ``deniedDomains`` literal never passes.  ``host`` only
+        enriches the reason.
         """
         via = f"{host} resolves to " if host and host != ip.compressed else ""
-        if DENY_ALL in self.denied:  # check_host refused already; kept for callers that skip it
-            return Decision(False, RULE_DENIED, f"{via}{ip.compressed} matches '*' in {RULE_DENIED}")
+        everything = self._deny_all(port)
+        if everything is not None:  # check_host refused already; kept for callers that skip it
+            return Decision(False, RULE_DENIED, f"{via}{ip.compressed} matches {everything!r} in {RULE_DENIED}")
         embedded = _embedded_ipv4(ip) if isinstance(ip, ipaddress.IPv6Address) else []
         # A denied IPv4 literal is denied in every form an IPv6 answer can
         # carry it (::ffff:a.b.c.d, NAT64, 6to4): the dual-stack socket
         # reaches the same host (found in review).
-        denied = self._literal_ips(self.denied)
+        denied = self._literal_ips(self.denied, port, deny=True)
         hit = next((a for a in (ip, *embedded) if a in denied), None)
         if hit is not None:
             return Decision(False, RULE_DENIED, f"{via}{ip.compressed}, {hit.compressed} is listed in {RULE_DENIED}")
-        literal = self._literal_ips(self.allowed)
+        literal = self._literal_ips(self.allowed, port)
         if ip in literal:
             return Decision(True, RULE_ALLOWED, f"{ip.compressed} is listed literally in {RULE_ALLOWED}")
         if _is_metadata(ip) or any(_is_metadata(v4) for v4 in embedded):
@@ -277,11 +340,11 @@ class NetworkRules:
             f"{via}{ip.compressed}, a {cls} address; local destinations need {RULE_LOCAL}",
         )
 
-    def check_addresses(self, addresses: list[IPAddress], *, host: str = "") -> Decision:
+    def check_addresses(self, addresses: list[IPAddress], *, host: str = "", port: int | None = None) -> Decision:
         """Check every address; the first refusal wins, else the first grant."""
         if not addresses:
             return Decision(False, RULE_REQUEST, f"{host} resolved to no address")
-        verdicts = [self.check_address(a, host=host) for a in addresses]
+        verdicts = [self.check_address(a, host=host, port=port) for a in addresses]
         for d in verdicts:
             if not d.allowed:
                 return d

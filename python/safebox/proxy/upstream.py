@@ -438,7 +438,7 @@ class Gate:
         Raises :class:`Refused` (policy) or :class:`UpstreamError` (network).
         Never resolves twice: the connection goes to an address that was checked.
         """
-        decision = self.rules.check_host(host)
+        decision = self.rules.check_host(host, port)
         if not decision.allowed:
             self.record(host, port, protocol, decision)
             if self.explain is not None:
@@ -464,7 +464,7 @@ class Gate:
                 ip = ipaddress.ip_address(str(info[4][0]).split("%", 1)[0])
                 if ip not in addresses:
                     addresses.append(ip)
-        decision = self.rules.check_addresses(addresses, host=name)
+        decision = self.rules.check_addresses(addresses, host=name, port=port)
         self.record(host, port, protocol, decision)
         if not decision.allowed:
             if self.explain is not None:

@@ -1,0 +1,115 @@
+"""``host:port`` entries through the real ``safebox exec``: sandboxed curl
+against two HTTP servers on 127.0.0.1, reached by the name ``localhost``
+(``allowLocalDestinations``). An entry with a port lets the host through on
+that port only; the other port is refused with the reason, on every proxy
+path (HTTP, CONNECT, SOCKS5). Loopback only."""
+
+from __future__ import annotations
+
+import http.server
+import json
+import threading
+from collections.abc import Iterator
+
+import pytest
+
+from sbx import FakeHome, token
+
+pytestmark = pytest.mark.needs_bwrap
+
+SOCKS = ["-x", "socks5h://127.0.0.1:1080"]
+
+
+class _Hits(http.server.BaseHTTPRequestHandler):
+    hits: list[tuple[int, str]] = []
+
+    def do_GET(self) -> None:  # noqa: N802
+        port = self.server.server_address[1]
+        type(self).hits.append((port, self.path))
+        body = f"served-by-{port}".encode()
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.fixture(scope="module")
+def two_ports() -> Iterator[tuple[int, int]]:
+    servers = []
+    for _ in range(2):
+        srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Hits)
+        srv.daemon_threads = True
+        threading.Thread(target=srv.serve_forever, daemon=True).start()
+        servers.append(srv)
+    yield servers[0].server_address[1], servers[1].server_address[1]
+    for srv in servers:
+        srv.shutdown()
+        srv.server_close()
+
+
+def _policy(home: FakeHome, network: dict[str, object]) -> list[str]:
+    path = home.root / f"policy-{token()}.json"
+    path.write_text(json.dumps({"network": {"allowLocalDestinations": True, **network}}))
+    return ["-p", str(path)]
+
+
+def _curl(home: FakeHome, args: list[str], url: str, opts: list[str]):  # type: ignore[no-untyped-def]
+    return home.run(["curl", "-sS", "--max-time", "20", *args, url], opts=opts)
+
+
+def test_a_host_with_a_port_is_reachable_on_that_port(shared_home: FakeHome, two_ports: tuple[int, int]) -> None:
+    good, _ = two_ports
+    opts = _policy(shared_home, {"allowedDomains": [f"localhost:{good}"]})
+    for args in ([], ["-p"], SOCKS):
+        r = _curl(shared_home, args, f"http://localhost:{good}/ok", opts)
+        assert (r.returncode, r.stdout) == (0, f"served-by-{good}"), (args, r.stderr)
+
+
+def test_the_same_host_on_another_port_is_refused_with_the_reason(shared_home: FakeHome,
+                                                                  two_ports: tuple[int, int]) -> None:
+    good, other = two_ports
+    opts = _policy(shared_home, {"allowedDomains": [f"localhost:{good}"]})
+    before = [h for h in _Hits.hits if h[0] == other]
+    r = _curl(shared_home, ["-D", "/dev/stderr"], f"http://localhost:{other}/no", opts)
+    assert r.returncode == 0 and "403 Forbidden" in r.stderr, r.stderr
+    assert r.stdout == (f"safebox: connection to localhost port {other} refused: localhost port {other} is not "
+                        f"allowed: network.allowedDomains allows it only as 'localhost:{good}'\n"
+                        "To allow it, change network.allowedDomains in the safebox policy.\n")
+    r = _curl(shared_home, ["-p"], f"http://localhost:{other}/no", opts)
+    assert r.returncode == 56 and "CONNECT tunnel failed, response 403" in r.stderr
+    r = _curl(shared_home, SOCKS, f"http://localhost:{other}/no", opts)
+    assert r.returncode == 97, r.stderr
+    assert [h for h in _Hits.hits if h[0] == other] == before  # nothing reached the other server
+
+
+def test_control_without_a_port_the_entry_covers_every_port(shared_home: FakeHome,
+                                                             two_ports: tuple[int, int]) -> None:
+    good, other = two_ports
+    opts = _policy(shared_home, {"allowedDomains": ["localhost"]})
+    for port in (good, other):
+        r = _curl(shared_home, [], f"http://localhost:{port}/any", opts)
+        assert (r.returncode, r.stdout) == (0, f"served-by-{port}"), r.stderr
+
+
+def test_a_denied_host_with_a_port_is_refused_on_that_port_only(shared_home: FakeHome,
+                                                                two_ports: tuple[int, int]) -> None:
+    good, other = two_ports
+    opts = _policy(shared_home, {"allowedDomains": ["localhost"], "deniedDomains": [f"localhost:{other}"]})
+    r = _curl(shared_home, [], f"http://localhost:{good}/ok", opts)
+    assert (r.returncode, r.stdout) == (0, f"served-by-{good}"), r.stderr
+    r = _curl(shared_home, [], f"http://localhost:{other}/no", opts)
+    assert r.stdout.startswith(f"safebox: connection to localhost port {other} refused: localhost matches "
+                               f"'localhost:{other}' in network.deniedDomains\n"), r.stdout
+
+
+def test_policy_check_accepts_an_srt_file_with_host_port_entries(shared_home: FakeHome) -> None:
+    from sbx import SAFEBOX, host
+
+    path = shared_home.root / f"srt-{token()}.json"
+    path.write_text(json.dumps({"network": {"allowedDomains": ["registry.npmjs.org:443", "*.example.com:8443",
+                                                               "[2001:db8::1]:443"], "deniedDomains": []}}))
+    r = host([str(SAFEBOX), "policy", "check", str(path)], env=shared_home.env())
+    assert r.returncode == 0, r.stderr
