@@ -750,6 +750,13 @@ def run(req: ExecRequest, *, prescan: dict[tuple[str, int], Any] | None = None) 
         bridges: tuple[Bridge, ...] = ()
         connect_ports: tuple[int, ...] = ()
         net = NetKind.PROXY if policy.allowed_domains else NetKind.NONE
+        netplan = None
+        if policy.needs_netplan(os.environ):  # srt's parentProxy, tlsTerminate, credentials (netplan.py)
+            from safebox.netplan import prepare
+
+            netplan = prepare(policy, environ=os.environ, networked=net is NetKind.PROXY)
+            for note in netplan.notes if req.verbose else ():
+                _say(note)
         if net is NetKind.PROXY:
             if layers is Layers.BWRAP_ONLY and socat is None:
                 raise BuildError("socat not found; without the helper it bridges the proxy into the sandbox",
@@ -760,7 +767,8 @@ def run(req: ExecRequest, *, prescan: dict[tuple[str, int], Any] | None = None) 
                 proxy = ProxyServer(ProxyConfig(
                     allowed_domains=policy.allowed_domains, denied_domains=policy.denied_domains,
                     allow_local_destinations=policy.allow_local_destinations,
-                    audit_log=req.audit_log or None, explain=not req.quiet),
+                    audit_log=req.audit_log or None, explain=not req.quiet,
+                    parent=netplan.parent if netplan else None),
                     run_dir=run_path, tcp=layers is Layers.HELPER_ONLY,
                     # Unix sockets only for the socat bridges of --without helper;
                     # with the helper, the proxy serves on the listeners it hands over.

@@ -238,6 +238,38 @@ WRONG: list[tuple[str, object, str]] = [
     ("ripgrep.command", 1, "ripgrep.command: must be a string, not the number 1"),
     ("ripgrep.args", "-uu", 'ripgrep.args: must be a list of strings, not the string "-uu"'),
     ("ripgrep.args", [{}], "ripgrep.args[0]: must be a string, not a table/object"),
+    ("network.tlsTerminate", True, "network.tlsTerminate: must be a table/object, not true"),
+    ("network.tlsTerminate", {}, None),  # an empty table turns termination on with a per-run CA
+    ("network.tlsTerminate", {"caCertPath": 1}, "network.tlsTerminate.caCertPath: must be a path, not the number 1"),
+    ("network.tlsTerminate", {"excludeDomains": ["http://x.com"]},
+     'network.tlsTerminate.excludeDomains[0] = "http://x.com": not a domain name'),
+    ("network.tlsTerminate", {"extraCaCertPaths": "/ca.pem"},
+     'network.tlsTerminate.extraCaCertPaths: must be a list of paths, not the string "/ca.pem"'),
+    ("network.tlsTerminate", {"filterRequest": "x"}, "network.tlsTerminate.filterRequest: unknown key"),
+    ("network.parentProxy", "http://p:3128", 'network.parentProxy: must be a table/object, not the string '
+                                             '"http://p:3128"'),
+    ("network.parentProxy", {"http": "socks5://p:1080"}, 'network.parentProxy.http = "socks5://p:1080": the proxy '
+                                                         "URL must start with http:// or https://, not 'socks5'"),
+    ("network.parentProxy", {"https": "http://p:99999"}, 'network.parentProxy.https = "http://p:99999": not a '
+                                                         "proxy URL"),
+    ("network.parentProxy", {"noProxy": ["a.com"]}, "network.parentProxy.noProxy: must be a string, not a list"),
+    ("credentials", [], "credentials: must be a table/object, not a list"),
+    ("credentials.envVars", [{"name": "GH_TOKEN"}], "credentials.envVars[0].mode: must be"),
+    ("credentials.envVars", [{"name": "GH TOKEN", "mode": "deny"}], 'credentials.envVars[0].name = "GH TOKEN": '
+                                                                    "an environment variable name uses only"),
+    ("credentials.envVars", [{"name": "T", "mode": "hide"}], 'credentials.envVars[0].mode: must be "deny" or '
+                                                             '"mask", not the string "hide"'),
+    ("credentials.envVars", [{"name": "T", "mode": "mask", "injectHosts": ["*"]}],
+     'credentials.envVars[0].injectHosts[0] = "*"'),
+    ("credentials.envVars", [{"name": "T", "mode": "mask", "decode": "jwt"}],
+     "credentials.envVars[0].decode: a sandbox-runtime key that safebox does not support: safebox masks the whole "
+     "value only"),
+    ("credentials.files", [{"path": "", "mode": "deny"}], 'credentials.files[0].path = "": a path must be non-empty'),
+    ("credentials.files", [{"path": "~/.netrc", "mode": "mask", "extract": "password (\\S+)"}],
+     "credentials.files[0].extract: a sandbox-runtime key that safebox does not support"),
+    ("credentials.allowPlaintextInject", "yes", 'credentials.allowPlaintextInject: must be true or false, '
+                                                'not the string "yes"'),
+    ("credentials.awsPairs", [], "credentials.awsPairs: a sandbox-runtime key that safebox does not support"),
     ("enableWeakerNestedSandbox", "no", 'enableWeakerNestedSandbox: must be true or false, not the string "no"'),
     ("enableWeakerNestedSandbox", True, "enableWeakerNestedSandbox: safebox never weakens its sandbox"),
     ("presets", "npm", 'presets: must be a list of preset names, not the string "npm"'),

@@ -11,7 +11,10 @@ from safebox._record import Frozen
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from collections.abc import Mapping
     from typing import Any
+
+_PROXY_ENV = ("HTTP_PROXY", "http_proxy", "HTTPS_PROXY", "https_proxy")
 
 
 class EffectivePolicy(Frozen):
@@ -32,6 +35,21 @@ class EffectivePolicy(Frozen):
     env_allow: tuple[str, ...] = ()
     search_depth: int = 6
     strict: bool = False
+    # srt's network.tlsTerminate (docs/network.md, "TLS termination").
+    tls_terminate: bool = False
+    tls_ca_cert_path: str | None = None
+    tls_ca_key_path: str | None = None
+    tls_exclude_domains: tuple[str, ...] = ()
+    tls_extra_ca_cert_paths: tuple[str, ...] = ()
+    # srt's network.parentProxy; None: not set (the environment decides).
+    parent_proxy_http: str | None = None
+    parent_proxy_https: str | None = None
+    parent_proxy_no_proxy: str | None = None
+    # srt's credentials: (variable name or expanded path, "deny"|"mask",
+    # injectHosts or None for network.allowedDomains).
+    credential_env_vars: tuple[tuple[str, str, tuple[str, ...] | None], ...] = ()
+    credential_files: tuple[tuple[str, str, tuple[str, ...] | None], ...] = ()
+    allow_plaintext_inject: bool = False
     # Where each entry came from, for `safebox policy show`: (key as files
     # spell it, value, layer: "defaults", a file's path or "command line"),
     # in layer order; for a scalar only the layer whose value won.
@@ -58,6 +76,15 @@ class EffectivePolicy(Frozen):
                     return f"the built-in {key} entry {value}"
                 return f"{layer}: {key} entry {value}"
         return f"{key} entry {value}"
+
+    def needs_netplan(self, environ: Mapping[str, str]) -> bool:
+        """Whether the run needs ``safebox/netplan.py`` (srt's tlsTerminate,
+        parentProxy or credentials keys, or a proxy named by the
+        environment, which srt's parentProxy falls back to). Cheap, so a run
+        without them imports none of that code."""
+        return bool(self.tls_terminate or self.credential_env_vars or self.credential_files
+                    or self.parent_proxy_http is not None or self.parent_proxy_https is not None
+                    or (self.allowed_domains and any(environ.get(k) for k in _PROXY_ENV)))
 
     def to_json_dict(self) -> dict[str, Any]:
         """A JSON-ready dict (tuples become lists)."""

@@ -44,6 +44,12 @@ _WIDENING = (
     ("env", "allow"),
     ("trustProjectFiles",),
     ("presets",),  # a preset allows its registry's domains
+    # A parent proxy sees every destination (and plain-HTTP contents); TLS
+    # termination and plaintext injection change where credentials go.
+    # Masked credential entries are checked apart (_srt_extras).
+    ("network", "parentProxy"),
+    ("network", "tlsTerminate"),
+    ("credentials", "allowPlaintextInject"),
 )
 
 
@@ -257,8 +263,11 @@ def _unknown_key(loc: tuple[Any, ...]) -> str:
     from safebox.policy.model import SRT_KEYS_NOT_SUPPORTED
 
     dotted = ".".join(str(p) for p in loc)
-    if dotted in SRT_KEYS_NOT_SUPPORTED:
-        return f"a sandbox-runtime key that safebox does not support: {SRT_KEYS_NOT_SUPPORTED[dotted]}"
+    # Keys inside list entries (credentials.envVars[0].decode) are listed
+    # without the index.
+    srt_key = ".".join(str(p) for p in loc if not isinstance(p, int))
+    if srt_key in SRT_KEYS_NOT_SUPPORTED:
+        return f"a sandbox-runtime key that safebox does not support: {SRT_KEYS_NOT_SUPPORTED[srt_key]}"
     known = _known_keys()
     parent = ".".join(str(p) for p in loc[:-1])
     siblings = [k for k in known if k.rpartition(".")[0] == parent]
@@ -433,7 +442,8 @@ def merge(layers: list[tuple[Layer, dict[str, Any]]], ctx: Context) -> Effective
     merged = {k: dedupe(v) for k, v in lists.items()}
     from safebox.policy.presets import active
 
-    return EffectivePolicy(**merged, **scalars, sources=tuple(sources),
+    extras = _srt_extras(layers, ctx, trust=trust, sources=sources)
+    return EffectivePolicy(**merged, **scalars, **extras, sources=tuple(sources),
                            cache_presets=active(merged["presets"], merged["allowed_domains"]))
 
 
@@ -461,6 +471,71 @@ def _apply_allow_read(deny: list[str], allow: list[str], origin: dict[tuple[str,
     shown = [(k, v, f"{src} (re-allowed by filesystem.allowRead from {origin[('allow_read', v)]})")
              if k == "filesystem.denyRead" and v in gone else (k, v, src) for k, v, src in sources]
     return [d for d in deny if d not in gone], shown
+
+
+def _srt_extras(layers: list[tuple[Layer, dict[str, Any]]], ctx: Context, *, trust: bool,
+                sources: list[tuple[str, Any, str]]) -> dict[str, Any]:
+    """The srt network and credential keys (``network.tlsTerminate``,
+    ``network.parentProxy``, ``credentials``), merged as the rest: lists
+    concatenate, scalars later wins; a credential entry named again (same
+    variable or path) is replaced by the later one. Appends to ``sources``.
+    Masked credential entries in an untrusted project file are refused: a
+    cloned repository must not make the caller's secrets usable."""
+    out: dict[str, Any] = {}
+    exclude: list[str] = []
+    extra_cas: list[str] = []
+    env_entries: dict[str, tuple[str, str, tuple[str, ...] | None]] = {}
+    file_entries: dict[str, tuple[str, str, tuple[str, ...] | None]] = {}
+
+    def note(key: str, value: Any, layer: Layer, *, scalar: bool = False) -> None:
+        nonlocal sources
+        if scalar:
+            sources[:] = [s for s in sources if s[0] != key]
+        sources.append((key, value, layer.name))
+
+    for layer, doc in layers:
+        tls = _get(doc, ("network", "tlsTerminate"))
+        if tls is not None:
+            if not out.get("tls_terminate"):
+                note("network.tlsTerminate", True, layer, scalar=True)
+            out["tls_terminate"] = True
+            for key, field in (("caCertPath", "tls_ca_cert_path"), ("caKeyPath", "tls_ca_key_path")):
+                if tls.get(key) is not None:
+                    out[field] = expand_path(tls[key], ctx)
+                    note(f"network.tlsTerminate.{key}", out[field], layer, scalar=True)
+            for d in tls.get("excludeDomains") or ():
+                exclude.append(d)
+                note("network.tlsTerminate.excludeDomains", d, layer)
+            for pth in tls.get("extraCaCertPaths") or ():
+                extra_cas.append(expand_path(pth, ctx))
+                note("network.tlsTerminate.extraCaCertPaths", extra_cas[-1], layer)
+        parent = _get(doc, ("network", "parentProxy")) or {}
+        for key, field in (("http", "parent_proxy_http"), ("https", "parent_proxy_https"),
+                           ("noProxy", "parent_proxy_no_proxy")):
+            if parent.get(key) is not None:
+                out[field] = parent[key]
+                note(f"network.parentProxy.{key}", parent[key], layer, scalar=True)
+        creds = _get(doc, ("credentials",)) or {}
+        for kind, store, key in (("envVars", env_entries, "name"), ("files", file_entries, "path")):
+            for entry in creds.get(kind) or ():
+                if entry["mode"] == "mask" and layer.project and not trust:
+                    raise PolicyError(
+                        f"{layer.name}: credentials.{kind}: a project file may not mask a credential "
+                        "(the proxy would put the real value into requests)",
+                        hint="set trustProjectFiles = true in your user policy or pass the file with --policy")
+                ident = expand_path(entry[key], ctx) if kind == "files" else entry[key]
+                hosts = entry.get("injectHosts")
+                store.pop(ident, None)  # a later entry for the same name wins, and moves last
+                store[ident] = (ident, entry["mode"], tuple(hosts) if hosts is not None else None)
+                note(f"credentials.{kind}", f"{ident} ({entry['mode']})", layer)
+        if creds.get("allowPlaintextInject") is not None:
+            out["allow_plaintext_inject"] = creds["allowPlaintextInject"]
+            note("credentials.allowPlaintextInject", creds["allowPlaintextInject"], layer, scalar=True)
+    out["tls_exclude_domains"] = tuple(dict.fromkeys(exclude))
+    out["tls_extra_ca_cert_paths"] = tuple(dict.fromkeys(extra_cas))
+    out["credential_env_vars"] = tuple(env_entries.values())
+    out["credential_files"] = tuple(file_entries.values())
+    return out
 
 
 # Policy keys (as files spell them) → EffectivePolicy fields; lists also say
@@ -500,6 +575,30 @@ def policy_document(eff: EffectivePolicy) -> dict[str, Any]:
         for part in key[:-1]:
             node = node.setdefault(part, {})
         node[key[-1]] = list(value) if isinstance(value, tuple) else value
+    if eff.tls_terminate:
+        tls: dict[str, Any] = {"excludeDomains": list(eff.tls_exclude_domains),
+                               "extraCaCertPaths": list(eff.tls_extra_ca_cert_paths)}
+        if eff.tls_ca_cert_path is not None:
+            tls["caCertPath"] = eff.tls_ca_cert_path
+        if eff.tls_ca_key_path is not None:
+            tls["caKeyPath"] = eff.tls_ca_key_path
+        out["network"]["tlsTerminate"] = tls
+    parent = {k: v for k, v in (("http", eff.parent_proxy_http), ("https", eff.parent_proxy_https),
+                                ("noProxy", eff.parent_proxy_no_proxy)) if v is not None}
+    if parent:
+        out["network"]["parentProxy"] = parent
+    if eff.credential_env_vars or eff.credential_files or eff.allow_plaintext_inject:
+        def entry(key: str, ident: str, mode: str, hosts: tuple[str, ...] | None) -> dict[str, Any]:
+            e: dict[str, Any] = {key: ident, "mode": mode}
+            if hosts is not None:
+                e["injectHosts"] = list(hosts)
+            return e
+
+        out["credentials"] = {
+            "envVars": [entry("name", *e) for e in eff.credential_env_vars],
+            "files": [entry("path", *e) for e in eff.credential_files],
+            "allowPlaintextInject": eff.allow_plaintext_inject,
+        }
     return out
 
 

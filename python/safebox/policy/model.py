@@ -9,7 +9,7 @@ weaker sandbox.
 from __future__ import annotations
 
 import re
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
@@ -77,11 +77,28 @@ def _check_env_pattern(value: str) -> str:
     return value
 
 
+def _check_proxy_url(value: str) -> str:
+    """A ``network.parentProxy`` URL: ``http[s]://[user[:password]@]host[:port]``."""
+    from safebox.proxy.parent import parse_proxy_url
+
+    parse_proxy_url(value)
+    return value
+
+
+def _check_env_name(value: str) -> str:
+    if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", value):
+        raise ValueError("an environment variable name uses only letters, digits and '_', not starting with a digit")
+    return value
+
+
 DomainPattern = Annotated[str, AfterValidator(_check_domain_pattern)]
 DeniedPattern = Annotated[str, AfterValidator(_check_denied_pattern)]
 PolicyPath = Annotated[str, AfterValidator(_check_path)]
 EnvPattern = Annotated[str, AfterValidator(_check_env_pattern)]
 PresetName = Annotated[str, AfterValidator(_check_preset)]
+ProxyUrl = Annotated[str, AfterValidator(_check_proxy_url)]
+EnvName = Annotated[str, AfterValidator(_check_env_name)]
+CredentialMode = Literal["deny", "mask"]
 Port = Annotated[int, Field(ge=1, le=65535)]
 SearchDepth = Annotated[int, Field(ge=1, le=20)]
 
@@ -94,6 +111,9 @@ NOUNS: dict[Any, tuple[str, str]] = {
     PolicyPath: ("a path", "paths"),
     EnvPattern: ("an environment variable pattern", "environment variable patterns"),
     PresetName: ("a preset name", "preset names"),
+    ProxyUrl: ("a proxy URL (http://host:port)", "proxy URLs"),
+    EnvName: ("an environment variable name", "environment variable names"),
+    CredentialMode: ('"deny" or "mask"', '"deny"/"mask" values'),
     Port: ("a port number from 1 to 65535", "port numbers"),
     SearchDepth: ("a whole number from 1 to 20", "whole numbers from 1 to 20"),
     str: ("a string", "strings"),
@@ -105,11 +125,38 @@ NOUNS: dict[Any, tuple[str, str]] = {
 # why, and what to do instead. An unknown key found here is reported with
 # this reason instead of "unknown key" (policy/load.py). Empty today: every
 # srt key is either supported or accepted (see PolicyFile).
-SRT_KEYS_NOT_SUPPORTED: dict[str, str] = {}
+SRT_KEYS_NOT_SUPPORTED: dict[str, str] = {
+    # srt's structured and JWT masking, and its AWS re-signing: safebox masks
+    # whole values only (docs/policy-reference.md, "Credentials").
+    **{f"credentials.{kind}.{k}": "safebox masks the whole value only; remove the key, "
+                                   "or use mode \"deny\""
+       for kind in ("envVars", "files") for k in ("extract", "onExtractNoMatch", "decode", "maskClaims")},
+    "credentials.files.maskDuplicates": "safebox masks the whole file only; remove the key",
+    "credentials.awsPairs": "safebox does not re-sign AWS SigV4 requests; mask or deny the variables instead",
+    "credentials.sigv4": "safebox does not re-sign AWS SigV4 requests; remove the key",
+}
 
 
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True, populate_by_name=False)
+
+
+class TlsTerminateSettings(_Strict):
+    """``network.tlsTerminate`` (srt): terminate HTTPS in the proxy with a
+    per-run CA (or the one given), so that credential masking works over HTTPS."""
+
+    caCertPath: PolicyPath | None = None
+    caKeyPath: PolicyPath | None = None
+    excludeDomains: list[DomainPattern] | None = None
+    extraCaCertPaths: list[PolicyPath] | None = None
+
+
+class ParentProxySettings(_Strict):
+    """``network.parentProxy`` (srt): forward through an upstream HTTP proxy."""
+
+    http: ProxyUrl | None = None
+    https: ProxyUrl | None = None
+    noProxy: str | None = None
 
 
 class NetworkSettings(_Strict):
@@ -126,6 +173,8 @@ class NetworkSettings(_Strict):
     # filtering proxy; accepting these silently would bypass it, so they are refused.
     httpProxyPort: Port | None = None
     socksProxyPort: Port | None = None
+    tlsTerminate: TlsTerminateSettings | None = None
+    parentProxy: ParentProxySettings | None = None
 
 
 class FilesystemSettings(_Strict):
@@ -150,6 +199,33 @@ class EnvSettings(_Strict):
     allow: list[EnvPattern] | None = None
 
 
+class CredentialEnvVar(_Strict):
+    """One ``credentials.envVars`` entry (srt): ``deny`` unsets the variable
+    inside; ``mask`` shows a per-run sentinel that the proxy swaps for the
+    real value in requests to ``injectHosts`` (default: ``allowedDomains``)."""
+
+    name: EnvName
+    mode: CredentialMode
+    injectHosts: list[DomainPattern] | None = None
+
+
+class CredentialFile(_Strict):
+    """One ``credentials.files`` entry (srt): ``deny`` makes the path
+    unreadable; ``mask`` shows a copy holding a per-run sentinel instead."""
+
+    path: PolicyPath
+    mode: CredentialMode
+    injectHosts: list[DomainPattern] | None = None
+
+
+class CredentialsSettings(_Strict):
+    """``credentials`` (srt): secrets a command may use but never see."""
+
+    envVars: list[CredentialEnvVar] | None = None
+    files: list[CredentialFile] | None = None
+    allowPlaintextInject: bool | None = None
+
+
 class RipgrepSettings(_Strict):
     """srt's ``ripgrep`` key: accepted for compatibility; safebox runs ``rg`` from PATH."""
 
@@ -164,6 +240,7 @@ class PolicyFile(_Strict):
     network: NetworkSettings | None = None
     filesystem: FilesystemSettings | None = None
     env: EnvSettings | None = None
+    credentials: CredentialsSettings | None = None
     strict: bool | None = None
     trustProjectFiles: bool | None = None
     mandatoryDenySearchDepth: SearchDepth | None = None

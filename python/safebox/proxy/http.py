@@ -17,6 +17,10 @@ from dataclasses import dataclass
 from safebox.proxy.rules import RULE_REQUEST, HostError, normalize_host
 from safebox.proxy.upstream import Gate, Refused, Relay, UpstreamError, adopt_stream
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from safebox.proxy.parent import ProxyURL
+
 __all__ = ["MAX_HEAD", "HEAD_TIMEOUT", "BadRequest", "Request", "handle", "parse_request_head"]
 
 #: The request line and headers together may not exceed this (431 otherwise).
@@ -173,13 +177,21 @@ def parse_request_head(head: bytes) -> Request:
     return Request(method, host, port, path, version, tuple(headers))
 
 
-def _origin_head(req: Request, authority: str) -> bytes:
-    """The head sent upstream: origin form, hop-by-hop headers dropped, ``Connection: close``."""
+def _origin_head(req: Request, authority: str, *, via: ProxyURL | None = None) -> bytes:
+    """The head sent upstream: origin form, hop-by-hop headers dropped, ``Connection: close``.
+
+    Through a parent proxy (``via``): absolute form, and the parent's
+    ``Proxy-Authorization`` when its URL has credentials (the client's own
+    ``Proxy-*`` headers were for safebox's proxy and are dropped as always).
+    """
     named_by_connection: set[str] = set()
     for name, value in req.headers:
         if name.lower() in ("connection", "proxy-connection"):
             named_by_connection.update(t.strip().lower() for t in value.split(","))
-    out = [f"{req.method} {req.path} HTTP/1.1"]
+    target = req.path if via is None else f"http://{authority}{req.path}"
+    out = [f"{req.method} {target} HTTP/1.1"]
+    if via is not None and via.auth:
+        out.append(f"Proxy-Authorization: {via.auth}")
     has_host = False
     for name, value in req.headers:
         low = name.lower()
@@ -260,7 +272,7 @@ async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, gat
         if req.is_connect:
             writer.write(b"HTTP/1.1 200 Connection established\r\n\r\n")
         else:
-            head_up = _origin_head(req, authority)
+            head_up = _origin_head(req, authority, via=relay.via)
         relay.start(writer.transport, leftover=leftover, client_eof=eof, head=head_up)  # type: ignore[arg-type]
         await relay.done
     finally:

@@ -23,6 +23,7 @@ from safebox.proxy.upstream import Gate
 
 if TYPE_CHECKING:
     from safebox.audit import AuditLog
+    from safebox.proxy.parent import ParentProxy
 
 __all__ = ["ProxyConfig", "ProxyServer"]
 
@@ -51,6 +52,8 @@ class ProxyConfig:
     #: Print one ``safebox:`` line on stderr per refused host and port
     #: (proxy/explain.py); ``safebox exec`` turns it off with --quiet.
     explain: bool = False
+    #: ``network.parentProxy`` resolved (``proxy/parent.py: resolve_parent``); None: connect directly.
+    parent: ParentProxy | None = None
 
 
 def _receive_fds(handoff: socket.socket) -> tuple[bytes, list[int]]:
@@ -178,7 +181,8 @@ class ProxyServer:
         except OSError as exc:
             raise ProxyError(f"cannot open audit log {self.config.audit_log}: {exc.strerror}") from None
         explain = _explain_on_first_refusal() if self.config.explain else None
-        gate = self._gate = Gate(self.rules, audit=self._audit.event if self._audit else None, explain=explain)
+        gate = self._gate = Gate(self.rules, audit=self._audit.event if self._audit else None, explain=explain,
+                                 parent=self.config.parent)
         ready = threading.Event()
         failure: list[BaseException] = []
         loop = asyncio.new_event_loop()

@@ -22,7 +22,11 @@ import socket
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from safebox.proxy.rules import Decision, NetworkRules, normalize_host, parse_ip_literal
+from safebox.proxy.rules import Decision, IPAddress, NetworkRules, normalize_host, parse_ip_literal
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from safebox.proxy.parent import ParentProxy, ProxyURL
 
 __all__ = ["Gate", "Refused", "Relay", "UpstreamError", "adopt_stream"]
 
@@ -287,6 +291,8 @@ class Relay:
         self.done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self.bytes_up = 0
         self.spliced = False
+        #: The parent proxy a plain-HTTP request goes to (absolute form), if any.
+        self.via: ProxyURL | None = None
         self._splicer: _Splicer | None = None
 
     def start(self, client: asyncio.Transport, *, leftover: bytes = b"",
@@ -325,6 +331,10 @@ class Relay:
         """Move both sockets to a :class:`_Splicer`; False (nothing changed) when
         splice cannot be used and the protocol relay must run instead."""
         if not hasattr(os, "splice") or client.get_write_buffer_size() or up.get_write_buffer_size():
+            return False
+        if any(t.get_extra_info("sslcontext") is not None for t in (client, up)):
+            # A TLS transport's socket carries ciphertext: splicing it would
+            # bypass the TLS layer (an https:// parent proxy).
             return False
         socks = [t.get_extra_info("socket") for t in (client, up)]
         if any(sk is None or up.is_closing() or client.is_closing() for sk in socks):
@@ -404,11 +414,18 @@ def adopt_stream(reader: asyncio.StreamReader) -> tuple[bytes, bool]:
 
 
 _UNREACHABLE = {errno.ENETUNREACH, errno.EHOSTUNREACH, errno.EHOSTDOWN, errno.ENETDOWN}
+#: A parent proxy's answer to CONNECT may not exceed this (srt: 16 KiB).
+MAX_PARENT_HEAD = 16 * 1024
 
 
 @dataclass
 class Gate:
-    """Decides, resolves, checks every address, connects, and audits."""
+    """Decides, resolves, checks every address, connects, and audits.
+
+    ``parent`` (``network.parentProxy``, ``proxy/parent.py``) is consulted
+    after the policy: a connection it does not bypass goes through the
+    parent proxy instead of to the host directly.
+    """
 
     rules: NetworkRules
     audit: Callable[..., None] | None = None
@@ -417,9 +434,10 @@ class Gate:
     explain: Callable[[str, int, str, Decision], None] | None = None
     resolve_timeout: float = 30.0
     connect_timeout: float = 30.0
+    parent: ParentProxy | None = None
     _loop: asyncio.AbstractEventLoop | None = field(default=None, repr=False)
 
-    def record(self, host: str, port: int, protocol: str, decision: Decision) -> None:
+    def record(self, host: str, port: int, protocol: str, decision: Decision, **extra: object) -> None:
         """One audit line per decision."""
         if self.audit is not None:
             self.audit(
@@ -430,13 +448,40 @@ class Gate:
                 verdict="allow" if decision.allowed else "deny",
                 rule=decision.rule,
                 reason=decision.reason,
+                **extra,
             )
 
-    async def open(self, host: str, port: int, protocol: str, relay: Relay) -> asyncio.Transport:
-        """Check ``host:port`` and connect ``relay.upstream`` to a checked address.
+    async def _resolve(self, name: str, port: int) -> list[IPAddress]:
+        """Every address ``name`` resolves to (an IP literal: itself)."""
+        literal = parse_ip_literal(name)
+        if literal is not None:
+            return [literal]
+        loop = asyncio.get_running_loop()
+        try:
+            infos = await asyncio.wait_for(
+                loop.getaddrinfo(name, port, type=socket.SOCK_STREAM, proto=socket.IPPROTO_TCP),
+                self.resolve_timeout,
+            )
+        except (socket.gaierror, UnicodeError) as exc:
+            raise UpstreamError("resolve", f"cannot resolve {name}: {exc}") from None
+        except TimeoutError:
+            raise UpstreamError("timeout", f"resolving {name} timed out") from None
+        addresses: list[IPAddress] = []
+        for info in infos:
+            ip = ipaddress.ip_address(str(info[4][0]).split("%", 1)[0])
+            if ip not in addresses:
+                addresses.append(ip)
+        return addresses
 
-        Raises :class:`Refused` (policy) or :class:`UpstreamError` (network).
-        Never resolves twice: the connection goes to an address that was checked.
+    async def check(self, host: str, port: int, protocol: str, *, tunnel: bool = True
+                    ) -> tuple[str, list[IPAddress], ProxyURL | None]:
+        """The policy's verdict on ``host:port``: ``(canonical name, checked
+        addresses, parent proxy or None)``, audited once.
+
+        Raises :class:`Refused` or :class:`UpstreamError`. Through a parent
+        proxy the addresses are those the local resolver gave (checked like
+        any others); when it gives none the parent resolves the name
+        (docs/network.md, "Parent proxy"), and the list is empty.
         """
         decision = self.rules.check_host(host, port)
         if not decision.allowed:
@@ -445,36 +490,37 @@ class Gate:
                 self.explain(host, port, protocol, decision)
             raise Refused(decision)
         name = normalize_host(host)
-        literal = parse_ip_literal(name)
-        loop = asyncio.get_running_loop()
-        if literal is not None:
-            addresses = [literal]
+        via = self.parent.select(name, tunnel=tunnel) if self.parent is not None else None
+        if via is None:
+            addresses = await self._resolve(name, port)
         else:
             try:
-                infos = await asyncio.wait_for(
-                    loop.getaddrinfo(name, port, type=socket.SOCK_STREAM, proto=socket.IPPROTO_TCP),
-                    self.resolve_timeout,
-                )
-            except (socket.gaierror, UnicodeError) as exc:
-                raise UpstreamError("resolve", f"cannot resolve {name}: {exc}") from None
-            except TimeoutError:
-                raise UpstreamError("timeout", f"resolving {name} timed out") from None
-            addresses = []
-            for info in infos:
-                ip = ipaddress.ip_address(str(info[4][0]).split("%", 1)[0])
-                if ip not in addresses:
-                    addresses.append(ip)
-        decision = self.rules.check_addresses(addresses, host=name, port=port)
-        self.record(host, port, protocol, decision)
+                addresses = await self._resolve(name, port)
+            except UpstreamError:
+                # Behind a parent proxy the local resolver often cannot see
+                # public names: the parent resolves it (and is trusted to).
+                addresses = []
+        if addresses or via is None:
+            decision = self.rules.check_addresses(addresses, host=name, port=port)
+        if via is None:
+            self.record(host, port, protocol, decision)
+        else:
+            self.record(host, port, protocol, decision, via=via.shown)
         if not decision.allowed:
             if self.explain is not None:
                 self.explain(name, port, protocol, decision)
             raise Refused(decision)
+        return name, addresses, via
+
+    async def _connect(self, addresses: list[IPAddress], port: int,
+                       factory: Callable[[], asyncio.BaseProtocol], **kw: object) -> asyncio.Transport:
+        """Connect to the first of ``addresses`` that answers."""
+        loop = asyncio.get_running_loop()
         last: UpstreamError | None = None
         for ip in addresses:
             try:
                 transport, _ = await asyncio.wait_for(
-                    loop.create_connection(lambda: relay.upstream, host=ip.compressed, port=port),
+                    loop.create_connection(factory, host=ip.compressed, port=port, **kw),  # type: ignore[arg-type]
                     self.connect_timeout,
                 )
                 assert isinstance(transport, asyncio.Transport)
@@ -488,3 +534,91 @@ class Gate:
                 last = UpstreamError(kind, f"connecting to {ip.compressed} port {port}: {exc.strerror or exc}")
         assert last is not None
         raise last
+
+    async def open_stream(self, name: str, addresses: list[IPAddress], port: int, via: ProxyURL | None
+                          ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        """A stream to a destination :meth:`check` allowed: directly to a
+        checked address, or a CONNECT tunnel through the parent proxy."""
+        if via is not None:
+            return await self._parent_tunnel(via, name, port)
+        loop = asyncio.get_running_loop()
+        reader = asyncio.StreamReader(limit=MAX_PARENT_HEAD * 4, loop=loop)
+        transport = await self._connect(addresses, port, lambda: asyncio.StreamReaderProtocol(reader, loop=loop))
+        protocol = transport.get_protocol()
+        assert isinstance(protocol, asyncio.StreamReaderProtocol)
+        return reader, asyncio.StreamWriter(transport, protocol, reader, loop)
+
+    async def _dial_parent(self, via: ProxyURL) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        """A stream to the parent proxy itself. Its address is not checked
+        against the policy: the user named it, and it is usually private."""
+        ssl_ctx = None
+        if via.scheme == "https":
+            from safebox.proxy.tlsbase import client_context
+
+            ssl_ctx = client_context(())
+        try:
+            return await asyncio.wait_for(
+                asyncio.open_connection(via.host, via.port, ssl=ssl_ctx, limit=MAX_PARENT_HEAD * 4,
+                                        server_hostname=via.host if ssl_ctx else None),
+                self.connect_timeout)
+        except TimeoutError:
+            raise UpstreamError("timeout", f"connecting to the parent proxy {via.shown} timed out") from None
+        except ConnectionRefusedError:
+            raise UpstreamError("refused", f"the parent proxy {via.shown} refused the connection") from None
+        except OSError as exc:
+            kind = "unreachable" if exc.errno in _UNREACHABLE else "error"
+            raise UpstreamError(kind, f"connecting to the parent proxy {via.shown}: {exc.strerror or exc}") from None
+
+    async def _parent_tunnel(self, via: ProxyURL, name: str, port: int
+                             ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        """``CONNECT name:port`` through the parent proxy; the stream after its 2xx answer."""
+        reader, writer = await self._dial_parent(via)
+        authority = f"[{name}]:{port}" if ":" in name else f"{name}:{port}"
+        # `name` is canonical (normalize_host): letters, digits, '-', '_',
+        # '.', or an IP literal; it cannot carry CR/LF into this head.
+        head = f"CONNECT {authority} HTTP/1.1\r\nHost: {authority}\r\n"
+        if via.auth:
+            head += f"Proxy-Authorization: {via.auth}\r\n"
+        writer.write((head + "\r\n").encode("ascii"))
+        try:
+            answer = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), self.connect_timeout)
+        except TimeoutError:
+            writer.transport.abort()
+            raise UpstreamError("timeout", f"the parent proxy {via.shown} did not answer CONNECT") from None
+        except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, OSError):
+            writer.transport.abort()
+            raise UpstreamError("error", f"the parent proxy {via.shown} closed the connection during CONNECT") from None
+        status = answer.split(b"\r\n", 1)[0].decode("latin-1")
+        parts = status.split(" ", 2)
+        if len(parts) < 2 or not parts[0].startswith("HTTP/1.") or not parts[1].startswith("2") or len(parts[1]) != 3:
+            writer.transport.abort()
+            shown = "".join(c if c.isprintable() else "?" for c in status[:200])
+            raise UpstreamError("error", f"the parent proxy {via.shown} refused CONNECT {authority}: {shown}")
+        return reader, writer
+
+    async def open(self, host: str, port: int, protocol: str, relay: Relay) -> asyncio.Transport:
+        """Check ``host:port`` and connect ``relay.upstream`` to a checked address
+        (or through the parent proxy: then ``relay.via`` names it).
+
+        Raises :class:`Refused` (policy) or :class:`UpstreamError` (network).
+        Never resolves twice: the connection goes to an address that was checked.
+        """
+        tunnel = protocol != "http"
+        name, addresses, via = await self.check(host, port, protocol, tunnel=tunnel)
+        if via is None:
+            return await self._connect(addresses, port, lambda: relay.upstream)
+        if tunnel:
+            reader, writer = await self._parent_tunnel(via, name, port)
+        else:
+            # Plain http:// goes to the parent as a proxy request (absolute
+            # form, http.py writes it); no tunnel.
+            reader, writer = await self._dial_parent(via)
+        relay.via = via
+        transport = writer.transport
+        leftover, eof = adopt_stream(reader)
+        transport.set_protocol(relay.upstream)
+        relay.upstream.connection_made(transport)
+        relay.upstream.early += leftover
+        relay.upstream.eof = eof
+        assert isinstance(transport, asyncio.Transport)
+        return transport

@@ -1,0 +1,235 @@
+"""Loopback servers for the srt network tests: an origin that records what
+reached it (HTTP, and HTTPS under a test CA of its own), and a parent proxy
+that records what safebox's proxy sent it. Everything listens on 127.0.0.1
+and connects only to 127.0.0.1."""
+
+from __future__ import annotations
+
+import base64
+import datetime
+import http.server
+import ipaddress
+import socket
+import socketserver
+import ssl
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+
+
+@dataclass
+class Seen:
+    """One request as the origin received it."""
+
+    method: str
+    path: str
+    headers: dict[str, str]
+    body: bytes
+
+
+class _Origin(http.server.BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server: _OriginServer
+
+    def _serve(self) -> None:
+        length = int(self.headers.get("Content-Length") or 0)
+        if self.headers.get("Transfer-Encoding", "").lower() == "chunked":
+            body = b""
+            while True:
+                size = int(self.rfile.readline().split(b";")[0], 16)
+                if size == 0:
+                    self.rfile.readline()
+                    break
+                body += self.rfile.read(size)
+                self.rfile.readline()
+        else:
+            body = self.rfile.read(length) if length else b""
+        seen = Seen(self.command, self.path, {k.lower(): v for k, v in self.headers.items()}, body)
+        self.server.seen.append(seen)
+        out = self.server.reply(seen)
+        self.send_response(200)
+        self.send_header("Content-Type", "text/plain")
+        self.send_header("Content-Length", str(len(out)))
+        self.end_headers()
+        self.wfile.write(out)
+
+    do_GET = do_POST = do_PUT = _serve  # noqa: N815
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+class _OriginServer(http.server.ThreadingHTTPServer):
+    daemon_threads = True
+    seen: list[Seen]
+
+    def reply(self, seen: Seen) -> bytes:
+        return f"origin-{self.server_address[1]} {seen.method} {seen.path}".encode()
+
+
+def start_origin(*, tls: ssl.SSLContext | None = None) -> _OriginServer:
+    """An HTTP (or, with ``tls``, HTTPS) origin on 127.0.0.1 that records every request."""
+    srv = _OriginServer(("127.0.0.1", 0), _Origin)
+    srv.seen = []
+    if tls is not None:
+        srv.socket = tls.wrap_socket(srv.socket, server_side=True)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    return srv
+
+
+# --------------------------------------------------------------- a test CA
+
+
+@dataclass
+class TestCA:
+    """A CA of the tests' own (never the host's), and leaf files it signed."""
+
+    dir: Path
+    cert_pem: bytes
+    key: object = field(repr=False)
+    cert: object = field(repr=False)
+
+    @property
+    def cert_path(self) -> Path:
+        return self.dir / "test-ca.pem"
+
+    def server_context(self, names: list[str]) -> ssl.SSLContext:
+        """A server context with a leaf for ``names`` (DNS names or IPs) signed by this CA."""
+        from cryptography import x509
+        from cryptography.hazmat.primitives import hashes, serialization
+        from cryptography.hazmat.primitives.asymmetric import ec
+
+        key = ec.generate_private_key(ec.SECP256R1())
+        now = datetime.datetime.now(datetime.timezone.utc)
+        sans: list[x509.GeneralName] = []
+        for n in names:
+            try:
+                sans.append(x509.IPAddress(ipaddress.ip_address(n)))
+            except ValueError:
+                sans.append(x509.DNSName(n))
+        cert = (x509.CertificateBuilder()
+                .subject_name(x509.Name([x509.NameAttribute(x509.NameOID.COMMON_NAME, names[0])]))
+                .issuer_name(self.cert.subject)  # type: ignore[attr-defined]
+                .public_key(key.public_key()).serial_number(x509.random_serial_number())
+                .not_valid_before(now - datetime.timedelta(hours=1))
+                .not_valid_after(now + datetime.timedelta(days=2))
+                .add_extension(x509.SubjectAlternativeName(sans), critical=False)
+                .add_extension(x509.ExtendedKeyUsage([x509.ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
+                .sign(self.key, hashes.SHA256()))  # type: ignore[arg-type]
+        leaf = self.dir / f"leaf-{names[0]}.pem"
+        leaf.write_bytes(cert.public_bytes(serialization.Encoding.PEM) + key.private_bytes(
+            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()))
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        ctx.load_cert_chain(leaf)
+        return ctx
+
+
+def make_test_ca(directory: Path, *, name: str = "safebox test CA") -> TestCA:
+    """A fresh CA in ``directory`` (its certificate at ``test-ca.pem``)."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    subject = x509.Name([x509.NameAttribute(x509.NameOID.COMMON_NAME, name)])
+    now = datetime.datetime.now(datetime.timezone.utc)
+    cert = (x509.CertificateBuilder().subject_name(subject).issuer_name(subject)
+            .public_key(key.public_key()).serial_number(x509.random_serial_number())
+            .not_valid_before(now - datetime.timedelta(hours=1)).not_valid_after(now + datetime.timedelta(days=2))
+            .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+            .add_extension(x509.KeyUsage(digital_signature=True, content_commitment=False, key_encipherment=False,
+                                         data_encipherment=False, key_agreement=False, key_cert_sign=True,
+                                         crl_sign=True, encipher_only=False, decipher_only=False), critical=True)
+            .sign(key, hashes.SHA256()))
+    directory.mkdir(parents=True, exist_ok=True)
+    pem = cert.public_bytes(serialization.Encoding.PEM)
+    ca = TestCA(directory, pem, key, cert)
+    ca.cert_path.write_bytes(pem)
+    return ca
+
+
+def write_key(ca: TestCA, path: Path) -> Path:
+    """The CA's private key, PEM, at ``path`` (for caKeyPath tests)."""
+    from cryptography.hazmat.primitives import serialization
+
+    path.write_bytes(ca.key.private_bytes(serialization.Encoding.PEM,  # type: ignore[attr-defined]
+                                          serialization.PrivateFormat.PKCS8, serialization.NoEncryption()))
+    path.chmod(0o600)
+    return path
+
+
+# --------------------------------------------------------------- a parent proxy
+
+
+class _ParentHandler(socketserver.BaseRequestHandler):
+    server: ParentProxy
+
+    def handle(self) -> None:
+        sock: socket.socket = self.request
+        sock.settimeout(30)
+        head = b""
+        while b"\r\n\r\n" not in head:
+            chunk = sock.recv(4096)
+            if not chunk:
+                return
+            head += chunk
+        raw, _, rest = head.partition(b"\r\n\r\n")
+        lines = raw.decode("latin-1").split("\r\n")
+        headers = {k.strip().lower(): v.strip() for k, _, v in (ln.partition(":") for ln in lines[1:])}
+        self.server.requests.append((lines[0], headers))
+        if self.server.auth and headers.get("proxy-authorization") != self.server.auth:
+            sock.sendall(b"HTTP/1.1 407 Proxy Authentication Required\r\nContent-Length: 0\r\n\r\n")
+            return
+        up = socket.create_connection(("127.0.0.1", self.server.origin_port), timeout=30)
+        with up:
+            if lines[0].startswith("CONNECT "):
+                sock.sendall(b"HTTP/1.1 200 Connection established\r\n\r\n")
+                if rest:
+                    up.sendall(rest)
+            else:
+                # Absolute form to origin form, as a real proxy forwards it.
+                method, target, version = lines[0].split(" ", 2)
+                path = "/" + target.split("://", 1)[1].split("/", 1)[1] if target.count("/") > 2 else "/"
+                fwd = [f"{method} {path} {version}"] + [ln for ln in lines[1:]
+                                                         if not ln.lower().startswith("proxy-")]
+                up.sendall(("\r\n".join(fwd) + "\r\n\r\n").encode("latin-1") + rest)
+            _pump(sock, up)
+
+
+def _pump(a: socket.socket, b: socket.socket) -> None:
+    def one(src: socket.socket, dst: socket.socket) -> None:
+        try:
+            while data := src.recv(65536):
+                dst.sendall(data)
+        except OSError:
+            pass
+        try:
+            dst.shutdown(socket.SHUT_WR)
+        except OSError:
+            pass
+
+    t = threading.Thread(target=one, args=(b, a), daemon=True)
+    t.start()
+    one(a, b)
+    t.join(30)
+
+
+class ParentProxy(socketserver.ThreadingTCPServer):
+    """A forward proxy on 127.0.0.1 that sends every request, whatever its
+    target, to 127.0.0.1:``origin_port``, and records the request lines and
+    headers it got. With ``auth`` it answers 407 to any other
+    ``Proxy-Authorization``."""
+
+    daemon_threads = True
+    allow_reuse_address = True
+
+    def __init__(self, origin_port: int, *, user: str | None = None, password: str | None = None) -> None:
+        super().__init__(("127.0.0.1", 0), _ParentHandler)
+        self.origin_port = origin_port
+        self.requests: list[tuple[str, dict[str, str]]] = []
+        self.auth = ("Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()) if user else None
+        threading.Thread(target=self.serve_forever, daemon=True).start()
+
+    @property
+    def port(self) -> int:
+        return int(self.server_address[1])
