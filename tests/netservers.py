@@ -64,7 +64,15 @@ class _OriginServer(http.server.ThreadingHTTPServer):
     seen: list[Seen]
 
     def reply(self, seen: Seen) -> bytes:
+        if seen.path.startswith("/bytes/"):
+            return pattern(int(seen.path.split("/")[2]))
         return f"origin-{self.server_address[1]} {seen.method} {seen.path}".encode()
+
+
+def pattern(n: int) -> bytes:
+    """``n`` bytes of a fixed, non-repeating-looking pattern (for integrity checks)."""
+    block = bytes((i * 131 + (i >> 8) * 7) & 0xFF for i in range(65536))
+    return (block * (n // len(block) + 1))[:n]
 
 
 def start_origin(*, tls: ssl.SSLContext | None = None) -> _OriginServer:
@@ -81,7 +89,7 @@ def start_origin(*, tls: ssl.SSLContext | None = None) -> _OriginServer:
 
 
 @dataclass
-class TestCA:
+class LocalCA:
     """A CA of the tests' own (never the host's), and leaf files it signed."""
 
     dir: Path
@@ -124,7 +132,7 @@ class TestCA:
         return ctx
 
 
-def make_test_ca(directory: Path, *, name: str = "safebox test CA") -> TestCA:
+def make_test_ca(directory: Path, *, name: str = "safebox test CA") -> LocalCA:
     """A fresh CA in ``directory`` (its certificate at ``test-ca.pem``)."""
     from cryptography import x509
     from cryptography.hazmat.primitives import hashes, serialization
@@ -143,12 +151,12 @@ def make_test_ca(directory: Path, *, name: str = "safebox test CA") -> TestCA:
             .sign(key, hashes.SHA256()))
     directory.mkdir(parents=True, exist_ok=True)
     pem = cert.public_bytes(serialization.Encoding.PEM)
-    ca = TestCA(directory, pem, key, cert)
+    ca = LocalCA(directory, pem, key, cert)
     ca.cert_path.write_bytes(pem)
     return ca
 
 
-def write_key(ca: TestCA, path: Path) -> Path:
+def write_key(ca: LocalCA, path: Path) -> Path:
     """The CA's private key, PEM, at ``path`` (for caKeyPath tests)."""
     from cryptography.hazmat.primitives import serialization
 
@@ -167,6 +175,17 @@ class _ParentHandler(socketserver.BaseRequestHandler):
     def handle(self) -> None:
         sock: socket.socket = self.request
         sock.settimeout(30)
+        if self.server.tls is None:
+            self._handle(sock)
+            return
+        try:
+            tls = self.server.tls.wrap_socket(sock, server_side=True)
+        except (ssl.SSLError, OSError):
+            return  # the client refused our certificate
+        with tls:
+            self._handle(tls)
+
+    def _handle(self, sock: socket.socket) -> None:
         head = b""
         while b"\r\n\r\n" not in head:
             chunk = sock.recv(4096)
@@ -223,9 +242,11 @@ class ParentProxy(socketserver.ThreadingTCPServer):
     daemon_threads = True
     allow_reuse_address = True
 
-    def __init__(self, origin_port: int, *, user: str | None = None, password: str | None = None) -> None:
+    def __init__(self, origin_port: int, *, user: str | None = None, password: str | None = None,
+                 tls: ssl.SSLContext | None = None) -> None:
         super().__init__(("127.0.0.1", 0), _ParentHandler)
         self.origin_port = origin_port
+        self.tls = tls
         self.requests: list[tuple[str, dict[str, str]]] = []
         self.auth = ("Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()) if user else None
         threading.Thread(target=self.serve_forever, daemon=True).start()

@@ -754,9 +754,12 @@ def run(req: ExecRequest, *, prescan: dict[tuple[str, int], Any] | None = None) 
         if policy.needs_netplan(os.environ):  # srt's parentProxy, tlsTerminate, credentials (netplan.py)
             from safebox.netplan import prepare
 
-            netplan = prepare(policy, environ=os.environ, networked=net is NetKind.PROXY)
-            for note in netplan.notes if req.verbose else ():
+            netplan = prepare(policy, environ=os.environ, networked=net is NetKind.PROXY,
+                              run_dir=None if req.dry_run else run_path, can_bind=layers is not Layers.HELPER_ONLY)
+            for note in (*netplan.warnings, *(netplan.notes if req.verbose else ())):
                 _say(note)
+            if netplan.deny_read:
+                policy = policy.replace(deny_read=(*policy.deny_read, *netplan.deny_read))
         if net is NetKind.PROXY:
             if layers is Layers.BWRAP_ONLY and socat is None:
                 raise BuildError("socat not found; without the helper it bridges the proxy into the sandbox",
@@ -768,7 +771,8 @@ def run(req: ExecRequest, *, prescan: dict[tuple[str, int], Any] | None = None) 
                     allowed_domains=policy.allowed_domains, denied_domains=policy.denied_domains,
                     allow_local_destinations=policy.allow_local_destinations,
                     audit_log=req.audit_log or None, explain=not req.quiet,
-                    parent=netplan.parent if netplan else None),
+                    parent=netplan.parent if netplan else None,
+                    mitm=netplan.mitm if netplan else None, injector=netplan.injector if netplan else None),
                     run_dir=run_path, tcp=layers is Layers.HELPER_ONLY,
                     # Unix sockets only for the socat bridges of --without helper;
                     # with the helper, the proxy serves on the listeners it hands over.
@@ -814,6 +818,8 @@ def run(req: ExecRequest, *, prescan: dict[tuple[str, int], Any] | None = None) 
             caches = prepare(policy.cache_presets, state=state, home=home, create=not req.dry_run)
         rp = resolve(policy, layers=layers, cwd=cwd, home=home, host=host, bridges=bridges, scan=scan,
                      **({"cache_dirs": caches.dirs, "cache_host_paths": caches.host_paths} if caches else {}))
+        if netplan is not None and netplan.masked_files:
+            rp = rp.replace(masked_files=netplan.masked_files)  # credentials.files, mode "mask"
         if not req.dry_run:
             # Remembered before the command exists: a link it plants in one
             # of these is refused by later runs (refuse_planted_links).
@@ -863,6 +869,10 @@ def run(req: ExecRequest, *, prescan: dict[tuple[str, int], Any] | None = None) 
                                  bridges=rp.bridges if layers is not Layers.HELPER_ONLY else
                                  tuple(b for b in rp.bridges if b.port),
                                  private_tmp=layers is not Layers.HELPER_ONLY, tmpdir=run_tmp)
+        if netplan is not None:  # credentials.envVars; the TLS trust bundle variables
+            removed += [k for k in netplan.env_unset if env.pop(k, None) is not None]
+            env.update(netplan.env_set)
+            removed = [k for k in removed if k not in env]  # masked ones are there, as sentinels
         if req.verbose and removed:
             _say(f"removed from the environment: {', '.join(removed)}")
         if caches is not None:

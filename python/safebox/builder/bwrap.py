@@ -25,7 +25,9 @@ path shadows an earlier one, so the order *is* the policy):
    write there fails rather than vanishing), files get ``--ro-bind /dev/null F``.
    After every bind of steps 4-7, so none of them can uncover a mask; under
    the private ``/tmp`` only where such a bind brought the host path back
-   (``needs_mask``).
+   (``needs_mask``). Then masked credential files (``credentials.files``,
+   mode ``mask``) get ``--ro-bind COPY F``, the copy holding the sentinel
+   (over a deny-read mask of the same file, which it replaces).
 9. Allowed unix sockets under the private ``/tmp`` or a mask, bound back in;
    then the run dir, read-only, so the helper finds its policy even when a
    mask covers the run dir's parent. (Unlisted host sockets are among the
@@ -103,6 +105,8 @@ def mount_args(rp: ResolvedPolicy) -> list[str]:
         if not needs_mask(rp, f):
             continue
         a += ["--ro-bind", "/dev/null", f]
+    for real, copy in rp.masked_files:
+        a += ["--ro-bind", copy, real]
     for sock in rp.socket_binds:
         a += ["--bind", sock, sock]
     if rp.run_dir:

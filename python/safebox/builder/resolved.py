@@ -51,6 +51,8 @@ class ResolvedPolicy(Frozen):
     # Deny-read: directories covered by an empty read-only tmpfs; files by /dev/null.
     mask_dirs: tuple[str, ...] = ()
     mask_files: tuple[str, ...] = ()
+    # credentials.files with mode "mask": (real path, its masked copy in the run dir).
+    masked_files: tuple[tuple[str, str], ...] = ()
     # Allowed unix sockets bound back in (they lie under the private /tmp or a mask).
     socket_binds: tuple[str, ...] = ()
     # Directories that get the private /tmp-like tmpfs.

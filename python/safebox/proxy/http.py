@@ -252,6 +252,17 @@ async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, gat
     except BadRequest as exc:
         await _reply(writer, error_response(exc.status, f"safebox: bad request: {exc.message}\n"))
         return
+    if gate.mitm is not None and req.is_connect and not gate.mitm.excluded(req.host, req.port):
+        from safebox.proxy.intercept import terminate  # network.tlsTerminate
+
+        await terminate(reader, writer, gate, req)
+        return
+    if (gate.injector is not None and gate.injector.allow_plaintext and not req.is_connect
+            and gate.injector.for_host(normalize_host(req.host), req.port)):
+        from safebox.proxy.intercept import forward_plain  # credentials.allowPlaintextInject
+
+        await forward_plain(reader, writer, gate, req, head)
+        return
     protocol = "connect" if req.is_connect else "http"
     display = f"[{req.host}]" if ":" in req.host else req.host
     authority = display if req.port == 80 else f"{display}:{req.port}"

@@ -23,7 +23,9 @@ from safebox.proxy.upstream import Gate
 
 if TYPE_CHECKING:
     from safebox.audit import AuditLog
+    from safebox.proxy.inject import Injector
     from safebox.proxy.parent import ParentProxy
+    from safebox.proxy.tls import Mitm
 
 __all__ = ["ProxyConfig", "ProxyServer"]
 
@@ -54,6 +56,10 @@ class ProxyConfig:
     explain: bool = False
     #: ``network.parentProxy`` resolved (``proxy/parent.py: resolve_parent``); None: connect directly.
     parent: ParentProxy | None = None
+    #: ``network.tlsTerminate`` (``proxy/tls.py: Mitm``); None: CONNECT stays a byte tunnel.
+    mitm: Mitm | None = None
+    #: Masked credentials (``proxy/inject.py: Injector``); None: nothing is substituted.
+    injector: Injector | None = None
 
 
 def _receive_fds(handoff: socket.socket) -> tuple[bytes, list[int]]:
@@ -125,6 +131,26 @@ def _explain_on_first_refusal() -> Callable[[str, int, str, Decision], None]:
     return explain
 
 
+def _report_once() -> Callable[[str], None]:
+    """One ``safebox:`` line on stderr per distinct message (a client that
+    retries must not flood the terminal)."""
+    import sys
+
+    seen: set[str] = set()
+
+    def report(message: str) -> None:
+        if message in seen or len(seen) > 256:
+            return
+        seen.add(message)
+        try:
+            sys.stderr.write(f"safebox: {message}\n")
+            sys.stderr.flush()
+        except (OSError, ValueError):
+            pass
+
+    return report
+
+
 class ProxyServer:
     """The filtering proxy: HTTP (CONNECT + plain) on :attr:`http_socket`,
     SOCKS5 on :attr:`socks_socket`, both unix sockets in ``run_dir``.
@@ -181,8 +207,11 @@ class ProxyServer:
         except OSError as exc:
             raise ProxyError(f"cannot open audit log {self.config.audit_log}: {exc.strerror}") from None
         explain = _explain_on_first_refusal() if self.config.explain else None
+        # TLS failures are said on stderr like refusals (not with --quiet).
+        report = _report_once() if self.config.explain and (self.config.mitm or self.config.injector) else None
         gate = self._gate = Gate(self.rules, audit=self._audit.event if self._audit else None, explain=explain,
-                                 parent=self.config.parent)
+                                 parent=self.config.parent, mitm=self.config.mitm, injector=self.config.injector,
+                                 report=report)
         ready = threading.Event()
         failure: list[BaseException] = []
         loop = asyncio.new_event_loop()

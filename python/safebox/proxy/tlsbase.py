@@ -23,11 +23,21 @@ CERT_BLOCK = re.compile(rb"-----BEGIN CERTIFICATE-----\r?\n[A-Za-z0-9+/=\r\n]+?-
 
 
 def ensure_asyncio_ssl() -> None:
-    """Give asyncio the ``ssl`` module if it was imported without it."""
-    for name in ("asyncio.sslproto", "asyncio.base_events", "asyncio.selector_events"):
+    """Give asyncio the ``ssl`` module if it was imported without it.
+
+    ``asyncio.sslproto`` defines names from ``ssl`` at import time
+    (``SSLAgainErrors``): it is executed again, in place, so that every
+    module holding it sees the complete one.
+    """
+    import importlib
+
+    for name in ("asyncio.base_events", "asyncio.selector_events"):
         mod = sys.modules.get(name)
         if mod is not None and getattr(mod, "ssl", ssl) is None:
             mod.ssl = ssl  # type: ignore[attr-defined]
+    sslproto = sys.modules.get("asyncio.sslproto")
+    if sslproto is not None and getattr(sslproto, "ssl", ssl) is None:
+        importlib.reload(sslproto)
 
 
 ensure_asyncio_ssl()

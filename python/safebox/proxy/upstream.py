@@ -26,7 +26,9 @@ from safebox.proxy.rules import Decision, IPAddress, NetworkRules, normalize_hos
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from safebox.proxy.inject import Injector
     from safebox.proxy.parent import ParentProxy, ProxyURL
+    from safebox.proxy.tls import Mitm
 
 __all__ = ["Gate", "Refused", "Relay", "UpstreamError", "adopt_stream"]
 
@@ -435,6 +437,12 @@ class Gate:
     resolve_timeout: float = 30.0
     connect_timeout: float = 30.0
     parent: ParentProxy | None = None
+    #: network.tlsTerminate (proxy/tls.py Mitm), masked credentials
+    #: (proxy/inject.py Injector): None unless configured.
+    mitm: Mitm | None = None
+    injector: Injector | None = None
+    #: Says one line on safebox's stderr (a TLS failure the user must see).
+    report: Callable[[str], None] | None = None
     _loop: asyncio.AbstractEventLoop | None = field(default=None, repr=False)
 
     def record(self, host: str, port: int, protocol: str, decision: Decision, **extra: object) -> None:
@@ -548,7 +556,7 @@ class Gate:
         assert isinstance(protocol, asyncio.StreamReaderProtocol)
         return reader, asyncio.StreamWriter(transport, protocol, reader, loop)
 
-    async def _dial_parent(self, via: ProxyURL) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    async def dial_parent(self, via: ProxyURL) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
         """A stream to the parent proxy itself. Its address is not checked
         against the policy: the user named it, and it is usually private."""
         ssl_ctx = None
@@ -572,7 +580,7 @@ class Gate:
     async def _parent_tunnel(self, via: ProxyURL, name: str, port: int
                              ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
         """``CONNECT name:port`` through the parent proxy; the stream after its 2xx answer."""
-        reader, writer = await self._dial_parent(via)
+        reader, writer = await self.dial_parent(via)
         authority = f"[{name}]:{port}" if ":" in name else f"{name}:{port}"
         # `name` is canonical (normalize_host): letters, digits, '-', '_',
         # '.', or an IP literal; it cannot carry CR/LF into this head.
@@ -605,6 +613,11 @@ class Gate:
         """
         tunnel = protocol != "http"
         name, addresses, via = await self.check(host, port, protocol, tunnel=tunnel)
+        return await self.attach(relay, name, addresses, port, via, tunnel=tunnel)
+
+    async def attach(self, relay: Relay, name: str, addresses: list[IPAddress], port: int, via: ProxyURL | None,
+                     *, tunnel: bool = True) -> asyncio.Transport:
+        """Connect ``relay.upstream`` to a destination :meth:`check` allowed."""
         if via is None:
             return await self._connect(addresses, port, lambda: relay.upstream)
         if tunnel:
@@ -612,7 +625,7 @@ class Gate:
         else:
             # Plain http:// goes to the parent as a proxy request (absolute
             # form, http.py writes it); no tunnel.
-            reader, writer = await self._dial_parent(via)
+            reader, writer = await self.dial_parent(via)
         relay.via = via
         transport = writer.transport
         leftover, eof = adopt_stream(reader)
