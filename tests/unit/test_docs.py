@@ -22,11 +22,36 @@ def test_every_exec_option_is_in_the_user_guide(opt: str) -> None:
 
 
 def _keys() -> list[str]:
+    from safebox.policy.model import CredentialsSettings, ParentProxySettings, TlsTerminateSettings
+
     out = [k for k in PolicyFile.model_fields if k not in ("network", "filesystem", "env")]
     out += [f"network.{k}" for k in NetworkSettings.model_fields]
     out += [f"filesystem.{k}" for k in FilesystemSettings.model_fields]
     out += [f"env.{k}" for k in EnvSettings.model_fields]
+    out += [f"network.tlsTerminate.{k}" for k in TlsTerminateSettings.model_fields]
+    out += [f"network.parentProxy.{k}" for k in ParentProxySettings.model_fields]
+    out += [f"credentials.{k}" for k in CredentialsSettings.model_fields]
     return out
+
+
+def test_the_credential_entry_keys_are_in_the_reference() -> None:
+    from safebox.policy.model import CredentialEnvVar, CredentialFile
+
+    for model in (CredentialEnvVar, CredentialFile):
+        for key in model.model_fields:
+            assert f"{key}" in REFERENCE.split("## Credentials")[0].split("`credentials.envVars`", 1)[1], key
+
+
+def test_every_trust_variable_is_in_the_network_guide() -> None:
+    from safebox.proxy.tls import TRUST_VARIABLES
+
+    network = (DOCS / "network.md").read_text()
+    for var in TRUST_VARIABLES:
+        assert f"`{var}`" in network, var
+
+
+def test_the_reference_names_the_srt_version_the_compatibility_claim_covers() -> None:
+    assert "sandbox-runtime **v0.0.74**" in REFERENCE
 
 
 @pytest.mark.parametrize("key", _keys())

@@ -8,7 +8,7 @@ import os
 import pytest
 
 from safebox.errors import PolicyError
-from safebox.policy.load import Context, Flags, Layer, expand_path, load, load_cached, validate_layer
+from safebox.policy.load import Context, Flags, Layer, _load_from, expand_path, load, load_cached, validate_layer
 
 CTX = Context(cwd="/work/proj", home="/home/u")
 
@@ -440,3 +440,35 @@ def test_a_cache_hit_does_not_scan_the_cache_dir(tmp_path, monkeypatch) -> None:
 
     monkeypatch.setattr(load_mod, "evict_policy_cache", boom)
     load_cached(ctx, policy_file=None, flags=Flags(), cache_dir=cache)
+
+
+def test_the_srt_network_and_credential_keys_merge_and_show_as_a_policy_that_validates(tmp_path) -> None:
+    """Lists concatenate, scalars later wins, a credential named again is
+    replaced; `policy show --json`'s document passes validation again."""
+    from safebox.policy.load import policy_document
+    from safebox.policy.model import validate
+
+    first = tmp_path / "a.json"
+    first.write_text(json.dumps({
+        "network": {"allowedDomains": ["api.example.com:443"],
+                    "tlsTerminate": {"excludeDomains": ["mtls.example.com"], "extraCaCertPaths": ["~/ca.pem"]},
+                    "parentProxy": {"https": "http://p.corp:3128"}},
+        "credentials": {"envVars": [{"name": "T", "mode": "mask"}], "files": [{"path": "~/tok", "mode": "deny"}]}}))
+    ctx = Context(cwd=str(tmp_path), home="/home/u")
+    eff = load(ctx, policy_file=str(first), flags=Flags(allow_domains=("b.example.com",)))
+    assert eff.allowed_domains == ("api.example.com:443", "b.example.com")
+    assert eff.tls_terminate and eff.tls_exclude_domains == ("mtls.example.com",)
+    assert eff.tls_extra_ca_cert_paths == ("/home/u/ca.pem",)
+    assert eff.parent_proxy_https == "http://p.corp:3128" and eff.parent_proxy_http is None
+    assert eff.credential_env_vars == (("T", "mask", None),)
+    assert eff.credential_files == (("/home/u/tok", "deny", None),)
+    doc = policy_document(eff)
+    assert doc["network"]["tlsTerminate"]["excludeDomains"] == ["mtls.example.com"]
+    assert doc["credentials"]["envVars"] == [{"name": "T", "mode": "mask"}]
+    validate(json.loads(json.dumps(doc)))
+    # A later layer's entry for the same name replaces the earlier one.
+    second = tmp_path / "b.json"
+    second.write_text(json.dumps({"credentials": {"envVars": [{"name": "T", "mode": "deny"}]}}))
+    merged = _load_from([(str(first), False, first.read_bytes()), (str(second), False, second.read_bytes())],
+                        ctx, Flags())
+    assert merged.credential_env_vars == (("T", "deny", None),)

@@ -164,6 +164,21 @@ class TLSStream(Stream):
         while True:
             try:
                 data = self.obj.read(CHUNK)
+                if data and self.incoming.pending:
+                    # One call per TLS record (16 KiB) would cost a round of
+                    # the event loop each: take every record already here.
+                    parts = [data]
+                    size = len(data)
+                    while size < CHUNK:
+                        try:
+                            more = self.obj.read(CHUNK - size)
+                        except ssl.SSLError:
+                            break  # WantRead (a partial record), or an alert the next call reports
+                        if not more:
+                            break
+                        parts.append(more)
+                        size += len(more)
+                    data = b"".join(parts)
                 await self._flush()  # TLS 1.3 may answer a key update
                 return data
             except ssl.SSLWantReadError:
