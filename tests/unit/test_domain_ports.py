@@ -59,7 +59,7 @@ def test_the_proxy_refuses_bad_entries_with_ports(entry: str) -> None:
 
 
 @given(st.text(max_size=40))
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=400, deadline=None, database=None)  # no example database: runs as any user
 def test_policy_check_and_the_proxy_accept_the_same_entries(entry: str) -> None:
     """One grammar: what `safebox policy check` accepts the proxy accepts
     (found in review before: two validators disagreed)."""
@@ -75,6 +75,7 @@ def test_policy_check_and_the_proxy_accept_the_same_entries(entry: str) -> None:
 
 
 @given(st.sampled_from(["a.com", "*.a.com", "1.2.3.4", "2001:db8::1"]), st.integers(1, 65535))
+@settings(database=None)
 def test_join_port_inverts_split_port(host: str, port: int) -> None:
     assert split_port(join_port(host, port)) == (host if ":" not in host else f"[{host}]", port)
 
