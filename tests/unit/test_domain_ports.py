@@ -63,10 +63,10 @@ def test_the_proxy_refuses_bad_entries_with_ports(entry: str) -> None:
 def test_policy_check_and_the_proxy_accept_the_same_entries(entry: str) -> None:
     """One grammar: what `safebox policy check` accepts the proxy accepts
     (found in review before: two validators disagreed)."""
-    from safebox.policy.model import _check_domain_entry
+    from safebox.policy.model import _check_domain_pattern
 
     try:
-        _check_domain_entry(entry)
+        _check_domain_pattern(entry)
         model_ok = True
     except ValueError:
         model_ok = False
@@ -138,3 +138,22 @@ def test_a_denied_literal_with_a_port_denies_only_that_port() -> None:
     ip = ipaddress.ip_address("93.184.216.34")
     assert not rules.check_address(ip, host="mx.example.com", port=25).allowed
     assert rules.check_address(ip, host="mx.example.com", port=443).allowed
+
+
+def test_deny_all_with_a_port_refuses_every_host_on_that_port_only() -> None:
+    """srt: `*:22` in deniedDomains (SSH nowhere, the rest as allowed)."""
+    rules = NetworkRules.from_policy(["example.com", "203.0.113.7"], ["*:22"])
+    assert rules.denied == ("*:22",)
+    for host in ("example.com", "203.0.113.7"):
+        d = rules.check_host(host, 22)
+        assert (d.allowed, d.rule) == (False, RULE_DENIED) and "'*:22'" in d.reason
+        assert rules.check_host(host, 443).allowed
+    assert not rules.check_address(ipaddress.ip_address("203.0.113.7"), port=22).allowed
+
+
+def test_the_stderr_explanation_of_a_wrong_port_suggests_the_host_port_entry() -> None:
+    from safebox.proxy.explain import refusal_line
+
+    d = RULES.check_host("api.example.com", 80)
+    line = refusal_line("api.example.com", 80, "connect", d)
+    assert line.endswith("fix: --allow-domain api.example.com:80 (network.allowedDomains in a policy file)\n"), line

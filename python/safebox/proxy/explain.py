@@ -28,8 +28,12 @@ def _printable(text: str) -> str:
     return "".join(c if " " <= c <= "~" else "?" for c in text)[:400]
 
 
-def fix_for(host: str, decision: Decision) -> str:
+def fix_for(host: str, decision: Decision, port: int | None = None) -> str:
     """What to change so that ``host`` is allowed (or why nothing will)."""
+    if decision.rule == RULE_ALLOWED and port is not None and "allows it only as" in decision.reason:
+        # A host:port entry names another port (srt's syntax).
+        shown = f"[{host}]" if ":" in host and not host.startswith("[") else host
+        return f"--allow-domain {shown}:{port} ({RULE_ALLOWED} in a policy file)"
     if decision.rule == RULE_REQUEST:
         return "the request is malformed; no policy change allows it"
     if decision.rule == RULE_DENIED:
@@ -55,7 +59,7 @@ def refusal_line(host: str, port: int, protocol: str, decision: Decision) -> str
     proto = _PROTOCOL.get(protocol, protocol.upper())
     by = "" if decision.rule in decision.reason or decision.rule == RULE_REQUEST else f" by {decision.rule}"
     return _printable(f"safebox: refused {proto} to {shown}:{port}{by} ({decision.reason}); "
-                      f"fix: {fix_for(h, decision)}") + "\n"
+                      f"fix: {fix_for(h, decision, port)}") + "\n"
 
 
 class Explainer:
