@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 
 from safebox.domains import DENY_ALL, HostError, check_pattern
 from safebox.errors import PolicyError, ProxyError
+from safebox.hostport import split_port
 from safebox.policy.load import Layer, validate_layer
 from safebox.proxy import ProxyConfig, ProxyServer
 from safebox.proxy.rules import RULE_ALLOWED, RULE_DENIED, NetworkRules
@@ -94,27 +95,30 @@ def test_policy_check_and_exec_accept_the_same_patterns_with_the_same_meaning(pa
     # and decides as the policy reference says it does.
     canonical = check_pattern(pattern, denied=KEYS[key])
     assert (rules.allowed if key == "allowedDomains" else rules.denied)[-1] == canonical
-    if canonical == DENY_ALL:
+    # An entry with a :port (srt's host:port) is checked on that port.
+    entry, port = split_port(canonical)
+    entry = entry.strip("[]")
+    if entry == DENY_ALL:
         for host in ("example.org", "a.example.org", "203.0.113.9", "[2001:db8::1]"):
-            d = rules.check_host(host)
+            d = rules.check_host(host, port)
             assert (d.allowed, d.rule) == (False, RULE_DENIED), (host, d)
         return
     verdict = {"allowedDomains": (True, RULE_ALLOWED), "deniedDomains": (False, RULE_DENIED)}[key]
-    if canonical.startswith("*."):
-        apex = canonical[2:]
-        assert (lambda d: (d.allowed, d.rule))(rules.check_host("sub." + apex)) == verdict
+    if entry.startswith("*."):
+        apex = entry[2:]
+        assert (lambda d: (d.allowed, d.rule))(rules.check_host("sub." + apex, port)) == verdict
         if key == "allowedDomains":  # *.x matches strict subdomains, never the apex
-            assert not rules.check_host(apex).allowed
+            assert not rules.check_host(apex, port).allowed
         return
     try:
-        ipaddress.ip_address(canonical)
+        ipaddress.ip_address(entry)
     except ValueError:
-        d = rules.check_host(canonical)
+        d = rules.check_host(entry, port)
         assert (d.allowed, d.rule) == verdict, (canonical, d)
         if key == "allowedDomains":  # an exact name does not cover its subdomains
-            assert not rules.check_host("sub." + canonical).allowed
+            assert not rules.check_host("sub." + entry, port).allowed
         return
-    d = rules.check_host(canonical)  # IP literals match only themselves
+    d = rules.check_host(entry, port)  # IP literals match only themselves
     assert (d.allowed, d.rule) == verdict, (canonical, d)
 
 

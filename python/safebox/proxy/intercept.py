@@ -357,7 +357,9 @@ async def _send_body(client: Stream, up: Stream, framing: str, length: int,
             if data is None:
                 if sub is not None and (tail := sub.flush()):
                     await up.send(b"%x\r\n%s\r\n" % (len(tail), tail))
-                await up.send(b"0\r\n" + trailer + b"\r\n")
+                # Trailer fields are dropped (RFC 9112 7.1.2 lets a proxy do
+                # so): they would be header lines nothing here has checked.
+                await up.send(b"0\r\n\r\n")
                 return
             if sub is not None:
                 data = sub.feed(data)
