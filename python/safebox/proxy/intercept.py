@@ -316,7 +316,7 @@ async def _copy_length(src: Stream, dst: Stream, n: int, sub: object | None) -> 
 
 
 async def _chunks(src: Stream):  # type: ignore[no-untyped-def]
-    """The data of a chunked body (then its trailer lines, as bytes, last)."""
+    """The data of a chunked body, then None (trailer lines are read and dropped)."""
     while True:
         line = await src.readuntil(b"\r\n", MAX_CHUNK_LINE)
         size_text = line[:-2].split(b";", 1)[0].strip()
@@ -324,20 +324,19 @@ async def _chunks(src: Stream):  # type: ignore[no-untyped-def]
             raise BadRequest(400, "malformed chunk size")
         size = int(size_text, 16)
         if size == 0:
-            trailer = b""
-            while True:
-                tline = await src.readuntil(b"\r\n", MAX_HEAD)
-                if tline == b"\r\n":
-                    break
-                trailer += tline
-            yield None, trailer
+            trailer = 0
+            while (tline := await src.readuntil(b"\r\n", MAX_HEAD)) != b"\r\n":
+                trailer += len(tline)
+                if trailer > MAX_HEAD:
+                    raise BadRequest(431, f"chunked trailer larger than {MAX_HEAD} bytes")
+            yield None
             return
         while size:
             data = await src.read_some(min(size, CHUNK))
             if not data:
                 raise _Closed()
             size -= len(data)
-            yield data, b""
+            yield data
         if await src.readexactly(2) != b"\r\n":
             raise BadRequest(400, "malformed chunk")
 
@@ -353,7 +352,7 @@ async def _send_body(client: Stream, up: Stream, framing: str, length: int,
     if framing == "length":
         await _copy_length(client, up, length, sub)
     elif framing == "chunked":
-        async for data, trailer in _chunks(client):
+        async for data in _chunks(client):
             if data is None:
                 if sub is not None and (tail := sub.flush()):
                     await up.send(b"%x\r\n%s\r\n" % (len(tail), tail))

@@ -150,10 +150,15 @@ class Mitm:
                 self.notes.append(f"network.tlsTerminate.extraCaCertPaths: {path}: skipped (no PEM certificate)")
                 continue
             self.extra_pems += certs
-        try:
-            self.upstream = client_context(self.extra_pems)
-        except ssl.SSLError as exc:
-            raise TlsSetupError("network.tlsTerminate.extraCaCertPaths", f"a certificate does not load: {exc}") from None
+        for pem in self.extra_pems:
+            try:
+                x509.load_pem_x509_certificate(pem)
+            except ValueError as exc:
+                raise TlsSetupError("network.tlsTerminate.extraCaCertPaths",
+                                    f"a certificate does not load: {exc}") from None
+        # The verifying context loads the host's roots (about 20 ms): made at
+        # the first terminated request, off the start-up path.
+        self._upstream: ssl.SSLContext | None = None
         self.roots_path, roots = host_roots()
         if not roots:
             self.notes.append("network.tlsTerminate: no CA bundle found on the host; the sandbox trusts only "
@@ -211,6 +216,14 @@ class Mitm:
         if cert.not_valid_after_utc <= _now():
             raise TlsSetupError(cert_key, f"{cert_path} expired on {cert.not_valid_after_utc:%Y-%m-%d}")
         return cert, key
+
+    @property
+    def upstream(self) -> ssl.SSLContext:
+        """The client context for the upstream leg: the host's roots and ``extraCaCertPaths``."""
+        with self._lock:
+            if self._upstream is None:
+                self._upstream = client_context(self.extra_pems)
+            return self._upstream
 
     # -- decisions -----------------------------------------------------------
 
