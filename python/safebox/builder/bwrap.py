@@ -25,7 +25,9 @@ path shadows an earlier one, so the order *is* the policy):
    write there fails rather than vanishing), files get ``--ro-bind /dev/null F``.
    After every bind of steps 4-7, so none of them can uncover a mask; under
    the private ``/tmp`` only where such a bind brought the host path back
-   (``needs_mask``).
+   (``needs_mask``). Then covered files (a CI job's ``.git/config`` holding
+   the runner's token: safebox/ci.py) get ``--ro-bind COPY F``, a scrubbed
+   copy from the run dir, under the same rule.
 9. Allowed unix sockets under the private ``/tmp`` or a mask, bound back in;
    then the run dir, read-only, so the helper finds its policy even when a
    mask covers the run dir's parent. (Unlisted host sockets are among the
@@ -103,6 +105,9 @@ def mount_args(rp: ResolvedPolicy) -> list[str]:
         if not needs_mask(rp, f):
             continue
         a += ["--ro-bind", "/dev/null", f]
+    for copy, f in rp.overlays:
+        if needs_mask(rp, f):
+            a += ["--ro-bind", copy, f]
     for sock in rp.socket_binds:
         a += ["--bind", sock, sock]
     if rp.run_dir:

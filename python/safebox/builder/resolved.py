@@ -51,6 +51,9 @@ class ResolvedPolicy(Frozen):
     # Deny-read: directories covered by an empty read-only tmpfs; files by /dev/null.
     mask_dirs: tuple[str, ...] = ()
     mask_files: tuple[str, ...] = ()
+    # Files covered by another file, read-only: (host copy, path inside). A CI
+    # job's .git/config with the runner's token gets a scrubbed copy (ci.py).
+    overlays: tuple[tuple[str, str], ...] = ()
     # Allowed unix sockets bound back in (they lie under the private /tmp or a mask).
     socket_binds: tuple[str, ...] = ()
     # Directories that get the private /tmp-like tmpfs.

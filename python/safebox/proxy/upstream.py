@@ -21,8 +21,9 @@ import os
 import socket
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
-from safebox.proxy.rules import Decision, NetworkRules, normalize_host, parse_ip_literal
+from safebox.proxy.rules import Decision, HostError, NetworkRules, normalize_host, parse_ip_literal
 
 __all__ = ["Gate", "Refused", "Relay", "UpstreamError", "adopt_stream"]
 
@@ -102,6 +103,7 @@ class _Half(asyncio.Protocol):
             self.transport.pause_reading()
             return
         assert self.peer is not None and self.peer.transport is not None
+        self.relay.count(up=self is self.relay.client, n=len(data))
         self.peer.transport.write(data)
 
     def eof_received(self) -> bool:
@@ -132,8 +134,10 @@ class _Direction:
     with the pipe drained it shuts down ``dst`` for writing (TCP half-close).
     """
 
-    def __init__(self, splicer: _Splicer, src: int, dst: int, prefix: bytes) -> None:
+    def __init__(self, splicer: _Splicer, src: int, dst: int, prefix: bytes, *, up: bool) -> None:
         self.splicer = splicer
+        self.up = up  # client -> upstream: counted as bytes out
+        splicer.relay.count(up=up, n=len(prefix))
         self.loop = splicer.loop
         self.src, self.dst = src, dst
         self.prefix = prefix  # bytes to send before anything read from src
@@ -184,6 +188,7 @@ class _Direction:
             self.eof = True
             self._set_reading(False)
         self.pending += n
+        self.splicer.relay.count(up=self.up, n=n)
         self._flush()
 
     def _flush(self) -> None:
@@ -240,8 +245,8 @@ class _Splicer:
         self.relay = relay
         self.loop = asyncio.get_running_loop()
         self.fds = (client_fd, upstream_fd)
-        self.up = _Direction(self, client_fd, upstream_fd, up_prefix)
-        self.down = _Direction(self, upstream_fd, client_fd, down_prefix)
+        self.up = _Direction(self, client_fd, upstream_fd, up_prefix, up=True)
+        self.down = _Direction(self, upstream_fd, client_fd, down_prefix, up=False)
         self.closed = False
         self.up.eof = client_eof
         self.down.eof = upstream_eof
@@ -285,9 +290,18 @@ class Relay:
         self.client.peer = self.upstream
         self.upstream.peer = self.client
         self.done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        # Bytes relayed client -> upstream and back (safebox report: per host).
         self.bytes_up = 0
+        self.bytes_down = 0
         self.spliced = False
         self._splicer: _Splicer | None = None
+
+    def count(self, *, up: bool, n: int) -> None:
+        """Add ``n`` relayed bytes to one direction's total."""
+        if up:
+            self.bytes_up += n
+        else:
+            self.bytes_down += n
 
     def start(self, client: asyncio.Transport, *, leftover: bytes = b"",
               client_eof: bool = False, head: bytes = b"") -> None:
@@ -303,11 +317,13 @@ class Relay:
             _tune(t.get_extra_info("socket"))
         client.set_protocol(self.client)
         self.client.transport = client
+        self.count(up=True, n=len(head) + len(leftover))
         if head:
             up.write(head)
         if leftover:
             up.write(leftover)
         if self.upstream.early:
+            self.count(up=False, n=len(self.upstream.early))
             client.write(bytes(self.upstream.early))
             self.upstream.early.clear()
         if client_eof:
@@ -418,9 +434,23 @@ class Gate:
     resolve_timeout: float = 30.0
     connect_timeout: float = 30.0
     _loop: asyncio.AbstractEventLoop | None = field(default=None, repr=False)
+    #: Per destination and verdict: (host, port, verdict) -> [connections,
+    #: bytes out, bytes in, rule, reason]. Read by the run's report and by
+    #: --learn (:meth:`destinations`); one dict update per connection.
+    stats: dict[tuple[str, int, str], list[Any]] = field(default_factory=dict, repr=False)
 
     def record(self, host: str, port: int, protocol: str, decision: Decision) -> None:
         """One audit line per decision."""
+        verdict = "allow" if decision.allowed else "deny"
+        try:
+            shown = normalize_host(host)
+        except HostError:
+            shown = host[:300]
+        entry = self.stats.get((shown, port, verdict))
+        if entry is None:
+            self.stats[(shown, port, verdict)] = [1, 0, 0, decision.rule, decision.reason]
+        else:
+            entry[0] += 1
         if self.audit is not None:
             self.audit(
                 "network",
@@ -431,6 +461,19 @@ class Gate:
                 rule=decision.rule,
                 reason=decision.reason,
             )
+
+    def _flowed(self, host: str, port: int, relay: Relay) -> None:
+        entry = self.stats.get((host, port, "allow"))
+        if entry is not None:
+            entry[1] += relay.bytes_up
+            entry[2] += relay.bytes_down
+
+    def destinations(self) -> list[dict[str, Any]]:
+        """What the run reached or was refused, one entry per host, port and
+        verdict (the ``hosts`` of the audit log's ``stop`` event). Called
+        from another thread once the proxy has stopped."""
+        return [{"host": h, "port": p, "verdict": v, "count": e[0], "bytes_out": e[1], "bytes_in": e[2],
+                 "rule": e[3], "reason": e[4]} for (h, p, v), e in list(self.stats.items())]
 
     async def open(self, host: str, port: int, protocol: str, relay: Relay) -> asyncio.Transport:
         """Check ``host:port`` and connect ``relay.upstream`` to a checked address.
@@ -478,6 +521,7 @@ class Gate:
                     self.connect_timeout,
                 )
                 assert isinstance(transport, asyncio.Transport)
+                relay.done.add_done_callback(lambda _f: self._flowed(name, port, relay))
                 return transport
             except TimeoutError:
                 last = UpstreamError("timeout", f"connecting to {ip.compressed} port {port} timed out")
