@@ -263,7 +263,10 @@ def _fix(h: dict[str, Any]) -> str:
     from safebox.proxy.explain import fix_for
     from safebox.proxy.rules import Decision
 
-    return fix_for(str(h.get("host", "")), Decision(False, str(h.get("rule", "")), str(h.get("reason", ""))))
+    try:
+        return fix_for(str(h.get("host", "")), Decision(False, str(h.get("rule", "")), str(h.get("reason", ""))))
+    except ValueError:  # HostError: a host no policy entry can name
+        return "the host is malformed; no policy change allows it"
 
 
 def _denied_rows(run: Run) -> list[dict[str, Any]]:
