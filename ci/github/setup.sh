@@ -97,7 +97,8 @@ configure() {
     "$sb" policy check "$policy" >&2 || die "input policy: $policy is not a valid policy (see above)"
     args+=(-p "$policy")
   fi
-  for p in ${SAFEBOX_PRESETS//,/ }; do
+  local presets=${SAFEBOX_PRESETS:-}
+  for p in ${presets//,/ }; do
     case "$p" in npm|pip|cargo|go|maven|github) args+=(--preset "$p") ;;
       *) die "input presets: unknown preset '$p' (npm, pip, cargo, go, maven, github)" ;; esac
   done
