@@ -101,12 +101,14 @@ class FakeRunner:
         for f in self.files.values():
             f.write_text("")
         self.steps = 0
+        #: The job's own variables (`env:`, secrets), in every step's environment.
+        self.job_env: dict[str, str] = {}
 
     def env(self, **extra: str) -> dict[str, str]:
         e = self.home.env({"GITHUB_ACTIONS": "true", "CI": "true", "RUNNER_TEMP": str(self.temp),
                            "GITHUB_WORKSPACE": str(self.home.work),
                            "RUNNER_WORKSPACE": str(self.home.root / "runner" / "_work" / "proj"),
-                           **{k: str(v) for k, v in self.files.items()}})
+                           **{k: str(v) for k, v in self.files.items()}, **self.job_env})
         # Later steps see what earlier ones added to PATH (as the runner does).
         added = [line for line in self.files["GITHUB_PATH"].read_text().splitlines() if line]
         e["PATH"] = ":".join([*reversed(added), e["PATH"]])
