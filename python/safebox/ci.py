@@ -560,8 +560,18 @@ def prepare(environ: Mapping[str, str], *, kind: str, cwd: str, home: str, bwrap
         import tempfile
 
         base = environ.get("RUNNER_TEMP", "")
-        base = base if base.startswith("/") and os.path.isdir(base) else None
-        ci.commands_dir = tempfile.mkdtemp(prefix="safebox-files-", dir=base)
+        try:
+            ci.commands_dir = tempfile.mkdtemp(prefix="safebox-files-", dir=base if base.startswith("/") else None)
+        except OSError:
+            # RUNNER_TEMP not writable: a safebox nested in a sandboxed step.
+            # Its private /tmp will do; a failure there is an error.
+            try:
+                ci.commands_dir = tempfile.mkdtemp(prefix="safebox-files-")
+            except OSError as e:
+                from safebox.errors import RunError
+
+                raise RunError(f"cannot create this run's directory for $GITHUB_ENV and the other runner files: "
+                               f"{e.strerror or e}") from None
     for var, theirs in present:
         ours = os.path.join(ci.commands_dir or "/nonexistent", var.lower())
         if ci.commands_dir:

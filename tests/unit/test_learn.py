@@ -90,3 +90,41 @@ def test_learning_still_refuses_local_and_metadata_addresses(addr: str, cls: str
 
 def test_without_learning_an_unlisted_name_is_refused() -> None:
     assert not NetworkRules.from_policy([], []).check_host("anything.example.org").allowed
+
+
+def _log(tmp_path, name: str, run: str, hosts: list[tuple[str, str]]):  # type: ignore[no-untyped-def]
+    import json
+
+    p = tmp_path / name
+    stop = {"event": "stop", "run": run, "exit": 0,
+            "hosts": [{"host": h, "port": 443, "verdict": v, "count": 1, "rule": "r", "reason": f"why {h}"}
+                      for h, v in hosts]}
+    p.write_text(json.dumps({"event": "start", "run": run, "schema": 2, "command": ["x"], "presets": ["npm"]})
+                 + "\n" + json.dumps(stop) + "\n")
+    return p
+
+
+def test_policy_suggest_merges_logs_to_stdout_or_a_file(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    import json
+
+    from click.testing import CliRunner
+
+    from safebox.cli import _click_app
+
+    a = _log(tmp_path, "a.jsonl", "1", [("registry.npmjs.org", "allow"), ("evil.example", "deny")])
+    b = _log(tmp_path, "b.jsonl", "2", [("a.cdn.example", "allow"), ("b.cdn.example", "allow"),
+                                         ("c.cdn.example", "allow")])
+    r = CliRunner().invoke(_click_app(), ["policy", "suggest", str(a), str(b)])
+    assert r.exit_code == 0, r.output
+    out = r.stdout
+    assert json.loads(out) == {"network": {"allowedDomains": ["*.cdn.example", "registry.npmjs.org"]},
+                               "presets": ["npm"]}
+    assert "safebox: not suggested: evil.example was refused (why evil.example)" in r.stderr
+    dest = tmp_path / "policy.json"
+    r2 = CliRunner().invoke(_click_app(), ["policy", "suggest", str(a), "-o", str(dest)])
+    assert r2.exit_code == 0 and json.loads(dest.read_text())["network"]["allowedDomains"] == ["registry.npmjs.org"]
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("")
+    r3 = CliRunner().invoke(_click_app(), ["policy", "suggest", str(empty)])
+    assert r3.exit_code == 125
+    assert f"safebox: no run found in {empty}" in r3.output
