@@ -302,3 +302,21 @@ def test_nothing_is_recorded_or_written_when_no_report_is_asked_for(fresh_home: 
     assert r.returncode == 0 and r.stdout == "\n"
     assert not any(p.name.endswith(".md") for p in fresh_home.root.iterdir())
     assert os.listdir(fresh_home.run_base) == []
+
+
+def _imported(home: FakeHome, env: dict[str, str]) -> set[str]:
+    """safebox's modules (and json) that one `safebox exec -- true` imported, from -X importtime."""
+    argv = [str(SAFEBOX.parent / "python"), "-X", "importtime", "-IS", str(SAFEBOX), "exec", "--", "true"]
+    host(argv, cwd=home.work, env=home.env(env))  # warm the policy cache: a cold one loads pydantic (and json)
+    r = host(argv, cwd=home.work, env=home.env(env))
+    assert r.returncode == 0, r.stderr
+    names = {line.rsplit("|", 1)[1].strip() for line in r.stderr.splitlines() if line.startswith("import time:")}
+    return names & {"json", "safebox.report", "safebox.ci", "safebox.learn", "safebox.audit"}
+
+
+def test_a_run_that_asks_for_no_report_pays_for_none(fresh_home: FakeHome) -> None:
+    assert _imported(fresh_home, {}) == set()
+    # Control: under a GitHub job with a step summary, the report and the CI handling load.
+    summary = fresh_home.root / "summary.md"
+    assert _imported(fresh_home, {"GITHUB_ACTIONS": "true", "GITHUB_STEP_SUMMARY": str(summary)}) == {
+        "json", "safebox.report", "safebox.ci", "safebox.audit"}
