@@ -461,6 +461,11 @@ class Recorder:
         self.run = os.urandom(8).hex()
         self.t0 = 0.0
         self.summary = _checked_parent(summary) if summary else None
+        if self.summary is not None:
+            # Created now (never through a symlink), so that it exists to be
+            # kept read-only inside (the runner's run_files): the command can
+            # neither forge the report nor swap the file for a link.
+            append_summary(self.summary[0], "")
         self.learn = _checked_parent(learn) if learn else None
         self.memory = MemoryLog(self.run) if (summary or learn) else None
         file_log = None

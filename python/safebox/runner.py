@@ -808,10 +808,10 @@ def run(req: ExecRequest, *, prescan: dict[tuple[str, int], Any] | None = None) 
         from safebox.policy.load import expand_path
 
         # The --policy file is this run's input like the user and project
-        # files (those are protected by name): read-only inside. So is the
-        # --audit-log file: the command must not forge the record of its
-        # own run (the proxy and safebox append to it from the host).
-        given = tuple(expand_path(f, ctx) for f in (req.policy_file, req.audit_log) if f)
+        # files (those are protected by name): read-only inside. So are the
+        # --audit-log and --summary files: the command must not forge the
+        # record of its own run (the proxy and safebox append from the host).
+        given = tuple(expand_path(f, ctx) for f in (req.policy_file, req.audit_log, summary) if f)
         host = HostFacts(helper_path=helper, self_paths=(*self_paths(), helper), run_files=given,
                          import_paths=import_paths(),
                          path_dirs=tuple(os.environ.get("PATH", "").split(":")),

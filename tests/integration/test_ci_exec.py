@@ -283,18 +283,23 @@ def test_the_audit_log_has_run_records_with_connections_and_bytes(fresh_home: Fa
     assert "exit 3 in " in rep.stdout
 
 
-def test_a_summary_symlink_planted_in_the_work_tree_is_not_followed(fresh_home: FakeHome) -> None:
+def test_the_summary_file_is_read_only_inside_and_never_written_through_a_symlink(fresh_home: FakeHome) -> None:
     target = fresh_home.root / "outside.txt"
     before = target.read_text()
-    link = fresh_home.work / "summary.md"
-    r = fresh_home.run(["ln", "-s", str(target), str(link)], opts=["--summary", str(link)])
-    assert r.returncode == 125
-    assert f"safebox: cannot write the summary to {link}: " in r.stderr
+    summary = fresh_home.work / "summary.md"
+    # Inside, the command can neither forge the report nor swap the file for a link.
+    r = fresh_home.run(["sh", "-c", f"echo forged >> {summary}; ln -sf {target} {summary}"],
+                       opts=["--summary", str(summary)])
+    assert r.returncode == 1
+    assert "summary.md: Read-only file system" in r.stderr, r.stderr
+    assert summary.read_text().startswith("### safebox: `sh -c ")
+    # A link planted before the run (an earlier, unsandboxed step): refused before the command runs.
+    summary.unlink()
+    summary.symlink_to(target)
+    r2 = fresh_home.run(["sh", "-c", "echo ran"], opts=["--summary", str(summary)])
+    assert (r2.returncode, r2.stdout) == (125, "")
+    assert f"safebox: cannot write the summary to {summary}: Too many levels of symbolic links" in r2.stderr
     assert target.read_text() == before
-    # Control: a plain file there is appended to.
-    link.unlink()
-    ok = fresh_home.run(["true"], opts=["--summary", str(link)])
-    assert ok.returncode == 0 and link.read_text().startswith("### safebox: `true` — exit 0")
 
 
 def test_nothing_is_recorded_or_written_when_no_report_is_asked_for(fresh_home: FakeHome) -> None:
