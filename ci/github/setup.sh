@@ -24,24 +24,15 @@ sudo_() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo -n "$@"; fi; }
 
 install() {
   mkdir -p "$BIN"
-  local need=()
-  command -v bwrap >/dev/null || need+=(bubblewrap)
-  command -v socat >/dev/null || need+=(socat)
-  command -v rg >/dev/null || need+=(ripgrep)
-  command -v cc >/dev/null || need+=(gcc)
-  [ -e /usr/include/seccomp.h ] || need+=(libseccomp-dev)
-  python3 -c 'import venv, ensurepip' 2>/dev/null || need+=(python3-venv)
-  if [ "${#need[@]}" -gt 0 ]; then
-    command -v apt-get >/dev/null || die "missing ${need[*]} and no apt-get: install them before this action"
-    say "installing host packages: ${need[*]}"
-    sudo_ env DEBIAN_FRONTEND=noninteractive apt-get update -qq
-    sudo_ env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
-  fi
+  python3 -c 'import sys; sys.exit(sys.version_info < (3, 11))' ||
+    die "safebox needs Python >= 3.11 as python3 (ubuntu-22.04: run actions/setup-python first)"
   # From the action's own checkout (the ref the workflow pinned), never from
-  # an index: build.py compiles the helper and installs safebox-sandbox
-  # into $ACTION_DIR/.venv with its fast launcher.
+  # an index. build.py installs the host packages it lacks (bubblewrap,
+  # socat, ripgrep, gcc, libseccomp-dev, python3-venv; with sudo -n when not
+  # root), compiles the helper and installs safebox-sandbox into
+  # $ACTION_DIR/.venv with its fast launcher.
   say "installing safebox from $ACTION_DIR"
-  python3 "$ACTION_DIR/build.py" setup >&2
+  python3 "$ACTION_DIR/build.py" setup >&2 || die "python3 build.py setup failed (its message is above)"
   # Only the `safebox` command goes on PATH: the venv's python and pip must
   # not shadow the job's own.
   ln -sfn "$ACTION_DIR/.venv/bin/safebox" "$BIN/safebox"

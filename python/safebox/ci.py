@@ -538,21 +538,27 @@ def prepare(environ: Mapping[str, str], *, kind: str, cwd: str, home: str, bwrap
     # -- runner files
     if kind == "github":
         for root in runner_roots(environ):
-            deny += [os.path.join(root, n) for n in RUNNER_SECRET_FILES if os.path.lexists(os.path.join(root, n))]
+            found = [os.path.join(root, n) for n in RUNNER_SECRET_FILES if os.path.lexists(os.path.join(root, n))]
+            deny += found
+            ci.notes += [f"{f}: the runner's own file; unreadable inside" for f in found]
         ws = environ.get("GITHUB_WORKSPACE", "")
         if ws.startswith("/") and os.path.isdir(ws):
             try:
-                deny += [os.path.join(ws, n) for n in os.listdir(ws)
+                creds = [os.path.join(ws, n) for n in os.listdir(ws)
                          if n.startswith("gha-creds-") and n.endswith(".json")]
             except OSError:
-                pass
+                creds = []
+            deny += creds
+            ci.notes += [f"{f}: google-github-actions/auth credentials; unreadable inside" for f in creds]
     else:
         for cfg in (os.path.join(home, ".gitlab-runner", "config.toml"), "/etc/gitlab-runner/config.toml"):
             if os.path.lexists(cfg):
                 deny.append(cfg)
+                ci.notes.append(f"{cfg}: the GitLab runner's configuration (its token); unreadable inside")
         proj = environ.get("CI_PROJECT_DIR", "")
         if proj.startswith("/") and os.path.isdir(proj.rstrip("/") + ".tmp"):
             deny.append(proj.rstrip("/") + ".tmp")
+            ci.notes.append(f"{proj.rstrip('/')}.tmp: GitLab's file-type variables; hidden inside")
 
     # -- file commands
     present = [(var, environ[var]) for var, _ in FILE_COMMANDS if environ.get(var, "").startswith("/")]

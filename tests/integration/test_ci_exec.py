@@ -100,9 +100,10 @@ def test_git_inside_cannot_send_the_token_but_works_on_the_repository(fresh_home
 
 def test_a_self_hosted_runners_credentials_are_unreadable_inside(fresh_home: FakeHome, runner: Runner) -> None:
     script = f"cat {runner.root}/.credentials {runner.root}/.credentials_rsaparams {runner.root}/.runner"
-    r = fresh_home.run(["sh", "-c", script], env=runner.env())
+    r = fresh_home.run(["sh", "-c", script], env=runner.env(), opts=["-v"])
     assert runner.runner_secret not in r.stdout
     assert r.stderr.count("Permission denied") == 3, r.stderr
+    assert f"safebox: {runner.root}/.credentials: the runner's own file; unreadable inside" in r.stderr
     control = fresh_home.run(["sh", "-c", script])
     assert control.stdout.count(runner.runner_secret) == 3, control.stderr
 
