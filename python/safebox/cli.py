@@ -57,6 +57,12 @@ EXEC_OPTIONS: tuple[Opt, ...] = (
     Opt(long="--dry-run", dest="dry_run", help="Print the bwrap argv and the helper policy; run nothing."),
     Opt(long="--audit-log", dest="audit_log", help="Append JSON-lines events (start, stop, network decisions) to FILE.",
         value="FILE"),
+    Opt(long="--summary", dest="summary",
+        help="Append this run's Markdown report to FILE (done with $GITHUB_STEP_SUMMARY when that is set).",
+        value="FILE"),
+    Opt(long="--learn", dest="learn",
+        help="Let the command reach any public host through the proxy, record what it used, and write a "
+             "suggested policy (JSON) to OUT; file rules and local-address refusals still hold.", value="OUT"),
     Opt(long="--verbose", dest="verbose", help="Say which layers were enforced and what was adjusted.", short="-v"),
     Opt(long="--quiet", dest="quiet", help="Do not print a line per refused host, nor hints (errors still print).",
         short="-q"),
@@ -132,7 +138,8 @@ def _request(parsed: dict[str, Any]):  # -> ExecRequest
         without=Without(parsed["without"]) if parsed["without"] else None,
         strict=bool(parsed["strict"]), dry_run=bool(parsed["dry_run"]),
         publish=tuple(parsed["publish"]),
-        audit_log=parsed["audit_log"], verbose=bool(parsed["verbose"]), quiet=bool(parsed["quiet"]))
+        audit_log=parsed["audit_log"], verbose=bool(parsed["verbose"]), quiet=bool(parsed["quiet"]),
+        summary=parsed["summary"], learn=parsed["learn"])
 
 
 def fail(err: SafeboxError) -> NoReturn:
@@ -277,6 +284,37 @@ def _click_app():
 
         sys.exit(_guarded(check))
 
+    @policy_grp.command("suggest")
+    @click.argument("logs", nargs=-1, required=True, type=click.Path(dir_okay=False))
+    @click.option("-o", "--output", metavar="FILE", help="Write the policy to FILE instead of stdout.")
+    def policy_suggest(logs: tuple[str, ...], output: str | None) -> None:
+        """Merge the runs in audit LOGS into one suggested policy (JSON, srt-compatible):
+        the hosts they reached (siblings collapsed to *.parent only when several were seen)
+        and, with the violations feed, directories of refused writes."""
+        import json
+
+        from safebox.learn import suggest, write_policy
+        from safebox.report import read_events, runs_from_events
+        from safebox.runner import _home
+
+        def run() -> int:
+            runs = runs_from_events(read_events(logs))
+            if not runs:
+                from safebox.report import ReportError
+
+                raise ReportError(f"no run found in {', '.join(logs)} (was it written by safebox exec --audit-log?)")
+            doc, notes = suggest(runs, home=_home())
+            for note in notes:
+                click.echo(f"safebox: {note}", err=True)
+            if output:
+                write_policy(output, doc)
+                click.echo(f"safebox: {len(runs)} run(s) merged; policy written to {output}", err=True)
+            else:
+                click.echo(json.dumps(doc, indent=2))
+            return 0
+
+        sys.exit(_guarded(run))
+
     @policy_grp.command("show")
     @click.option("-p", "--policy", "policy_file", metavar="FILE", help="Also layer FILE, as exec --policy does.")
     @click.option("--preset", "presets", metavar="NAME", multiple=True,
@@ -338,6 +376,26 @@ def _click_app():
             return 0
 
         sys.exit(_guarded(show))
+
+    @app.command("report")
+    @click.argument("logs", nargs=-1, required=True, type=click.Path(dir_okay=False))
+    @click.option("--format", "fmt", type=click.Choice(["markdown", "json", "text"]), default="text",
+                  show_default=True, help="Output format (markdown: as the GitHub step summary shows it).")
+    def report_cmd(logs: tuple[str, ...], fmt: str) -> None:
+        """Report each run in the audit LOGS: command, layers enforced, exit status and
+        duration; hosts allowed and refused (rule, connections, bytes); refused writes,
+        reads and system calls; quarantined files."""
+        from safebox.report import read_events, render, runs_from_events
+
+        def run() -> int:
+            try:
+                sys.stdout.write(render(runs_from_events(read_events(logs)), fmt))
+                sys.stdout.flush()
+            except BrokenPipeError:
+                os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            return 0
+
+        sys.exit(_guarded(run))
 
     return app
 

@@ -67,6 +67,8 @@ class ExecRequest(Frozen):
     verbose: bool = False
     publish: tuple[str, ...] = ()  # ports as given on the command line
     quiet: bool = False  # no refused-host lines, no hints
+    learn: str | None = None  # --learn OUT: any public host; the suggested policy goes to OUT
+    summary: str | None = None  # --summary FILE: append this run's Markdown report
 
 
 def _say(msg: str) -> None:
@@ -713,11 +715,26 @@ def run(req: ExecRequest, *, prescan: dict[tuple[str, int], Any] | None = None) 
     if layers is not Layers.BWRAP_ONLY:
         check_helper(helper)
     socat = _tool("socat", tools)
-    audit = None
-    if req.audit_log:
-        from safebox.audit import AuditLog
+    # Run records (report.py) only when a log, a summary or --learn wants
+    # them: the common run pays for one environment lookup.
+    summary = req.summary or os.environ.get("GITHUB_STEP_SUMMARY") or None
+    recorder = None  # its .audit is the run's event sink (file, memory or both)
+    if (req.audit_log or summary or req.learn) and not req.dry_run:
+        from safebox.report import Recorder
 
-        audit = AuditLog(req.audit_log)
+        recorder = Recorder(audit_log=req.audit_log, summary=summary, learn=req.learn)
+    ci_run = None
+    if os.environ.get("GITHUB_ACTIONS") == "true" or os.environ.get("GITLAB_CI") == "true":
+        from safebox import ci
+
+        kind = ci.detect(os.environ)
+        if kind is not None:
+            ci_run = ci.prepare(os.environ, kind=kind, cwd=cwd, home=home, bwrap=layers is not Layers.HELPER_ONLY,
+                                dry_run=req.dry_run)
+            deny = tuple(p for p in ci_run.deny_read if p not in policy.allow_read)
+            policy = policy.replace(deny_read=(*policy.deny_read, *deny),
+                                    deny_write=(*policy.deny_write, *ci_run.deny_write),
+                                    allow_write=(*policy.allow_write, *ci_run.allow_write))
 
     run_tmp: str | None = None
     if layers is Layers.HELPER_ONLY and not req.dry_run:
@@ -735,6 +752,8 @@ def run(req: ExecRequest, *, prescan: dict[tuple[str, int], Any] | None = None) 
     except BaseException:
         if run_tmp is not None:
             rmtree(run_tmp)
+        if ci_run is not None:
+            ci_run.cleanup()
         raise
     run_dir: RunDir | None = None
     proxy = None
@@ -749,7 +768,7 @@ def run(req: ExecRequest, *, prescan: dict[tuple[str, int], Any] | None = None) 
                 _say(note)
         bridges: tuple[Bridge, ...] = ()
         connect_ports: tuple[int, ...] = ()
-        net = NetKind.PROXY if policy.allowed_domains else NetKind.NONE
+        net = NetKind.PROXY if policy.allowed_domains or req.learn else NetKind.NONE
         netplan = None
         if policy.needs_netplan(os.environ):  # srt's parentProxy, tlsTerminate, credentials (netplan.py)
             from safebox.netplan import prepare
@@ -770,7 +789,8 @@ def run(req: ExecRequest, *, prescan: dict[tuple[str, int], Any] | None = None) 
                 proxy = ProxyServer(ProxyConfig(
                     allowed_domains=policy.allowed_domains, denied_domains=policy.denied_domains,
                     allow_local_destinations=policy.allow_local_destinations,
-                    audit_log=req.audit_log or None, explain=not req.quiet,
+                    audit_log=req.audit_log or None, explain=not req.quiet, learn=bool(req.learn),
+                    run_id=recorder.run if recorder else None,
                     parent=netplan.parent if netplan else None,
                     mitm=netplan.mitm if netplan else None, injector=netplan.injector if netplan else None),
                     run_dir=run_path, tcp=layers is Layers.HELPER_ONLY,
@@ -800,10 +820,10 @@ def run(req: ExecRequest, *, prescan: dict[tuple[str, int], Any] | None = None) 
         from safebox.policy.load import expand_path
 
         # The --policy file is this run's input like the user and project
-        # files (those are protected by name): read-only inside. So is the
-        # --audit-log file: the command must not forge the record of its
-        # own run (the proxy and safebox append to it from the host).
-        given = tuple(expand_path(f, ctx) for f in (req.policy_file, req.audit_log) if f)
+        # files (those are protected by name): read-only inside. So are the
+        # --audit-log and --summary files: the command must not forge the
+        # record of its own run (the proxy and safebox append from the host).
+        given = tuple(expand_path(f, ctx) for f in (req.policy_file, req.audit_log, summary) if f)
         host = HostFacts(helper_path=helper, self_paths=(*self_paths(), helper), run_files=given,
                          import_paths=import_paths(),
                          path_dirs=tuple(os.environ.get("PATH", "").split(":")),
@@ -846,6 +866,11 @@ def run(req: ExecRequest, *, prescan: dict[tuple[str, int], Any] | None = None) 
                             publish_dir=pub_dir)
         if warning:
             _say(warning)  # now that the sandbox is built: a refusal stays one line
+        if ci_run is not None:
+            rp = rp.replace(overlays=ci_run.materialize(run_path, dry_run=req.dry_run))
+            if req.verbose:
+                for n in ci_run.notes:
+                    _say(n)
         for w in rp.warnings:
             _say(w)
         if req.verbose:
@@ -880,6 +905,8 @@ def run(req: ExecRequest, *, prescan: dict[tuple[str, int], Any] | None = None) 
 
             http = next((b for b in rp.bridges if b.scheme == "http" and b.port), None)
             env.update(cache_env(caches, env, proxy=("127.0.0.1", http.port) if http else None))
+        if ci_run is not None:
+            env.update(ci_run.env)  # $GITHUB_ENV & co. name this run's own files
 
         if req.dry_run:
             return _dry_run(rp, req, policy_bytes, filter_id, socat=socat or "socat")
@@ -889,10 +916,14 @@ def run(req: ExecRequest, *, prescan: dict[tuple[str, int], Any] | None = None) 
         if seccomp_path:
             write_policy_file(seccomp_path, bpf)
         write_policy_file(rp.policy_path, policy_bytes)
-        if audit:
-            audit.event("start", command=list(req.command), layers=layers.value, cwd=cwd)
+        status: list[Any] | None = None
+        if recorder is not None:
+            status = []
+            recorder.start(command=list(req.command), layers=layers.value, cwd=cwd,
+                           mode="learn" if req.learn else "enforce", policy=req.policy_file,
+                           presets=list(policy.presets), ci=ci_run.kind if ci_run else None)
         rc = _execute(rp, req, env, bwrap=bwrap, socat=socat or "socat", strict=strict, proxy=proxy,
-                      filter_id=filter_id, forwarders=forwarders)
+                      filter_id=filter_id, forwarders=forwarders, status_out=status)
         if rc != 0 and not req.quiet and rp.private_tmp:
             hint = hidden_tmp_hint(req.command, rp)
             if hint:
@@ -904,12 +935,25 @@ def run(req: ExecRequest, *, prescan: dict[tuple[str, int], Any] | None = None) 
         for link, replaced in relinked:
             what = f"replaced it; moved the replacement to {replaced}" if replaced else "removed it"
             _say(f"protected symlink {link}: the command {what}; the link is restored")
-        if audit:
-            audit.event("stop", exit=rc, quarantined=[m[0] for m in moved],
-                        restored_links=[link for link, _ in relinked])
+        refused = ci_run.finish((*rp.write_roots, *rp.cache_dirs)) if ci_run is not None else []
+        for r in refused:
+            _say(f"refused {r.file} entry {r.name!r}: {r.reason} (not passed on to later steps; docs/ci.md)")
+        if recorder is not None:
+            if proxy is not None:
+                proxy.stop()  # every relay closed: the byte counts are final
+            recorder.stop(exit=rc, quarantined=[m[0] for m in moved],
+                          restored_links=[link for link, _ in relinked],
+                          hosts=proxy.destinations() if proxy is not None else [],
+                          enforced=_enforced(status[0]) if status else None,
+                          refused_entries=[{"file": r.file, "name": r.name, "reason": r.reason} for r in refused],
+                          learn_out=req.learn)
+            for note in recorder.finish(home=home):
+                _say(note)
         return rc
     finally:
         scan.abandon()
+        if ci_run is not None:
+            ci_run.cleanup()
         for fw in forwarders:
             fw.close()
         if proxy is not None:
@@ -960,9 +1004,17 @@ def _dry_run(rp: ResolvedPolicy, req: ExecRequest, policy_bytes: bytes, filter_i
     return 0
 
 
+def _enforced(status: Any) -> dict[str, Any]:
+    """The helper's status as the ``stop`` run record's ``enforced``."""
+    ll = status.landlock
+    return {"landlock": None if ll is None else {"abi": ll.abi, "kernel_abi": ll.kernel_abi, "fs": ll.fs,
+                                                  "net": ll.net, "scope": ll.scope},
+            "seccomp": status.seccomp, "caps": status.caps, "nnp": status.nnp}
+
+
 def _execute(rp: ResolvedPolicy, req: ExecRequest, env: dict[str, str], *, bwrap: str | None,
              socat: str, strict: bool, proxy: ProxyServer | None = None, filter_id: str = "",
-             forwarders: list[Any] | None = None) -> int:
+             forwarders: list[Any] | None = None, status_out: list[Any] | None = None) -> int:
     relay = _Relay()
     status_r = status_w = -1
     bw_r = bw_w = -1
@@ -1033,9 +1085,11 @@ def _execute(rp: ResolvedPolicy, req: ExecRequest, env: dict[str, str], *, bwrap
         status = None
         # A part that could not be enforced appears as `false` in the line;
         # only then (or with -v, or on failure) is the JSON parsed.
-        if line is not None and (req.verbose or not status_ok(line)
+        if line is not None and (req.verbose or not status_ok(line) or status_out is not None
                                  or (b":false" in line and rp.layers is not Layers.BWRAP_ONLY)):
             status = parse_status(line)
+            if status_out is not None:
+                status_out.append(status)
             if not status.ok:
                 raise HelperError(f"helper refused: {status.error}")
             missing = status.unenforced() if rp.layers is not Layers.BWRAP_ONLY else []

@@ -156,3 +156,20 @@ def test_a_helper_installed_under_tmp_is_bound_into_the_private_tmp() -> None:
     i = a.index("--tmpfs")
     j = a.index("/tmp/x/.venv/safebox-helper")
     assert a[j - 1] == "--ro-bind" and j > i
+
+
+def test_a_ci_jobs_scrubbed_git_config_covers_the_read_only_original_after_the_masks() -> None:
+    rp = policy(read_only=("/home/u/proj/.git/config",), mask_files=("/home/u/.npmrc",),
+                overlays=(("/run/sb/1/git-config-0", "/home/u/proj/.git/config"),))
+    a = mount_args(rp)
+    cover = a.index("/run/sb/1/git-config-0")
+    assert a[cover - 1:cover + 2] == ["--ro-bind", "/run/sb/1/git-config-0", "/home/u/proj/.git/config"]
+    assert cover > a.index("/home/u/.npmrc") > a.index("/home/u/proj/.git/config")  # last: nothing uncovers it
+
+
+def test_a_scrubbed_copy_is_not_mounted_where_the_private_tmp_hides_the_original() -> None:
+    rp = policy(overlays=(("/run/sb/1/git-config-0", "/tmp/other/.git/config"),))
+    assert "/run/sb/1/git-config-0" not in mount_args(rp)
+    brought_back = policy(write_roots=("/home/u/proj", "/tmp/other"),
+                          overlays=(("/run/sb/1/git-config-0", "/tmp/other/.git/config"),))
+    assert "/run/sb/1/git-config-0" in mount_args(brought_back)

@@ -27,7 +27,10 @@ path shadows an earlier one, so the order *is* the policy):
    the private ``/tmp`` only where such a bind brought the host path back
    (``needs_mask``). Then masked credential files (``credentials.files``,
    mode ``mask``) get ``--ro-bind COPY F``, the copy holding the sentinel
-   (over a deny-read mask of the same file, which it replaces).
+   (over a deny-read mask of the same file, which it replaces), and covered
+   files (a CI job's ``.git/config`` holding the runner's token:
+   safebox/ci.py) get ``--ro-bind COPY F``, a scrubbed copy from the run
+   dir, under the same rule as the masks.
 9. Allowed unix sockets under the private ``/tmp`` or a mask, bound back in;
    then the run dir, read-only, so the helper finds its policy even when a
    mask covers the run dir's parent. (Unlisted host sockets are among the
@@ -107,6 +110,9 @@ def mount_args(rp: ResolvedPolicy) -> list[str]:
         a += ["--ro-bind", "/dev/null", f]
     for real, copy in rp.masked_files:
         a += ["--ro-bind", copy, real]
+    for copy, f in rp.overlays:
+        if needs_mask(rp, f):
+            a += ["--ro-bind", copy, f]
     for sock in rp.socket_binds:
         a += ["--bind", sock, sock]
     if rp.run_dir:

@@ -53,6 +53,9 @@ class ResolvedPolicy(Frozen):
     mask_files: tuple[str, ...] = ()
     # credentials.files with mode "mask": (real path, its masked copy in the run dir).
     masked_files: tuple[tuple[str, str], ...] = ()
+    # Files covered by another file, read-only: (host copy, path inside). A CI
+    # job's .git/config with the runner's token gets a scrubbed copy (ci.py).
+    overlays: tuple[tuple[str, str], ...] = ()
     # Allowed unix sockets bound back in (they lie under the private /tmp or a mask).
     socket_binds: tuple[str, ...] = ()
     # Directories that get the private /tmp-like tmpfs.

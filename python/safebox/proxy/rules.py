@@ -33,6 +33,7 @@ from safebox.hostport import split_port
 __all__ = [
     "RULE_ALLOWED",
     "RULE_DENIED",
+    "RULE_LEARN",
     "RULE_LOCAL",
     "RULE_REQUEST",
     "Decision",
@@ -50,6 +51,9 @@ RULE_DENIED = "network.deniedDomains"
 RULE_LOCAL = "network.allowLocalDestinations"
 #: Not a policy key: the request itself is malformed; no policy change helps.
 RULE_REQUEST = "request"
+#: Not a policy key: ``safebox exec --learn`` let a name through that no
+#: entry allows, to record it (the address checks still apply).
+RULE_LEARN = "learn"
 
 #: Cloud instance-metadata and credential endpoints (AWS/GCP/Azure/OpenStack
 #: at 169.254.169.254, AWS IPv6 on Nitro, Alibaba, Azure's WireServer
@@ -203,6 +207,10 @@ class NetworkRules:
     allowed: tuple[str, ...]
     denied: tuple[str, ...]
     allow_local_destinations: bool = False
+    #: ``--learn``: any name or IP literal not denied passes :meth:`check_host`
+    #: (rule :data:`RULE_LEARN`); :meth:`check_address` is unchanged, so
+    #: loopback, private and metadata addresses stay refused.
+    learn: bool = False
 
     @classmethod
     def from_policy(
@@ -211,6 +219,7 @@ class NetworkRules:
         denied_domains: tuple[str, ...] | list[str] = (),
         *,
         allow_local_destinations: bool = False,
+        learn: bool = False,
     ) -> NetworkRules:
         """Canonicalise the entries; raises :class:`HostError` naming a bad one."""
         def compiled(key: str, patterns: tuple[str, ...] | list[str]) -> tuple[str, ...]:
@@ -226,6 +235,7 @@ class NetworkRules:
             allowed=compiled(RULE_ALLOWED, allowed_domains),
             denied=compiled(RULE_DENIED, denied_domains),
             allow_local_destinations=allow_local_destinations,
+            learn=learn,
         )
 
     def _literal_ips(self, patterns: tuple[str, ...], port: int | None = None, *,
@@ -279,6 +289,8 @@ class NetworkRules:
                 return Decision(False, RULE_DENIED, f"{name} is listed in {RULE_DENIED}")
             if ip in self._literal_ips(self.allowed, port):
                 return Decision(True, RULE_ALLOWED, f"{name} is listed literally in {RULE_ALLOWED}")
+            if self.learn:
+                return Decision(True, RULE_LEARN, f"{name} is allowed while learning (--learn)")
             others = self._other_ports(name)
             if others:
                 return Decision(False, RULE_ALLOWED,
@@ -295,6 +307,8 @@ class NetworkRules:
             pattern, entry_port = _entry(p)
             if _matches(name, pattern) and _port_ok(entry_port, port, deny=False):
                 return Decision(True, RULE_ALLOWED, f"{name} matches {p!r} in {RULE_ALLOWED}")
+        if self.learn:
+            return Decision(True, RULE_LEARN, f"{name} is allowed while learning (--learn)")
         others = self._other_ports(name)
         if others:
             return Decision(False, RULE_ALLOWED,

@@ -60,6 +60,11 @@ class ProxyConfig:
     mitm: Mitm | None = None
     #: Masked credentials (``proxy/inject.py: Injector``); None: nothing is substituted.
     injector: Injector | None = None
+    #: ``safebox exec --learn``: any public destination passes (rules.py).
+    learn: bool = False
+    #: Written into every audit event as ``run`` (docs/audit-log.md), so a
+    #: log shared by several runs keeps each run's decisions apart.
+    run_id: str | None = None
 
 
 def _receive_fds(handoff: socket.socket) -> tuple[bytes, list[int]]:
@@ -169,6 +174,7 @@ class ProxyServer:
                 config.allowed_domains,
                 config.denied_domains,
                 allow_local_destinations=config.allow_local_destinations,
+                learn=config.learn,
             )
         except HostError as exc:
             raise ProxyError(f"invalid network domain pattern: {exc}") from None
@@ -203,7 +209,7 @@ class ProxyServer:
             if self.config.audit_log is not None:
                 from safebox.audit import AuditLog  # json, datetime: only with --audit-log
 
-                self._audit = AuditLog(self.config.audit_log)
+                self._audit = AuditLog(self.config.audit_log, run=self.config.run_id)
         except OSError as exc:
             raise ProxyError(f"cannot open audit log {self.config.audit_log}: {exc.strerror}") from None
         explain = _explain_on_first_refusal() if self.config.explain else None
@@ -248,6 +254,10 @@ class ProxyServer:
             if isinstance(err, ProxyError):
                 raise err
             raise ProxyError(f"cannot start the network proxy: {err}") from err
+
+    def destinations(self) -> list[dict[str, object]]:
+        """Every destination decided so far, with connections and bytes (``Gate.destinations``)."""
+        return self._gate.destinations() if self._gate is not None else []
 
     def stop(self) -> None:
         """Close listeners and every connection, remove the socket files; idempotent."""

@@ -21,8 +21,9 @@ import os
 import socket
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
-from safebox.proxy.rules import Decision, IPAddress, NetworkRules, normalize_host, parse_ip_literal
+from safebox.proxy.rules import Decision, HostError, IPAddress, NetworkRules, normalize_host, parse_ip_literal
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -108,6 +109,7 @@ class _Half(asyncio.Protocol):
             self.transport.pause_reading()
             return
         assert self.peer is not None and self.peer.transport is not None
+        self.relay.count(up=self is self.relay.client, n=len(data))
         self.peer.transport.write(data)
 
     def eof_received(self) -> bool:
@@ -138,8 +140,10 @@ class _Direction:
     with the pipe drained it shuts down ``dst`` for writing (TCP half-close).
     """
 
-    def __init__(self, splicer: _Splicer, src: int, dst: int, prefix: bytes) -> None:
+    def __init__(self, splicer: _Splicer, src: int, dst: int, prefix: bytes, *, up: bool) -> None:
         self.splicer = splicer
+        self.up = up  # client -> upstream: counted as bytes out
+        splicer.relay.count(up=up, n=len(prefix))
         self.loop = splicer.loop
         self.src, self.dst = src, dst
         self.prefix = prefix  # bytes to send before anything read from src
@@ -190,6 +194,7 @@ class _Direction:
             self.eof = True
             self._set_reading(False)
         self.pending += n
+        self.splicer.relay.count(up=self.up, n=n)
         self._flush()
 
     def _flush(self) -> None:
@@ -246,8 +251,8 @@ class _Splicer:
         self.relay = relay
         self.loop = asyncio.get_running_loop()
         self.fds = (client_fd, upstream_fd)
-        self.up = _Direction(self, client_fd, upstream_fd, up_prefix)
-        self.down = _Direction(self, upstream_fd, client_fd, down_prefix)
+        self.up = _Direction(self, client_fd, upstream_fd, up_prefix, up=True)
+        self.down = _Direction(self, upstream_fd, client_fd, down_prefix, up=False)
         self.closed = False
         self.up.eof = client_eof
         self.down.eof = upstream_eof
@@ -291,11 +296,20 @@ class Relay:
         self.client.peer = self.upstream
         self.upstream.peer = self.client
         self.done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        # Bytes relayed client -> upstream and back (safebox report: per host).
         self.bytes_up = 0
+        self.bytes_down = 0
         self.spliced = False
         #: The parent proxy a plain-HTTP request goes to (absolute form), if any.
         self.via: ProxyURL | None = None
         self._splicer: _Splicer | None = None
+
+    def count(self, *, up: bool, n: int) -> None:
+        """Add ``n`` relayed bytes to one direction's total."""
+        if up:
+            self.bytes_up += n
+        else:
+            self.bytes_down += n
 
     def start(self, client: asyncio.Transport, *, leftover: bytes = b"",
               client_eof: bool = False, head: bytes = b"") -> None:
@@ -311,11 +325,13 @@ class Relay:
             _tune(t.get_extra_info("socket"))
         client.set_protocol(self.client)
         self.client.transport = client
+        self.count(up=True, n=len(head) + len(leftover))
         if head:
             up.write(head)
         if leftover:
             up.write(leftover)
         if self.upstream.early:
+            self.count(up=False, n=len(self.upstream.early))
             client.write(bytes(self.upstream.early))
             self.upstream.early.clear()
         if client_eof:
@@ -444,9 +460,23 @@ class Gate:
     #: Says one line on safebox's stderr (a TLS failure the user must see).
     report: Callable[[str], None] | None = None
     _loop: asyncio.AbstractEventLoop | None = field(default=None, repr=False)
+    #: Per destination and verdict: (host, port, verdict) -> [connections,
+    #: bytes out, bytes in, rule, reason]. Read by the run's report and by
+    #: --learn (:meth:`destinations`); one dict update per connection.
+    stats: dict[tuple[str, int, str], list[Any]] = field(default_factory=dict, repr=False)
 
     def record(self, host: str, port: int, protocol: str, decision: Decision, **extra: object) -> None:
         """One audit line per decision."""
+        verdict = "allow" if decision.allowed else "deny"
+        try:
+            shown = normalize_host(host)
+        except HostError:
+            shown = host[:300]
+        entry = self.stats.get((shown, port, verdict))
+        if entry is None:
+            self.stats[(shown, port, verdict)] = [1, 0, 0, decision.rule, decision.reason]
+        else:
+            entry[0] += 1
         if self.audit is not None:
             self.audit(
                 "network",
@@ -480,6 +510,19 @@ class Gate:
             if ip not in addresses:
                 addresses.append(ip)
         return addresses
+
+    def _flowed(self, host: str, port: int, relay: Relay) -> None:
+        entry = self.stats.get((host, port, "allow"))
+        if entry is not None:
+            entry[1] += relay.bytes_up
+            entry[2] += relay.bytes_down
+
+    def destinations(self) -> list[dict[str, Any]]:
+        """What the run reached or was refused, one entry per host, port and
+        verdict (the ``hosts`` of the audit log's ``stop`` event). Called
+        from another thread once the proxy has stopped."""
+        return [{"host": h, "port": p, "verdict": v, "count": e[0], "bytes_out": e[1], "bytes_in": e[2],
+                 "rule": e[3], "reason": e[4]} for (h, p, v), e in list(self.stats.items())]
 
     async def check(self, host: str, port: int, protocol: str, *, tunnel: bool = True
                     ) -> tuple[str, list[IPAddress], ProxyURL | None]:
@@ -618,6 +661,9 @@ class Gate:
     async def attach(self, relay: Relay, name: str, addresses: list[IPAddress], port: int, via: ProxyURL | None,
                      *, tunnel: bool = True) -> asyncio.Transport:
         """Connect ``relay.upstream`` to a destination :meth:`check` allowed."""
+        # The bytes relayed join this destination's totals when the relay
+        # ends (the audit log's stop event, safebox report, --learn).
+        relay.done.add_done_callback(lambda _f: self._flowed(name, port, relay))
         if via is None:
             return await self._connect(addresses, port, lambda: relay.upstream)
         if tunnel:

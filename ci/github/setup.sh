@@ -1,0 +1,134 @@
+#!/usr/bin/env bash
+# safebox's GitHub Action (action.yml), one step at a time:
+#   setup.sh install    host packages (bubblewrap, socat, ripgrep, a C compiler,
+#                       libseccomp) and safebox from the action's own checkout
+#   setup.sh apparmor   Ubuntu >= 23.10/24.04: let the bwrap safebox uses create
+#                       user namespaces (kernel.apparmor_restrict_unprivileged_userns=1)
+#   setup.sh doctor     `safebox doctor`; fails the job with its fix text
+#   setup.sh configure  write the `safebox-step` shell for sandboxed steps
+# Inputs come from the environment (action.yml sets them): SAFEBOX_POLICY,
+# SAFEBOX_PRESETS, SAFEBOX_MODE (enforce|learn), SAFEBOX_LEARN_OUT,
+# SAFEBOX_APPARMOR (profile|sysctl|skip). docs/ci.md describes each.
+set -euo pipefail
+
+say() { printf 'safebox-action: %s\n' "$*" >&2; }
+die() { printf '::error title=safebox::%s\n' "$*" >&2; exit 1; }
+
+ACTION_DIR=${SAFEBOX_ACTION_DIR:-$(cd "$(dirname "$0")/../.." && pwd)}
+# Everything the action writes lives under RUNNER_TEMP (emptied after each
+# job), outside the workspace, so no sandboxed step can write it.
+BASE=${SAFEBOX_ACTION_HOME:-${RUNNER_TEMP:?RUNNER_TEMP is not set: not a GitHub runner}/safebox}
+BIN="$BASE/bin"
+
+sudo_() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo -n "$@"; fi; }
+
+install() {
+  mkdir -p "$BIN"
+  python3 -c 'import sys; sys.exit(sys.version_info < (3, 11))' ||
+    die "safebox needs Python >= 3.11 as python3 (ubuntu-22.04: run actions/setup-python first)"
+  # From the action's own checkout (the ref the workflow pinned), never from
+  # an index. build.py installs the host packages it lacks (bubblewrap,
+  # socat, ripgrep, gcc, libseccomp-dev, python3-venv; with sudo -n when not
+  # root), compiles the helper and installs safebox-sandbox into
+  # $ACTION_DIR/.venv with its fast launcher.
+  say "installing safebox from $ACTION_DIR"
+  python3 "$ACTION_DIR/build.py" setup >&2 || die "python3 build.py setup failed (its message is above)"
+  # Only the `safebox` command goes on PATH: the venv's python and pip must
+  # not shadow the job's own.
+  ln -sfn "$ACTION_DIR/.venv/bin/safebox" "$BIN/safebox"
+  echo "$BIN" >> "$GITHUB_PATH"
+}
+
+apparmor() {
+  local knob=/proc/sys/kernel/apparmor_restrict_unprivileged_userns
+  if [ ! -e "$knob" ] || [ "$(cat "$knob")" != 1 ]; then
+    return 0
+  fi
+  local bwrap
+  bwrap=$(readlink -f "$(command -v bwrap)") || die "bwrap not found"
+  case "${SAFEBOX_APPARMOR:-profile}" in
+    profile)
+      # The targeted fix (the one `safebox doctor` prints): this bwrap, and
+      # nothing else, may create user namespaces. The sysctl stays on.
+      say "kernel.apparmor_restrict_unprivileged_userns=1: installing an AppArmor profile for $bwrap"
+      printf 'abi <abi/4.0>,\ninclude <tunables/global>\nprofile safebox-bwrap %s flags=(unconfined) {\n  userns,\n}\n' \
+        "$bwrap" | sudo_ tee /etc/apparmor.d/safebox-bwrap >/dev/null
+      sudo_ apparmor_parser -r /etc/apparmor.d/safebox-bwrap
+      ;;
+    sysctl)
+      say "kernel.apparmor_restrict_unprivileged_userns=1: turning it off for this runner (apparmor: sysctl)"
+      sudo_ sysctl -q -w kernel.apparmor_restrict_unprivileged_userns=0
+      ;;
+    skip) say "kernel.apparmor_restrict_unprivileged_userns=1 and apparmor: skip: bwrap may not work" ;;
+    *) die "input apparmor: '${SAFEBOX_APPARMOR}' is not one of profile, sysctl, skip" ;;
+  esac
+}
+
+doctor() {
+  local sb=${SAFEBOX_BIN:-$BIN/safebox} out rc=0
+  out=$("$sb" doctor 2>&1) || rc=$?
+  printf '%s\n' "$out" >&2
+  if [ "$rc" -ne 0 ]; then
+    # The first failed check and its fix, as the job's error annotation.
+    die "safebox doctor: this runner cannot sandbox: $(printf '%s\n' "$out" | grep -m1 -A1 '^fail' | tr '\n' ' ')"
+  fi
+}
+
+configure() {
+  local sb=${SAFEBOX_BIN:-$BIN/safebox}
+  mkdir -p "$BIN"
+  local args=() p
+  local policy=${SAFEBOX_POLICY:-}
+  if [ -z "$policy" ] && [ -f "${GITHUB_WORKSPACE:-.}/.github/safebox.toml" ]; then
+    policy="${GITHUB_WORKSPACE:-.}/.github/safebox.toml"
+  fi
+  if [ -n "$policy" ]; then
+    case "$policy" in /*) ;; *) policy="${GITHUB_WORKSPACE:-$PWD}/$policy" ;; esac
+    [ -f "$policy" ] || die "input policy: $policy does not exist"
+    "$sb" policy check "$policy" >&2 || die "input policy: $policy is not a valid policy (see above)"
+    args+=(-p "$policy")
+  fi
+  local presets=${SAFEBOX_PRESETS:-}
+  for p in ${presets//,/ }; do
+    case "$p" in npm|pip|cargo|go|maven|github) args+=(--preset "$p") ;;
+      *) die "input presets: unknown preset '$p' (npm, pip, cargo, go, maven, github)" ;; esac
+  done
+  local log="$BASE/audit.jsonl" learned=${SAFEBOX_LEARN_OUT:-$BASE/learned-policy.json}
+  args+=(--audit-log "$log")
+  case "${SAFEBOX_MODE:-enforce}" in
+    enforce) ;;
+    learn) args+=(--learn "$BASE/last-step-policy.json") ;;
+    *) die "input mode: '${SAFEBOX_MODE}' is not enforce or learn" ;;
+  esac
+  # The shell for sandboxed steps: `shell: safebox-step {0}`. Its arguments
+  # are fixed here, where no step can change them ($BIN is outside the
+  # workspace and every write root).
+  {
+    printf '#!/bin/sh\n# written by safebox action configure: shell: safebox-step {0}\n'
+    printf 'rc=0\n%q exec' "$sb"
+    printf ' %q' "${args[@]}"
+    printf ' -- bash --noprofile --norc -eo pipefail "$1" || rc=$?\n'
+    if [ "${SAFEBOX_MODE:-enforce}" = learn ]; then
+      # Every step so far, merged: the policy to commit for enforce mode.
+      printf '%q policy suggest %q -o %q || true\n' "$sb" "$log" "$learned"
+    fi
+    printf 'exit $rc\n'
+  } > "$BIN/safebox-step.tmp"
+  chmod 0755 "$BIN/safebox-step.tmp"
+  mv -f "$BIN/safebox-step.tmp" "$BIN/safebox-step"
+  grep -qxF "$BIN" "${GITHUB_PATH:-/dev/null}" 2>/dev/null || echo "$BIN" >> "${GITHUB_PATH:-/dev/null}"
+  {
+    echo "shell=$BIN/safebox-step {0}"
+    echo "audit-log=$log"
+    echo "learned-policy=$learned"
+  } >> "${GITHUB_OUTPUT:-/dev/null}"
+  say "sandboxed steps: shell: safebox-step {0} (runs: safebox exec ${args[*]} -- bash -e STEP)"
+}
+
+case "${1:-}" in
+  install) install ;;
+  apparmor) apparmor ;;
+  doctor) doctor ;;
+  configure) configure ;;
+  *) die "usage: setup.sh install|apparmor|doctor|configure" ;;
+esac

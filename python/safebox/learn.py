@@ -1,0 +1,137 @@
+"""Learn, then enforce: a suggested policy from what runs used.
+
+``safebox exec --learn OUT`` lets the command reach any public host through
+the proxy (rules.py ``learn``; loopback, private and metadata addresses are
+still refused unless the policy allows them, and every file rule holds),
+then writes the policy this module suggests to OUT. ``safebox policy
+suggest AUDIT.jsonl...`` does the same from the audit logs of several runs.
+
+The suggestion is srt-compatible JSON (``network.allowedDomains``,
+``filesystem.allowWrite``; ``presets`` when the runs used some):
+
+* every host the runs reached, exactly as named; siblings collapse to
+  ``*.parent`` only when :data:`COLLAPSE_AT` or more distinct names under one
+  parent were seen, never to a parent of fewer than two labels, and never
+  under a suffix where unrelated parties get names (:data:`NEVER_COLLAPSE`:
+  ``*.github.io`` would allow every Pages site);
+* hosts that were refused (denied on purpose, local addresses) are left out
+  and named on stderr: a learn run is no way around ``deniedDomains``;
+* ``allowWrite``: the directory of each write refused only because it lay
+  outside the write roots (violations feed, ``denied`` events with rule
+  ``filesystem.allowWrite``); never a protected file, a credential path or
+  safebox's own files.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any
+
+from safebox.report import Run
+
+__all__ = ["COLLAPSE_AT", "NEVER_COLLAPSE", "collapse", "suggest", "write_policy"]
+
+COLLAPSE_AT = 3
+#: Parents under which names belong to unrelated parties (shared hosting,
+#: public suffixes with two labels): never collapsed to a wildcard.
+NEVER_COLLAPSE = frozenset({
+    "github.io", "githubusercontent.com", "gitlab.io", "amazonaws.com", "s3.amazonaws.com",
+    "cloudfront.net", "azurewebsites.net", "blob.core.windows.net", "web.core.windows.net",
+    "azureedge.net", "appspot.com", "run.app", "cloudfunctions.net", "firebaseapp.com", "web.app",
+    "herokuapp.com", "vercel.app", "netlify.app", "pages.dev", "workers.dev", "fly.dev", "onrender.com",
+    "ngrok.io", "ngrok-free.app", "trycloudflare.com", "repl.co", "glitch.me", "surge.sh",
+    "co.uk", "org.uk", "ac.uk", "gov.uk", "com.au", "net.au", "org.au", "co.jp", "co.nz", "com.br",
+    "com.cn", "co.in", "co.za", "com.mx", "com.tr", "com.sg",
+})
+#: Rule of a ``denied`` write event that an ``allowWrite`` entry would lift.
+RULE_ALLOW_WRITE = "filesystem.allowWrite"
+
+
+def _is_ip(host: str) -> bool:
+    import ipaddress
+
+    try:
+        ipaddress.ip_address(host.strip("[]"))
+        return True
+    except ValueError:
+        return False
+
+
+def collapse(names: set[str], *, at: int = COLLAPSE_AT) -> list[str]:
+    """Exact names, with ``at`` or more siblings under one parent replaced by
+    ``*.parent`` (the parent itself stays exact if it was seen)."""
+    by_parent: dict[str, set[str]] = {}
+    for n in names:
+        if _is_ip(n) or "." not in n:
+            continue
+        parent = n.split(".", 1)[1]
+        by_parent.setdefault(parent, set()).add(n)
+    wild = {p for p, kids in by_parent.items()
+            if len(kids) >= at and p.count(".") >= 1 and p not in NEVER_COLLAPSE}
+    out = {f"*.{p}" for p in wild}
+    for n in names:
+        if "." in n and not _is_ip(n) and n.split(".", 1)[1] in wild:
+            continue
+        out.add(n)
+    return sorted(out, key=lambda d: (d.lstrip("*.").split(".")[::-1], d))
+
+
+def _tilde(path: str, home: str) -> str:
+    if home and (path == home or path.startswith(home.rstrip("/") + "/")):
+        return "~" + path[len(home.rstrip("/")):]
+    return path
+
+
+def suggest(runs: list[Run], *, home: str) -> tuple[dict[str, Any], list[str]]:
+    """The suggested policy for ``runs``, and notes for the user."""
+    used: set[str] = set()
+    refused: dict[str, str] = {}
+    presets: list[str] = []
+    writes: set[str] = set()
+    for run in runs:
+        for p in run.presets:
+            if p not in presets:
+                presets.append(p)
+        for h in run.hosts:
+            host = str(h.get("host", "")).lower()
+            if not host:
+                continue
+            if h.get("verdict") == "allow":
+                used.add(host)
+            else:
+                refused.setdefault(host, str(h.get("reason") or h.get("rule") or "refused"))
+        for ev in run.denied:
+            if ev.get("kind") == "write" and ev.get("rule") == RULE_ALLOW_WRITE and isinstance(ev.get("path"), str):
+                path = os.path.normpath(ev["path"])
+                if path.startswith("/"):
+                    writes.add(os.path.dirname(path) if path != "/" else path)
+    notes = []
+    for host, why in sorted(refused.items()):
+        if host not in used:
+            notes.append(f"not suggested: {host} was refused ({why})")
+    # Nested directories: the shallowest covers the rest.
+    dirs = sorted(writes, key=lambda d: (d.count("/"), d))
+    kept: list[str] = []
+    for d in dirs:
+        if not any(d == k or d.startswith(k.rstrip("/") + "/") for k in kept):
+            kept.append(d)
+    doc: dict[str, Any] = {"network": {"allowedDomains": collapse(used)}}
+    if kept:
+        doc["filesystem"] = {"allowWrite": sorted(_tilde(d, home) for d in kept)}
+    if presets:
+        doc["presets"] = presets
+    return doc, notes
+
+
+def write_policy(path: str, doc: dict[str, Any]) -> None:
+    """Write ``doc`` to ``path`` as JSON (atomically; mode 0644)."""
+    data = (json.dumps(doc, indent=2) + "\n").encode()
+    tmp = f"{path}.safebox-tmp-{os.getpid()}-{os.urandom(4).hex()}"
+    # O_EXCL|O_NOFOLLOW: never through a name someone else planted.
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+    try:
+        os.write(fd, data)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)

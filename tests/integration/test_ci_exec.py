@@ -1,0 +1,328 @@
+"""CI jobs through the real ``safebox exec`` (docs/ci.md): the runner's own
+secrets hidden, its file commands filtered, the run's report in the step
+summary, and learn-then-enforce, against the real kernel, bwrap, helper and
+proxy.
+
+A GitHub runner is laid out in the fake home as a self-hosted one is
+(``actions-runner/`` with ``.credentials``, ``_work/_temp/_runner_file_commands``),
+with the variables a runner sets; the work tree's ``.git/config`` holds the
+header ``actions/checkout`` persists. Every "hidden" assertion has its
+control: the same command without ``GITHUB_ACTIONS=true`` sees the secret.
+Servers listen on 127.0.0.1 only.
+"""
+
+from __future__ import annotations
+
+import http.server
+import json
+import os
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from sbx import BOTH, HELPER_ONLY, SAFEBOX, FakeHome, host, token
+
+pytestmark = pytest.mark.needs_bwrap
+
+
+@dataclass
+class Runner:
+    """A GitHub runner's files around a fake home."""
+
+    root: Path
+    temp: Path
+    files: dict[str, Path]
+    git_token: str
+    runner_secret: str
+
+    def env(self, **extra: str) -> dict[str, str]:
+        return {"GITHUB_ACTIONS": "true", "RUNNER_TEMP": str(self.temp),
+                "RUNNER_WORKSPACE": str(self.root / "_work" / "proj"),
+                **{k: str(v) for k, v in self.files.items()}, **extra}
+
+
+def make_runner(home: FakeHome) -> Runner:
+    root = home.root / "actions-runner"
+    temp = root / "_work" / "_temp"
+    cmds = temp / "_runner_file_commands"
+    cmds.mkdir(parents=True)
+    secret = f"RUNNER-CRED-{token()}"
+    for name in (".credentials", ".credentials_rsaparams", ".runner"):
+        (root / name).write_text(json.dumps({"secret": secret}))
+    files = {}
+    for var, name in (("GITHUB_ENV", "set_env_1"), ("GITHUB_PATH", "add_path_1"), ("GITHUB_OUTPUT", "set_output_1"),
+                      ("GITHUB_STATE", "save_state_1"), ("GITHUB_STEP_SUMMARY", "step_summary_1")):
+        (cmds / name).write_text("")
+        files[var] = cmds / name
+    git_token = f"x-access-token-{token()}"
+    (home.work / ".git" / "config").write_text(
+        "[core]\n\trepositoryformatversion = 0\n"
+        '[remote "origin"]\n\turl = https://github.com/o/r\n'
+        f'[http "https://github.com/"]\n\textraheader = AUTHORIZATION: basic {git_token}\n')
+    return Runner(root=root, temp=temp, files=files, git_token=git_token, runner_secret=secret)
+
+
+@pytest.fixture
+def runner(fresh_home: FakeHome) -> Runner:
+    return make_runner(fresh_home)
+
+
+@pytest.mark.parametrize("mode", [BOTH, HELPER_ONLY])
+def test_the_checkout_token_in_git_config_is_hidden_inside(fresh_home: FakeHome, runner: Runner, mode: str) -> None:
+    before = (fresh_home.work / ".git" / "config").read_text()
+    script = "cat .git/config; echo; git config --get remote.origin.url || echo git-failed"
+    r = fresh_home.run(["sh", "-c", script], env=runner.env(), mode=mode)
+    assert runner.git_token not in r.stdout + r.stderr
+    if mode == BOTH:
+        # A scrubbed copy: git still reads the repository's config.
+        assert r.returncode == 0, r.stderr
+        assert "[remote \"origin\"]" in r.stdout and "extraheader" not in r.stdout
+        assert r.stdout.rstrip().endswith("https://github.com/o/r")
+    else:
+        # No bubblewrap, nothing to mount: the file is unreadable instead.
+        assert "cat: .git/config: Permission denied" in r.stderr
+        assert r.stdout.rstrip().endswith("git-failed")
+    assert (fresh_home.work / ".git" / "config").read_text() == before  # the host's file is untouched
+    # Control: the same run outside a CI job reads the token.
+    c = fresh_home.run(["sh", "-c", script], mode=mode)
+    assert runner.git_token in c.stdout, c.stderr
+
+
+def test_git_inside_cannot_send_the_token_but_works_on_the_repository(fresh_home: FakeHome, runner: Runner) -> None:
+    r = fresh_home.run(["sh", "-c", "git config --local --get-regexp '^http[.]' ; echo done; git rev-parse --git-dir"],
+                       env=runner.env())
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ["done", ".git"]
+
+
+def test_a_self_hosted_runners_credentials_are_unreadable_inside(fresh_home: FakeHome, runner: Runner) -> None:
+    script = f"cat {runner.root}/.credentials {runner.root}/.credentials_rsaparams {runner.root}/.runner"
+    r = fresh_home.run(["sh", "-c", script], env=runner.env(), opts=["-v"])
+    assert runner.runner_secret not in r.stdout
+    assert r.stderr.count("Permission denied") == 3, r.stderr
+    assert f"safebox: {runner.root}/.credentials: the runner's own file; unreadable inside" in r.stderr
+    control = fresh_home.run(["sh", "-c", script])
+    assert control.stdout.count(runner.runner_secret) == 3, control.stderr
+
+
+def test_gitlab_runner_config_and_file_variables_are_unreadable_inside(fresh_home: FakeHome) -> None:
+    secret = f"glrt-{token()}"
+    (fresh_home.root / ".gitlab-runner").mkdir()
+    (fresh_home.root / ".gitlab-runner" / "config.toml").write_text(f'token = "{secret}"\n')
+    file_vars = Path(f"{fresh_home.work}.tmp")
+    file_vars.mkdir()
+    (file_vars / "KUBECONFIG_FILE").write_text(secret)
+    script = f"cat ~/.gitlab-runner/config.toml {file_vars}/KUBECONFIG_FILE"
+    env = {"GITLAB_CI": "true", "CI_PROJECT_DIR": str(fresh_home.work)}
+    r = fresh_home.run(["sh", "-c", script], env=env)
+    assert secret not in r.stdout
+    assert "config.toml: Permission denied" in r.stderr and "KUBECONFIG_FILE: No such file" in r.stderr, r.stderr
+    control = fresh_home.run(["sh", "-c", script], env={"CI_PROJECT_DIR": str(fresh_home.work)})
+    assert control.stdout.count(secret) == 2, control.stderr
+
+
+POISON = r"""
+echo "LD_PRELOAD=$PWD/evil.so" >> "$GITHUB_ENV"
+echo "NODE_OPTIONS=--require $PWD/evil.js" >> "$GITHUB_ENV"
+printf 'BUILD_ID=42\nNOTES<<EOF\nline one\nline two\nEOF\n' >> "$GITHUB_ENV"
+printf 'SNEAKY=1\rBASH_ENV=%s/evil.sh\n' "$PWD" >> "$GITHUB_ENV"
+mkdir -p bin && echo "$PWD/bin" >> "$GITHUB_PATH"
+echo "/usr/bin:$PWD/bin" >> "$GITHUB_PATH"
+echo /usr/local/bin >> "$GITHUB_PATH"
+echo "artifact=dist/app.tgz" >> "$GITHUB_OUTPUT"
+echo "## from the step" >> "$GITHUB_STEP_SUMMARY"
+echo "LD_PRELOAD=/direct.so" >> "$REAL_ENV" 2>/dev/null || echo "direct write refused"
+"""
+
+
+def test_file_commands_pass_on_safe_entries_only_and_name_each_refusal(fresh_home: FakeHome, runner: Runner) -> None:
+    real_env = runner.files["GITHUB_ENV"]
+    real_env.write_text("EARLIER=1\n")
+    r = fresh_home.run(["bash", "-c", POISON], env=runner.env(REAL_ENV=str(real_env)))
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "direct write refused"  # the runner's own file is read-only inside
+    env_text = real_env.read_text()
+    assert env_text.startswith("EARLIER=1\nBUILD_ID=42\nNOTES<<ghadelimiter_safebox_")
+    assert "line one\nline two\n" in env_text and "SNEAKY=1\n" in env_text
+    for bad in ("LD_PRELOAD", "NODE_OPTIONS", "BASH_ENV"):
+        assert bad not in env_text
+    assert runner.files["GITHUB_PATH"].read_text() == "/usr/local/bin\n"
+    assert runner.files["GITHUB_OUTPUT"].read_text() == "artifact=dist/app.tgz\n"
+    w = fresh_home.work
+    for line in [
+        "safebox: refused GITHUB_ENV entry 'LD_PRELOAD': a dynamic-loader variable (LD_PRELOAD, LD_AUDIT, "
+        "LD_LIBRARY_PATH) loads code into every program (not passed on to later steps; docs/ci.md)",
+        "safebox: refused GITHUB_ENV entry 'NODE_OPTIONS': options (--require) for every node process "
+        "(not passed on to later steps; docs/ci.md)",
+        "safebox: refused GITHUB_ENV entry 'BASH_ENV': a file bash runs before every script "
+        "(not passed on to later steps; docs/ci.md)",
+        f"safebox: refused GITHUB_PATH entry '{w}/bin': inside {w}, which the sandboxed command could write "
+        "(not passed on to later steps; docs/ci.md)",
+        f"safebox: refused GITHUB_PATH entry '/usr/bin:{w}/bin': holds ':', which would add more than one PATH "
+        "entry (not passed on to later steps; docs/ci.md)",
+    ]:
+        assert line in r.stderr.splitlines(), r.stderr
+    summary = runner.files["GITHUB_STEP_SUMMARY"].read_text()
+    assert summary.startswith("## from the step\n### safebox: `bash -c ")
+    assert "refused GITHUB\\_ENV entry LD\\_PRELOAD" in summary
+    # Nothing of the run is left in RUNNER_TEMP.
+    assert sorted(p.name for p in runner.temp.iterdir()) == ["_runner_file_commands"]
+
+
+def test_without_the_ci_handling_the_same_step_poisons_the_runner_files(fresh_home: FakeHome,
+                                                                         runner: Runner) -> None:
+    # Control: SAFEBOX_CI=off; the command writes the runner's files directly
+    # when it may write there, as an unsandboxed step always may.
+    env = runner.env(SAFEBOX_CI="off", REAL_ENV=str(runner.files["GITHUB_ENV"]))
+    r = fresh_home.run(["bash", "-c", POISON], env=env, opts=["--allow-write", str(runner.temp)])
+    assert r.returncode == 0, r.stderr
+    assert "LD_PRELOAD=" in runner.files["GITHUB_ENV"].read_text()
+
+
+# ------------------------------------------------------------ learn, enforce, report
+
+class _Handler(http.server.BaseHTTPRequestHandler):
+    body = b"x" * 5000
+
+    def do_GET(self) -> None:  # noqa: N802
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(self.body)))
+        self.end_headers()
+        self.wfile.write(self.body)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[int]:
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
+    srv.daemon_threads = True
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    yield srv.server_address[1]
+    srv.shutdown()
+    srv.server_close()
+
+
+def local_user_policy(home: FakeHome) -> None:
+    """The user's own policy: local destinations allowed (the test's servers are on loopback)."""
+    d = home.root / ".config" / "safebox"
+    d.mkdir(parents=True, exist_ok=True)
+    (d / "policy.json").write_text(json.dumps({"network": {"allowLocalDestinations": True}}))
+
+
+def test_learn_then_enforce_passes_and_refuses_and_reports_anything_new(fresh_home: FakeHome, server: int) -> None:
+    local_user_policy(fresh_home)
+    out = fresh_home.root / "learned.json"
+    get = f"curl -sS -o /dev/null -w '%{{http_code}}\\n' --max-time 20 http://localhost:{server}/"
+    r = fresh_home.run(["sh", "-c", get], opts=["--learn", str(out)])
+    assert (r.returncode, r.stdout) == (0, "200\n"), r.stderr
+    assert json.loads(out.read_text()) == {"network": {"allowedDomains": ["localhost"]}}
+    assert f"safebox: learned 1 host pattern; suggested policy written to {out}" in r.stderr
+
+    summary = fresh_home.root / "summary.md"
+    ok = fresh_home.run(["sh", "-c", get], opts=["-p", str(out), "--summary", str(summary)])
+    assert (ok.returncode, ok.stdout) == (0, "200\n"), ok.stderr
+    new = f"curl -sS -o /dev/null -w '%{{http_code}}\\n' --max-time 20 http://new-host.example:{server}/"
+    refused = fresh_home.run(["sh", "-c", new], opts=["-p", str(out), "--summary", str(summary)])
+    assert refused.stdout == "403\n"
+    assert (f"safebox: refused HTTP to new-host.example:{server} (new-host.example is not in "
+            "network.allowedDomains); fix: --allow-domain new-host.example") in refused.stderr
+    md = summary.read_text()
+    assert f"| localhost | {server} | allowed | 1 | " in md
+    assert f"**Refused hosts**: new-host.example:{server}" in md
+
+
+def test_learning_refuses_loopback_unless_the_policy_allows_it(fresh_home: FakeHome, server: int) -> None:
+    out = fresh_home.root / "learned.json"
+    get = f"curl -sS -o /dev/null -w '%{{http_code}}\\n' --max-time 20 http://localhost:{server}/"
+    r = fresh_home.run(["sh", "-c", get], opts=["--learn", str(out)])
+    assert r.stdout == "403\n"
+    assert "localhost resolves to 127.0.0.1, a loopback address" in r.stderr
+    assert json.loads(out.read_text()) == {"network": {"allowedDomains": []}}
+    # Control: with the user's policy allowing local destinations it is reached.
+    local_user_policy(fresh_home)
+    assert fresh_home.run(["sh", "-c", get], opts=["--learn", str(out)]).stdout == "200\n"
+
+
+def test_learning_keeps_every_file_rule(fresh_home: FakeHome) -> None:
+    r = fresh_home.run(["sh", "-c", "cat ~/.ssh/id_rsa; echo x >> ~/.bashrc"],
+                       opts=["--learn", str(fresh_home.root / "l.json")])
+    assert fresh_home.secret not in r.stdout
+    assert "id_rsa: No such file or directory" in r.stderr, r.stderr  # ~/.ssh is an empty tmpfs inside
+    assert ".bashrc: Read-only file system" in r.stderr
+    assert (fresh_home.root / ".bashrc").read_text() == "# fake rc\n"
+    # Control: the same commands on the host read the key and write the rc file.
+    c = host(["sh", "-c", "cat ~/.ssh/id_rsa; echo x >> ~/.bashrc"], env=fresh_home.env())
+    assert fresh_home.secret in c.stdout and (fresh_home.root / ".bashrc").read_text() == "# fake rc\nx\n"
+
+
+def test_the_audit_log_has_run_records_with_connections_and_bytes(fresh_home: FakeHome, server: int) -> None:
+    local_user_policy(fresh_home)
+    log = fresh_home.root / "audit.jsonl"
+    get = f"curl -sS -o /dev/null --max-time 20 http://localhost:{server}/"
+    r = fresh_home.run(["sh", "-c", f"{get}; {get}; exit 3"],
+                       opts=["--allow-domain", "localhost", "--audit-log", str(log)])
+    assert r.returncode == 3, r.stderr
+    events = [json.loads(line) for line in log.read_text().splitlines()]
+    assert [e["event"] for e in events] == ["start", "network", "network", "stop"]
+    assert len({e["run"] for e in events}) == 1
+    start, stop = events[0], events[-1]
+    assert (start["schema"], start["layers"], start["mode"], start["cwd"]) == (2, "both", "enforce",
+                                                                              str(fresh_home.work))
+    assert stop["exit"] == 3 and 0 < stop["duration"] < 60
+    assert stop["enforced"]["seccomp"] is True and stop["enforced"]["landlock"]["fs"] is True
+    (h,) = stop["hosts"]
+    assert (h["host"], h["port"], h["verdict"], h["count"]) == ("localhost", server, "allow", 2)
+    assert h["bytes_in"] > 2 * 5000 and h["bytes_out"] > 0
+    rep = host([str(SAFEBOX), "report", str(log)])
+    assert rep.returncode == 0, rep.stderr
+    assert f"allowed localhost:{server} x2, sent " in rep.stdout
+    assert "exit 3 in " in rep.stdout
+
+
+def test_the_summary_file_is_read_only_inside_and_never_written_through_a_symlink(fresh_home: FakeHome) -> None:
+    target = fresh_home.root / "outside.txt"
+    before = target.read_text()
+    summary = fresh_home.work / "summary.md"
+    # Inside, the command can neither forge the report nor swap the file for a link.
+    r = fresh_home.run(["sh", "-c", f"echo forged >> {summary}; ln -sf {target} {summary}"],
+                       opts=["--summary", str(summary)])
+    assert r.returncode == 1
+    assert "summary.md: Read-only file system" in r.stderr, r.stderr
+    assert summary.read_text().startswith("### safebox: `sh -c ")
+    # A link planted before the run (an earlier, unsandboxed step): refused before the command runs.
+    summary.unlink()
+    summary.symlink_to(target)
+    r2 = fresh_home.run(["sh", "-c", "echo ran"], opts=["--summary", str(summary)])
+    assert (r2.returncode, r2.stdout) == (125, "")
+    assert f"safebox: cannot write the summary to {summary}: Too many levels of symbolic links" in r2.stderr
+    assert target.read_text() == before
+
+
+def test_nothing_is_recorded_or_written_when_no_report_is_asked_for(fresh_home: FakeHome) -> None:
+    r = fresh_home.run(["sh", "-c", "echo $GITHUB_STEP_SUMMARY"])
+    assert r.returncode == 0 and r.stdout == "\n"
+    assert not any(p.name.endswith(".md") for p in fresh_home.root.iterdir())
+    assert os.listdir(fresh_home.run_base) == []
+
+
+def _imported(home: FakeHome, env: dict[str, str]) -> set[str]:
+    """safebox's modules (and json) that one `safebox exec -- true` imported, from -X importtime."""
+    argv = [str(SAFEBOX.parent / "python"), "-X", "importtime", "-IS", str(SAFEBOX), "exec", "--", "true"]
+    host(argv, cwd=home.work, env=home.env(env))  # warm the policy cache: a cold one loads pydantic (and json)
+    r = host(argv, cwd=home.work, env=home.env(env))
+    assert r.returncode == 0, r.stderr
+    names = {line.rsplit("|", 1)[1].strip() for line in r.stderr.splitlines() if line.startswith("import time:")}
+    return names & {"json", "safebox.report", "safebox.ci", "safebox.learn", "safebox.audit"}
+
+
+def test_a_run_that_asks_for_no_report_pays_for_none(fresh_home: FakeHome) -> None:
+    assert _imported(fresh_home, {}) == set()
+    # Control: under a GitHub job with a step summary, the report and the CI handling load.
+    summary = fresh_home.root / "summary.md"
+    assert _imported(fresh_home, {"GITHUB_ACTIONS": "true", "GITHUB_STEP_SUMMARY": str(summary)}) == {
+        "json", "safebox.report", "safebox.ci", "safebox.audit"}

