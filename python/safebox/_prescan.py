@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 
+from safebox import _signals
 from safebox._record import Spawned, path_outside, which
 from safebox.errors import BuildError
 from safebox.policy import defaults
@@ -79,6 +80,9 @@ def early(argv: list[str]) -> None:
     problem is left for the runner to meet and report."""
     if _started or not argv or argv[0] != "exec":
         return
+    # Before the walks exist: from here on a signal is recorded, never the
+    # default action half-way through a start-up (_signals).
+    _signals.catch()
     options = argv[1:argv.index("--")] if "--" in argv else argv[1:]
     if "--dry-run" in options:
         return

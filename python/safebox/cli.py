@@ -1,10 +1,11 @@
 """The ``safebox`` command. The only place where errors become messages and exit statuses.
 
-``safebox exec`` is on a hot path: a well-formed ``exec`` command line is parsed
-by a small parser generated from the same option table as the click command,
-so neither click nor pydantic is imported when the policy cache is warm.
-Anything the fast parser does not recognise (``--help``, a typo, a missing
-value) goes to click, which owns every error message.
+``safebox exec`` is on a hot path: its command line is parsed by a small
+parser generated from the same option table as the click command, so neither
+click nor pydantic is imported when the policy cache is warm. The fast parser
+also owns exec's usage errors (a typo, a missing value or command), each one
+``safebox:`` line and exit 125 like every other safebox error; only
+``--help`` goes to click.
 """
 
 from __future__ import annotations
@@ -74,8 +75,17 @@ class UnknownOption(Exception):
     """An ``exec`` option that does not exist (before ``--`` and the command)."""
 
 
+class ExecUsageError(Exception):
+    """A malformed ``exec`` command line: a missing value or command, a bad choice."""
+
+
+NO_COMMAND = "no command given (usage: safebox exec [OPTIONS] -- COMMAND [ARGS]...)"
+
+
 def fast_parse_exec(args: list[str]) -> dict[str, Any] | None:
-    """Parse ``exec`` arguments; None when click must handle them (help, errors)."""
+    """Parse ``exec`` arguments; None for ``--help`` (click prints it).
+
+    Raises :class:`UnknownOption` or :class:`ExecUsageError` naming the flag."""
     out: dict[str, Any] = {o.dest: ([] if o.multiple else (None if o.value else False)) for o in EXEC_OPTIONS}
     i = 0
     while i < len(args):
@@ -96,7 +106,7 @@ def fast_parse_exec(args: list[str]) -> dict[str, Any] | None:
             return None
         if opt.value is None:
             if eq:
-                return None
+                raise ExecUsageError(f"{name} takes no value")
             out[opt.dest] = True
             i += 1
             continue
@@ -105,20 +115,22 @@ def fast_parse_exec(args: list[str]) -> dict[str, Any] | None:
             i += 1
         else:
             if i + 1 >= len(args):
-                return None
+                raise ExecUsageError(f"{name} needs a value ({opt.value})")
             val = args[i + 1]
             i += 2
         if opt.choices and val not in opt.choices:
-            return None
+            raise ExecUsageError(f"{name}: {val!r} is not one of {', '.join(opt.choices)}")
         if opt.multiple:
             out[opt.dest].append(val)
         elif out[opt.dest] is not None:
-            return None  # repeated single option: let click decide what that means
+            # Never "the last one wins": `-p strict.toml -p other.toml` would
+            # silently drop the first file's denies.
+            raise ExecUsageError(f"{name} given twice (it takes one {opt.value})")
         else:
             out[opt.dest] = val
     command = args[i:]
     if not command:
-        return None
+        raise ExecUsageError(NO_COMMAND)
     out["command"] = command
     return out
 
@@ -153,9 +165,19 @@ def fail(err: SafeboxError) -> NoReturn:
 
 
 def _guarded(fn, *args: Any) -> int:
+    from safebox import _signals
+
     try:
         return int(fn(*args))
+    except _signals.StartInterrupted as e:
+        return 128 + e.signum  # the command never started; everything undone (docs/index.md, Signals)
     except SafeboxError as e:
+        signum = _signals.interrupted_before_command()
+        if signum:
+            # A start-up failing after SIGTERM & co. reached safebox fails
+            # because of it (the group's signal killed ripgrep, bwrap never
+            # reported): report the signal, as a killed process would.
+            return 128 + signum
         fail(e)
     except KeyboardInterrupt:
         return 130
@@ -246,7 +268,7 @@ def _click_app():
         if command and command[0] == "--":
             command = command[1:]
         if not command:
-            raise click.UsageError("missing COMMAND after --")
+            raise click.UsageError(NO_COMMAND)
         kw["command"] = list(command)
         sys.exit(_guarded(_run_exec, kw))
 
@@ -404,8 +426,9 @@ def main(argv: list[str] | None = None) -> None:
     """Entry point of the ``safebox`` console script."""
     args = sys.argv[1:] if argv is None else list(argv)
     if args and args[0] == "exec":
-        from safebox import _prescan
+        from safebox import _prescan, _signals
 
+        _signals.catch()  # before anything is spawned (idempotent: the launcher's early() did it)
         _prescan.early(args)  # build.py's launcher did it already; pip's arrives here first
         try:
             _main_exec(args)
@@ -424,6 +447,8 @@ def _main_exec(args: list[str]) -> None:
         near = difflib.get_close_matches(str(e), [o.long for o in EXEC_OPTIONS], n=1)
         fail(SafeboxError(f"exec: no such option {e}" + (f" (did you mean {near[0]}?)" if near else ""),
                           hint="put the command after --, e.g. safebox exec -- cmd --its-options"))
+    except ExecUsageError as e:
+        fail(SafeboxError(f"exec: {e}", hint="see safebox exec --help"))
     if parsed is not None:
         _exit_now(_guarded(_run_exec, parsed))
     import click
@@ -433,7 +458,7 @@ def _main_exec(args: list[str]) -> None:
     except click.exceptions.Exit as e:
         sys.exit(e.exit_code)
     except click.ClickException as e:
-        # Like `docker run`: a usage error of exec is safebox failing: 125.
-        e.show()
-        sys.exit(EXIT_SAFEBOX_FAILED)
+        # Like `docker run`: a usage error of exec is safebox failing: 125,
+        # in safebox's one-line form (click's own is usage, blank, "Error:").
+        fail(SafeboxError(f"exec: {e.format_message()}", hint="see safebox exec --help"))
     sys.exit(0)

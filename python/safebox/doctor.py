@@ -151,16 +151,6 @@ def uname() -> os.uname_result:
     return os.uname()
 
 
-def euid() -> int:
-    """The effective uid of the user running safebox."""
-    return os.geteuid()
-
-
-def is_writable(path: Path) -> bool:
-    """Whether the current user may write ``path`` (``os.access(W_OK)``)."""
-    return os.access(path, os.W_OK)
-
-
 def _libc() -> ctypes.CDLL:
     import ctypes
 
@@ -556,24 +546,11 @@ def stat_path(path: Path) -> os.stat_result:
 
 
 def _writable_reason(helper: Path) -> str | None:
-    """Why the user running safebox could replace the helper, or None if it cannot."""
-    import stat
+    """Why a process other than root could replace the helper, or None if
+    only root can: the rule ``safebox exec`` applies too (``helper.replaceable``)."""
+    from safebox.helper import replaceable
 
-    parent = helper.parent
-    if euid() != 0:
-        for p in (helper, parent):
-            if is_writable(p):
-                return f"{p} is writable by uid {euid()}"
-        return None
-    # root passes every os.access check; what can still be wrong is a helper
-    # or directory that someone other than root may write.
-    for p in (helper, parent):
-        st = stat_path(p)
-        if st.st_uid != 0:
-            return f"{p} is owned by uid {st.st_uid}"
-        if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
-            return f"{p} is group- or world-writable (mode {stat.S_IMODE(st.st_mode):04o})"
-    return None
+    return replaceable(str(helper), stat=lambda p: stat_path(Path(p)))
 
 
 def check_helper(helper: Path, *, standalone: bool) -> Check:
@@ -611,10 +588,10 @@ def check_helper(helper: Path, *, standalone: bool) -> Check:
     reason = _writable_reason(helper)
     if reason is not None:
         return Check("helper", Status.FAIL,
-                     f"{reason}: a sandbox that can write the helper can replace the inner layer",
-                     f"`sudo chown root:root {helper} {helper.parent} && "
-                     f"sudo chmod 0755 {helper} {helper.parent}`, or install safebox "
-                     "system-wide as root", True)
+                     f"{reason}: a process other than root could replace the helper, and with it the "
+                     "inner layer (`exec --strict` refuses to run, `exec` warns)",
+                     f"install safebox system-wide as root, or `sudo chown root:root {helper} {helper.parent} && "
+                     f"sudo chmod 0755 {helper} {helper.parent}`", True)
     found = f"safebox-helper {version}" + (f" build {build_id}" if build_id else "")
     # From a checkout the sources are next door: another digest means the
     # helper was built from other (usually older) sources.
@@ -623,8 +600,8 @@ def check_helper(helper: Path, *, standalone: bool) -> Check:
         return Check("helper", Status.WARN,
                      f"{found} is stale: helper/ sources are build {expected}",
                      "rebuild: `python3 build.py helper`", True)
-    return Check("helper", Status.OK, f"{found} at {helper}, not writable by this user",
-                 None, True)
+    return Check("helper", Status.OK, f"{found} at {helper}, replaceable only by root "
+                 "(it and its directory owned by root, not group- or world-writable)", None, True)
 
 
 def check_userns() -> Check:

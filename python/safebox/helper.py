@@ -11,6 +11,10 @@ import os
 from safebox._record import Frozen, read_until
 from safebox.errors import HelperError
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
 STATUS_VERSION = 1
 
 
@@ -32,6 +36,24 @@ def check_helper(path: str) -> None:
                           hint="reinstall safebox (pip install . compiles it) or run `safebox doctor`")
     if not os.access(path, os.X_OK):
         raise HelperError(f"helper at {path} is not executable", hint="run `safebox doctor`")
+
+
+def replaceable(path: str, *, stat: Callable[[str], os.stat_result] = os.stat) -> str | None:
+    """Why a process other than root could replace the helper at ``path``,
+    or None when only root can: the file and its directory must be owned by
+    root and writable by neither their group nor everyone.
+
+    One rule for ``safebox doctor`` (its ``helper`` check fails) and
+    ``safebox exec`` (``--strict`` refuses, a plain run warns): the two
+    disagreed on a user's own venv (issue 11, item 9). Two stats: cheap
+    enough for the exec hot path."""
+    for p in (path, os.path.dirname(path)):
+        st = stat(p)
+        if st.st_uid != 0:
+            return f"{p} is owned by uid {st.st_uid}, not root"
+        if st.st_mode & 0o022:
+            return f"{p} is group- or world-writable (mode {st.st_mode & 0o7777:04o})"
+    return None
 
 
 class LandlockStatus(Frozen):

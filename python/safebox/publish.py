@@ -25,6 +25,7 @@ import socket
 import stat
 import threading
 
+from safebox import _signals
 from safebox.errors import RunError
 
 _CHUNK = 262144
@@ -48,7 +49,8 @@ class PublishForwarder:
         except OSError as e:
             self._listener.close()
             raise RunError(f"--publish {port}: cannot listen on the host's 127.0.0.1:{port}: {e.strerror}") from None
-        threading.Thread(target=self._accept_loop, name=f"publish-{port}", daemon=True).start()
+        # Relayed signals blocked here and in the threads it starts (_signals.start_thread).
+        _signals.start_thread(threading.Thread(target=self._accept_loop, name=f"publish-{port}", daemon=True))
 
     def _accept_loop(self) -> None:
         while True:

@@ -12,6 +12,9 @@ The sequence (``run``):
    (0600), seccomp program (cached).
 6. Spawn bwrap (or the helper alone) in its own process group; read the
    helper's status line; relay SIGINT/SIGTERM/SIGHUP/SIGQUIT to the command.
+   A terminating signal that arrives before the spawn ends the start-up
+   (128+N, everything above undone); one that arrives after it is queued
+   until the command exists, then relayed (``_signals``).
 7. Wait; map the exit status (own; 128+N on signal N; 125 when safebox or
    bwrap failed before the command ran); quarantine any protected file the
    command created; stop the proxy; remove the run dir.
@@ -25,6 +28,7 @@ import _signal as signal  # the C module: `signal` wraps it in enums (~4.5 ms of
 import sys
 import time
 
+from safebox import _signals
 from safebox._record import Frozen, StrEnum, path_outside, read_until, rmtree, which
 from safebox.builder.resolved import Bridge, Layers, NetKind, ResolvedPolicy
 from safebox.errors import BuildError, HelperError, PolicyError, RunError
@@ -43,8 +47,7 @@ if TYPE_CHECKING:
 # (private, so fixed numbers cannot collide with anything on the host).
 HTTP_BRIDGE_PORT = 3128
 SOCKS_BRIDGE_PORT = 1080
-FORWARDED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT,
-                     signal.SIGUSR1, signal.SIGUSR2, signal.SIGWINCH, signal.SIGCONT)
+FORWARDED_SIGNALS = _signals.FORWARDED
 
 
 class Without(StrEnum):
@@ -407,9 +410,10 @@ class _Relay:
     def ready(self) -> None:
         """The command exists now: deliver what arrived before it did."""
         self.is_ready = True
+        _signals.command_started()
         pending, self.pending = self.pending, []
         for signum in pending:
-            self.handler(signum, None)
+            self.handler(signum)
 
     def _command_pgid(self) -> int | None:
         if self.target_pgid:
@@ -426,7 +430,7 @@ class _Relay:
                 return None
         return None
 
-    def handler(self, signum: int, frame: Any) -> None:
+    def handler(self, signum: int) -> None:
         self.got.append(signum)
         if not self.is_ready:
             self.pending.append(signum)
@@ -434,8 +438,14 @@ class _Relay:
         pid = self._command_pgid()
         try:
             if pid is None:
-                if self.spawned:
+                if self.bwrap_child is None and self.spawned:
+                    # bwrap never said where the sandbox is: no way to reach
+                    # the command but through the whole sandbox.
                     os.kill(self.spawned, signal.SIGKILL if signum != signal.SIGWINCH else 0)
+                # Otherwise bwrap's pid 1 has no child left: the command has
+                # ended and its status is on its way. A second signal (a
+                # SIGCONT after the SIGTERM, Ctrl-C twice) used to SIGKILL
+                # bwrap here and turn the command's 143 into 137.
                 return
             pgid = os.getpgid(pid)
             if self.bwrap_child and pgid == os.getpgid(self.bwrap_child):
@@ -452,8 +462,12 @@ class _Relay:
             pass
 
     def install(self) -> None:
-        for s in FORWARDED_SIGNALS:
-            signal.signal(s, self.handler)
+        """Take the signals over, just before the sandbox is spawned: the
+        last point where a terminating signal still ends the start-up
+        (:class:`_signals.StartInterrupted`); from here on the command gets it."""
+        _signals.catch()
+        _signals.check()
+        self.pending = _signals.forward_to(self.handler) + self.pending
 
 
 def _exit_status(wstatus: int) -> int:
@@ -646,10 +660,35 @@ def check_write_roots(policy: EffectivePolicy, *, cwd: str, home: str) -> str | 
     return None
 
 
+def _test_pause(point: str) -> None:
+    """``SAFEBOX_TEST_PAUSE=POINT``: safebox stops itself (SIGSTOP) at the
+    point of start-up named ``POINT`` -- ``proxy`` (before the proxy
+    exists), ``bwrap`` (before the sandbox is spawned, ahead of resolving)
+    or ``command`` (spawned, before the command exists) -- so that the stress
+    test can land a signal exactly there and SIGCONT it
+    (tests/security/test_signal_stress.py). Harmless outside tests: it only
+    stops, as SIGSTOP from the caller could at any point, and the points lie
+    before anything is resolved or after the sandbox exists, so it widens no
+    window between a check and its use."""
+    if os.environ.get("SAFEBOX_TEST_PAUSE") == point:
+        os.kill(os.getpid(), signal.SIGSTOP)
+
+
+def _checkpoint(before: str) -> None:
+    """A point of start-up where a terminating signal ends it (``_signals.check``)."""
+    _signals.check()
+    _test_pause(before)
+    _signals.check()
+
+
 def run(req: ExecRequest, *, prescan: dict[tuple[str, int], Any] | None = None) -> int:
-    """Run ``req.command`` sandboxed; return the exit status for ``safebox exec``."""
+    """Run ``req.command`` sandboxed; return the exit status for ``safebox exec``.
+
+    Raises :class:`_signals.StartInterrupted` when a terminating signal
+    arrived before the sandbox was spawned, after undoing the start-up."""
     if not req.command:
         raise RunError("no command given (usage: safebox exec [OPTIONS] -- COMMAND [ARGS]...)")
+    _signals.catch()  # the cli did already; run() called otherwise must not lose one either
     _cloexec_inherited()
     cwd = os.path.realpath(os.getcwd())
     home = _home()
@@ -692,7 +731,7 @@ def run(req: ExecRequest, *, prescan: dict[tuple[str, int], Any] | None = None) 
 
     from safebox.builder.resolve import (WRITE_ROOTS, HostFacts, Scan, import_paths, read_write_roots,
                                          refuse_planted_links, remember_write_roots, resolve, self_paths)
-    from safebox.helper import check_helper, find_helper
+    from safebox.helper import check_helper, find_helper, replaceable
 
     roots_file = os.path.join(state, WRITE_ROOTS)
     earlier_roots = read_write_roots(roots_file)
@@ -714,6 +753,15 @@ def run(req: ExecRequest, *, prescan: dict[tuple[str, int], Any] | None = None) 
     helper = find_helper()
     if layers is not Layers.BWRAP_ONLY:
         check_helper(helper)
+        # What `safebox doctor` fails on (a user's own venv): refused with
+        # --strict, said once on every other run, never silent.
+        exposed = replaceable(helper)
+        if exposed and strict:
+            raise HelperError(f"--strict: refusing a helper that a process other than root could replace: {exposed}",
+                              hint="install safebox as root, system-wide (`safebox doctor` shows the fix)")
+        if exposed:
+            _say(f"warning: a process other than root could replace the helper ({exposed}); "
+                 "`safebox doctor` fails on this and --strict refuses to run")
     socat = _tool("socat", tools)
     # Run records (report.py) only when a log, a summary or --learn wants
     # them: the common run pays for one environment lookup.
@@ -779,6 +827,7 @@ def run(req: ExecRequest, *, prescan: dict[tuple[str, int], Any] | None = None) 
                 _say(note)
             if netplan.deny_read:
                 policy = policy.replace(deny_read=(*policy.deny_read, *netplan.deny_read))
+        _checkpoint("proxy")
         if net is NetKind.PROXY:
             if layers is Layers.BWRAP_ONLY and socat is None:
                 raise BuildError("socat not found; without the helper it bridges the proxy into the sandbox",
@@ -817,6 +866,7 @@ def run(req: ExecRequest, *, prescan: dict[tuple[str, int], Any] | None = None) 
                            Bridge(port=SOCKS_BRIDGE_PORT, socket_path=socks_sock, scheme="socks5h"))
                 connect_ports = (HTTP_BRIDGE_PORT, SOCKS_BRIDGE_PORT)
 
+        _checkpoint("bwrap")
         from safebox.policy.load import expand_path
 
         # The --policy file is this run's input like the user and project
@@ -1038,6 +1088,7 @@ def _execute(rp: ResolvedPolicy, req: ExecRequest, env: dict[str, str], *, bwrap
             pid = _spawn(rp.helper_path, argv, env, pass_fds=(status_w,), cwd=rp.cwd)
             relay.spawned = pid
             relay.target_pgid = pid  # setpgroup=0: the helper (then the command) leads its group
+            _test_pause("command")  # a signal now is queued for the command
         else:
             from safebox.builder.bwrap import command_args, mount_args, namespace_args
 
@@ -1057,6 +1108,7 @@ def _execute(rp: ResolvedPolicy, req: ExecRequest, env: dict[str, str], *, bwrap
             fds = (args_fd, bw_w) + ((status_w,) if status_w >= 0 else ()) + ((handoff_fd,) if handoff_fd else ())
             pid = _spawn(bwrap, argv, env, pass_fds=fds, cwd="/")
             relay.spawned = pid
+            _test_pause("command")  # a signal now is queued for the command
             os.close(bw_w)
             bw_w = -1
             os.close(args_fd)
@@ -1121,8 +1173,9 @@ def _execute(rp: ResolvedPolicy, req: ExecRequest, env: dict[str, str], *, bwrap
                     pass
         for end in handoff or ():
             end.close()
-        for s in FORWARDED_SIGNALS:
-            signal.signal(s, signal.SIG_DFL if s != signal.SIGINT else signal.default_int_handler)
+        # Still caught, only recorded: a signal arriving while safebox
+        # cleans up must not kill it half-way (run dir, proxy, quarantine).
+        _signals.stop_forwarding()
 
 
 __all__ = ["ExecRequest", "Without", "run"]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from click.testing import CliRunner
 
-from safebox.cli import EXEC_OPTIONS, UnknownOption, _click_app, fast_parse_exec
+from safebox.cli import EXEC_OPTIONS, ExecUsageError, UnknownOption, _click_app, fast_parse_exec
 
 
 def click_parse(args: list[str]) -> dict | None:
@@ -44,12 +44,18 @@ def test_the_fast_parser_agrees_with_click(args: list[str]) -> None:
     assert fast["command"] == slow["command"]
 
 
-@pytest.mark.parametrize("args", [
-    ["--help"], ["--without", "both", "--", "true"],
-    ["--policy"], ["--"], [], ["--strict=1", "--", "true"], ["-p", "a", "-p", "b", "--", "true"],
-])
-def test_anything_unusual_goes_to_click(args: list[str]) -> None:
+@pytest.mark.parametrize("args", [["--help"], ["-h"], ["-v", "--help"]])
+def test_only_help_goes_to_click(args: list[str]) -> None:
     assert fast_parse_exec(args) is None
+
+
+@pytest.mark.parametrize("args", [
+    ["--without", "both", "--", "true"], ["--policy"], ["--"], [], ["-v"], ["--strict=1", "--", "true"],
+    ["-p", "a", "-p", "b", "--", "true"],
+])
+def test_the_fast_parser_refuses_a_malformed_exec_line(args: list[str]) -> None:
+    with pytest.raises(ExecUsageError):
+        fast_parse_exec(args)
 
 
 def test_a_mistyped_option_is_an_error_not_the_command() -> None:
@@ -58,18 +64,48 @@ def test_a_mistyped_option_is_an_error_not_the_command() -> None:
     assert fast_parse_exec(["--", "--allow-writ"])["command"] == ["--allow-writ"]
 
 
+NO_COMMAND = "safebox: exec: no command given (usage: safebox exec [OPTIONS] -- COMMAND [ARGS]...)"
+
+
 @pytest.mark.parametrize("args, message", [
-    (["exec", "--allow-writ", "/x", "--", "true"], "safebox: exec: no such option --allow-writ (did you mean --allow-write?)"),
-    (["exec", "--without", "both", "--", "true"], "Invalid value for '--without'"),
-    (["exec", "--policy"], "Option '--policy' requires an argument"),
+    ([], NO_COMMAND),
+    (["--"], NO_COMMAND),
+    (["-v", "--allow-write", "/x"], NO_COMMAND),
+    (["--allow-writ", "/x", "--", "true"], "safebox: exec: no such option --allow-writ (did you mean --allow-write?)"),
+    (["--without", "both", "--", "true"], "safebox: exec: --without: 'both' is not one of bwrap, helper"),
+    (["--policy"], "safebox: exec: --policy needs a value (FILE)"),
+    (["--strict=1", "--", "true"], "safebox: exec: --strict takes no value"),
+    (["-p", "a.toml", "--policy", "b.toml", "--", "true"], "safebox: exec: --policy given twice (it takes one FILE)"),
 ])
-def test_exec_usage_errors_exit_125_with_a_message(args: list[str], message: str) -> None:
+def test_exec_usage_errors_are_one_safebox_line_and_exit_125(args: list[str], message: str) -> None:
+    """Through the installed launcher (the fast path) and ``python -m
+    safebox``: the message, at most one ``hint:``, nothing of click's
+    ``Usage:``/``Error:`` block. On e6c8888 a missing command printed
+    click's ``Error: Missing argument 'COMMAND...'``."""
     import subprocess
     import sys
 
-    r = subprocess.run([sys.executable, "-m", "safebox", *args], capture_output=True, text=True)
-    assert r.returncode == 125
-    assert message in r.stderr
+    from sbx import SAFEBOX
+
+    for argv in ([str(SAFEBOX), "exec", *args], [sys.executable, "-m", "safebox", "exec", *args]):
+        r = subprocess.run(argv, capture_output=True, text=True, stdin=subprocess.DEVNULL, check=False)
+        assert r.returncode == 125, (argv, r.stderr)
+        lines = r.stderr.splitlines()
+        assert lines[0] == message, (argv, r.stderr)
+        assert len(lines) <= 2 and all(ln.startswith("hint: ") for ln in lines[1:]), (argv, r.stderr)
+        assert r.stdout == ""
+
+
+def test_a_well_formed_exec_line_is_not_a_usage_error() -> None:
+    """Control for the test above: the same options with a command parse and run (dry run)."""
+    import subprocess
+
+    from sbx import SAFEBOX
+
+    r = subprocess.run([str(SAFEBOX), "exec", "-v", "--without", "bwrap", "-p", "/dev/null", "--dry-run", "--",
+                        "true"], capture_output=True, text=True, stdin=subprocess.DEVNULL, check=False)
+    assert "safebox: exec:" not in r.stderr
+    assert r.returncode == 0 and "# helper argv (no bwrap)" in r.stdout, r.stderr
 
 
 def test_policy_check_names_the_key_and_exits_125(tmp_path) -> None:

@@ -16,6 +16,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from safebox import _signals
 from safebox.errors import ProxyError
 from safebox.proxy import http, socks5
 from safebox.proxy.rules import Decision, HostError, NetworkRules
@@ -247,7 +248,10 @@ class ProxyServer:
                 loop.close()
 
         self._thread = threading.Thread(target=run, name="safebox-proxy", daemon=True)
-        self._thread.start()
+        # With the relayed signals blocked in it (and in the resolver threads
+        # it starts): one the kernel handed to this thread would never wake
+        # the main thread's waitpid, and the command would not get it.
+        _signals.start_thread(self._thread)
         if not ready.wait(START_TIMEOUT) or failure:
             self.stop()
             err = failure[0] if failure else TimeoutError("listeners not ready")
