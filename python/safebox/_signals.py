@@ -50,6 +50,7 @@ _forward: Callable[[int], None] | None = None
 #: The first terminating signal received while no command existed (0: none).
 _before_command = 0
 _command_started = False
+_received: set[int] = set()
 
 
 class StartInterrupted(Exception):
@@ -62,7 +63,9 @@ class StartInterrupted(Exception):
 
 
 def _handler(signum: int, frame: Any) -> None:
+    """The one handler: runs in the main thread, between bytecodes; records or forwards."""
     global _before_command
+    _received.add(signum)
     if signum in TERMINATING and not _command_started and not _before_command:
         _before_command = signum
     if _forward is not None:
@@ -112,13 +115,21 @@ def stop_forwarding() -> None:
 
 
 def interrupted_before_command() -> int:
-    """The first terminating signal that arrived before the command existed (0: none).
+    """The first terminating signal that arrived while no command existed,
+    if there still is none (0: no such signal, or the command was started
+    and got it).
 
     A start-up failure after such a signal is reported as that signal
     (128+N), not as safebox failing: the same process-group signal may have
     killed a tool safebox was running (ripgrep, find), whose failure would
-    otherwise be reported as the cause."""
-    return _before_command
+    otherwise be reported as the cause. Once the helper has reported, an
+    error is the error (125 and its message)."""
+    return 0 if _command_started else _before_command
+
+
+def received(signum: int) -> bool:
+    """Whether safebox itself received ``signum`` (caught since :func:`catch`)."""
+    return signum in _received
 
 
 def start_thread(thread: threading.Thread) -> None:

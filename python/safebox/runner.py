@@ -1147,6 +1147,14 @@ def _execute(rp: ResolvedPolicy, req: ExecRequest, env: dict[str, str], *, bwrap
             missing = status.unenforced() if rp.layers is not Layers.BWRAP_ONLY else []
             if missing:
                 _say("not enforced on this host: " + "; ".join(missing) + " (--strict refuses to run so)")
+        if line is None and os.WIFSIGNALED(wstatus) and os.WTERMSIG(wstatus) in _signals.TERMINATING \
+                and _signals.received(os.WTERMSIG(wstatus)):
+            # posix_spawn moves the child into a group of its own only after
+            # clone: for that instant it is in safebox's group, and the
+            # group's signal, pending in it, kills it just before it execs
+            # bwrap (or the helper). The command never existed: the start-up
+            # ended by that signal, not by a failing bwrap.
+            raise _signals.StartInterrupted(os.WTERMSIG(wstatus))
         if line is None and rp.layers is not Layers.HELPER_ONLY:
             raise RunError(f"bubblewrap could not create the sandbox (exit {rc}; its message is above)",
                            hint="run `safebox doctor`; on hosts without user namespaces use --without bwrap")

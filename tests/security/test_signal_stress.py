@@ -65,17 +65,22 @@ class Outcome:
         """Everything wrong with this run (empty: it kept the rule)."""
         out = []
         name = signal.Signals(self.sig).name
+        # Before safebox's handler exists (the interpreter starting, the launcher's first imports:
+        # nothing created yet) the default action applies: death by the signal, for SIGINT a
+        # KeyboardInterrupt traceback, or CPython's abort() when it lands while CPython itself
+        # initialises ("Fatal Python error: init_sys_streams", SIGABRT).
+        interrupted_python = self.sig == signal.SIGINT and "KeyboardInterrupt" in self.stderr
+        died_early = self.rc == -self.sig or (interrupted_python and self.rc == -signal.SIGABRT
+                                              and "Fatal Python error" in self.stderr)
         if self.lost:
             out.append(f"{name} lost: safebox still running {DEADLINE:.0f} s after it")
-        elif self.rc not in (128 + self.sig, -self.sig):
+        elif self.rc != 128 + self.sig and not died_early:
             out.append(f"exit {self.rc}, expected {128 + self.sig} ({name})")
-        elif self.rc == -self.sig and self.what.startswith("at "):
+        elif died_early and self.what.startswith("at "):
             # A stop point lies after the handler exists: dying of the signal there means it was not caught.
             out.append(f"safebox died of {name} at a point where it catches it")
         lines = [ln for ln in self.stderr.splitlines() if not any(ln.startswith(a) for a in allowed_stderr)]
-        # Before safebox's handler exists (the first ~20 ms: the interpreter starting) the default
-        # action applies: SIGINT's KeyboardInterrupt traceback, with nothing created yet.
-        if lines and not (self.rc == -signal.SIGINT == -self.sig and "KeyboardInterrupt" in self.stderr):
+        if lines and not (died_early and interrupted_python):
             out.append(f"unexpected stderr: {lines[:3]}")
         if self.leftovers:
             out.append(f"left behind: {self.leftovers}")
