@@ -10,9 +10,13 @@ The rule tested here (docs/index.md, "Signals"): a SIGTERM, SIGINT or SIGHUP
 arriving at any point of start-up means the command either never starts
 (safebox exits 128+N and leaves no run dir, TMPDIR, proxy or process behind)
 or receives it (it dies of it: 128+N). Each run sends one of the three to
-the process group either after a random delay spanning start-up, or at a
-named point where safebox stops itself (``SAFEBOX_TEST_PAUSE``: before the
-proxy exists, before bubblewrap exists, before the command exists). The
+the process group either after a random delay spanning start-up (from
+safebox's handler existing to past the command's start), or at a named point
+where safebox stops itself (``SAFEBOX_TEST_PAUSE``: before the proxy exists,
+before bubblewrap exists, before the command exists). One run in eight sends
+SIGTERM or SIGHUP in the interpreter's own start-up, before safebox's first
+call: there the default action kills it with nothing created. (SIGINT is
+left out of that window: CPython may swallow it there, see ``drive``.) The
 command is ``sleep`` itself, not ``sh -c``: dash catches SIGINT under ``-c``
 and acts on one that lands before it forks only after its child ends, which
 would be the command's own choice, not a lost signal.
@@ -61,26 +65,18 @@ class Outcome:
     lost: bool = False
     leftovers: list[str] = field(default_factory=list)
 
-    def problems(self, *, allowed_stderr: Sequence[str] = ()) -> list[str]:
-        """Everything wrong with this run (empty: it kept the rule)."""
+    def problems(self, *, allowed_stderr: Sequence[str] = (), may_die: bool = False) -> list[str]:
+        """Everything wrong with this run (empty: it kept the rule). ``may_die``:
+        the signal may have landed before safebox's handler existed, where the
+        default action (death by the signal, nothing created yet) applies."""
         out = []
         name = signal.Signals(self.sig).name
-        # Before safebox's handler exists (the interpreter starting, the launcher's first imports:
-        # nothing created yet) the default action applies: death by the signal, for SIGINT a
-        # KeyboardInterrupt traceback, or CPython's abort() when it lands while CPython itself
-        # initialises ("Fatal Python error: init_sys_streams", SIGABRT).
-        interrupted_python = self.sig == signal.SIGINT and "KeyboardInterrupt" in self.stderr
-        died_early = self.rc == -self.sig or (interrupted_python and self.rc == -signal.SIGABRT
-                                              and "Fatal Python error" in self.stderr)
         if self.lost:
-            out.append(f"{name} lost: safebox still running {DEADLINE:.0f} s after it")
-        elif self.rc != 128 + self.sig and not died_early:
+            out.append(f"{name} lost: still running {DEADLINE:.0f} s after it")
+        elif self.rc != 128 + self.sig and not (may_die and self.rc == -self.sig):
             out.append(f"exit {self.rc}, expected {128 + self.sig} ({name})")
-        elif died_early and self.what.startswith("at "):
-            # A stop point lies after the handler exists: dying of the signal there means it was not caught.
-            out.append(f"safebox died of {name} at a point where it catches it")
         lines = [ln for ln in self.stderr.splitlines() if not any(ln.startswith(a) for a in allowed_stderr)]
-        if lines and not (died_early and interrupted_python):
+        if lines:
             out.append(f"unexpected stderr: {lines[:3]}")
         if self.leftovers:
             out.append(f"left behind: {self.leftovers}")
@@ -125,13 +121,30 @@ def _wait_stopped(pid: int, *, timeout: float) -> int | None:
     return None
 
 
+def _wait_caught(pid: int, sig: int, *, timeout: float) -> None:
+    """Until ``pid`` has a handler for ``sig`` (SigCgt in /proc), has ended, or ``timeout``."""
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        try:
+            status = Path(f"/proc/{pid}/status").read_text()
+        except OSError:
+            return
+        caught = next((ln.split()[1] for ln in status.splitlines() if ln.startswith("SigCgt:")), "0")
+        if int(caught, 16) >> (sig - 1) & 1 or "State:\tZ" in status:
+            return
+        time.sleep(0.001)
+
+
 def drive(argv: list[str], *, sig: int, when: float | str, home: FakeHome, tmpdir: Path,
-          arg: str, env: dict[str, str] | None = None, deadline: float = DEADLINE) -> Outcome:
+          arg: str, env: dict[str, str] | None = None, deadline: float = DEADLINE,
+          from_exec: bool = False) -> Outcome:
     """Start ``argv`` in a session of its own, signal its process group with
-    ``sig`` -- after ``when`` seconds, at the stop point ``when`` names, or
+    ``sig`` -- ``when`` seconds after safebox's handler exists (after the
+    exec with ``from_exec``), at the stop point ``when`` names, or
     (``"ready"``) once it printed a line -- and see what came of it."""
     stop_at = when if isinstance(when, str) and when in POINTS else None
-    what = f"at {stop_at}" if stop_at else ("once ready" if when == "ready" else f"after {when:.3f} s")
+    what = (f"at {stop_at}" if stop_at else "once ready" if when == "ready"
+            else f"{float(when):.3f} s after {'the exec' if from_exec else 'the handler'}")
     env = home.env({"TMPDIR": str(tmpdir), **(env or {}), **({"SAFEBOX_TEST_PAUSE": stop_at} if stop_at else {})})
     p = subprocess.Popen(argv, cwd=home.work, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                          stderr=subprocess.PIPE, text=True, start_new_session=True)
@@ -154,6 +167,14 @@ def drive(argv: list[str], *, sig: int, when: float | str, home: FakeHome, tmpdi
                 assert p.stdout is not None
                 p.stdout.readline()
             else:
+                if not from_exec:
+                    # safebox's handler exists from its launcher's first call on. Before it
+                    # the interpreter starts (~20 ms), and CPython itself may swallow a
+                    # SIGINT there: a KeyboardInterrupt raised in its own start-up imports,
+                    # cleared, and the run goes on (1 in ~150 SIGINTs in the first 30 ms).
+                    # No code of safebox's runs yet; the from_exec runs cover that
+                    # window with SIGTERM and SIGHUP, whose default action is final.
+                    _wait_caught(p.pid, signal.SIGTERM, timeout=deadline)
                 time.sleep(float(when))
             os.killpg(p.pid, sig)
         try:
@@ -216,24 +237,31 @@ def test_a_signal_to_the_process_group_during_start_up_is_never_lost(
     rng = random.Random(seed)
     with_net = [net if net is not None else i % 2 == 0 for i in range(RUNS_PER_MODE)]
     span = {n: _span(fresh_home, tmpdir_for_runs, mode, NET if n else ()) for n in set(with_net)}
-    plan: list[tuple[int, float | str, bool]] = []
+    plan: list[tuple[int, float | str, bool, bool]] = []
     for i in range(RUNS_PER_MODE):
-        # Every fourth run stops at a named point, in turn; the others after a random delay
-        # from 0 (the interpreter starting) to past the command's start.
-        when: float | str = POINTS[(i // 4) % 3] if i % 4 == 0 else rng.uniform(0, span[with_net[i]])
-        plan.append((SIGNALS[i % 3], when, with_net[i]))
+        # Every fourth run stops at a named point, in turn; one in eight is signalled in the
+        # interpreter's start-up (SIGTERM or SIGHUP, 0-30 ms after the exec); the others after
+        # a random delay from safebox's handler existing to past the command's start.
+        if i % 4 == 0:
+            plan.append((SIGNALS[i % 3], POINTS[(i // 4) % 3], with_net[i], False))
+        elif i % 8 == 1:
+            plan.append(((signal.SIGTERM, signal.SIGHUP)[(i // 8) % 2], rng.uniform(0, 0.03), with_net[i], True))
+        else:
+            plan.append((SIGNALS[i % 3], rng.uniform(0, span[with_net[i]]), with_net[i], False))
 
-    def one(step: tuple[int, float | str, bool]) -> Outcome:
-        sig, when, n = step
+    def one(step: tuple[int, float | str, bool, bool]) -> Outcome:
+        sig, when, n, from_exec = step
         arg = unique_sleep_arg()
         argv = fresh_home.argv(["sleep", arg], mode=mode, opts=NET if n else ())
-        return drive(argv, sig=sig, when=when, home=fresh_home, tmpdir=tmpdir_for_runs, arg=arg)
+        return drive(argv, sig=sig, when=when, home=fresh_home, tmpdir=tmpdir_for_runs, arg=arg,
+                     from_exec=from_exec)
 
     started = time.monotonic()
     with ThreadPoolExecutor(POOL) as pool:
         outcomes = list(pool.map(one, plan))
     allowed = (HELPER_ONLY_NOTE,) if mode is HELPER_ONLY else ()
-    problems = [p for o in outcomes for p in o.problems(allowed_stderr=allowed)]
+    problems = [p for o, step in zip(outcomes, plan, strict=True)
+                for p in o.problems(allowed_stderr=allowed, may_die=step[3])]
     aborted = sum(o.rc == 128 + o.sig for o in outcomes)
     assert not problems, (f"seed {seed}: {len(problems)} problem(s) in {len(outcomes)} runs "
                           f"({time.monotonic() - started:.0f} s):\n" + "\n".join(problems[:20]))
@@ -247,14 +275,14 @@ def test_the_harness_reports_a_signal_the_command_ignores_as_lost(
     them is reported lost -- the stress test can fail."""
     for sig in SIGNALS:
         arg = unique_sleep_arg()
-        o = drive(["sleep", arg], sig=sig, when=0.05, home=fresh_home, tmpdir=tmpdir_for_runs, arg=arg)
-        assert o.problems() == [] and o.rc == -sig
+        o = drive(["sleep", arg], sig=sig, when=0.05, home=fresh_home, tmpdir=tmpdir_for_runs, arg=arg,
+                  from_exec=True)
+        assert o.problems(may_die=True) == [] and o.rc == -sig
     arg = unique_sleep_arg()
     ignoring = ["sh", "-c", f"trap '' TERM INT HUP; echo ready; exec sleep {arg}"]
     o = drive(ignoring, sig=signal.SIGTERM, when="ready", home=fresh_home, tmpdir=tmpdir_for_runs, arg=arg,
               deadline=1.0)
-    assert o.lost and o.problems() == [f"once ready, SIGTERM: SIGTERM lost: safebox still running "
-                                       f"{DEADLINE:.0f} s after it"]
+    assert o.lost and o.problems() == [f"once ready, SIGTERM: SIGTERM lost: still running {DEADLINE:.0f} s after it"]
 
 
 @pytest.mark.needs_bwrap
