@@ -22,7 +22,10 @@ How, and why each part is needed:
   signal the kernel hands to another thread (the proxy's event loop) sets a
   flag, but does not interrupt the main thread's ``waitpid``, so the command
   ran on until it ended by itself (issue 11 item 6: a quarter to a half of the
-  runs with a network, where the proxy thread exists).
+  runs with a network, where the proxy thread exists). ``timeout`` sends
+  SIGTERM then SIGCONT; the kernel wakes another thread for the SIGCONT
+  while the main thread has not yet taken the SIGTERM, and that thread takes
+  both.
 
 Imports nothing beyond the C signal module: it is on the exec hot path.
 """
