@@ -38,6 +38,22 @@ def check_helper(path: str) -> None:
         raise HelperError(f"helper at {path} is not executable", hint="run `safebox doctor`")
 
 
+#: The inode of the initial user namespace (PROC_USER_INIT_INO, include/linux/proc_ns.h).
+_INIT_USER_NS_INO = 0xEFFFFFFD
+
+
+def _outer_uid(uid: int) -> int | None:
+    """``uid`` of this user namespace as its parent sees it; None when this
+    namespace does not map it (the kernel shows such an owner as the
+    overflow uid, 65534)."""
+    with open("/proc/self/uid_map") as f:
+        for line in f:
+            inside, outside, count = (int(x) for x in line.split())
+            if inside <= uid < inside + count:
+                return outside + uid - inside
+    return None
+
+
 def replaceable(path: str, *, stat: Callable[[str], os.stat_result] = os.stat) -> str | None:
     """Why a process other than root could replace the helper at ``path``,
     or None when only root can: the file and its directory must be owned by
@@ -45,12 +61,27 @@ def replaceable(path: str, *, stat: Callable[[str], os.stat_result] = os.stat) -
 
     One rule for ``safebox doctor`` (its ``helper`` check fails) and
     ``safebox exec`` (``--strict`` refuses, a plain run warns): the two
-    disagreed on a user's own venv (issue 11, item 9). Two stats: cheap
-    enough for the exec hot path."""
+    disagreed on a user's own venv (issue 11, item 9). Three stats: cheap
+    enough for the exec hot path.
+
+    In a user namespace (``unshare -r``, rootless containers) owners are
+    judged as the parent namespace sees them: there a user's own venv shows
+    as uid 0. An owner the namespace does not map (shown as 65534) may be
+    root or anyone else outside it: that cannot be told from inside, so it
+    counts as not root (fail closed)."""
+    try:
+        nested = os.stat("/proc/self/ns/user").st_ino != _INIT_USER_NS_INO
+    except OSError:
+        nested = False  # no /proc: the uids stat reports are the only ones there are
     for p in (path, os.path.dirname(path)):
         st = stat(p)
-        if st.st_uid != 0:
-            return f"{p} is owned by uid {st.st_uid}, not root"
+        uid = _outer_uid(st.st_uid) if nested else st.st_uid
+        if uid is None:
+            return (f"{p} is owned by a user this user namespace does not map (shown as uid {st.st_uid}), "
+                    "which may not be root")
+        if uid != 0:
+            where = f" (uid {st.st_uid} in this user namespace)" if nested else ""
+            return f"{p} is owned by uid {uid}{where}, not root"
         if st.st_mode & 0o022:
             return f"{p} is group- or world-writable (mode {st.st_mode & 0o7777:04o})"
     return None

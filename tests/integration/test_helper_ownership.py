@@ -18,12 +18,13 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from sbx import SAFEBOX, FakeHome
+from sbx import SAFEBOX, FakeHome, missing
 
 NOBODY = 65534
 INSTALLED = SAFEBOX.parent.parent / "lib"  # only to find the package's helper below
@@ -102,3 +103,29 @@ def test_the_installed_root_owned_helper_passes_doctor_and_runs_silently(shared_
     for opts in ((), ("--strict",)):
         r = shared_home.run(["echo", "ran"], opts=opts)
         assert r.returncode == 0 and r.stdout == "ran\n" and r.stderr == "", (opts, r.stderr)
+
+
+def _replaceable_in_userns(helper: Path) -> str:
+    code = f"from safebox.helper import replaceable; print(replaceable({str(helper)!r}))"
+    r = subprocess.run(["unshare", "-r", sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                       check=False)
+    assert r.returncode == 0, r.stderr
+    return r.stdout.strip()
+
+
+def test_in_a_user_namespace_the_owner_is_judged_as_the_host_sees_it(user_owned_helper: Path) -> None:
+    """``unshare -r`` maps the invoking user to uid 0: unprivileged, the
+    user's own helper shows as root-owned there and must still be reported
+    by its real owner. As root, only uid 0 is mapped: nobody's copy shows as
+    an unmapped owner, which cannot be told from root and counts as not root;
+    the installed helper (root's) passes in both (the control)."""
+    if shutil.which("unshare") is None:
+        missing("unshare (util-linux) is needed to enter a user namespace")
+    if os.getuid() != 0:
+        assert _replaceable_in_userns(user_owned_helper) == (
+            f"{user_owned_helper} is owned by uid {os.getuid()} (uid 0 in this user namespace), not root")
+    else:
+        assert _replaceable_in_userns(user_owned_helper) == (
+            f"{user_owned_helper} is owned by a user this user namespace does not map (shown as uid {NOBODY}), "
+            "which may not be root")
+        assert _replaceable_in_userns(_installed_helper()) == "None"
