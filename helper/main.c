@@ -20,6 +20,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -244,6 +245,28 @@ static void close_fds_except(int keep)
 		die_errno("close_range (needs Linux 5.9)");
 }
 
+/* Set the resource limits of the policy (soft = hard: the command, without
+ * CAP_SYS_RESOURCE, can lower them but never raise them).  Inside bwrap's
+ * user namespace RLIMIT_NPROC counts the sandbox's processes only (the
+ * kernel counts per user namespace since 5.14, "ucounts"); on a helper-only
+ * host every process of the user.  Nothing when the policy sets none; dies
+ * on failure. */
+static void set_rlimits(const struct policy *pol)
+{
+	struct rlimit rl;
+
+	if (pol->rlimit_nproc) {
+		rl.rlim_cur = rl.rlim_max = (rlim_t)pol->rlimit_nproc;
+		if (setrlimit(RLIMIT_NPROC, &rl) < 0)
+			die_errno("setrlimit(RLIMIT_NPROC, %lu)", pol->rlimit_nproc);
+	}
+	if (pol->rlimit_data) {
+		rl.rlim_cur = rl.rlim_max = (rlim_t)pol->rlimit_data;
+		if (setrlimit(RLIMIT_DATA, &rl) < 0)
+			die_errno("setrlimit(RLIMIT_DATA, %lu)", pol->rlimit_data);
+	}
+}
+
 /* Replace the helper with the command.  Never returns: exits 127 when the
  * command is not found, 126 when it cannot be executed (as env(1)). */
 SB_NORETURN static void exec_command(char **command)
@@ -287,6 +310,7 @@ int main(int argc, char **argv)
 	set_no_new_privs();                              /* 3 */
 	landlock_apply(&ll);                             /* 4 */
 	close_fds_except(a.status_fd);                   /* 5 */
+	set_rlimits(&pol);                               /*    resource limits */
 	caps_drop_all();                                 /* 6 */
 	st.seccomp = seccomp_install(&bpf);              /* 7 */
 

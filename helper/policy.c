@@ -22,7 +22,7 @@ struct parser {
 	size_t errlen;
 	/* keys that may appear at most once */
 	int seen_strict, seen_abi_max, seen_landlock, seen_net, seen_bind;
-	int seen_seccomp, seen_socat;
+	int seen_seccomp, seen_socat, seen_nproc, seen_data;
 	size_t cap_fs;
 };
 
@@ -285,6 +285,31 @@ static int key_publish(struct parser *ps, const char *v, size_t len)
 	return add_bridge(ps, port, path, BRIDGE_PUBLISH);
 }
 
+/* "rlimit NAME N": a resource limit the helper sets before exec (nproc:
+ * processes and threads; data: bytes of data segment), each at most once.
+ * Returns 0, or -1 (message set) on an unknown name, a bad number or a
+ * duplicate. */
+static int key_rlimit(struct parser *ps, const char *v, size_t len)
+{
+	const char *sp = memchr(v, ' ', len);
+	size_t nlen;
+
+	if (sp == NULL)
+		return fail(ps, "expected 'NAME N'");
+	nlen = (size_t)(sp - v);
+	if (eq(v, nlen, "nproc")) {
+		if (once(ps, &ps->seen_nproc) < 0)
+			return -1;
+		return parse_number(ps, sp + 1, len - nlen - 1, 1, SB_RLIMIT_NPROC_MAX, &ps->p->rlimit_nproc);
+	}
+	if (eq(v, nlen, "data")) {
+		if (once(ps, &ps->seen_data) < 0)
+			return -1;
+		return parse_number(ps, sp + 1, len - nlen - 1, 1, SB_RLIMIT_BYTES_MAX, &ps->p->rlimit_data);
+	}
+	return fail(ps, "expected 'nproc' or 'data'");
+}
+
 /* A path key allowed once, decoded into *DST.  Returns 0, or -1 (message
  * set) on a duplicate key or a bad path. */
 static int key_path_once(struct parser *ps, int *seen, char **dst, const char *v, size_t len)
@@ -369,6 +394,8 @@ static int parse_record(struct parser *ps, const char *k, size_t klen, const cha
 		return key_listen(ps, v, vlen);
 	} else if (eq(k, klen, "publish")) {
 		return key_publish(ps, v, vlen);
+	} else if (eq(k, klen, "rlimit")) {
+		return key_rlimit(ps, v, vlen);
 	} else {
 		return fail(ps, "unknown key");
 	}

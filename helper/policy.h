@@ -16,6 +16,8 @@
 #define SB_MAX_FS 65536
 #define SB_MAX_PORTS 64
 #define SB_MAX_BRIDGES 8
+#define SB_RLIMIT_NPROC_MAX 4194304UL /* PID_MAX_LIMIT */
+#define SB_RLIMIT_BYTES_MAX (1UL << 62)
 
 enum fs_class { FS_READ, FS_READDIR, FS_DEV, FS_WRITE };
 enum net_mode { NET_UNSET, NET_OFF, NET_PROXY, NET_HOST };
@@ -54,6 +56,8 @@ struct policy {
 	char *socat_path;
 	struct bridge_spec bridges[SB_MAX_BRIDGES];
 	size_t n_bridges;
+	unsigned long rlimit_nproc; /* 0: not set */
+	unsigned long rlimit_data;  /* 0: not set */
 };
 
 /* Parse LEN bytes of BUF into *OUT.  Returns 0, or -1 with a message

@@ -52,6 +52,17 @@ EXEC_OPTIONS: tuple[Opt, ...] = (
     Opt(long="--publish", dest="publish",
         help="Make 127.0.0.1:PORT on the host reach 127.0.0.1:PORT inside (needs network.allowLocalBinding; "
              "repeatable).", value="PORT", multiple=True),
+    Opt(long="--limit-processes", dest="limit_processes",
+        help="At most N processes and threads in the sandbox, or 'unlimited' (limits.processes; default 4096).",
+        value="N"),
+    Opt(long="--limit-memory", dest="limit_memory",
+        help="Memory of the sandbox, e.g. 2GiB, or 'unlimited' (limits.memory; default unlimited).", value="SIZE"),
+    Opt(long="--limit-tmp", dest="limit_tmp_size",
+        help="Size of the private /tmp and of /dev/shm, each, e.g. 1GiB (limits.tmpSize; default RAM/4, at most 4GiB).",
+        value="SIZE"),
+    Opt(long="--timeout", dest="timeout",
+        help="Stop the whole sandbox after DURATION (90s, 30m, 1h30m; limits.wallTime) and exit 124.",
+        value="DURATION"),
     Opt(long="--strict", dest="strict", help="Refuse to run unless every layer is fully enforced."),
     Opt(long="--without", dest="without", help="Run one layer alone: 'bwrap' (helper only) or 'helper' (bubblewrap only).",
         value="LAYER", choices=("bwrap", "helper")),
@@ -146,7 +157,9 @@ def _request(parsed: dict[str, Any]):  # -> ExecRequest
                     allow_read=tuple(parsed["allow_read"]),
                     deny_write=tuple(parsed["deny_write"]), allow_domains=tuple(parsed["allow_domains"]),
                     deny_domains=tuple(parsed["deny_domains"]), strict=bool(parsed["strict"]),
-                    presets=tuple(parsed["presets"])),
+                    presets=tuple(parsed["presets"]), limit_processes=parsed["limit_processes"],
+                    limit_memory=parsed["limit_memory"], limit_tmp_size=parsed["limit_tmp_size"],
+                    timeout=parsed["timeout"]),
         without=Without(parsed["without"]) if parsed["without"] else None,
         strict=bool(parsed["strict"]), dry_run=bool(parsed["dry_run"]),
         publish=tuple(parsed["publish"]),
@@ -261,9 +274,10 @@ def _click_app():
     def exec_cmd(command: tuple[str, ...], **kw: Any) -> None:
         """Run COMMAND inside the sandbox.
 
-        Exit status: the command's own; 128+N if it died of signal N; 125 when
-        safebox fails (bad policy, bwrap missing, helper refused); 126 the
-        command is not executable; 127 it was not found.
+        Exit status: the command's own; 128+N if it died of signal N; 124 it
+        ran past --timeout (limits.wallTime); 125 when safebox fails (bad
+        policy, bwrap missing, helper refused); 126 the command is not
+        executable; 127 it was not found.
         """
         if command and command[0] == "--":
             command = command[1:]

@@ -5,6 +5,7 @@ an error into a message and an exit status (as click's ``ClickException.exit_cod
 from __future__ import annotations
 
 # Exit statuses of `safebox exec`, as `env`, `timeout` and `docker run` use them.
+EXIT_TIMEOUT = 124  # limits.wallTime reached (as timeout(1))
 EXIT_SAFEBOX_FAILED = 125
 EXIT_NOT_EXECUTABLE = 126
 EXIT_NOT_FOUND = 127

@@ -29,9 +29,10 @@ import sys
 import time
 
 from safebox import _signals
+from safebox import limits as _limits
 from safebox._record import Frozen, StrEnum, path_outside, read_until, rmtree, which
 from safebox.builder.resolved import Bridge, Layers, NetKind, ResolvedPolicy
-from safebox.errors import BuildError, HelperError, PolicyError, RunError
+from safebox.errors import EXIT_TIMEOUT, BuildError, HelperError, PolicyError, RunError
 from safebox.policy.effective import EffectivePolicy
 from safebox.policy.defaults import credential_env
 from safebox.policy.load import Context, Flags, load_cached, state_dir
@@ -41,6 +42,7 @@ if TYPE_CHECKING:
     import socket
     from typing import Any
 
+    from safebox.limits import Plan
     from safebox.proxy import ProxyServer
 
 # Ports the bridges listen on inside the sandbox's own network namespace
@@ -295,7 +297,8 @@ def _seccomp_program(layers: Layers, policy: EffectivePolicy, net: NetKind, cach
 
 
 def helper_policy_for(rp: ResolvedPolicy, policy: EffectivePolicy, *, strict: bool,
-                      seccomp_path: str | None, connect_ports: tuple[int, ...], socat: str | None) -> bytes:
+                      seccomp_path: str | None, connect_ports: tuple[int, ...], socat: str | None,
+                      limits: Plan | None = None) -> bytes:
     """The helper policy bytes for a resolved run (pure)."""
     from safebox.builder.helper_policy import FsAccess, HelperPolicy, NetMode, render
 
@@ -310,7 +313,8 @@ def helper_policy_for(rp: ResolvedPolicy, policy: EffectivePolicy, *, strict: bo
         net=net, connect_ports=connect_ports if net is NetMode.PROXY else (),
         bind_any=policy.allow_local_binding, seccomp_path=seccomp_path, strict=strict,
         abi_max=int(abi_max) if abi_max else None, listens=listens, publishes=publishes,
-        socat_path=socat if publishes else None)
+        socat_path=socat if publishes else None,
+        rlimit_nproc=limits.rlimit_nproc if limits else 0, rlimit_data=limits.rlimit_data if limits else 0)
     return render(hp)
 
 
@@ -728,6 +732,13 @@ def run(req: ExecRequest, *, prescan: dict[tuple[str, int], Any] | None = None) 
                          hint="run `safebox doctor` to see why bubblewrap cannot run here")
     for n in notes:
         _say(n)
+    limits = _limits.for_run(policy, bwrap=bwrap if layers is not Layers.HELPER_ONLY else None,
+                             helper=layers is not Layers.BWRAP_ONLY, strict=strict,
+                             cache_dir=os.path.join(state, "cache"))
+    for w in limits.warnings:
+        _say(w)
+    if req.verbose:
+        _say(limits.summary())
 
     from safebox.builder.resolve import (WRITE_ROOTS, HostFacts, Scan, import_paths, read_write_roots,
                                          refuse_planted_links, remember_write_roots, resolve, self_paths)
@@ -926,6 +937,7 @@ def run(req: ExecRequest, *, prescan: dict[tuple[str, int], Any] | None = None) 
         if req.verbose:
             for n in rp.notes:
                 _say(n)
+        rp = rp.replace(tmp_size=limits.tmp_size)
         if run_dir is not None:
             write_watch(run_dir.path, rp)
 
@@ -936,7 +948,7 @@ def run(req: ExecRequest, *, prescan: dict[tuple[str, int], Any] | None = None) 
             bpf, filter_id = _seccomp_program(layers, policy, rp.net, os.path.join(state, "cache"))
             seccomp_path = os.path.join(run_path, "seccomp.bpf")
         policy_bytes = helper_policy_for(rp, policy, strict=strict, seccomp_path=seccomp_path,
-                                         connect_ports=connect_ports, socat=socat)
+                                         connect_ports=connect_ports, socat=socat, limits=limits)
 
         from safebox.builder.env import build_env
 
@@ -959,7 +971,9 @@ def run(req: ExecRequest, *, prescan: dict[tuple[str, int], Any] | None = None) 
             env.update(ci_run.env)  # $GITHUB_ENV & co. name this run's own files
 
         if req.dry_run:
-            return _dry_run(rp, req, policy_bytes, filter_id, socat=socat or "socat")
+            _dry_run(rp, req, policy_bytes, filter_id, socat=socat or "socat")
+            print(f"# {limits.summary()}")
+            return 0
 
         from safebox.builder.helper_policy import write_policy_file
 
@@ -972,8 +986,10 @@ def run(req: ExecRequest, *, prescan: dict[tuple[str, int], Any] | None = None) 
             recorder.start(command=list(req.command), layers=layers.value, cwd=cwd,
                            mode="learn" if req.learn else "enforce", policy=req.policy_file,
                            presets=list(policy.presets), ci=ci_run.kind if ci_run else None)
+        hit: list[str] = []
         rc = _execute(rp, req, env, bwrap=bwrap, socat=socat or "socat", strict=strict, proxy=proxy,
-                      filter_id=filter_id, forwarders=forwarders, status_out=status)
+                      filter_id=filter_id, forwarders=forwarders, status_out=status, limits=limits,
+                      limits_hit=hit)
         if rc != 0 and not req.quiet and rp.private_tmp:
             hint = hidden_tmp_hint(req.command, rp)
             if hint:
@@ -991,7 +1007,7 @@ def run(req: ExecRequest, *, prescan: dict[tuple[str, int], Any] | None = None) 
         if recorder is not None:
             if proxy is not None:
                 proxy.stop()  # every relay closed: the byte counts are final
-            recorder.stop(exit=rc, quarantined=[m[0] for m in moved],
+            recorder.stop(exit=rc, limits=hit, quarantined=[m[0] for m in moved],
                           restored_links=[link for link, _ in relinked],
                           hosts=proxy.destinations() if proxy is not None else [],
                           enforced=_enforced(status[0]) if status else None,
@@ -1064,8 +1080,11 @@ def _enforced(status: Any) -> dict[str, Any]:
 
 def _execute(rp: ResolvedPolicy, req: ExecRequest, env: dict[str, str], *, bwrap: str | None,
              socat: str, strict: bool, proxy: ProxyServer | None = None, filter_id: str = "",
-             forwarders: list[Any] | None = None, status_out: list[Any] | None = None) -> int:
+             forwarders: list[Any] | None = None, status_out: list[Any] | None = None,
+             limits: Plan | None = None, limits_hit: list[str] | None = None) -> int:
     relay = _Relay()
+    cgroup = limits.cgroup() if limits is not None else None
+    tmp_watch: list[tuple[str, int]] = []
     status_r = status_w = -1
     bw_r = bw_w = -1
     args_fd = -1
@@ -1080,12 +1099,20 @@ def _execute(rp: ResolvedPolicy, req: ExecRequest, env: dict[str, str], *, bwrap
             # (helper/handoff.c, helper/publish.c).
             handoff = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         status_r, status_w = os.pipe()
+        if cgroup is not None:
+            try:
+                cgroup.create()
+            except OSError as e:
+                raise RunError(f"cannot set up the sandbox's cgroup {cgroup.name}: {e.strerror or e}",
+                               hint="`safebox doctor` shows where safebox makes cgroups") from None
+        started = time.monotonic()  # limits.wallTime counts from here
         if rp.layers is Layers.HELPER_ONLY:
             argv = [rp.helper_path, "--policy-file", rp.policy_path, "--status-fd", str(status_w),
                     "--", *req.command]
             relay.install()
             _become_subreaper()
-            pid = _spawn(rp.helper_path, argv, env, pass_fds=(status_w,), cwd=rp.cwd)
+            path, argv = cgroup.wrap(rp.helper_path, argv) if cgroup else (rp.helper_path, argv)
+            pid = _spawn(path, argv, env, pass_fds=(status_w,), cwd=rp.cwd)
             relay.spawned = pid
             relay.target_pgid = pid  # setpgroup=0: the helper (then the command) leads its group
             _test_pause("command")  # a signal now is queued for the command
@@ -1106,7 +1133,8 @@ def _execute(rp: ResolvedPolicy, req: ExecRequest, env: dict[str, str], *, bwrap
             argv = ["bwrap", "--args", str(args_fd), *tail]
             relay.install()
             fds = (args_fd, bw_w) + ((status_w,) if status_w >= 0 else ()) + ((handoff_fd,) if handoff_fd else ())
-            pid = _spawn(bwrap, argv, env, pass_fds=fds, cwd="/")
+            path, argv = cgroup.wrap(bwrap, argv) if cgroup else (bwrap, argv)
+            pid = _spawn(path, argv, env, pass_fds=fds, cwd="/")
             relay.spawned = pid
             _test_pause("command")  # a signal now is queued for the command
             os.close(bw_w)
@@ -1129,11 +1157,29 @@ def _execute(rp: ResolvedPolicy, req: ExecRequest, env: dict[str, str], *, bwrap
 
         line = read_status_line(status_r)
         relay.ready()
-        wstatus = _wait(pid)
+        if limits is not None and rp.layers is not Layers.HELPER_ONLY:
+            tmp_watch = _limits.open_tmp_watch(relay.bwrap_child, rp.tmp_size)
+        timed_out = False
+        if limits is not None and limits.wall_time:
+            sandbox_pid = pid
+            got, timed_out = _limits.stop_at_deadline(
+                pid, started + limits.wall_time, terminate=lambda: relay.handler(signal.SIGTERM),
+                kill=lambda: _limits.kill_sandbox(ns_init=relay.bwrap_child, pgid=relay.target_pgid,
+                                                  pid=sandbox_pid, cgroup=cgroup))
+            wstatus = _wait(pid) if got is None else got
+        else:
+            wstatus = _wait(pid)
         if rp.layers is Layers.HELPER_ONLY:
             _reap_descendants()
         pid = -1
-        rc = _exit_status(wstatus)
+        rc = EXIT_TIMEOUT if timed_out else _exit_status(wstatus)
+        if limits is not None:
+            for key, msg in _limits.explain(limits, timed_out=timed_out, cgroup=cgroup,
+                                            full=_limits.full_tmp(tmp_watch)):
+                _say(msg)
+                if limits_hit is not None:
+                    limits_hit.append(key)
+            tmp_watch = []
         status = None
         # A part that could not be enforced appears as `false` in the line;
         # only then (or with -v, or on failure) is the JSON parsed.
@@ -1181,6 +1227,10 @@ def _execute(rp: ResolvedPolicy, req: ExecRequest, env: dict[str, str], *, bwrap
                     pass
         for end in handoff or ():
             end.close()
+        for _, fd in tmp_watch:
+            os.close(fd)
+        if cgroup is not None:
+            cgroup.remove()
         # Still caught, only recorded: a signal arriving while safebox
         # cleans up must not kill it half-way (run dir, proxy, quarantine).
         _signals.stop_forwarding()

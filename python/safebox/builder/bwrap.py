@@ -9,7 +9,10 @@ path shadows an earlier one, so the order *is* the policy):
    ``--tmpfs /proc/1``: pid 1 is bubblewrap's reaper, and its ``/proc``
    entry (command line with the policy path, environment, descriptors) is
    covered by an empty tmpfs, made read-only in step 10.
-3. ``--tmpfs /tmp``: private, writable, gone with the sandbox.
+3. ``--tmpfs /tmp``: private, writable, gone with the sandbox. With
+   ``limits.tmpSize``, ``--size N`` before it, and a tmpfs of the same size
+   on ``/dev/shm`` (otherwise a directory of bwrap's unbounded ``/dev``
+   tmpfs, a way around the /tmp limit).
 4. Write roots, shallow first: ``--bind W W``.
 5. Pinned directories (``.git``, and every directory between a write root
    and a protected, masked or self-protected path): ``--bind G G`` so they
@@ -84,8 +87,11 @@ def needs_mask(rp: ResolvedPolicy, path: str) -> bool:
 def mount_args(rp: ResolvedPolicy) -> list[str]:
     """Steps 1-10 of the module docstring."""
     a: list[str] = ["--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/proc/1"]
+    size = ["--size", str(rp.tmp_size)] if rp.tmp_size else []
     for t in rp.private_tmp:
-        a += ["--tmpfs", t]
+        a += [*size, "--tmpfs", t]
+    if size:
+        a += [*size, "--tmpfs", "/dev/shm"]
     # Write roots and pinned directories are both read-write self-binds;
     # shallow first, so a deeper one is never hidden by a shallower one.
     for w in sorted({*rp.write_roots, *rp.pinned_dirs}, key=lambda p: (p.count("/"), p)):

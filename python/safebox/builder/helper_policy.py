@@ -53,6 +53,9 @@ class HelperPolicy(Frozen):
     listens: tuple[int, ...] = ()
     publishes: tuple[tuple[int, str], ...] = ()
     socat_path: str | None = None
+    # Resource limits the helper sets before exec (safebox/limits.py); 0: none.
+    rlimit_nproc: int = 0
+    rlimit_data: int = 0
     extra: tuple[tuple[str, str], ...] = ()  # never set in production; for tests only
 
 
@@ -86,6 +89,10 @@ def render(policy: HelperPolicy) -> bytes:
         lines.append(f"socat {_hex(policy.socat_path)}")
         for port, sock in policy.publishes:
             lines.append(f"publish {port} {_hex(sock)}")
+    if policy.rlimit_nproc:
+        lines.append(f"rlimit nproc {policy.rlimit_nproc}")
+    if policy.rlimit_data:
+        lines.append(f"rlimit data {policy.rlimit_data}")
     for key, value in policy.extra:
         lines.append(f"{key} {value}")
     lines.append("end")

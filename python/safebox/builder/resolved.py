@@ -60,6 +60,10 @@ class ResolvedPolicy(Frozen):
     socket_binds: tuple[str, ...] = ()
     # Directories that get the private /tmp-like tmpfs.
     private_tmp: tuple[str, ...] = ("/tmp",)
+    # limits.tmpSize: the size of each private tmpfs and of /dev/shm, in
+    # bytes (bwrap --size); 0: the kernel's default (half the RAM), and
+    # /dev/shm stays a directory of bwrap's /dev.
+    tmp_size: int = 0
     net: NetKind = NetKind.NONE
     bridges: tuple[Bridge, ...] = ()
     # --publish: (port, unix socket in publish_dir); publish_dir is bound read-write.

@@ -61,6 +61,12 @@ class EffectivePolicy(Frozen):
     # registry is allowed by hand (presets.active). Decided when the layers
     # are merged, so that a run without presets never imports the table.
     cache_presets: tuple[str, ...] = ()
+    # `limits` (safebox/limits.py): None = the built-in default, 0 =
+    # unlimited; bytes, seconds or a count otherwise.
+    limit_processes: int | None = None
+    limit_memory: int | None = None
+    limit_tmp_size: int | None = None
+    limit_wall_time: float | None = None
 
     def entry(self, key: str, value: str) -> str:
         """List entry ``value`` of ``key`` (``filesystem.allowWrite``) named as

@@ -64,6 +64,11 @@ class Flags(Frozen):
     deny_domains: tuple[str, ...] = ()
     strict: bool = False
     presets: tuple[str, ...] = ()
+    # limits.*, as typed (validated with the policy files' rules).
+    limit_processes: str | None = None
+    limit_memory: str | None = None
+    limit_tmp_size: str | None = None
+    timeout: str | None = None
 
 
 class Layer(Frozen):
@@ -312,6 +317,10 @@ FLAG_FOR_KEY: dict[tuple[str, ...], str] = {
     ("network", "deniedDomains"): "--deny-domain",
     ("strict",): "--strict",
     ("presets",): "--preset",
+    ("limits", "processes"): "--limit-processes",
+    ("limits", "memory"): "--limit-memory",
+    ("limits", "tmpSize"): "--limit-tmp",
+    ("limits", "wallTime"): "--timeout",
 }
 FLAGS_LAYER = "command line"
 
@@ -326,7 +335,7 @@ def _where(layer: Layer, err: dict[str, Any]) -> str:
     if layer.name == FLAGS_LAYER:
         for key, flag in FLAG_FOR_KEY.items():
             n = len(key)
-            if loc[:n] == key and len(loc) == n + 1 and isinstance(value, str):
+            if loc[:n] == key and len(loc) in (n, n + 1) and isinstance(value, str):
                 import shlex
 
                 return f"{flag} {shlex.quote(value) if value.isprintable() else repr(value)}"
@@ -433,6 +442,8 @@ def merge(layers: list[tuple[Layer, dict[str, Any]]], ctx: Context) -> Effective
                 # A later layer's scalar replaces the earlier one: only the winner is shown.
                 sources = [s for s in sources if s[0] != dotted]
                 sources.append((dotted, value, layer.name))
+        for key, value in (_get(doc, ("limits",)) or {}).items():
+            sources = _merge_limit(layer, key, value, scalars, sources, trusted=trust)
 
     def dedupe(xs: list[str]) -> tuple[str, ...]:
         return tuple(dict.fromkeys(xs))
@@ -445,6 +456,27 @@ def merge(layers: list[tuple[Layer, dict[str, Any]]], ctx: Context) -> Effective
     extras = _srt_extras(layers, ctx, trust=trust, sources=sources)
     return EffectivePolicy(**merged, **scalars, **extras, sources=tuple(sources),
                            cache_presets=active(merged["presets"], merged["allowed_domains"]))
+
+
+def _merge_limit(layer: Layer, key: str, value: Any, scalars: dict[str, Any],
+                 sources: list[tuple[str, Any, str]], *, trusted: bool) -> list[tuple[str, Any, str]]:
+    """``limits.KEY`` of one layer into ``scalars`` (normalised: bytes,
+    seconds, a count; 0 unlimited). A project file may lower a limit, never
+    raise it above what the layers before it (or the default) set: a cloned
+    repository must not lift the fork-bomb guard of the host it lands on."""
+    from safebox import limits
+
+    field = limits.KEYS[key][1]
+    parsed = limits.parse_value(key, value)
+    if layer.project and not trusted:
+        before = scalars.get(field, limits.default(key))
+        if before and (not parsed or parsed > before):
+            raise PolicyError(f"{layer.name}: limits.{key}: a project file may not raise a limit "
+                              f"(to {limits.human(key, parsed)}, over {limits.human(key, before)})",
+                              hint="set trustProjectFiles = true in your user policy, or pass the file with --policy")
+    scalars[field] = parsed
+    dotted = f"limits.{key}"
+    return [s for s in sources if s[0] != dotted] + [(dotted, value, layer.name)]
 
 
 def _apply_allow_read(deny: list[str], allow: list[str], origin: dict[tuple[str, str], str],
@@ -599,6 +631,12 @@ def policy_document(eff: EffectivePolicy) -> dict[str, Any]:
             "files": [entry("path", *e) for e in eff.credential_files],
             "allowPlaintextInject": eff.allow_plaintext_inject,
         }
+    from safebox.limits import KEYS, policy_value
+
+    for key, (_, field) in KEYS.items():
+        value = getattr(eff, field)
+        if value is not None:  # None: the built-in default, which a document leaves out
+            out.setdefault("limits", {})[key] = policy_value(key, value)
     return out
 
 
@@ -639,6 +677,10 @@ def flags_layer(flags: Flags) -> Layer:
         data["strict"] = True
     if flags.presets:
         data["presets"] = list(flags.presets)
+    limits = {k: v for k, v in (("processes", flags.limit_processes), ("memory", flags.limit_memory),
+                                ("tmpSize", flags.limit_tmp_size), ("wallTime", flags.timeout)) if v is not None}
+    if limits:
+        data["limits"] = limits
     return Layer(name=FLAGS_LAYER, data=data)
 
 
@@ -696,7 +738,7 @@ def _load_from(inputs: list[tuple[str, bool, bytes]], ctx: Context, flags: Flags
 POLICY_CACHE_MAX_ENTRIES = 256
 POLICY_CACHE_MAX_BYTES = 8 << 20
 _TOUCH_AFTER = 60.0
-_CACHE_FORMAT = 2  # 2: sources are (key, value, layer) records
+_CACHE_FORMAT = 3  # 2: sources are (key, value, layer) records; 3: limits
 
 
 def load_cached(ctx: Context, *, policy_file: str | None, flags: Flags, cache_dir: str) -> EffectivePolicy:

@@ -91,6 +91,16 @@ def _check_env_name(value: str) -> str:
     return value
 
 
+def _limit_check(key: str) -> Any:
+    def check(value: Any) -> Any:
+        from safebox.limits import check_value
+
+        if value is not None:
+            check_value(key, value)
+        return value
+    return check
+
+
 DomainPattern = Annotated[str, AfterValidator(_check_domain_pattern)]
 DeniedPattern = Annotated[str, AfterValidator(_check_denied_pattern)]
 PolicyPath = Annotated[str, AfterValidator(_check_path)]
@@ -226,6 +236,18 @@ class CredentialsSettings(_Strict):
     allowPlaintextInject: bool | None = None
 
 
+class LimitsSettings(_Strict):
+    """``limits`` (safebox addition): per-sandbox resource limits (safebox/limits.py).
+
+    Each takes ``"unlimited"`` too. The values are checked by the validators
+    (any type reaches them, so that a wrong one gets the key's own words)."""
+
+    processes: Annotated[Any, AfterValidator(_limit_check("processes"))] = None
+    memory: Annotated[Any, AfterValidator(_limit_check("memory"))] = None
+    tmpSize: Annotated[Any, AfterValidator(_limit_check("tmpSize"))] = None
+    wallTime: Annotated[Any, AfterValidator(_limit_check("wallTime"))] = None
+
+
 class RipgrepSettings(_Strict):
     """srt's ``ripgrep`` key: accepted for compatibility; safebox runs ``rg`` from PATH."""
 
@@ -246,6 +268,8 @@ class PolicyFile(_Strict):
     mandatoryDenySearchDepth: SearchDepth | None = None
     # safebox addition: toolchain presets (policy/presets.py), e.g. ["npm"].
     presets: list[PresetName] | None = None
+    # safebox addition: processes, memory, /tmp size, wall time (limits.py).
+    limits: LimitsSettings | None = None
     # srt keys that do not change enforcement in safebox; accepted so that an
     # srt settings file works unchanged (see policy-reference.md).
     ignoreViolations: dict[str, list[str]] | None = None

@@ -1,0 +1,927 @@
+"""Per-sandbox resource limits: processes, memory, the private /tmp's size, wall time.
+
+What each limit means, its default and why: docs/policy-reference.md
+("Limits"). Where each is enforced: docs/layers.md ("Resource limits"). Each
+run uses the best mechanism the host offers, decided by :func:`plan`:
+
+* **processes** (threads included): a cgroup's ``pids.max``, for the whole
+  sandbox; otherwise ``RLIMIT_NPROC``, set by the helper. Inside bwrap's user
+  namespace that, too, counts the sandbox only (since Linux 5.14 the count
+  is kept per user namespace: ``ucounts``); without bwrap it counts every
+  process of the user on the host, and it never applies to root (the kernel
+  exempts uid 0).
+* **memory**: a cgroup's ``memory.max`` (swap off), for the whole sandbox;
+  the kernel OOM-kills inside the sandbox only. Otherwise ``RLIMIT_DATA``,
+  per process (a sandbox of N processes may use N times the limit).
+* **tmpSize**: the tmpfs ``size=`` of the private ``/tmp`` and ``/dev/shm``
+  (bwrap ``--size``), each. Nothing without bwrap (no private /tmp).
+* **wallTime**: safebox itself: SIGTERM to the command, SIGKILL to the whole
+  sandbox :data:`TIMEOUT_GRACE` seconds later, exit status 124.
+
+A limit set by a policy or flag that no mechanism here can enforce is an
+error; one that can be enforced only per process or per user says so on
+every run, and ``--strict`` refuses it. A default that cannot be enforced is
+said with ``-v`` and by ``safebox doctor``.
+
+Cgroups: safebox creates ``safebox-PID-RANDOM`` beside itself, never
+changing a cgroup it did not create: cgroup v2 where a parent that holds no
+process has ``pids``/``memory`` enabled for its children and is writable
+(a subtree delegated to the caller, or the root as root); cgroup v1 (one
+hierarchy per controller) where the caller can write its own cgroup (root
+on a host without systemd). The sandbox enters it through a one-line shell
+that moves itself and then execs bwrap (or the helper), so nothing of the
+sandbox ever runs outside it and safebox itself never moves.
+
+Standard library only, cheap to import: ``safebox doctor`` runs it from a
+fresh checkout, and ``safebox exec`` on every run.
+"""
+
+from __future__ import annotations
+
+import os
+
+from safebox._record import Frozen
+from safebox.errors import BuildError
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from safebox.policy.effective import EffectivePolicy
+
+# --------------------------------------------------------------- values
+
+#: ``"unlimited"`` in a policy or flag; stored as 0.
+UNLIMITED = 0
+UNLIMITED_WORD = "unlimited"
+
+KiB, MiB, GiB, TiB = 1 << 10, 1 << 20, 1 << 30, 1 << 40
+
+#: Processes and threads in one sandbox. A ``make -j64`` of rustc and lld
+#: jobs (each with a thread per core) peaks near 2,000 tasks, a JVM build at a
+#: few hundred, a Node or Python test run at tens: 4096 leaves twice the
+#: largest. A fork bomb stopped there costs the host about 64 MiB of kernel
+#: stacks (16 KiB each), and stays far below ``pid_max`` (at least 32768):
+#: ten such sandboxes on one host still leave it room.
+DEFAULT_PROCESSES = 4096
+#: The private /tmp (and /dev/shm) is RAM: the default is a quarter of it, at
+#: most 4 GiB. Large enough for compilers' and test runners' temporary files,
+#: small enough that one sandbox cannot pin half the host's memory in /tmp
+#: (the kernel's tmpfs default, which it was before: 2 GiB written were
+#: accepted on a 4 GiB machine).
+DEFAULT_TMP_CAP = 4 * GiB
+#: Memory and wall time: unlimited by default. A fraction of RAM would be
+#: wrong both ways (a linker needs most of a small CI runner; ten agents on
+#: one host need a tenth each); whoever runs several sandboxes on one host
+#: knows the share, and sets it.
+DEFAULT_MEMORY = UNLIMITED
+DEFAULT_WALL_TIME = UNLIMITED
+#: Seconds between the SIGTERM and the SIGKILL at the wall-time limit (as
+#: ``timeout -k 5``): long enough to write a report, short enough for CI.
+TIMEOUT_GRACE = 5.0
+
+# Bounds: below these nothing starts (bwrap's init, the helper, a shell);
+# above them the kernel's own maxima.
+MIN_PROCESSES, MAX_PROCESSES = 8, 4_194_304  # PID_MAX_LIMIT
+MIN_MEMORY = 16 * MiB
+MIN_TMP_SIZE = 1 * MiB
+MAX_BYTES = 1 << 62
+MAX_WALL_TIME = 365 * 86400.0
+
+# Policy key → (flag, EffectivePolicy field); the order of -v and doctor.
+KEYS: dict[str, tuple[str, str]] = {
+    "processes": ("--limit-processes", "limit_processes"),
+    "memory": ("--limit-memory", "limit_memory"),
+    "tmpSize": ("--limit-tmp", "limit_tmp_size"),
+    "wallTime": ("--timeout", "limit_wall_time"),
+}
+
+_SIZE_UNITS = {"": 1, "b": 1, "k": KiB, "kib": KiB, "m": MiB, "mib": MiB, "g": GiB, "gib": GiB,
+               "t": TiB, "tib": TiB, "kb": 1000, "mb": 1000**2, "gb": 1000**3, "tb": 1000**4}
+_TIME_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+SIZE_SYNTAX = ('give bytes, or a number with a unit: 512MiB, 2GiB, 1.5G (K, M, G, T and KiB … TiB are '
+               f'powers of 1024; KB, MB, GB, TB powers of 1000), or "{UNLIMITED_WORD}"')
+TIME_SYNTAX = f'give seconds, or a duration such as 90s, 30m, 2h, 1h30m, or "{UNLIMITED_WORD}"'
+
+
+def _kind(value: object) -> str:
+    if isinstance(value, bool):
+        return "true/false"
+    if isinstance(value, (list, tuple)):
+        return "a list"
+    if isinstance(value, dict):
+        return "a table/object"
+    return f"a {type(value).__name__}"
+
+
+def _number(text: str) -> float | None:
+    """A plain non-negative decimal (``12``, ``1.5``), or None."""
+    if not text or text.count(".") > 1 or not text.replace(".", "").isdigit() or text[0] == "." \
+            or text[-1] == ".":
+        return None
+    return float(text)
+
+
+def parse_size(value: object) -> int:
+    """Bytes from ``2GiB``-style text or an integer; 0 for ``"unlimited"``.
+    Raises ValueError saying what is wrong (without repeating the value)."""
+    if isinstance(value, bool) or not isinstance(value, (int, str)):
+        raise ValueError(f"must be a size, not {_kind(value)}: {SIZE_SYNTAX}")
+    if isinstance(value, int):
+        n = value
+    elif value.strip().lower() == UNLIMITED_WORD:
+        return UNLIMITED
+    else:
+        text = value.strip().lower()
+        split = len(text)
+        while split and text[split - 1].isalpha():
+            split -= 1
+        num, unit = _number(text[:split].strip()), text[split:]
+        if num is None or unit not in _SIZE_UNITS:
+            raise ValueError(f"not a size: {SIZE_SYNTAX}")
+        n = int(num * _SIZE_UNITS[unit])
+    if n <= 0:
+        raise ValueError(f'must be more than 0 (no limit is "{UNLIMITED_WORD}")')
+    if n > MAX_BYTES:
+        raise ValueError("too large (at most 4 EiB)")
+    return n
+
+
+def parse_duration(value: object) -> float:
+    """Seconds from a number or ``1h30m``-style text; 0 for ``"unlimited"``.
+    Raises ValueError saying what is wrong."""
+    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+        raise ValueError(f"must be a duration, not {_kind(value)}: {TIME_SYNTAX}")
+    if isinstance(value, (int, float)):
+        secs = float(value)
+    elif value.strip().lower() == UNLIMITED_WORD:
+        return float(UNLIMITED)
+    else:
+        text = value.strip().lower()
+        plain = _number(text)
+        if plain is not None:
+            secs = plain
+        else:
+            secs, num, last = 0.0, "", -1
+            for ch in text:
+                if ch.isdigit() or ch == ".":
+                    num += ch
+                    continue
+                n = _number(num)
+                order = "smhd".find(ch)
+                # Units largest first, each at most once: "1h30m", not "30m1h".
+                if n is None or ch not in _TIME_UNITS or (last != -1 and order >= last):
+                    raise ValueError(f"not a duration: {TIME_SYNTAX}")
+                secs += n * _TIME_UNITS[ch]
+                num, last = "", order
+            if num or last == -1:
+                raise ValueError(f"not a duration: {TIME_SYNTAX}")
+    if not secs > 0:
+        raise ValueError(f'must be more than 0 seconds (no limit is "{UNLIMITED_WORD}")')
+    if secs > MAX_WALL_TIME:
+        raise ValueError("too long (at most 365 days)")
+    return secs
+
+
+def parse_count(value: object) -> int:
+    """A process count (int or decimal text); 0 for ``"unlimited"``."""
+    syntax = f'give a whole number from {MIN_PROCESSES} to {MAX_PROCESSES}, or "{UNLIMITED_WORD}"'
+    if isinstance(value, bool) or not isinstance(value, (int, str)):
+        raise ValueError(f"must be a number of processes, not {_kind(value)}: {syntax}")
+    if isinstance(value, str):
+        if value.strip().lower() == UNLIMITED_WORD:
+            return UNLIMITED
+        if not value.strip().isdigit():
+            raise ValueError(f"not a number of processes: {syntax}")
+        value = int(value.strip())
+    if not MIN_PROCESSES <= value <= MAX_PROCESSES:
+        raise ValueError(f"{value} is out of range: {syntax} (bwrap's init, the helper and the command count too)")
+    return value
+
+
+def check_value(key: str, value: object) -> None:
+    """Validate ``limits.KEY = value`` (a policy file's or a flag's); raises ValueError."""
+    if key == "processes":
+        parse_count(value)
+    elif key == "wallTime":
+        parse_duration(value)
+    else:
+        n = parse_size(value)
+        low = MIN_MEMORY if key == "memory" else MIN_TMP_SIZE
+        if n and n < low:
+            raise ValueError(f"too small: at least {human_size(low)} (nothing starts in less)")
+
+
+def parse_value(key: str, value: object) -> int | float:
+    """The normalised value of ``limits.KEY`` (bytes, seconds, a count; 0: unlimited)."""
+    check_value(key, value)
+    if key == "processes":
+        return parse_count(value)
+    if key == "wallTime":
+        return parse_duration(value)
+    return parse_size(value)
+
+
+def human_size(n: int) -> str:
+    """``4 GiB``, ``512 MiB``, ``1.5 GiB``, ``1000 bytes``."""
+    for unit, size in (("TiB", TiB), ("GiB", GiB), ("MiB", MiB), ("KiB", KiB)):
+        if n >= size:
+            v = n / size
+            return f"{v:.0f} {unit}" if v == int(v) else f"{v:.1f} {unit}"
+    return f"{n} bytes"
+
+
+def human_duration(secs: float) -> str:
+    """``30m``, ``1h30m``, ``90s`` → as a policy would spell it."""
+    if secs != int(secs) or secs < 60:
+        return f"{secs:g}s"
+    out, rest = "", int(secs)
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60), ("s", 1)):
+        if rest >= size:
+            out += f"{rest // size}{unit}"
+            rest %= size
+    return out
+
+
+def human(key: str, value: float) -> str:
+    """A limit's value for people."""
+    if not value:
+        return UNLIMITED_WORD
+    if key == "processes":
+        return str(int(value))
+    if key == "wallTime":
+        return human_duration(value)
+    return human_size(int(value))
+
+
+def policy_value(key: str, value: float) -> int | float | str:
+    """A limit's value as a policy file can spell it (``policy show --json``)."""
+    if not value:
+        return UNLIMITED_WORD
+    return value if key == "wallTime" and value != int(value) else int(value)
+
+
+def ram_bytes() -> int:
+    """Physical memory."""
+    try:
+        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError):
+        return 16 * GiB
+
+
+def default(key: str) -> int | float:
+    """The built-in value of ``limits.KEY`` on this host (0: unlimited)."""
+    if key == "processes":
+        return DEFAULT_PROCESSES
+    if key == "tmpSize":
+        return min(ram_bytes() // 4, DEFAULT_TMP_CAP)
+    return DEFAULT_MEMORY if key == "memory" else DEFAULT_WALL_TIME
+
+
+# --------------------------------------------------------------- cgroups
+
+_CONTROLLER = {"processes": "pids", "memory": "memory"}
+
+
+class CgroupSite(Frozen):
+    """Where safebox may create a sandbox's cgroup for one controller."""
+
+    version: int  # 1 or 2
+    parent: str  # the directory the sandbox's cgroup is created in
+
+
+def _own_cgroups() -> dict[str, str]:
+    """``/proc/self/cgroup``: controller → path (``""`` for the v2 line)."""
+    out: dict[str, str] = {}
+    try:
+        with open("/proc/self/cgroup") as f:
+            for line in f:
+                _, names, path = line.rstrip("\n").split(":", 2)
+                for name in names.split(",") if names else [""]:
+                    out[name] = path
+    except (OSError, ValueError):
+        pass
+    return out
+
+
+def _cgroup_mounts() -> dict[str, tuple[str, str]]:
+    """Mounted cgroup hierarchies: controller (``""`` for v2) → (mount point, root)."""
+    out: dict[str, tuple[str, str]] = {}
+    try:
+        with open("/proc/self/mountinfo") as f:
+            for line in f:
+                if " - cgroup" not in line:
+                    continue
+                pre, _, post = line.partition(" - ")
+                fields, tail = pre.split(), post.split()
+                if len(fields) < 5 or len(tail) < 3:
+                    continue
+                root, point = fields[3], fields[4].replace("\\040", " ")
+                if tail[0] == "cgroup2":
+                    out.setdefault("", (point, root))
+                elif tail[0] == "cgroup":
+                    for opt in tail[2].split(","):
+                        out.setdefault(opt, (point, root))
+    except OSError:
+        pass
+    return out
+
+
+def _host_dir(mount: tuple[str, str], path: str) -> str | None:
+    """The directory of cgroup ``path`` under ``mount`` (None when outside it)."""
+    point, root = mount
+    if root != "/":
+        if path != root and not path.startswith(root.rstrip("/") + "/"):
+            return None
+        path = path[len(root.rstrip("/")):] or "/"
+    return os.path.normpath(point + path)
+
+
+def _read(path: str) -> str:
+    try:
+        with open(path) as f:
+            return f.read()
+    except OSError:
+        return ""
+
+
+def _systemd_manages() -> bool:
+    return os.path.isdir("/run/systemd/system")
+
+
+def _delegated(path: str) -> bool:
+    """Whether systemd delegated cgroup ``path`` (it owns the tree otherwise):
+    chowned to an unprivileged user, or marked with its ``delegate`` xattr."""
+    try:
+        if os.stat(path).st_uid == os.getuid() != 0:
+            return True
+    except OSError:
+        return False
+    for attr in ("trusted.delegate", "user.delegate"):
+        try:
+            if os.getxattr(path, attr) == b"1":
+                return True
+        except OSError:
+            pass
+    return False
+
+
+def _usable(path: str) -> str | None:
+    """Why safebox cannot create a child cgroup in ``path`` (None: it can)."""
+    if not os.access(path, os.W_OK | os.X_OK) or not os.access(os.path.join(path, "cgroup.procs"), os.W_OK):
+        return f"{path} is not writable by uid {os.getuid()}"
+    if _systemd_manages() and not _delegated(path):
+        return f"{path} belongs to systemd (not delegated)"
+    return None
+
+
+def find_cgroup(controller: str) -> tuple[CgroupSite | None, str]:
+    """Where a sandbox's cgroup with ``controller`` (``pids`` or ``memory``)
+    can be created, and otherwise why not (for -v and doctor)."""
+    own, mounts = _own_cgroups(), _cgroup_mounts()
+    why: list[str] = []
+    if "" in own and "" in mounts:
+        base = _host_dir(mounts[""], own[""])
+        if base is not None:
+            # "No internal processes": a cgroup holding a process (this one)
+            # cannot pass controllers to children, except the root. So the
+            # parent of the one safebox runs in, when that passes them on.
+            point = mounts[""][0].rstrip("/")
+            for cand in dict.fromkeys((base, os.path.dirname(base))):
+                if cand != point and not cand.startswith(point + "/"):
+                    continue
+                if controller not in _read(os.path.join(cand, "cgroup.subtree_control")).split():
+                    continue
+                reason = _usable(cand)
+                if reason is None:
+                    return CgroupSite(version=2, parent=cand), ""
+                why.append(reason)
+            if not why:
+                why.append(f"cgroup v2: {controller} is not enabled for children of {base} or its parent")
+    if controller in own and controller in mounts:
+        base = _host_dir(mounts[controller], own[controller])
+        if base is not None:
+            reason = "systemd manages the cgroup v1 hierarchies" if _systemd_manages() else _usable(base)
+            if reason is None:
+                return CgroupSite(version=1, parent=base), ""
+            why.append(f"cgroup v1 {controller}: {reason}")
+    if not why:
+        why.append(f"no cgroup hierarchy with the {controller} controller")
+    return None, "; ".join(why)
+
+
+class Cgroup:
+    """One sandbox's cgroup(s): one directory on cgroup v2, one per
+    controller on v1. Created before the sandbox, removed after it."""
+
+    PREFIX = "safebox-"
+
+    def __init__(self, sites: dict[str, CgroupSite], *, pids: int, memory: int) -> None:
+        self.name = f"{self.PREFIX}{os.getpid()}-{os.urandom(4).hex()}"
+        self.pids, self.memory = pids, memory
+        # controller → the sandbox's directory; one entry per directory to enter.
+        self.dirs = {c: os.path.join(s.parent, self.name) for c, s in sites.items()}
+        self.version = {c: s.version for c, s in sites.items()}
+        self.created: list[str] = []
+
+    def create(self) -> None:
+        """Make the directories and write the limits; raises OSError (nothing left behind)."""
+        try:
+            for c, d in self.dirs.items():
+                if d not in self.created:
+                    sweep_stale(os.path.dirname(d))
+                    os.mkdir(d, 0o755)
+                    self.created.append(d)
+                self._write_limit(c, d)
+        except OSError:
+            self.remove()
+            raise
+
+    def _write_limit(self, controller: str, d: str) -> None:
+        v2 = self.version[controller] == 2
+        if controller == "pids":
+            _write(os.path.join(d, "pids.max"), str(self.pids))
+        elif v2:
+            _write(os.path.join(d, "memory.max"), str(self.memory))
+            # Swap would let the sandbox use more than the limit, slowly.
+            if os.path.exists(os.path.join(d, "memory.swap.max")):
+                _write(os.path.join(d, "memory.swap.max"), "0")
+        else:
+            _write(os.path.join(d, "memory.limit_in_bytes"), str(self.memory))
+            if os.path.exists(os.path.join(d, "memory.memsw.limit_in_bytes")):
+                _write(os.path.join(d, "memory.memsw.limit_in_bytes"), str(self.memory))
+
+    def procs_files(self) -> list[str]:
+        """The ``cgroup.procs`` files the sandbox's first process writes itself into."""
+        return [os.path.join(d, "cgroup.procs") for d in dict.fromkeys(self.dirs.values())]
+
+    def wrap(self, path: str, argv: list[str]) -> tuple[str, list[str]]:
+        """(path, argv) that runs ``argv`` (whose program is ``path``)
+        inside the cgroup: a shell writes its own pid ("0") into each
+        ``cgroup.procs`` and execs, so bwrap and everything it starts is
+        inside from its first instruction (no window to fork outside)."""
+        files = self.procs_files()
+        script = ('n=$1; shift; while [ "$n" -gt 0 ]; do echo 0 > "$1" || '
+                  '{ echo "safebox: cannot enter the sandbox cgroup $1" >&2; exit 125; }; '
+                  'shift; n=$((n-1)); done; exec "$@"')
+        return "/bin/sh", ["/bin/sh", "-c", script, "safebox-cgroup", str(len(files)), *files, path, *argv[1:]]
+
+    def events(self) -> tuple[int, int]:
+        """(forks refused at ``pids.max``, processes OOM-killed) so far."""
+        refused = oom = 0
+        if "pids" in self.dirs:
+            refused = _field(_read(os.path.join(self.dirs["pids"], "pids.events")), "max")
+        if "memory" in self.dirs:
+            name = "memory.events" if self.version["memory"] == 2 else "memory.oom_control"
+            oom = _field(_read(os.path.join(self.dirs["memory"], name)), "oom_kill")
+        return refused, oom
+
+    def kill(self) -> None:
+        """SIGKILL every process in the cgroup(s)."""
+        for d in dict.fromkeys(self.dirs.values()):
+            _kill_all(d)
+
+    def remove(self) -> None:
+        """Kill what is left and remove the directories (idempotent). A
+        directory still busy is left to the next run's sweep."""
+        for d in reversed(self.created):
+            _kill_all(d)
+            for attempt in range(50):
+                try:
+                    os.rmdir(d)
+                    break
+                except FileNotFoundError:
+                    break
+                except OSError:
+                    # The kernel frees a killed task's cgroup link
+                    # asynchronously; a few ms at most.
+                    import time
+
+                    time.sleep(0.002 * (attempt + 1))
+        self.created = []
+
+
+def _write(path: str, text: str) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CLOEXEC)
+    try:
+        os.write(fd, text.encode())
+    finally:
+        os.close(fd)
+
+
+def _field(text: str, name: str) -> int:
+    for line in text.splitlines():
+        k, _, v = line.partition(" ")
+        if k == name and v.strip().isdigit():
+            return int(v)
+    return 0
+
+
+def _kill_all(d: str) -> None:
+    """SIGKILL the processes of cgroup ``d`` until none is left (a fork in
+    between is caught by the next round; pids.max bounds the rounds)."""
+    kill_file = os.path.join(d, "cgroup.kill")  # v2, Linux 5.14
+    if os.path.exists(kill_file):
+        try:
+            _write(kill_file, "1")
+            return
+        except OSError:
+            pass
+    for _ in range(100):
+        pids = [int(p) for p in _read(os.path.join(d, "cgroup.procs")).split() if p.isdigit()]
+        if not pids:
+            return
+        for p in pids:
+            try:
+                os.kill(p, 9)
+            except OSError:
+                pass
+
+
+def sweep_stale(parent: str) -> None:
+    """Remove the cgroups of safebox runs that died (SIGKILL) in ``parent``:
+    their processes are killed (bwrap's --die-with-parent has usually done
+    it) and the directory removed. A name whose pid is alive is left alone."""
+    try:
+        names = [n for n in os.listdir(parent) if n.startswith(Cgroup.PREFIX)]
+    except OSError:
+        return
+    for name in names:
+        pid = name[len(Cgroup.PREFIX):].split("-", 1)[0]
+        if not pid.isdigit() or int(pid) == os.getpid():
+            continue
+        try:
+            os.kill(int(pid), 0)
+            continue
+        except ProcessLookupError:
+            pass
+        except PermissionError:
+            continue
+        d = os.path.join(parent, name)
+        _kill_all(d)
+        try:
+            os.rmdir(d)
+        except OSError:
+            pass
+
+
+# --------------------------------------------------------------- the plan
+
+
+class Limit(Frozen):
+    """One limit as this run enforces it."""
+
+    key: str  # the policy key under `limits`
+    value: float  # 0: unlimited
+    explicit: bool  # set by a policy or flag (else the default)
+    how: str = ""  # the mechanism, for -v and doctor ("" when not enforced)
+    scope: str = ""  # "sandbox", "process", "user", or "" when not enforced
+
+    def describe(self) -> str:
+        """``processes 4096 (cgroup v2 pids.max, the whole sandbox)``."""
+        shown = human(self.key, self.value)
+        if not self.value:
+            return f"{self.key} {shown}"
+        if not self.scope:
+            return f"{self.key} {shown}: NOT enforced ({self.how})"
+        return f"{self.key} {shown} ({self.how})"
+
+
+class Plan(Frozen):
+    """The limits of one run and what enforces each."""
+
+    limits: tuple[Limit, ...]
+    rlimit_nproc: int = 0  # for the helper; 0: not set
+    rlimit_data: int = 0
+    tmp_size: int = 0  # bwrap --size of /tmp and /dev/shm; 0: none
+    cgroup_sites: tuple[tuple[str, CgroupSite], ...] = ()
+    cgroup_pids: int = 0
+    cgroup_memory: int = 0
+    wall_time: float = 0.0
+    warnings: tuple[str, ...] = ()  # said on every run
+
+    def get(self, key: str) -> Limit:
+        """The limit named ``key``."""
+        return next(lim for lim in self.limits if lim.key == key)
+
+    def summary(self) -> str:
+        """One line for -v."""
+        return "limits: " + "; ".join(lim.describe() for lim in self.limits)
+
+    def cgroup(self) -> Cgroup | None:
+        """A (not yet created) cgroup for this run, when one is used."""
+        if not self.cgroup_sites:
+            return None
+        return Cgroup(dict(self.cgroup_sites), pids=self.cgroup_pids, memory=self.cgroup_memory)
+
+
+class HostFacts(Frozen):
+    """What the host offers for limits (probed by :func:`probe`)."""
+
+    uid: int
+    cgroups: tuple[tuple[str, CgroupSite | None, str], ...]  # (controller, site, why not)
+    bwrap_size: bool  # bwrap takes --size (False without bwrap)
+
+
+def requested(policy: EffectivePolicy) -> dict[str, tuple[float, bool]]:
+    """key → (value, explicit) from the merged policy, defaults filled in."""
+    out: dict[str, tuple[float, bool]] = {}
+    for key, (_, field) in KEYS.items():
+        v = getattr(policy, field)
+        out[key] = (default(key), False) if v is None else (v, True)
+    return out
+
+
+def probe(values: dict[str, tuple[float, bool]], *, bwrap: str | None, cache_dir: str | None) -> HostFacts:
+    """Look at the host, only as far as ``values`` need it."""
+    cgroups = []
+    for key, controller in _CONTROLLER.items():
+        if values[key][0]:
+            site, why = find_cgroup(controller)
+            cgroups.append((controller, site, why))
+    return HostFacts(uid=os.getuid(), cgroups=tuple(cgroups),
+                     bwrap_size=bool(bwrap) and bool(values["tmpSize"][0]) and bwrap_has_size(bwrap, cache_dir))
+
+
+def bwrap_has_size(bwrap: str, cache_dir: str | None) -> bool:
+    """Whether ``bwrap --help`` lists ``--size`` (bubblewrap 0.8.0 has it,
+    Ubuntu 22.04's 0.6.1 does not). Remembered per bwrap binary (device,
+    inode, size, mtime) in the cache dir: one stat on a hit."""
+    try:
+        st = os.stat(bwrap)
+    except OSError:
+        return False
+    marker = None
+    if cache_dir:
+        marker = os.path.join(cache_dir, f"bwrap-size-{st.st_dev}-{st.st_ino}-{st.st_size}-{st.st_mtime_ns}")
+        for answer in ("yes", "no"):
+            if os.path.exists(f"{marker}.{answer}"):
+                return answer == "yes"
+    from safebox._record import run_capture
+
+    try:
+        _, out, err = run_capture([bwrap, "--help"], timeout=10)
+    except (OSError, TimeoutError):
+        return False
+    has = b"--size" in out + err
+    if marker:
+        try:
+            os.makedirs(cache_dir or "", mode=0o700, exist_ok=True)
+            os.close(os.open(f"{marker}.{'yes' if has else 'no'}", os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o600))
+        except OSError:
+            pass
+    return has
+
+
+class LimitError(BuildError):
+    """A limit the policy set cannot be enforced here (``hint``: how to proceed)."""
+
+
+def for_run(policy: EffectivePolicy, *, bwrap: str | None, helper: bool, strict: bool,
+            cache_dir: str | None) -> Plan:
+    """The plan of one run: ``bwrap`` is its path when the run uses it."""
+    values = requested(policy)
+    return plan(values, probe(values, bwrap=bwrap, cache_dir=cache_dir), bwrap=bwrap is not None,
+                helper=helper, strict=strict)
+
+
+def plan(values: dict[str, tuple[float, bool]], host: HostFacts, *, bwrap: bool, helper: bool,
+         strict: bool) -> Plan:
+    """Decide the mechanism of every limit (pure). ``bwrap``/``helper``: the
+    layers this run has. Raises LimitError for a limit that was set and
+    cannot be enforced (or, with ``strict``, only per process or per user)."""
+    sites = {c: s for c, s, _ in host.cgroups if s is not None}
+    why_not = {c: w for c, s, w in host.cgroups if s is None}
+    limits: list[Limit] = []
+    warnings: list[str] = []
+    out: dict[str, object] = {}
+
+    def refuse(key: str, why: str, fix: str) -> None:
+        flag = KEYS[key][0]
+        raise LimitError(f"limits.{key} = {human(key, values[key][0])} cannot be enforced here: {why}",
+                         hint=f"{fix}; or remove limits.{key} / {flag} (`safebox doctor` shows what this host offers)")
+
+    def weaker(key: str, scope: str, why: str) -> None:
+        # Enforced, but not for the sandbox as a whole: said on every run,
+        # as the helper-only network hole is; --strict refuses.
+        if strict:
+            refuse(key, f"only per {scope} ({why}), and --strict asks for the whole sandbox",
+                   "give safebox a cgroup (docs/layers.md, \"Resource limits\")")
+        warnings.append(f"limits.{key} is enforced per {scope}, not for the sandbox as a whole: {why}")
+
+    # processes
+    value, explicit = values["processes"]
+    cg = "pids" in sites
+    if not value:
+        limits.append(Limit(key="processes", value=0, explicit=explicit))
+    elif cg:
+        limits.append(Limit(key="processes", value=value, explicit=explicit, scope="sandbox",
+                            how=f"cgroup v{sites['pids'].version} pids.max, the whole sandbox"))
+        out["cgroup_pids"] = int(value)
+    elif host.uid == 0:
+        why = f"RLIMIT_NPROC does not apply to root, and no cgroup: {why_not.get('pids', '')}"
+        if explicit:
+            refuse("processes", why, "run safebox as an unprivileged user, or give it a cgroup")
+        limits.append(Limit(key="processes", value=value, explicit=False, how=why))
+    elif not helper:
+        why = "--without helper: the helper sets RLIMIT_NPROC, and no cgroup"
+        if explicit:
+            refuse("processes", why, "run with the helper, or give safebox a cgroup")
+        limits.append(Limit(key="processes", value=value, explicit=False, how=why))
+    elif bwrap:
+        limits.append(Limit(key="processes", value=value, explicit=explicit, scope="sandbox",
+                            how="RLIMIT_NPROC in the sandbox's user namespace, the whole sandbox"))
+        out["rlimit_nproc"] = int(value)
+    elif explicit:
+        weaker("processes", "user", "without bubblewrap RLIMIT_NPROC counts all of your processes on the host")
+        limits.append(Limit(key="processes", value=value, explicit=True, scope="user",
+                            how="RLIMIT_NPROC, counting all of your processes on the host"))
+        out["rlimit_nproc"] = int(value)
+    else:
+        # The default must never stop a normal build: all of the user's
+        # processes (a desktop has thousands of threads) would count.
+        limits.append(Limit(key="processes", value=value, explicit=False,
+                            how="without bubblewrap RLIMIT_NPROC would count all of your processes"))
+
+    # memory
+    value, explicit = values["memory"]
+    if not value:
+        limits.append(Limit(key="memory", value=0, explicit=explicit))
+    elif "memory" in sites:
+        limits.append(Limit(key="memory", value=value, explicit=explicit, scope="sandbox",
+                            how=f"cgroup v{sites['memory'].version} memory limit, the whole sandbox"))
+        out["cgroup_memory"] = int(value)
+    elif not helper:
+        refuse("memory", f"--without helper (the helper sets RLIMIT_DATA), and no cgroup: {why_not.get('memory', '')}",
+               "run with the helper, or give safebox a cgroup")
+    else:
+        weaker("memory", "process", f"RLIMIT_DATA; no cgroup: {why_not.get('memory', '')}")
+        limits.append(Limit(key="memory", value=value, explicit=explicit, scope="process",
+                            how="RLIMIT_DATA, each process"))
+        out["rlimit_data"] = int(value)
+
+    # tmpSize
+    value, explicit = values["tmpSize"]
+    if not value:
+        limits.append(Limit(key="tmpSize", value=0, explicit=explicit))
+    elif not bwrap:
+        why = "without bubblewrap there is no private /tmp (the command's TMPDIR is on the host's /tmp)"
+        if explicit:
+            refuse("tmpSize", why, "run with bubblewrap")
+        limits.append(Limit(key="tmpSize", value=value, explicit=False, how=why))
+    elif not host.bwrap_size:
+        why = "this bubblewrap has no --size option (0.8.0 has it)"
+        if explicit:
+            refuse("tmpSize", why, "upgrade bubblewrap")
+        limits.append(Limit(key="tmpSize", value=value, explicit=False, how=why))
+    else:
+        limits.append(Limit(key="tmpSize", value=value, explicit=explicit, scope="sandbox",
+                            how="tmpfs size of /tmp and of /dev/shm, each"))
+        out["tmp_size"] = int(value)
+
+    # wallTime: safebox's own clock, on every host.
+    value, explicit = values["wallTime"]
+    limits.append(Limit(key="wallTime", value=value, explicit=explicit, scope="sandbox" if value else "",
+                        how=f"safebox: SIGTERM, SIGKILL to the whole sandbox {TIMEOUT_GRACE:g} s later, exit 124"))
+    out["wall_time"] = float(value)
+
+    used = {c for c in ("pids", "memory") if out.get(f"cgroup_{c}")}
+    return Plan(limits=tuple(limits), cgroup_sites=tuple((c, sites[c]) for c in sorted(used)),
+                warnings=tuple(warnings), **out)  # type: ignore[arg-type]
+
+
+# --------------------------------------------------------------- during the run
+
+
+def open_tmp_watch(ns_init: int | None, tmp_size: int) -> list[tuple[str, int]]:
+    """Descriptors of the sandbox's sized tmpfs mounts, opened through
+    bwrap's init (``/proc/PID/root``) once the sandbox is set up: holding
+    one keeps the tmpfs alive after the sandbox ends, so that safebox can
+    tell afterwards whether it was full (:func:`full_tmp`). ``O_PATH``: no
+    access to the files, and the mount points cannot be replaced (the
+    command cannot unmount or rename a mount point)."""
+    if not tmp_size or not ns_init:
+        return []
+    out = []
+    for name in ("/tmp", "/dev/shm"):
+        try:
+            fd = os.open(f"/proc/{ns_init}/root{name}", os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except OSError:
+            continue
+        out.append((name, fd))
+    return out
+
+
+def full_tmp(watch: list[tuple[str, int]]) -> list[str]:
+    """The watched mounts with no free block left; closes the descriptors."""
+    full = []
+    for name, fd in watch:
+        try:
+            st = os.fstatvfs(fd)
+            if st.f_blocks and st.f_bavail == 0:
+                full.append(name)
+        except OSError:
+            pass
+        finally:
+            os.close(fd)
+    return full
+
+
+def wait_until(pid: int, deadline: float) -> int | None:
+    """``waitpid(pid)`` until the ``time.monotonic()`` deadline: the wait
+    status, or None when the deadline passed first (``pid`` still runs).
+    Through a pidfd (Linux 5.3), so the wait needs neither a signal nor a
+    thread; signal handlers (the relay) run while it waits."""
+    import select
+    import time
+
+    fd = os.pidfd_open(pid)
+    try:
+        poller = select.poll()
+        poller.register(fd, select.POLLIN)
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return None
+            if poller.poll(min(left, 86400.0) * 1000 + 1):
+                break
+    finally:
+        os.close(fd)
+    while True:
+        try:
+            return os.waitpid(pid, 0)[1]
+        except InterruptedError:
+            continue
+
+
+def stop_at_deadline(pid: int, deadline: float, *, terminate: Callable[[], None],
+                     kill: Callable[[], None]) -> tuple[int | None, bool]:
+    """Wait for ``pid``; at the deadline ``terminate()`` (SIGTERM to the
+    command), and ``kill()`` (SIGKILL to the whole sandbox) after
+    :data:`TIMEOUT_GRACE` seconds. Returns (wait status or None when
+    ``kill`` was needed and the caller must reap, whether the deadline passed)."""
+    import time
+
+    status = wait_until(pid, deadline)
+    if status is not None:
+        return status, False
+    terminate()
+    status = wait_until(pid, time.monotonic() + TIMEOUT_GRACE)
+    if status is None:
+        kill()
+    return status, True
+
+
+def explain(plan: Plan, *, timed_out: bool, cgroup: Cgroup | None, full: list[str]) -> list[tuple[str, str]]:
+    """(limit key, message) for every limit the run reached, for the user."""
+    out: list[tuple[str, str]] = []
+
+    def raise_it(key: str) -> str:
+        return f"raise it with {KEYS[key][0]} or limits.{key}"
+
+    if timed_out:
+        lim = plan.get("wallTime")
+        out.append(("wallTime", f"the command ran longer than limits.wallTime ({human('wallTime', lim.value)}): the "
+                    f"sandbox was stopped (SIGTERM, then SIGKILL after {TIMEOUT_GRACE:g} s); exit status 124; "
+                    + raise_it("wallTime")))
+    if cgroup is not None:
+        refused, oom = cgroup.events()
+        if refused:
+            lim = plan.get("processes")
+            out.append(("processes", f"the sandbox reached limits.processes ({human('processes', lim.value)} processes and "
+                        f"threads): {refused} fork/clone call{'s' if refused > 1 else ''} failed with EAGAIN; "
+                        + raise_it("processes")))
+        if oom:
+            lim = plan.get("memory")
+            out.append(("memory", f"the kernel killed {oom} process{'es' if oom > 1 else ''} of the sandbox for "
+                        f"exceeding limits.memory ({human('memory', lim.value)}); " + raise_it("memory")))
+    if full:
+        lim = plan.get("tmpSize")
+        out.append(("tmpSize", f"the sandbox's {' and '.join(full)} filled up limits.tmpSize "
+                    f"({human('tmpSize', lim.value)}; writes there failed with ENOSPC); " + raise_it("tmpSize")
+                    + ", or write large files under the working directory"))
+    return out
+
+
+def kill_sandbox(*, ns_init: int | None, pgid: int | None, pid: int, cgroup: Cgroup | None) -> None:
+    """SIGKILL the whole sandbox: bwrap's init (the kernel then kills every
+    process of its pid namespace), or without bwrap the command's process
+    group and the helper's pid; and everything in the sandbox's cgroup."""
+    targets: list[tuple[Callable[[int, int], None], int]] = []
+    if ns_init:
+        targets.append((os.kill, ns_init))
+    if pgid:
+        targets.append((os.killpg, pgid))
+    targets.append((os.kill, pid))
+    for fn, target in targets:
+        try:
+            fn(target, 9)
+        except OSError:
+            pass
+    if cgroup is not None:
+        cgroup.kill()
+
+
+__all__ = ["Cgroup", "HostFacts", "Limit", "LimitError", "Plan", "TIMEOUT_GRACE", "explain", "plan", "probe",
+           "requested"]
