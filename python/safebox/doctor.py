@@ -631,6 +631,40 @@ def check_userns() -> Check:
     return Check("userns", Status.OK, found, None, False)
 
 
+def check_limits() -> Check:
+    """Informational: what enforces each per-sandbox limit here, as ``safebox
+    exec`` decides it (``safebox/limits.py``, the same code). Warns when a
+    default limit cannot be enforced (processes as root without a cgroup;
+    /tmp without bubblewrap's ``--size``)."""
+    from safebox import limits
+
+    bwrap = which("bwrap")
+    # memory: an example value, to show what a limits.memory would use.
+    values = {"processes": (float(limits.DEFAULT_PROCESSES), False), "memory": (float(limits.GiB), False),
+              "tmpSize": (float(limits.default("tmpSize")), False), "wallTime": (0.0, False)}
+    host = limits.probe(values, bwrap=bwrap, cache_dir=None)
+    plan = limits.plan(values, host, bwrap=bwrap is not None, helper=True, strict=False)
+    why = {c: w for c, site, w in host.cgroups if site is None}
+    parts, short = [], []
+    for lim, label in ((plan.get("processes"), "processes"), (plan.get("memory"), "memory"),
+                       (plan.get("tmpSize"), "/tmp size")):
+        if lim.scope:
+            parts.append(f"{label}: {lim.how}")
+        else:
+            parts.append(f"{label}: not enforced ({lim.how})")
+            short.append(label)
+    if plan.get("memory").scope == "process":
+        parts[1] += f" (no cgroup: {why.get('memory', '')})"
+    parts.append("wall time: safebox")
+    found = "; ".join(parts)
+    if short:
+        fix = ("processes as root need a cgroup: run safebox where it can create one, or as an unprivileged user "
+               "(docs/layers.md, \"Resource limits\")" if "processes" in short else
+               "install a bubblewrap with --size (0.8.0 or newer)")
+        return Check("limits", Status.WARN, found, fix, False)
+    return Check("limits", Status.OK, found, None, False)
+
+
 # ------------------------------------------------------------------ runner
 
 
@@ -653,6 +687,7 @@ def run_checks(*, helper_path: Path | None, standalone: bool = False) -> list[Ch
         ("libseccomp", True, check_libseccomp),
         ("helper", True, lambda: check_helper(helper, standalone=standalone)),
         ("userns", False, check_userns),
+        ("limits", False, check_limits),
     ]
     results = []
     for name, required, fn in checks:

@@ -90,6 +90,16 @@ static const struct row rows[] = {
 	{ "publish accepted", H "socat 2f73\npublish 8080 2f73\n" NET E, 0, NULL },
 	{ "publish dup port", H "socat 2f73\npublish 80 2f73\npublish 80 2f74\n" NET E, 0,
 	  "duplicate port" },
+	/* resource limits */
+	{ "rlimit nproc and data", H "rlimit nproc 64\nrlimit data 16777216\n" NET E, 0, NULL },
+	{ "rlimit nproc at PID_MAX_LIMIT", H "rlimit nproc 4194304\n" NET E, 0, NULL },
+	{ "rlimit nproc over PID_MAX_LIMIT", H "rlimit nproc 4194305\n" NET E, 0, "not a number in 1..4194304" },
+	{ "rlimit nproc 0", H "rlimit nproc 0\n" NET E, 0, "not a number in 1..4194304" },
+	{ "rlimit data over 2^62", H "rlimit data 4611686018427387905\n" NET E, 0, "not a number" },
+	{ "rlimit duplicate", H "rlimit nproc 64\nrlimit nproc 65\n" NET E, 0, "duplicate key" },
+	{ "rlimit unknown name", H "rlimit as 64\n" NET E, 0, "expected 'nproc' or 'data'" },
+	{ "rlimit without value", H "rlimit nproc\n" NET E, 0, "expected 'NAME N'" },
+	{ "rlimit negative", H "rlimit data -1\n" NET E, 0, "not a number" },
 	/* hex paths */
 	{ "uppercase hex", H "fs read 2F\n" NET E, 0, "bad hex" },
 	{ "odd hex", H "fs read 2f6\n" NET E, 0, "odd hex length" },
@@ -147,10 +157,17 @@ static void check_fields(void)
 		 p.abi_max == 3 && p.landlock_on == 1 && p.n_fs == 1 && p.fs[0].cls == FS_WRITE &&
 		 strcmp(p.fs[0].path, "/a\n b") == 0 && p.net == NET_PROXY && p.n_ports == 1 &&
 		 p.ports[0] == 8080 && p.bind_any == 1 && p.scopes == SB_SCOPE_BIT_SIGNAL &&
-		 p.seccomp_path == NULL;
+		 p.seccomp_path == NULL && p.rlimit_nproc == 0 && p.rlimit_data == 0;
 
 	test_no++;
 	printf("%s %d - fields of a valid parse\n", ok ? "ok" : "not ok", test_no);
+	failures += !ok;
+	policy_free(&p);
+	b = H "rlimit data 16777216\nrlimit nproc 64\n" NET E;
+	ok = policy_parse(b, strlen(b), &p, err, sizeof(err)) == 0 && p.rlimit_nproc == 64 &&
+	     p.rlimit_data == 16777216;
+	test_no++;
+	printf("%s %d - rlimit fields\n", ok ? "ok" : "not ok", test_no);
 	failures += !ok;
 	policy_free(&p);
 	/* defaults */

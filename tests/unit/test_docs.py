@@ -9,7 +9,7 @@ import pytest
 
 from safebox.cli import EXEC_OPTIONS
 from safebox.policy import defaults
-from safebox.policy.model import EnvSettings, FilesystemSettings, NetworkSettings, PolicyFile
+from safebox.policy.model import EnvSettings, FilesystemSettings, LimitsSettings, NetworkSettings, PolicyFile
 
 DOCS = Path(__file__).resolve().parents[2] / "docs"
 GUIDE = (DOCS / "index.md").read_text()
@@ -24,13 +24,14 @@ def test_every_exec_option_is_in_the_user_guide(opt: str) -> None:
 def _keys() -> list[str]:
     from safebox.policy.model import CredentialsSettings, ParentProxySettings, TlsTerminateSettings
 
-    out = [k for k in PolicyFile.model_fields if k not in ("network", "filesystem", "env")]
+    out = [k for k in PolicyFile.model_fields if k not in ("network", "filesystem", "env", "limits")]
     out += [f"network.{k}" for k in NetworkSettings.model_fields]
     out += [f"filesystem.{k}" for k in FilesystemSettings.model_fields]
     out += [f"env.{k}" for k in EnvSettings.model_fields]
     out += [f"network.tlsTerminate.{k}" for k in TlsTerminateSettings.model_fields]
     out += [f"network.parentProxy.{k}" for k in ParentProxySettings.model_fields]
     out += [f"credentials.{k}" for k in CredentialsSettings.model_fields]
+    out += [f"limits.{k}" for k in LimitsSettings.model_fields]
     return out
 
 

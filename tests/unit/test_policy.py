@@ -274,6 +274,15 @@ WRONG: list[tuple[str, object, str]] = [
     ("enableWeakerNestedSandbox", True, "enableWeakerNestedSandbox: safebox never weakens its sandbox"),
     ("presets", "npm", 'presets: must be a list of preset names, not the string "npm"'),
     ("presets", ["nmp"], 'presets[0] = "nmp": unknown preset \'nmp\' (did you mean npm?); known: npm, pip, cargo'),
+    ("limits", 64, "limits: must be a table/object, not the number 64"),
+    ("limits.processes", "many", 'limits.processes = "many": not a number of processes: give a whole number'),
+    ("limits.processes", 2, "limits.processes: 2 is out of range: give a whole number from 8 to 4194304"),
+    ("limits.memory", "2 gigs", 'limits.memory = "2 gigs": not a size: give bytes, or a number with a unit'),
+    ("limits.memory", [1], "limits.memory: must be a size, not a list: give bytes"),
+    ("limits.tmpSize", 0, 'limits.tmpSize: must be more than 0 (no limit is "unlimited")'),
+    ("limits.tmpSize", "unlimited", None),
+    ("limits.wallTime", "30m1h", 'limits.wallTime = "30m1h": not a duration: give seconds, or a duration'),
+    ("limits.wallTime", True, "limits.wallTime: must be a duration, not true/false"),
 ]
 
 
