@@ -440,6 +440,8 @@ class Cgroup:
 
     def _write_limit(self, controller: str, d: str) -> None:
         v2 = self.version[controller] == 2
+        if not (self.pids if controller == "pids" else self.memory):
+            return  # no limit: the cgroup only holds the sandbox together
         if controller == "pids":
             _write(os.path.join(d, "pids.max"), str(self.pids))
         elif v2:
