@@ -971,9 +971,7 @@ def run(req: ExecRequest, *, prescan: dict[tuple[str, int], Any] | None = None) 
             env.update(ci_run.env)  # $GITHUB_ENV & co. name this run's own files
 
         if req.dry_run:
-            _dry_run(rp, req, policy_bytes, filter_id, socat=socat or "socat")
-            print(f"# {limits.summary()}")
-            return 0
+            return _dry_run(rp, req, policy_bytes, filter_id, socat=socat or "socat", limits=limits)
 
         from safebox.builder.helper_policy import write_policy_file
 
@@ -1049,7 +1047,8 @@ def hidden_tmp_hint(command: tuple[str, ...], rp: ResolvedPolicy) -> str | None:
     return None
 
 
-def _dry_run(rp: ResolvedPolicy, req: ExecRequest, policy_bytes: bytes, filter_id: str, *, socat: str) -> int:
+def _dry_run(rp: ResolvedPolicy, req: ExecRequest, policy_bytes: bytes, filter_id: str, *, socat: str,
+             limits: Plan | None = None) -> int:
     import shlex
 
     from safebox.builder.bwrap import build_argv
@@ -1062,6 +1061,8 @@ def _dry_run(rp: ResolvedPolicy, req: ExecRequest, policy_bytes: bytes, filter_i
         argv = [rp.helper_path, "--policy-file", rp.policy_path, "--status-fd", "3", "--", *req.command]
     print("# bwrap argv" if rp.layers is not Layers.HELPER_ONLY else "# helper argv (no bwrap)")
     print(" \\\n  ".join(shlex.quote(a) for a in argv))
+    if limits is not None:
+        print(f"# {limits.summary()}")
     from safebox.builder.helper_policy import readable
 
     print(f"# helper policy ({rp.policy_path}; seccomp filter {filter_id or 'none'}): "
