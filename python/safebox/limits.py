@@ -23,7 +23,7 @@ error; one that can be enforced only per process or per user says so on
 every run, and ``--strict`` refuses it. A default that cannot be enforced is
 said with ``-v`` and by ``safebox doctor``.
 
-Cgroups: safebox creates ``safebox-PID-RANDOM`` beside itself, never
+Cgroups: safebox creates ``safebox-PID-PIDNS-RANDOM`` beside itself, never
 changing a cgroup it did not create: cgroup v2 where a parent that holds no
 process has ``pids``/``memory`` enabled for its children and is writable
 (a subtree delegated to the caller, or the root as root); cgroup v1 (one
@@ -418,7 +418,9 @@ class Cgroup:
     PREFIX = "safebox-"
 
     def __init__(self, sites: dict[str, CgroupSite], *, pids: int, memory: int) -> None:
-        self.name = f"{self.PREFIX}{os.getpid()}-{os.urandom(4).hex()}"
+        # PID and pid namespace: the sweep judges a run dead only by a pid
+        # of its own namespace (a cgroup tree can be shared with containers).
+        self.name = f"{self.PREFIX}{os.getpid()}-{_pidns()}-{os.urandom(4).hex()}"
         self.pids, self.memory = pids, memory
         # controller → the sandbox's directory; one entry per directory to enter.
         self.dirs = {c: os.path.join(s.parent, self.name) for c, s in sites.items()}
@@ -493,9 +495,9 @@ class Cgroup:
                 try:
                     os.rmdir(d)
                     break
-                except FileNotFoundError:
-                    break
-                except OSError:
+                except OSError as e:
+                    if e.errno != 16:  # EBUSY: retried; gone or not ours: nothing to do
+                        break
                     # The kernel frees a killed task's cgroup link
                     # asynchronously; a few ms at most.
                     import time
@@ -541,17 +543,30 @@ def _kill_all(d: str) -> None:
                 pass
 
 
+def _pidns() -> str:
+    try:
+        return f"{os.stat('/proc/self/ns/pid').st_ino:x}"
+    except OSError:
+        return "0"
+
+
 def sweep_stale(parent: str) -> None:
     """Remove the cgroups of safebox runs that died (SIGKILL) in ``parent``:
     their processes are killed (bwrap's --die-with-parent has usually done
-    it) and the directory removed. A name whose pid is alive is left alone."""
+    it) and the directory removed. Only runs of this pid namespace are
+    judged (another's pids mean nothing here); a name whose pid is alive is
+    left alone (a reused pid only delays the sweep)."""
     try:
         names = [n for n in os.listdir(parent) if n.startswith(Cgroup.PREFIX)]
     except OSError:
         return
+    ns = _pidns()
     for name in names:
-        pid = name[len(Cgroup.PREFIX):].split("-", 1)[0]
-        if not pid.isdigit() or int(pid) == os.getpid():
+        fields = name[len(Cgroup.PREFIX):].split("-")
+        if len(fields) != 3 or fields[1] != ns or not fields[0].isdigit():
+            continue
+        pid = fields[0]
+        if int(pid) == os.getpid():
             continue
         try:
             os.kill(int(pid), 0)
@@ -833,12 +848,23 @@ def full_tmp(watch: list[tuple[str, int]]) -> list[str]:
 def wait_until(pid: int, deadline: float) -> int | None:
     """``waitpid(pid)`` until the ``time.monotonic()`` deadline: the wait
     status, or None when the deadline passed first (``pid`` still runs).
-    Through a pidfd (Linux 5.3), so the wait needs neither a signal nor a
-    thread; signal handlers (the relay) run while it waits."""
+    Through a pidfd (Linux 5.3; polled before), so the wait needs neither a
+    signal nor a thread; signal handlers (the relay) run while it waits."""
     import select
     import time
 
-    fd = os.pidfd_open(pid)
+    try:
+        fd = os.pidfd_open(pid)
+    except OSError:  # Linux < 5.3: poll the child instead, every 50 ms
+        while time.monotonic() < deadline:
+            try:
+                done, status = os.waitpid(pid, os.WNOHANG)
+            except InterruptedError:
+                continue
+            if done:
+                return status
+            time.sleep(min(0.05, max(deadline - time.monotonic(), 0)))
+        return None
     try:
         poller = select.poll()
         poller.register(fd, select.POLLIN)

@@ -405,3 +405,28 @@ def test_every_limit_reached_is_explained_with_how_to_raise_it() -> None:
                    "with --limit-tmp or limits.tmpSize, or write large files under the working directory",
     }
     assert limits.explain(p, timed_out=False, cgroup=_FakeCgroup(0, 0), full=[]) == []  # type: ignore[arg-type]
+
+
+# ------------------------------------------------------------------ waiting with a deadline (real children)
+
+
+@pytest.mark.parametrize("pidfd", [True, False], ids=["pidfd", "polled (Linux < 5.3)"])
+def test_waiting_until_a_deadline_returns_none_at_it_and_the_status_before_it(monkeypatch, pidfd: bool) -> None:
+    import time
+
+    if not pidfd:
+        def no_pidfd(pid: int) -> int:
+            raise OSError(38, "Function not implemented")
+        monkeypatch.setattr(os, "pidfd_open", no_pidfd)
+    pid = os.posix_spawn("/bin/sleep", ["sleep", "30"], os.environ)
+    try:
+        start = time.monotonic()
+        assert limits.wait_until(pid, start + 0.3) is None
+        assert 0.3 <= time.monotonic() - start < 5
+    finally:
+        os.kill(pid, 9)
+    status = limits.wait_until(pid, time.monotonic() + 10)
+    assert status is not None and os.waitstatus_to_exitcode(status) == -9
+    quick = os.posix_spawn("/bin/sh", ["sh", "-c", "exit 7"], os.environ)
+    status = limits.wait_until(quick, time.monotonic() + 10)
+    assert status is not None and os.waitstatus_to_exitcode(status) == 7
