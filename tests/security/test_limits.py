@@ -27,7 +27,7 @@ from pathlib import Path
 import pytest
 
 from sbx import BOTH, BWRAP_ONLY, HELPER_ONLY, FakeHome, pids_with_arg, token, unique_sleep_arg, wait_for
-from safebox import limits
+from safebox import cgroups, limits
 
 ROOT = os.geteuid() == 0
 MiB = 1 << 20
@@ -104,7 +104,7 @@ def _py(script: str, *args: object) -> list[str]:
 def _cgroup_for_pids() -> bool:
     """Whether this host gives the running user a pids cgroup (asserted
     separately against what ``exec -v`` and doctor say)."""
-    return limits.find_cgroup("pids")[0] is not None
+    return cgroups.find_cgroup("pids")[0] is not None
 
 
 # ------------------------------------------------------------------ processes
@@ -155,8 +155,8 @@ def _sandbox_cgroup(pid: int, controller: str) -> Path | None:
     for line in Path(f"/proc/{pid}/cgroup").read_text().splitlines():
         _, names, path = line.split(":", 2)
         if controller in names.split(",") and "/safebox-" in path:
-            mount = limits._cgroup_mounts()[controller]
-            return Path(limits._host_dir(mount, path) or "")
+            mount = cgroups._cgroup_mounts()[controller]
+            return Path(cgroups._host_dir(mount, path) or "")
     return None
 
 
@@ -191,7 +191,7 @@ def test_the_default_process_limit_is_4096_for_the_sandbox_and_unlimited_lifts_i
 def test_an_allocation_past_the_memory_limit_fails_and_one_under_a_higher_limit_succeeds(
         shared_home: FakeHome) -> None:
     r = shared_home.run(_py(ALLOC, 192 * MiB), opts=["--limit-memory", "96MiB", "--timeout", "60"], timeout=120)
-    memory_cgroup = limits.find_cgroup("memory")[0] is not None
+    memory_cgroup = cgroups.find_cgroup("memory")[0] is not None
     if memory_cgroup:
         # The whole sandbox is bounded: the kernel OOM-kills inside it, and says so.
         assert r.returncode == 128 + signal.SIGKILL, (r.stdout, r.stderr)
@@ -327,7 +327,7 @@ def test_the_sandboxs_cgroup_is_removed_even_when_safebox_was_killed(shared_home
 
 
 def test_a_finished_run_leaves_no_cgroup(shared_home: FakeHome) -> None:
-    site, _ = limits.find_cgroup("pids")
+    site, _ = cgroups.find_cgroup("pids")
     before = {p.name for p in Path(site.parent).iterdir()} if site else set()
     r = shared_home.run(["true"], opts=["--limit-processes", "64", "--limit-memory", "1GiB"])
     assert r.returncode == 0, r.stderr
@@ -339,12 +339,12 @@ def test_cgroup_v2_placement_and_kill_work_on_this_hosts_unified_hierarchy() -> 
     """The v2 code path (one directory, ``cgroup.kill``) on the real v2
     hierarchy, without a controller (this host binds pids and memory to v1):
     the trampoline puts the process in, the kill ends it, the directory goes."""
-    mount = limits._cgroup_mounts().get("")
-    own = limits._own_cgroups().get("")
+    mount = cgroups._cgroup_mounts().get("")
+    own = cgroups._own_cgroups().get("")
     assert mount is not None and own is not None, "no cgroup v2 hierarchy mounted"
-    parent = limits._host_dir(mount, own)
+    parent = cgroups._host_dir(mount, own)
     assert parent is not None
-    cg = limits.Cgroup({"pids": limits.CgroupSite(version=2, parent=parent)}, pids=0, memory=0)
+    cg = cgroups.Cgroup({"pids": cgroups.CgroupSite(version=2, parent=parent)}, pids=0, memory=0)
     if not os.access(parent, os.W_OK):
         with pytest.raises(PermissionError):  # an unprivileged user cannot write it: refused, nothing made
             cg.create()

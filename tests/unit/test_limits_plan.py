@@ -9,12 +9,13 @@ import os
 
 import pytest
 
-from safebox import limits
+from safebox import cgroups, limits
 from safebox.builder.bwrap import mount_args
 from safebox.builder.helper_policy import FsAccess, HelperPolicy, NetMode, render
 from safebox.builder.resolved import Layers, ResolvedPolicy
 from safebox.errors import BuildError, PolicyError
-from safebox.limits import GiB, KiB, MiB, CgroupSite, HostFacts, LimitError
+from safebox.cgroups import CgroupSite
+from safebox.limits import GiB, KiB, MiB, HostFacts, LimitError
 from safebox.policy.load import Context, Flags, load, policy_document, validate_layer, Layer
 
 # ------------------------------------------------------------------ value syntax
@@ -307,7 +308,7 @@ def test_rlimits_reach_the_helper_policy_as_rlimit_lines() -> None:
 
 
 def test_the_cgroup_trampoline_enters_every_cgroup_then_execs_the_sandbox() -> None:
-    cg = limits.Cgroup({"pids": V1, "memory": CgroupSite(version=1, parent="/sys/fs/cgroup/memory/x")},
+    cg = cgroups.Cgroup({"pids": V1, "memory": CgroupSite(version=1, parent="/sys/fs/cgroup/memory/x")},
                        pids=64, memory=GiB)
     path, argv = cg.wrap("/usr/bin/bwrap", ["bwrap", "--args", "5", "--", "cmd"])
     assert path == "/bin/sh"
@@ -326,24 +327,24 @@ def _fake_host(tmp_path, monkeypatch, *, own: dict[str, str], mounts: dict[str, 
         d.mkdir(parents=True, exist_ok=True)
         (d / "cgroup.subtree_control").write_text(controllers + "\n")
         (d / "cgroup.procs").write_text("")
-    monkeypatch.setattr(limits, "_own_cgroups", lambda: own)
-    monkeypatch.setattr(limits, "_cgroup_mounts",
+    monkeypatch.setattr(cgroups, "_own_cgroups", lambda: own)
+    monkeypatch.setattr(cgroups, "_cgroup_mounts",
                         lambda: {k: (str(tmp_path / p.lstrip("/")), root) for k, (p, root) in mounts.items()})
-    monkeypatch.setattr(limits, "_systemd_manages", lambda: systemd)
+    monkeypatch.setattr(cgroups, "_systemd_manages", lambda: systemd)
 
 
 def test_cgroup_v2_uses_the_parent_that_passes_the_controller_on_not_the_cgroup_safebox_is_in(
         tmp_path, monkeypatch) -> None:
     _fake_host(tmp_path, monkeypatch, own={"": "/job/main"}, mounts={"": ("/cg", "/")},
                subtree={"/cg/job": "cpu pids memory", "/cg/job/main": ""})
-    site, why = limits.find_cgroup("pids")
+    site, why = cgroups.find_cgroup("pids")
     assert site == CgroupSite(version=2, parent=str(tmp_path / "cg" / "job")) and why == ""
 
 
 def test_cgroup_v2_without_the_controller_enabled_for_children_is_not_used_and_says_why(tmp_path, monkeypatch) -> None:
     _fake_host(tmp_path, monkeypatch, own={"": "/job/main"}, mounts={"": ("/cg", "/")},
                subtree={"/cg/job": "cpu", "/cg/job/main": ""})
-    site, why = limits.find_cgroup("memory")
+    site, why = cgroups.find_cgroup("memory")
     assert site is None
     assert why == f"cgroup v2: memory is not enabled for children of {tmp_path}/cg/job/main or its parent"
 
@@ -351,33 +352,33 @@ def test_cgroup_v2_without_the_controller_enabled_for_children_is_not_used_and_s
 def test_under_systemd_a_cgroup_that_was_not_delegated_is_left_alone(tmp_path, monkeypatch) -> None:
     _fake_host(tmp_path, monkeypatch, own={"": "/user.slice/s.scope"}, mounts={"": ("/cg", "/")},
                subtree={"/cg/user.slice": "pids memory", "/cg/user.slice/s.scope": ""}, systemd=True)
-    monkeypatch.setattr(limits, "_delegated", lambda path: False)
-    site, why = limits.find_cgroup("pids")
+    monkeypatch.setattr(cgroups, "_delegated", lambda path: False)
+    site, why = cgroups.find_cgroup("pids")
     assert site is None and "belongs to systemd (not delegated)" in why
-    monkeypatch.setattr(limits, "_delegated", lambda path: True)
-    assert limits.find_cgroup("pids")[0] == CgroupSite(version=2, parent=str(tmp_path / "cg" / "user.slice"))
+    monkeypatch.setattr(cgroups, "_delegated", lambda path: True)
+    assert cgroups.find_cgroup("pids")[0] == CgroupSite(version=2, parent=str(tmp_path / "cg" / "user.slice"))
 
 
 def test_cgroup_v1_uses_the_callers_own_cgroup_of_that_controller(tmp_path, monkeypatch) -> None:
     _fake_host(tmp_path, monkeypatch, own={"pids": "/", "memory": "/api/7", "": "/"},
                mounts={"pids": ("/cg/pids", "/"), "memory": ("/cg/memory", "/"), "": ("/cg/unified", "/")},
                subtree={"/cg/pids": "", "/cg/memory/api/7": "", "/cg/unified": "hugetlb"})
-    assert limits.find_cgroup("pids")[0] == CgroupSite(version=1, parent=str(tmp_path / "cg" / "pids"))
-    assert limits.find_cgroup("memory")[0] == CgroupSite(version=1, parent=str(tmp_path / "cg/memory/api/7"))
+    assert cgroups.find_cgroup("pids")[0] == CgroupSite(version=1, parent=str(tmp_path / "cg" / "pids"))
+    assert cgroups.find_cgroup("memory")[0] == CgroupSite(version=1, parent=str(tmp_path / "cg/memory/api/7"))
 
 
 def test_a_cgroup_outside_the_mounted_subtree_is_not_used(tmp_path, monkeypatch) -> None:
     # A cgroup namespace's mount shows only its own subtree.
     _fake_host(tmp_path, monkeypatch, own={"pids": "/other/x"}, mounts={"pids": ("/cg/pids", "/mine")},
                subtree={"/cg/pids": ""})
-    assert limits.find_cgroup("pids") == (None, "no cgroup hierarchy with the pids controller")
+    assert cgroups.find_cgroup("pids") == (None, "no cgroup hierarchy with the pids controller")
 
 
 def test_the_host_dir_of_a_cgroup_follows_the_mounts_root() -> None:
-    assert limits._host_dir(("/sys/fs/cgroup", "/"), "/a/b") == "/sys/fs/cgroup/a/b"
-    assert limits._host_dir(("/sys/fs/cgroup", "/a"), "/a/b") == "/sys/fs/cgroup/b"
-    assert limits._host_dir(("/sys/fs/cgroup", "/a"), "/ab") is None
-    assert limits._host_dir(("/sys/fs/cgroup", "/"), "/") == "/sys/fs/cgroup"
+    assert cgroups._host_dir(("/sys/fs/cgroup", "/"), "/a/b") == "/sys/fs/cgroup/a/b"
+    assert cgroups._host_dir(("/sys/fs/cgroup", "/a"), "/a/b") == "/sys/fs/cgroup/b"
+    assert cgroups._host_dir(("/sys/fs/cgroup", "/a"), "/ab") is None
+    assert cgroups._host_dir(("/sys/fs/cgroup", "/"), "/") == "/sys/fs/cgroup"
 
 
 # ------------------------------------------------------------------ explanations
