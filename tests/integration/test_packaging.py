@@ -304,7 +304,7 @@ def test_a_pip_or_pipx_install_of_the_wheel_passes_doctor_and_runs_commands(
             missing(f"no user {UNPRIVILEGED_USER}: `useradd --create-home {UNPRIVILEGED_USER}`")
         as_user = run_as(UNPRIVILEGED_USER, [str(safebox), "doctor"], scratch)
         assert as_user.returncode == 0, as_user.stdout + as_user.stderr
-        assert "not writable by this user" in as_user.stdout
+        assert "replaceable only by root" in as_user.stdout
         both_layers_run(safebox, scratch, user=UNPRIVILEGED_USER)
     else:
         # The user's own venv: the user can write the helper, and a sandbox
@@ -313,7 +313,7 @@ def test_a_pip_or_pipx_install_of_the_wheel_passes_doctor_and_runs_commands(
         # install instead; that is the only check that fails.
         failed = [ln for ln in doctor.stdout.splitlines() if ln.startswith("fail")]
         assert doctor.returncode == 1
-        assert len(failed) == 1 and re.match(r"fail +helper +\S+/safebox/_bin/safebox-helper is writable by uid",
+        assert len(failed) == 1 and re.match(r"fail +helper +\S+/safebox/_bin/safebox-helper is owned by uid \d+, not root",
                                              failed[0]), doctor.stdout
         assert "install safebox system-wide as root" in doctor.stdout
     both_layers_run(safebox, scratch)
