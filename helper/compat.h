@@ -26,6 +26,26 @@
 #ifndef __NR_seccomp
 #define __NR_seccomp 317
 #endif
+/* Linux 6.6; the same number on every architecture (the unified table). */
+#ifndef __NR_fchmodat2
+#define __NR_fchmodat2 452
+#endif
+
+/* The audit architecture of the native syscall ABI: the only one the
+ * seccomp program lets through (others are killed), so the only one a
+ * notification can carry. */
+#include <linux/audit.h>
+#if defined(__x86_64__)
+#define SB_AUDIT_ARCH_NATIVE AUDIT_ARCH_X86_64
+#elif defined(__aarch64__)
+#define SB_AUDIT_ARCH_NATIVE AUDIT_ARCH_AARCH64
+#elif defined(__riscv) && __riscv_xlen == 64
+#define SB_AUDIT_ARCH_NATIVE AUDIT_ARCH_RISCV64
+#else
+/* Unknown here: the supervisor then skips its own check (the program's
+ * ACT_BADARCH already kills any other ABI). */
+#define SB_AUDIT_ARCH_NATIVE 0
+#endif
 
 /* The highest ABI whose flags this file knows.  A newer kernel is used at
  * this ABI: the helper never claims rights it cannot name. */

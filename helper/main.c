@@ -13,6 +13,7 @@
 #include "publish.h"
 #include "seccomp.h"
 #include "status.h"
+#include "supervise.h"
 #include "util.h"
 
 #include <fcntl.h>
@@ -21,6 +22,7 @@
 #include <string.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -34,7 +36,7 @@
 
 #define USAGE "usage: safebox-helper --policy-file PATH [--status-fd N] [--handoff-fd N] " \
 	      "-- COMMAND [ARGS]... " \
-	      "| --probe | --version"
+	      "| --supervise --table PATH --events-fd N --listener-sock N | --probe | --version"
 
 struct args {
 	const char *policy_path;
@@ -117,8 +119,8 @@ static int probe(void)
 	       SAFEBOX_BUILD_ID, abi);
 	if (abi == 0)
 		printf(",\"landlock_errno\":\"%s\"", landlock_errno_name(errnum));
-	printf(",\"seccomp\":%s,\"nnp\":%s}\n", seccomp_available() ? "true" : "false",
-	       nnp ? "true" : "false");
+	printf(",\"seccomp\":%s,\"seccomp_notify\":%s,\"nnp\":%s}\n", seccomp_available() ? "true" : "false",
+	       supervise_available() ? "true" : "false", nnp ? "true" : "false");
 	return fflush(stdout) == 0 ? 0 : SB_EXIT_FAILURE;
 }
 
@@ -205,6 +207,20 @@ static void enforce_strict(const struct policy *pol, const struct ll_plan *ll,
 		die("strict: no seccomp program given");
 }
 
+/* The observing program needs a way to hand its listener to safebox.  Dies
+ * when it is asked for without --handoff-fd, or the fd is not a socket. */
+static void check_observe(const struct bpf_blob *observe, int fd)
+{
+	struct stat st;
+
+	if (observe->insns == NULL)
+		return;
+	if (fd < 0)
+		die("the policy asks for observation ('seccomp_observe') but no --handoff-fd was given");
+	if (fstat(fd, &st) < 0 || !S_ISSOCK(st.st_mode))
+		die("--handoff-fd %d is not a socket", fd);
+}
+
 /* no_new_privs: execve can no longer grant privileges (setuid bits, file
  * capabilities), and it is what lets an unprivileged process use Landlock
  * and seccomp (Documentation/userspace-api/no_new_privs.rst).  Dies on
@@ -230,16 +246,21 @@ static void die_with_parent(pid_t parent)
 		die("the calling process exited before the command could start");
 }
 
-/* Close every descriptor above 2 except KEEP (-1: none): nothing the helper
- * or its caller opened may leak into the command.  Dies on failure. */
-static void close_fds_except(int keep)
+/* Close every descriptor above 2 except KEEP1 and KEEP2 (-1: none):
+ * nothing the helper or its caller opened may leak into the command.  Dies
+ * on failure. */
+static void close_fds_except(int keep1, int keep2)
 {
+	int keep[2] = { keep1 < keep2 ? keep1 : keep2, keep1 < keep2 ? keep2 : keep1 };
 	unsigned int lo = 3;
+	int i;
 
-	if (keep >= 3) {
-		if (keep > 3 && syscall(__NR_close_range, 3U, (unsigned)keep - 1, 0U) < 0)
+	for (i = 0; i < 2; i++) {
+		if (keep[i] < (int)lo)
+			continue;
+		if (keep[i] > (int)lo && syscall(__NR_close_range, lo, (unsigned)keep[i] - 1, 0U) < 0)
 			die_errno("close_range");
-		lo = (unsigned)keep + 1;
+		lo = (unsigned)keep[i] + 1;
 	}
 	if (syscall(__NR_close_range, lo, ~0U, 0U) < 0)
 		die_errno("close_range (needs Linux 5.9)");
@@ -267,6 +288,30 @@ static void set_rlimits(const struct policy *pol)
 	}
 }
 
+/* Hand the observing filter's listener to safebox over FD: one message
+ * tagged 'N' carrying it, or, when the kernel gave none, the message
+ * "n ERRNONAME" (docs/helper-protocol.md, "Observation").  Closes the
+ * listener and FD: the command holds neither.  Nothing when the policy asks
+ * for no observation; dies when safebox cannot be told (the first observed
+ * call would otherwise wait for an answer that never comes). */
+static void observe_handoff(const struct bpf_blob *observe, int fd, int listener, int why)
+{
+	char msg[64];
+	int n;
+
+	if (observe->insns == NULL)
+		return;
+	if (listener >= 0) {
+		handoff_send(fd, 'N', &listener, 1);
+		close(listener);
+	} else {
+		n = snprintf(msg, sizeof(msg), "n %s", strerrorname_np(why) ? strerrorname_np(why) : "?");
+		if (RETRY_EINTR(send(fd, msg, (size_t)n, MSG_NOSIGNAL)) != n)
+			die_errno("cannot tell safebox that observation is off");
+	}
+	close(fd);
+}
+
 /* Replace the helper with the command.  Never returns: exits 127 when the
  * command is not found, 126 when it cannot be executed (as env(1)). */
 SB_NORETURN static void exec_command(char **command)
@@ -288,14 +333,17 @@ int main(int argc, char **argv)
 	struct args a;
 	struct policy pol;
 	struct ll_plan ll;
-	struct bpf_blob bpf;
+	struct bpf_blob bpf, observe;
 	struct status st = { 0 };
+	int listener, why;
 	pid_t parent = getppid();
 
 	if (argc == 2 && strcmp(argv[1], "--version") == 0)
 		return printf("safebox-helper %s\n", SAFEBOX_VERSION) < 0 ? SB_EXIT_FAILURE : 0;
 	if (argc == 2 && strcmp(argv[1], "--probe") == 0)
 		return probe();
+	if (argc >= 2 && strcmp(argv[1], "--supervise") == 0)
+		return supervise_main(argc, argv);
 	parse_args(argc, argv, &a);
 	setup_status_fd(a.status_fd);
 
@@ -304,15 +352,18 @@ int main(int argc, char **argv)
 	load_policy(a.policy_path, &pol);                /* 2: parse, */
 	landlock_prepare(&pol, &ll);                     /*    open every rule path, */
 	seccomp_prepare(pol.seccomp_path, &bpf);         /*    read the BPF program, */
+	seccomp_prepare(pol.observe_path, &observe);     /*    and the observing one, */
 	enforce_strict(&pol, &ll, &bpf);
+	check_observe(&observe, a.handoff_fd);
 	st.bridges = handoff_listeners(&pol, a.handoff_fd); /* hand the proxy ports over, */
 	st.bridges += publish_start(&pol, a.handoff_fd); /*    start and pin the publish bridges */
 	set_no_new_privs();                              /* 3 */
 	landlock_apply(&ll);                             /* 4 */
-	close_fds_except(a.status_fd);                   /* 5 */
+	close_fds_except(a.status_fd, observe.insns ? a.handoff_fd : -1); /* 5 */
 	set_rlimits(&pol);                               /*    resource limits */
 	caps_drop_all();                                 /* 6 */
-	st.seccomp = seccomp_install(&bpf);              /* 7 */
+	st.seccomp = seccomp_install_observed(&bpf, &observe, &listener, &why); /* 7 */
+	observe_handoff(&observe, a.handoff_fd, listener, why);
 
 	st.nnp = 1;
 	st.caps = 1;

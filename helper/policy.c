@@ -1,4 +1,4 @@
-/* policy.c - parser for the helper policy file, format v2.
+/* policy.c - parser for the helper policy file, format v3.
  *
  * Everything not explicitly allowed by docs/helper-protocol.md is rejected:
  * the writer is our own Python code, so any deviation means a bug or a
@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define HEADER "safebox-policy 2"
+#define HEADER "safebox-policy 3"
 
 struct parser {
 	struct policy *p;
@@ -22,7 +22,7 @@ struct parser {
 	size_t errlen;
 	/* keys that may appear at most once */
 	int seen_strict, seen_abi_max, seen_landlock, seen_net, seen_bind;
-	int seen_seccomp, seen_socat, seen_nproc, seen_data;
+	int seen_seccomp, seen_socat, seen_nproc, seen_data, seen_observe;
 	size_t cap_fs;
 };
 
@@ -388,6 +388,8 @@ static int parse_record(struct parser *ps, const char *k, size_t klen, const cha
 		p->scopes |= bit;
 	} else if (eq(k, klen, "seccomp")) {
 		return key_path_once(ps, &ps->seen_seccomp, &p->seccomp_path, v, vlen);
+	} else if (eq(k, klen, "seccomp_observe")) {
+		return key_path_once(ps, &ps->seen_observe, &p->observe_path, v, vlen);
 	} else if (eq(k, klen, "socat")) {
 		return key_path_once(ps, &ps->seen_socat, &p->socat_path, v, vlen);
 	} else if (eq(k, klen, "listen")) {
@@ -411,6 +413,10 @@ static int check_complete(struct parser *ps)
 
 	if (!ps->seen_net)
 		return fail(ps, "missing required key 'net'");
+	/* The observing program replaces the plain one only where the kernel
+	 * can observe; the plain one is the fallback, so it must be there. */
+	if (p->observe_path != NULL && p->seccomp_path == NULL)
+		return fail(ps, "'seccomp_observe' needs 'seccomp'");
 	if (p->n_ports > 0 && p->net != NET_PROXY)
 		return fail(ps, "'connect_port' needs 'net proxy'");
 	for (i = 0; i < p->n_bridges; i++) {
@@ -435,6 +441,7 @@ void policy_free(struct policy *p)
 	for (i = 0; i < p->n_bridges; i++)
 		free(p->bridges[i].sock_path);
 	free(p->seccomp_path);
+	free(p->observe_path);
 	free(p->socat_path);
 	memset(p, 0, sizeof(*p));
 }

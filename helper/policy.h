@@ -1,4 +1,4 @@
-/* policy.h - the helper policy file, format v2 (docs/helper-protocol.md).
+/* policy.h - the helper policy file, format v3 (docs/helper-protocol.md).
  *
  * policy_parse() is pure: it takes bytes and returns a struct or an error
  * naming the line number and the key.  It makes no system calls other than
@@ -53,6 +53,7 @@ struct policy {
 	int bind_any;    /* default 0 */
 	unsigned scopes; /* SB_SCOPE_BIT_* */
 	char *seccomp_path;
+	char *observe_path; /* the observing program (seccomp_observe); NULL: none */
 	char *socat_path;
 	struct bridge_spec bridges[SB_MAX_BRIDGES];
 	size_t n_bridges;

@@ -75,6 +75,34 @@ int seccomp_install(const struct bpf_blob *blob)
 		 "cannot install the seccomp program");
 }
 
+/* The observing program with a listener, else the plain one (seccomp.h).
+ * Any failure to get a listener falls back to BLOB, which enforces the same
+ * denylist with SECCOMP_RET_ERRNO: observation is lost, never enforcement.
+ * The usual reasons: EBUSY, a filter of an enclosing sandbox already has a
+ * listener (one per filter chain, kernel/seccomp.c has_duplicate_listener);
+ * EINVAL, a kernel older than 5.0 (no SECCOMP_FILTER_FLAG_NEW_LISTENER).
+ * Returns 1 if a program was installed, 0 if none; dies on failure. */
+int seccomp_install_observed(const struct bpf_blob *blob, const struct bpf_blob *observe, int *listener,
+			     int *why)
+{
+	struct sock_fprog prog;
+	long fd;
+
+	*listener = -1;
+	*why = 0;
+	if (observe->insns == NULL || blob->insns == NULL)
+		return seccomp_install(blob);
+	prog.len = (unsigned short)observe->n_insns;
+	prog.filter = observe->insns;
+	fd = syscall(__NR_seccomp, SECCOMP_SET_MODE_FILTER, SECCOMP_FILTER_FLAG_NEW_LISTENER, &prog);
+	if (fd >= 0) {
+		*listener = (int)fd;
+		return 1;
+	}
+	*why = errno;
+	return seccomp_install(blob);
+}
+
 /* 1 if the kernel has seccomp, else 0.  Changes nothing; never fails. */
 int seccomp_available(void)
 {

@@ -67,17 +67,22 @@ EXEC_OPTIONS: tuple[Opt, ...] = (
     Opt(long="--without", dest="without", help="Run one layer alone: 'bwrap' (helper only) or 'helper' (bubblewrap only).",
         value="LAYER", choices=("bwrap", "helper")),
     Opt(long="--dry-run", dest="dry_run", help="Print the bwrap argv and the helper policy; run nothing."),
-    Opt(long="--audit-log", dest="audit_log", help="Append JSON-lines events (start, stop, network decisions) to FILE.",
-        value="FILE"),
+    Opt(long="--audit-log", dest="audit_log",
+        help="Append JSON-lines events (start, stop, network decisions, every refusal) to FILE.", value="FILE"),
     Opt(long="--summary", dest="summary",
         help="Append this run's Markdown report to FILE (done with $GITHUB_STEP_SUMMARY when that is set).",
         value="FILE"),
     Opt(long="--learn", dest="learn",
         help="Let the command reach any public host through the proxy, record what it used, and write a "
              "suggested policy (JSON) to OUT; file rules and local-address refusals still hold.", value="OUT"),
-    Opt(long="--verbose", dest="verbose", help="Say which layers were enforced and what was adjusted.", short="-v"),
-    Opt(long="--quiet", dest="quiet", help="Do not print a line per refused host, nor hints (errors still print).",
-        short="-q"),
+    Opt(long="--observe", dest="observe",
+        help="Which refusals to report: 'writes' (the default: writes, exec, denied system calls, sockets), "
+             "'all' (also reads of denied paths; the default with --audit-log) or 'off'.",
+        value="MODE", choices=("off", "writes", "all")),
+    Opt(long="--verbose", dest="verbose", help="Say which layers were enforced and what was adjusted; list every refusal.",
+        short="-v"),
+    Opt(long="--quiet", dest="quiet", help="Do not print refusals (a line per refused host, the end-of-run summary), "
+        "nor hints (errors still print; the audit log keeps every refusal).", short="-q"),
 )
 _BY_NAME = {o.long: o for o in EXEC_OPTIONS} | {o.short: o for o in EXEC_OPTIONS if o.short}
 
@@ -164,7 +169,7 @@ def _request(parsed: dict[str, Any]):  # -> ExecRequest
         strict=bool(parsed["strict"]), dry_run=bool(parsed["dry_run"]),
         publish=tuple(parsed["publish"]),
         audit_log=parsed["audit_log"], verbose=bool(parsed["verbose"]), quiet=bool(parsed["quiet"]),
-        summary=parsed["summary"], learn=parsed["learn"])
+        summary=parsed["summary"], learn=parsed["learn"], observe=parsed["observe"])
 
 
 def fail(err: SafeboxError) -> NoReturn:

@@ -501,6 +501,69 @@ def check_seccomp() -> Check:
                  f"{filters} filter(s){extra}", None, True)
 
 
+def listener_errno() -> int:
+    """Try what the helper does for the violations feed, in a child: no_new_privs,
+    then a filter that allows everything, with a seccomp listener. Returns 0
+    when the kernel gives one, else the errno (EBUSY: a listener of an
+    enclosing sandbox is already on this process; EINVAL: Linux < 5.0).
+    Changes nothing in this process."""
+    import ctypes
+    import struct
+
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child only reports
+        code = 255
+        try:
+            os.close(r)
+            libc = ctypes.CDLL(None, use_errno=True)
+            libc.syscall.restype = ctypes.c_long
+            if libc.prctl(38, 1, 0, 0, 0) != 0:  # PR_SET_NO_NEW_PRIVS
+                code = ctypes.get_errno()
+            else:
+                insn = ctypes.create_string_buffer(struct.pack("HBBI", 0x06, 0, 0, 0x7FFF0000))  # RET ALLOW
+                prog = ctypes.create_string_buffer(struct.pack("HxxxxxxQ", 1, ctypes.addressof(insn)))
+                nr = {"x86_64": 317, "aarch64": 277, "riscv64": 277}.get(os.uname().machine, -1)
+                # seccomp(SECCOMP_SET_MODE_FILTER, SECCOMP_FILTER_FLAG_NEW_LISTENER, &prog)
+                fd = libc.syscall(ctypes.c_long(nr), ctypes.c_long(1), ctypes.c_long(8), prog)
+                code = 0 if fd >= 0 else ctypes.get_errno()
+            os.write(w, bytes([min(code, 255)]))
+        finally:
+            os._exit(0)
+    os.close(w)
+    try:
+        got = os.read(r, 1)
+    finally:
+        os.close(r)
+        os.waitpid(pid, 0)
+    return got[0] if got else 255
+
+
+def check_violations(helper: Path) -> Check:
+    """Whether refusals can be reported (docs/violations.md): seccomp user
+    notification in the kernel, and a listener this process may have."""
+    import errno
+
+    data, _ = _probe_helper(helper)
+    if data is not None and data.get("seccomp_notify") is False:
+        return Check("violations", Status.WARN,
+                     "the kernel has no seccomp user notification: refusals are enforced but not reported",
+                     "use Linux >= 5.0 (>= 6.6 for the fast wake-up the feed's cost figures assume)", False)
+    err = listener_errno()
+    if err == 0:
+        return Check("violations", Status.OK, "seccomp listener available: every refusal is reported",
+                     None, False)
+    if err == errno.EBUSY:
+        return Check("violations", Status.WARN,
+                     "a seccomp listener is already on this process (an enclosing sandbox, or a "
+                     "container runtime's supervisor): refusals are enforced but not reported (EBUSY)",
+                     "run safebox outside the enclosing sandbox to get the refusal feed", False)
+    return Check("violations", Status.WARN,
+                 f"no seccomp listener ({_errno_name(err) if err != 255 else 'probe failed'}): "
+                 "refusals are enforced but not reported",
+                 "use Linux >= 5.0 with seccomp filter mode", False)
+
+
 def check_libseccomp() -> Check:
     """libseccomp, which pyseccomp uses to compile the BPF program."""
     soname, version = libseccomp_version()
@@ -686,6 +749,7 @@ def run_checks(*, helper_path: Path | None, standalone: bool = False) -> list[Ch
         ("seccomp", True, check_seccomp),
         ("libseccomp", True, check_libseccomp),
         ("helper", True, lambda: check_helper(helper, standalone=standalone)),
+        ("violations", False, lambda: check_violations(helper)),
         ("userns", False, check_userns),
         ("limits", False, check_limits),
     ]

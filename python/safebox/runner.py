@@ -39,11 +39,12 @@ from safebox.policy.load import Context, Flags, load_cached, state_dir
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    import socket
+    from collections.abc import Callable
     from typing import Any
 
     from safebox.limits import Plan
     from safebox.proxy import ProxyServer
+    from safebox.violations.observer import Observer
 
 # Ports the bridges listen on inside the sandbox's own network namespace
 # (private, so fixed numbers cannot collide with anything on the host).
@@ -74,6 +75,7 @@ class ExecRequest(Frozen):
     quiet: bool = False  # no refused-host lines, no hints
     learn: str | None = None  # --learn OUT: any public host; the suggested policy goes to OUT
     summary: str | None = None  # --summary FILE: append this run's Markdown report
+    observe: str | None = None  # --observe: off, writes, all; None: writes, or all with --audit-log
 
 
 def _say(msg: str) -> None:
@@ -283,7 +285,8 @@ def decide_layers(req: ExecRequest, *, bwrap: str | None) -> tuple[Layers, list[
             return Layers.BOTH, notes
 
 
-def _seccomp_program(layers: Layers, policy: EffectivePolicy, net: NetKind, cache_dir: str) -> tuple[bytes, str]:
+def _seccomp_program(layers: Layers, policy: EffectivePolicy, net: NetKind, cache_dir: str,
+                     observe: str = "off") -> tuple[bytes, str]:
     from safebox.builder import bpf_cache
 
     # The values of seccomp.InetMode (not imported here: see bpf_cache).
@@ -293,12 +296,12 @@ def _seccomp_program(layers: Layers, policy: EffectivePolicy, net: NetKind, cach
         inet = "any"  # an empty network namespace: inet sockets reach nothing
     return bpf_cache.load(cache_dir=cache_dir,
                           allow_unix_sockets=bool(policy.allow_unix_sockets or policy.allow_all_unix_sockets),
-                          inet=inet)
+                          inet=inet, observe=observe)
 
 
 def helper_policy_for(rp: ResolvedPolicy, policy: EffectivePolicy, *, strict: bool,
                       seccomp_path: str | None, connect_ports: tuple[int, ...], socat: str | None,
-                      limits: Plan | None = None) -> bytes:
+                      limits: Plan | None = None, observe_path: str | None = None) -> bytes:
     """The helper policy bytes for a resolved run (pure)."""
     from safebox.builder.helper_policy import FsAccess, HelperPolicy, NetMode, render
 
@@ -311,22 +314,28 @@ def helper_policy_for(rp: ResolvedPolicy, policy: EffectivePolicy, *, strict: bo
     hp = HelperPolicy(
         fs_rules=tuple((FsAccess(c), p) for c, p in rp.landlock_rules),
         net=net, connect_ports=connect_ports if net is NetMode.PROXY else (),
-        bind_any=policy.allow_local_binding, seccomp_path=seccomp_path, strict=strict,
+        bind_any=policy.allow_local_binding, seccomp_path=seccomp_path, observe_path=observe_path, strict=strict,
         abi_max=int(abi_max) if abi_max else None, listens=listens, publishes=publishes,
         socat_path=socat if publishes else None,
         rlimit_nproc=limits.rlimit_nproc if limits else 0, rlimit_data=limits.rlimit_data if limits else 0)
     return render(hp)
 
 
-def _spawn(path: str, argv: list[str], env: dict[str, str], *, pass_fds: tuple[int, ...], cwd: str) -> int:
+def _spawn(path: str, argv: list[str], env: dict[str, str], *, pass_fds: tuple[int, ...], cwd: str,
+           block_signals: bool = False) -> int:
     for fd in pass_fds:
         os.set_inheritable(fd, True)
     # Python ignores SIGPIPE; the command must get the default dispositions back.
     sigdef = (signal.SIGPIPE, signal.SIGXFSZ, *FORWARDED_SIGNALS)
+    # block_signals: the child starts with every signal blocked (the
+    # violations supervisor): a signal sent to safebox's process group while
+    # the child is still in it (before setpgid) stays pending, and the
+    # supervisor discards it (helper/supervise.c) instead of dying of it.
+    mask = signal.valid_signals() if block_signals else ()
     old = os.getcwd()
     os.chdir(cwd)
     try:
-        return os.posix_spawn(path, argv, env, setpgroup=0, setsigdef=sigdef, setsigmask=())
+        return os.posix_spawn(path, argv, env, setpgroup=0, setsigdef=sigdef, setsigmask=mask)
     except OSError as e:
         raise RunError(f"cannot start {path}: {e.strerror}") from None
     finally:
@@ -362,10 +371,12 @@ def _children() -> list[int]:
     return out
 
 
-def _reap_descendants() -> None:
-    """SIGKILL and reap every remaining child (orphans re-parented to us), until none is left."""
+def _reap_descendants(keep: int = -1) -> None:
+    """SIGKILL and reap every remaining child (orphans re-parented to us), until
+    none is left but ``keep`` (the violations supervisor, which exits by itself
+    once no sandboxed task is left)."""
     for _ in range(100):
-        kids = _children()
+        kids = [k for k in _children() if k != keep]
         if not kids:
             return
         for k in kids:
@@ -817,6 +828,8 @@ def run(req: ExecRequest, *, prescan: dict[tuple[str, int], Any] | None = None) 
     run_dir: RunDir | None = None
     proxy = None
     forwarders: list[Any] = []
+    # The proxy's refusals (host, port, protocol, decision), for the feed.
+    feed_network: list[tuple[Any, ...]] = []
     try:
         if req.dry_run:
             run_path = os.path.join(state, "run", "DRY-RUN")
@@ -852,7 +865,8 @@ def run(req: ExecRequest, *, prescan: dict[tuple[str, int], Any] | None = None) 
                     audit_log=req.audit_log or None, explain=not req.quiet, learn=bool(req.learn),
                     run_id=recorder.run if recorder else None,
                     parent=netplan.parent if netplan else None,
-                    mitm=netplan.mitm if netplan else None, injector=netplan.injector if netplan else None),
+                    mitm=netplan.mitm if netplan else None, injector=netplan.injector if netplan else None,
+                    denied=lambda *refusal: feed_network.append(refusal)),
                     run_dir=run_path, tcp=layers is Layers.HELPER_ONLY,
                     # Unix sockets only for the socat bridges of --without helper;
                     # with the helper, the proxy serves on the listeners it hands over.
@@ -944,11 +958,18 @@ def run(req: ExecRequest, *, prescan: dict[tuple[str, int], Any] | None = None) 
         seccomp_path: str | None = None
         bpf = b""
         filter_id = ""
+        observe = _observe_mode(req, layers)
+        observe_bpf = b""
+        observe_path: str | None = None
         if layers is not Layers.BWRAP_ONLY:
             bpf, filter_id = _seccomp_program(layers, policy, rp.net, os.path.join(state, "cache"))
             seccomp_path = os.path.join(run_path, "seccomp.bpf")
+            if observe != "off":
+                observe_bpf, _ = _seccomp_program(layers, policy, rp.net, os.path.join(state, "cache"), observe)
+                observe_path = os.path.join(run_path, "observe.bpf")
         policy_bytes = helper_policy_for(rp, policy, strict=strict, seccomp_path=seccomp_path,
-                                         connect_ports=connect_ports, socat=socat, limits=limits)
+                                         connect_ports=connect_ports, socat=socat, limits=limits,
+                                         observe_path=observe_path)
 
         from safebox.builder.env import build_env
 
@@ -977,21 +998,44 @@ def run(req: ExecRequest, *, prescan: dict[tuple[str, int], Any] | None = None) 
 
         if seccomp_path:
             write_policy_file(seccomp_path, bpf)
+        observers: list[Observer] = []
+        make_observer = None
+        if observe_path:
+            write_policy_file(observe_path, observe_bpf)
+
+            def make_observer() -> Observer:
+                # Called by _execute once bwrap (or the helper) is starting:
+                # these imports, the table and the supervisor's start overlap
+                # the sandbox's set-up instead of preceding it.
+                from safebox.violations.observer import Observer
+                from safebox.violations.table import build as build_table
+
+                obs = Observer(helper=helper, run_dir=run_path,
+                               table=build_table(rp, reads=observe == "all", ports=connect_ports))
+                observers.append(obs)
+                return obs
         write_policy_file(rp.policy_path, policy_bytes)
         status: list[Any] | None = None
         if recorder is not None:
             status = []
             recorder.start(command=list(req.command), layers=layers.value, cwd=cwd,
                            mode="learn" if req.learn else "enforce", policy=req.policy_file,
-                           presets=list(policy.presets), ci=ci_run.kind if ci_run else None)
+                           presets=list(policy.presets), ci=ci_run.kind if ci_run else None, observe=observe)
         hit: list[str] = []
-        rc = _execute(rp, req, env, bwrap=bwrap, socat=socat or "socat", strict=strict, proxy=proxy,
-                      filter_id=filter_id, forwarders=forwarders, status_out=status, limits=limits,
-                      limits_hit=hit)
+        try:
+            rc = _execute(rp, req, env, bwrap=bwrap, socat=socat or "socat", strict=strict, proxy=proxy,
+                          filter_id=filter_id, forwarders=forwarders, status_out=status, limits=limits,
+                          limits_hit=hit, make_observer=make_observer)
+        finally:
+            observer = observers[0] if observers else None
+            records = observer.finish() if observer is not None else []
         if rc != 0 and not req.quiet and rp.private_tmp:
             hint = hidden_tmp_hint(req.command, rp)
             if hint:
                 _say(hint)
+        if observer is not None or feed_network:
+            _explain(req, rp, observer, records, feed_network, audit=recorder.audit if recorder else None,
+                     policy=policy, home=home, own=given)
         moved = quarantine(rp.watch_missing, state)
         for src, dest in moved:
             _say(f"the command created protected file {src}; moved it to {dest}")
@@ -1047,6 +1091,43 @@ def hidden_tmp_hint(command: tuple[str, ...], rp: ResolvedPolicy) -> str | None:
     return None
 
 
+def _observe_mode(req: ExecRequest, layers: Layers) -> str:
+    """``--observe``: off, writes or all (the default: writes, and all with
+    --audit-log, which is where reads of masked paths are recorded). Nothing
+    is observed without the helper, which installs the observing filter."""
+    if layers is Layers.BWRAP_ONLY or req.dry_run:
+        return "off"
+    if req.observe is not None:
+        return req.observe
+    return "all" if req.audit_log else "writes"
+
+
+def _explain(req: ExecRequest, rp: ResolvedPolicy, observer: Observer | None, records: list[bytes],
+             network: list[tuple[Any, ...]], *, audit: Any, policy: EffectivePolicy, home: str,
+             own: tuple[str, ...] = ()) -> None:
+    """The feed's output: a line when observation was impossible, the
+    ``denied`` audit events, the summary (every event with -v)."""
+    if observer is not None and observer.off is not None and not req.quiet:
+        from safebox.violations.observer import WHY_OFF
+
+        _say(f"refusals are not observed in this run: {WHY_OFF.get(observer.off, observer.off)} "
+             "(the sandbox is enforced as usual; `safebox doctor` checks this host)")
+    if not records and not network:
+        return
+    from safebox.violations.feed import Feed  # only when there is something to explain
+
+    feed = Feed(rp, policy=policy, home=home, table=observer.table if observer else None,
+                status=observer.status if observer else None, own=tuple(os.path.realpath(p) for p in own))
+    feed.add_records(records)
+    feed.add_network(network)
+    if audit is not None:
+        feed.write_audit(audit)
+    if req.quiet and not req.verbose:
+        return  # --quiet: the audit log keeps every refusal
+    for line in feed.summary(verbose=req.verbose):
+        _say(line)
+
+
 def _dry_run(rp: ResolvedPolicy, req: ExecRequest, policy_bytes: bytes, filter_id: str, *, socat: str,
              limits: Plan | None = None) -> int:
     import shlex
@@ -1082,15 +1163,17 @@ def _enforced(status: Any) -> dict[str, Any]:
 def _execute(rp: ResolvedPolicy, req: ExecRequest, env: dict[str, str], *, bwrap: str | None,
              socat: str, strict: bool, proxy: ProxyServer | None = None, filter_id: str = "",
              forwarders: list[Any] | None = None, status_out: list[Any] | None = None,
-             limits: Plan | None = None, limits_hit: list[str] | None = None) -> int:
+             limits: Plan | None = None, limits_hit: list[str] | None = None,
+             make_observer: Callable[[], Observer] | None = None) -> int:
     relay = _Relay()
+    observer: Observer | None = None
     cgroup = limits.cgroup() if limits is not None else None
     tmp_watch: list[tuple[str, int]] = []
     status_r = status_w = -1
     bw_r = bw_w = -1
     args_fd = -1
     pid = -1
-    handoff: tuple[socket.socket, socket.socket] | None = None
+    handoff: tuple[Any, Any] | None = None
     try:
         if rp.layers is Layers.BOTH and ((proxy is not None and rp.bridges) or forwarders):
             import socket
@@ -1099,6 +1182,19 @@ def _execute(rp: ResolvedPolicy, req: ExecRequest, env: dict[str, str], *, bwrap
             # listeners back over this pair, then the published sockets
             # (helper/handoff.c, helper/publish.c).
             handoff = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        elif make_observer is not None:
+            import _socket  # `socket` imports enum and selectors: not for one pair
+
+            # The helper hands the observing filter's listener over it (main.c).
+            handoff = _socket.socketpair(_socket.AF_UNIX, _socket.SOCK_STREAM)
+
+        def start_observer() -> None:
+            nonlocal observer
+            if make_observer is not None:
+                observer = make_observer()
+                observer.start(lambda path, argv, pass_fds: _spawn(path, argv, env, pass_fds=pass_fds, cwd="/",
+                                                                  block_signals=True))
+
         status_r, status_w = os.pipe()
         if cgroup is not None:
             try:
@@ -1108,15 +1204,24 @@ def _execute(rp: ResolvedPolicy, req: ExecRequest, env: dict[str, str], *, bwrap
                                hint="`safebox doctor` shows where safebox makes cgroups") from None
         started = time.monotonic()  # limits.wallTime counts from here
         if rp.layers is Layers.HELPER_ONLY:
-            argv = [rp.helper_path, "--policy-file", rp.policy_path, "--status-fd", str(status_w),
-                    "--", *req.command]
+            argv = [rp.helper_path, "--policy-file", rp.policy_path, "--status-fd", str(status_w)]
+            fds: tuple[int, ...] = (status_w,)
+            if handoff:
+                argv += ["--handoff-fd", str(handoff[1].fileno())]
+                fds += (handoff[1].fileno(),)
+            argv += ["--", *req.command]
             relay.install()
             _become_subreaper()
             path, argv = cgroup.wrap(rp.helper_path, argv) if cgroup else (rp.helper_path, argv)
-            pid = _spawn(path, argv, env, pass_fds=(status_w,), cwd=rp.cwd)
+            pid = _spawn(path, argv, env, pass_fds=fds, cwd=rp.cwd)
             relay.spawned = pid
             relay.target_pgid = pid  # setpgroup=0: the helper (then the command) leads its group
             _test_pause("command")  # a signal now is queued for the command
+            start_observer()
+            if handoff:
+                handoff[1].close()
+                if observer is not None:
+                    observer.forward(handoff[0])
         else:
             from safebox.builder.bwrap import command_args, mount_args, namespace_args
 
@@ -1138,6 +1243,7 @@ def _execute(rp: ResolvedPolicy, req: ExecRequest, env: dict[str, str], *, bwrap
             pid = _spawn(path, argv, env, pass_fds=fds, cwd="/")
             relay.spawned = pid
             _test_pause("command")  # a signal now is queued for the command
+            start_observer()  # while bwrap builds the sandbox
             os.close(bw_w)
             bw_w = -1
             os.close(args_fd)
@@ -1152,11 +1258,15 @@ def _execute(rp: ResolvedPolicy, req: ExecRequest, env: dict[str, str], *, bwrap
                     from safebox.publish import receive_pinned
 
                     receive_pinned(handoff[0], forwarders)
+                if observer is not None and adopted:
+                    observer.forward(handoff[0])
         os.close(status_w)
         status_w = -1
         from safebox.helper import parse_status, read_status_line, status_ok
 
         line = read_status_line(status_r)
+        if observer is not None:
+            observer.status = line  # the feed reads the Landlock ABI from it
         relay.ready()
         if limits is not None and rp.layers is not Layers.HELPER_ONLY:
             tmp_watch = _limits.open_tmp_watch(relay.bwrap_child, rp.tmp_size)
@@ -1171,7 +1281,7 @@ def _execute(rp: ResolvedPolicy, req: ExecRequest, env: dict[str, str], *, bwrap
         else:
             wstatus = _wait(pid)
         if rp.layers is Layers.HELPER_ONLY:
-            _reap_descendants()
+            _reap_descendants(keep=observer.pid if observer is not None else -1)
         pid = -1
         rc = EXIT_TIMEOUT if timed_out else _exit_status(wstatus)
         if limits is not None:

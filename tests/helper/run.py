@@ -1,12 +1,14 @@
 #!/usr/bin/env python3
 """C tests for the helper (standard library only; called by ``build.py test``).
 
-1. ``test_policy.c`` + ``helper/policy.c`` under ASan+UBSan (gcc or clang,
-   ``-fno-sanitize-recover=all``), run as TAP.
+1. ``test_policy.c`` + ``helper/policy.c`` and ``test_notify.c`` +
+   ``helper/notify.c`` (the violations supervisor's pure parts) under
+   ASan+UBSan (gcc or clang, ``-fno-sanitize-recover=all``), run as TAP.
 2. ``probe.c`` built into ``helper/out/probe`` (gitignored); the path is
    printed as ``probe: PATH`` and fixed, so pytest finds it there.
-3. ``fuzz_policy.c`` with libFuzzer (clang only) for ``SAFEBOX_FUZZ_SECONDS``
-   (default 20) over a copy of ``tests/helper/corpus``.
+3. ``fuzz_policy.c`` and ``fuzz_notify.c`` with libFuzzer (clang only), each
+   for ``SAFEBOX_FUZZ_SECONDS`` (default 20) over a copy of
+   ``tests/helper/corpus`` and ``tests/helper/corpus-notify``.
 
 Any failure prints one ``tests/helper/run.py: ...`` line and exits 1.
 """
@@ -48,19 +50,24 @@ def _compile(cmd: list[str], what: str) -> None:
         raise Failure(f"compiling {what} failed: {' '.join(cmd)}")
 
 
+# Each C unit test: its sources besides the test file.
+UNIT_TESTS = {"test_policy": ["policy.c"], "test_notify": ["notify.c", "policy.c"]}
+
+
 def unit_tests(tmp: Path) -> None:
-    """Build and run test_policy.c under sanitizers."""
-    exe = tmp / "test_policy"
-    _compile([_cc(), *WARN, *SAN, "-I", str(HELPER), str(HELPER / "policy.c"),
-              str(HERE / "test_policy.c"), "-o", str(exe)], "test_policy.c")
-    env = dict(os.environ, ASAN_OPTIONS="detect_leaks=1:abort_on_error=0",
-               UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1")
-    r = subprocess.run([str(exe)], capture_output=True, text=True, env=env)
-    sys.stdout.write(r.stdout)
-    sys.stderr.write(r.stderr)
-    if r.returncode != 0 or "not ok" in r.stdout:
-        raise Failure(f"test_policy failed (exit {r.returncode})")
-    print(f"run.py: test_policy: {r.stdout.count(chr(10) + 'ok ') + r.stdout.startswith('ok ')} passed")
+    """Build and run the C unit tests under sanitizers."""
+    for name, sources in UNIT_TESTS.items():
+        exe = tmp / name
+        _compile([_cc(), *WARN, *SAN, "-I", str(HELPER), *(str(HELPER / s) for s in sources),
+                  str(HERE / f"{name}.c"), "-o", str(exe)], f"{name}.c")
+        env = dict(os.environ, ASAN_OPTIONS="detect_leaks=1:abort_on_error=0",
+                   UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1")
+        r = subprocess.run([str(exe)], capture_output=True, text=True, env=env)
+        sys.stdout.write(r.stdout)
+        sys.stderr.write(r.stderr)
+        if r.returncode != 0 or "not ok" in r.stdout:
+            raise Failure(f"{name} failed (exit {r.returncode})")
+        print(f"run.py: {name}: {r.stdout.count(chr(10) + 'ok ') + r.stdout.startswith('ok ')} passed")
 
 
 def build_probe() -> None:
@@ -88,12 +95,19 @@ def fuzz(tmp: Path) -> None:
             raise Failure("clang not found; libFuzzer needs clang (apt-get install clang)")
         print("run.py: SKIP fuzzing: clang not found (apt-get install clang)")
         return
-    exe = tmp / "fuzz_policy"
+    for name, sources, corpus_dir in (("fuzz_policy", ["policy.c"], "corpus"),
+                                      ("fuzz_notify", ["notify.c", "policy.c"], "corpus-notify")):
+        _fuzz_one(tmp, clang, name, sources, corpus_dir, seconds)
+
+
+def _fuzz_one(tmp: Path, clang: str, name: str, sources: list[str], corpus_dir: str, seconds: int) -> None:
+    """Build one libFuzzer harness and run it for ``seconds`` over a copy of its corpus."""
+    exe = tmp / name
     _compile([clang, *WARN, "-fsanitize=fuzzer,address,undefined", "-fno-sanitize-recover=all",
-              "-I", str(HELPER), str(HELPER / "policy.c"), str(HERE / "fuzz_policy.c"),
-              "-o", str(exe)], "fuzz_policy.c")
-    corpus = tmp / "corpus"
-    shutil.copytree(HERE / "corpus", corpus)
+              "-I", str(HELPER), *(str(HELPER / s) for s in sources), str(HERE / f"{name}.c"),
+              "-o", str(exe)], f"{name}.c")
+    corpus = tmp / corpus_dir
+    shutil.copytree(HERE / corpus_dir, corpus)
     r = subprocess.run([str(exe), f"-max_total_time={seconds}", "-max_len=20000", "-timeout=10",
                         "-print_final_stats=0", f"-artifact_prefix={tmp}/", str(corpus)],
                        capture_output=True, text=True)
@@ -105,8 +119,8 @@ def fuzz(tmp: Path) -> None:
         keep.mkdir(parents=True, exist_ok=True)
         for name in crashes:
             shutil.copy(tmp / name, keep / name)
-        raise Failure(f"fuzz_policy found a failure (exit {r.returncode}); inputs in {keep}")
-    print(f"run.py: fuzz_policy ran {seconds}s: {tail[-1] if tail else 'ok'}")
+        raise Failure(f"{name} found a failure (exit {r.returncode}); inputs in {keep}")
+    print(f"run.py: {name} ran {seconds}s: {tail[-1] if tail else 'ok'}")
 
 
 def main() -> int:

@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define H "safebox-policy 2\n"
+#define H "safebox-policy 3\n"
 #define E "end\n"
 #define NET "net off\n"
 
@@ -35,7 +35,8 @@ static const struct row rows[] = {
 	{ "landlock off", H "landlock off\n" NET E, 0, NULL },
 	/* header and framing */
 	{ "empty file", "", 0, "empty file" },
-	{ "bad header", "safebox-policy 3\n" NET E, 0, "bad header" },
+	{ "bad header", "safebox-policy 4\n" NET E, 0, "bad header" },
+	{ "format v2 header", "safebox-policy 2\n" NET E, 0, "bad header" },
 	{ "format v1 header", "safebox-policy 1\n" NET E, 0, "bad header" },
 	{ "header only", H, 0, "missing 'end'" },
 	{ "missing end", H NET, 0, "missing 'end'" },
@@ -58,6 +59,11 @@ static const struct row rows[] = {
 	{ "dup landlock", H "landlock on\nlandlock on\n" NET E, 0, "duplicate" },
 	{ "dup bind", H "bind any\nbind none\n" NET E, 0, "duplicate" },
 	{ "dup seccomp", H "seccomp 2f61\nseccomp 2f61\n" NET E, 0, "duplicate" },
+	{ "observe with seccomp", H "seccomp 2f61\nseccomp_observe 2f62\n" NET E, 0, NULL },
+	{ "dup seccomp_observe", H "seccomp 2f61\nseccomp_observe 2f62\nseccomp_observe 2f62\n" NET E, 0,
+	  "duplicate" },
+	{ "observe without seccomp", H "seccomp_observe 2f62\n" NET E, 0, "'seccomp_observe' needs 'seccomp'" },
+	{ "observe relative path", H "seccomp 2f61\nseccomp_observe 62\n" NET E, 0, "not absolute" },
 	{ "dup scope", H "scope signal\nscope signal\n" NET E, 0, "duplicate scope" },
 	{ "bad net", H "net maybe\n" E, 0, "key 'net'" },
 	{ "bad landlock", H "landlock yes\n" NET E, 0, "key 'landlock'" },

@@ -155,6 +155,10 @@ def test_configure_writes_the_step_shell_and_a_step_runs_sandboxed(fresh_home: F
     assert lines[1].endswith("/sandbox-caches/npm/npm")  # the preset input holds
     assert fresh_home.secret not in step.stdout
     events = [json.loads(x) for x in Path(out["audit-log"]).read_text().splitlines()]
+    # The two refused reads are `denied` events of the violations feed.
+    reads = {e["path"] for e in events if e["event"] == "denied" and e["kind"] == "read"}
+    assert reads == {str(fresh_home.work / "README.md"), str(fresh_home.root / ".ssh" / "id_rsa")}
+    events = [e for e in events if e["event"] != "denied"]
     assert [e["event"] for e in events] == ["start", "stop"] and events[0]["ci"] == "github"
     assert events[0]["presets"] == ["npm"]
     assert "### safebox: `bash --noprofile --norc -eo pipefail" in gh.files["GITHUB_STEP_SUMMARY"].read_text()

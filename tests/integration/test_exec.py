@@ -87,7 +87,7 @@ def test_dry_run_prints_the_bwrap_argv_and_policy_and_runs_nothing(fresh_home: F
     assert r.stdout.startswith("# bwrap argv\n")
     assert "--unshare-all" in r.stdout and "--new-session" in r.stdout and "--die-with-parent" in r.stdout
     assert "# helper policy" in r.stdout
-    assert "safebox-policy 2\n" in r.stdout and r.stdout.endswith("end\n")
+    assert "safebox-policy 3\n" in r.stdout and r.stdout.endswith("end\n")
     assert not (fresh_home.run_base / "DRY-RUN").exists()
 
 
@@ -108,7 +108,7 @@ def test_dry_run_without_bwrap_prints_the_helper_argv(fresh_home: FakeHome) -> N
     assert r.returncode == 0, r.stderr
     assert not marker.exists()
     assert r.stdout.startswith("# helper argv (no bwrap)\n")
-    assert "safebox-policy 2\n" in r.stdout
+    assert "safebox-policy 3\n" in r.stdout
 
 
 @pytest.mark.parametrize("mode", [HELPER_ONLY, BWRAP_ONLY])

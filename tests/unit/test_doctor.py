@@ -501,9 +501,10 @@ def test_a_crashing_check_becomes_a_failure_not_a_traceback(monkeypatch):
         monkeypatch.setattr(doctor, name, boom)
     monkeypatch.setattr(doctor, "check_landlock", lambda helper: boom())
     monkeypatch.setattr(doctor, "check_helper", lambda helper, standalone: boom())
+    monkeypatch.setattr(doctor, "check_violations", lambda helper: boom())
     checks = doctor.run_checks(helper_path=Path("/nonexistent"))
     assert [c.name for c in checks] == ["linux", "kernel", "bwrap", "socat", "ripgrep",
-                                        "landlock", "seccomp", "libseccomp", "helper", "userns", "limits"]
+                                        "landlock", "seccomp", "libseccomp", "helper", "violations", "userns", "limits"]
     assert all(c.status is Status.FAIL for c in checks)
     assert "RuntimeError: kaboom" in checks[0].found
     assert doctor.exit_code(checks) == 1
@@ -531,3 +532,21 @@ def test_main_passes_helper_path_and_standalone_through(monkeypatch, capsys, tmp
 def test_run_cannot_be_called_without_a_timeout():
     with pytest.raises(TypeError):
         doctor.run(["true"])  # type: ignore[call-arg]
+
+
+def test_the_violations_check_is_ok_where_a_listener_can_be_had() -> None:
+    # This host (the test runner) has no enclosing listener: the probe gets one.
+    assert doctor.listener_errno() == 0
+    check = doctor.check_violations(Path("/nonexistent"))
+    assert check.status is Status.OK and not check.required
+
+
+def test_the_violations_check_warns_once_a_listener_is_taken(monkeypatch: pytest.MonkeyPatch) -> None:
+    import errno
+
+    monkeypatch.setattr(doctor, "listener_errno", lambda: errno.EBUSY)
+    check = doctor.check_violations(Path("/nonexistent"))
+    assert check.status is Status.WARN and "EBUSY" in check.found and "not reported" in check.found
+    monkeypatch.setattr(doctor, "_probe_helper", lambda helper: ({"landlock_abi": 7, "seccomp_notify": False}, ""))
+    check = doctor.check_violations(Path("/nonexistent"))
+    assert check.status is Status.WARN and "no seccomp user notification" in check.found

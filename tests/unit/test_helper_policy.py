@@ -16,7 +16,7 @@ def test_policy_renders_to_the_golden_bytes() -> None:
                       listens=(3128, 1080), publishes=((8080, "/r/pub/8080.sock"),),
                       socat_path="/usr/bin/socat", strict=True)
     assert render(hp) == (
-        b"safebox-policy 2\n"
+        b"safebox-policy 3\n"
         b"strict 1\n"
         b"landlock on\n"
         b"fs read 2f\n"
@@ -73,7 +73,7 @@ def test_the_dry_run_view_decodes_every_hex_path_and_changes_nothing_else() -> N
     raw = render(hp)
     shown = readable(raw)
     assert shown.splitlines() == [
-        "safebox-policy 2", "strict 0", "landlock on",
+        "safebox-policy 3", "strict 0", "landlock on",
         "fs read /",
         "fs write '/home/u/p q'",
         "fs write b'/home/u/\\xff\\n'",  # not printable: a bytes literal, still one line

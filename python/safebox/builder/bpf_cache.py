@@ -27,11 +27,11 @@ def _seccomp_module_file() -> str:
     return os.path.join(os.path.dirname(os.path.realpath(__file__)), "seccomp.py")
 
 
-def fast_key(*, allow_unix_sockets: bool, inet: str) -> str:
+def fast_key(*, allow_unix_sockets: bool, inet: str, observe: str = "off") -> str:
     """Key from cheap facts only: no import of the rule table."""
     st = os.stat(_seccomp_module_file())
     material = repr((__version__, st.st_size, st.st_mtime_ns, st.st_ino, os.uname().machine,
-                     allow_unix_sockets, inet))
+                     allow_unix_sockets, inet) + ((observe,) if observe != "off" else ()))
     return sha256_hex(material.encode())[:32]
 
 
@@ -70,18 +70,20 @@ def _same_library(lib_hex: str) -> bool:
     return (str(st.st_size), str(st.st_mtime_ns), str(st.st_ino)) == (size, mtime, ino)
 
 
-def load(*, cache_dir: str, allow_unix_sockets: bool, inet: str) -> tuple[bytes, str]:
-    """(BPF program, filter id) for these options."""
-    path = os.path.join(cache_dir, f"bpf-{fast_key(allow_unix_sockets=allow_unix_sockets, inet=inet)}.bin")
+def load(*, cache_dir: str, allow_unix_sockets: bool, inet: str, observe: str = "off") -> tuple[bytes, str]:
+    """(BPF program, filter id) for these options (``observe``: a
+    ``seccomp.Observe`` value; "off" is the plain denylist)."""
+    key = fast_key(allow_unix_sockets=allow_unix_sockets, inet=inet, observe=observe)
+    path = os.path.join(cache_dir, f"bpf-{key}.bin")
     hit = _read(path)
     if hit is not None:
         return hit
     from pathlib import Path
 
-    from safebox.builder.seccomp import InetMode, load_or_compile
+    from safebox.builder.seccomp import InetMode, Observe, load_or_compile
 
     program, fid, lib = load_or_compile(cache_dir=Path(cache_dir), allow_unix_sockets=allow_unix_sockets,
-                                   allow_inet=InetMode(inet))
+                                        allow_inet=InetMode(inet), observe=Observe(observe))
     try:
         os.makedirs(cache_dir, mode=0o700, exist_ok=True)
         tmp = f"{path}.{os.getpid()}.tmp"

@@ -1,4 +1,4 @@
-"""Pure: the helper policy file (format v2, ``docs/helper-protocol.md``).
+"""Pure: the helper policy file (format v3, ``docs/helper-protocol.md``).
 
 Paths are hex-encoded so any path bytes are unambiguous; the file ends with
 ``end`` so a truncated file is rejected by the helper.
@@ -10,7 +10,7 @@ import os
 
 from safebox._record import Frozen, StrEnum
 
-FORMAT_VERSION = 2
+FORMAT_VERSION = 3
 
 
 class FsAccess(StrEnum):
@@ -46,6 +46,9 @@ class HelperPolicy(Frozen):
     bind_any: bool = False
     scopes: tuple[Scope, ...] = (Scope.ABSTRACT_UNIX, Scope.SIGNAL)
     seccomp_path: str | None = None
+    # The observing program (violations feed): installed with a listener
+    # instead of seccomp_path where the kernel allows (docs/violations.md).
+    observe_path: str | None = None
     strict: bool = False
     abi_max: int | None = None
     landlock: bool = True
@@ -81,6 +84,8 @@ def render(policy: HelperPolicy) -> bytes:
         lines.append(f"scope {scope.value}")
     if policy.seccomp_path is not None:
         lines.append(f"seccomp {_hex(policy.seccomp_path)}")
+    if policy.observe_path is not None:
+        lines.append(f"seccomp_observe {_hex(policy.observe_path)}")
     for port in policy.listens:
         lines.append(f"listen {port}")
     if policy.publishes:
@@ -100,7 +105,7 @@ def render(policy: HelperPolicy) -> bytes:
 
 
 # The fields of each line that hold a hex-encoded path (by the line's first word).
-_HEX_FIELDS = {"fs": (2,), "seccomp": (1,), "socat": (1,), "publish": (2,)}
+_HEX_FIELDS = {"fs": (2,), "seccomp": (1,), "seccomp_observe": (1,), "socat": (1,), "publish": (2,)}
 
 
 def readable(data: bytes) -> str:

@@ -70,6 +70,17 @@ class InetMode(StrEnum):
     """Helper-only host with no network: no inet socket at all."""
 
 
+class Observe(StrEnum):
+    """Which program: the plain denylist, or the observing one of the violations feed."""
+
+    OFF = "off"
+    """Denied calls get their errno in the kernel (SECCOMP_RET_ERRNO); nothing is watched."""
+    WRITES = "writes"
+    """Denied calls and the watched calls (writes, exec, connect) notify the supervisor."""
+    ALL = "all"
+    """As WRITES, and every open (reads of masked paths are reported too)."""
+
+
 class Action(StrEnum):
     """What a matching call gets."""
 
@@ -339,6 +350,88 @@ without ``open_by_handle_at``). ``socketpair`` is never filtered: a connected
 pair reaches nothing outside the process tree."""
 
 
+# ------------------------------------------------------------- the watch list
+# Calls the observing program (Observe.WRITES/ALL) sends to the supervisor,
+# which always answers "continue": the kernel then runs them with every
+# layer's checks, exactly as without observation (docs/violations.md). The
+# supervisor knows where each one's arguments are (WATCHES in
+# helper/supervise.c; a unit test checks the two lists agree).
+
+O_WRONLY, O_RDWR, O_CREAT, O_TRUNC = 0o1, 0o2, 0o100, 0o1000
+
+
+@dataclass(frozen=True)
+class Watch:
+    """One watched call: ``syscall`` with all of ``conds`` notifies the supervisor."""
+
+    syscall: str
+    conds: tuple[Cond, ...]
+    why: str
+    full: bool = False  # only under Observe.ALL (see WATCH)
+
+
+def _write_intent(name: str, flags_arg: int) -> tuple[Watch, ...]:
+    """``open``-like calls: only those that may write (any of these flag bits set)."""
+    bits = ((O_WRONLY, "O_WRONLY"), (O_RDWR, "O_RDWR"), (O_CREAT, "O_CREAT"), (O_TRUNC, "O_TRUNC"))
+    return (*(Watch(name, (_bit(flags_arg, bit),), f"{label}: may write") for bit, label in bits),
+            Watch(name, (), "every open: reads of masked paths", full=True))
+
+
+WATCH: tuple[Watch, ...] = (
+    *_write_intent("open", 1),
+    *_write_intent("openat", 2),
+    Watch("openat2", (), "flags sit in a struct seccomp cannot read: every call"),
+    Watch("creat", (), "creates or truncates"),
+    Watch("truncate", (), "truncates a file by path"),
+    *(Watch(n, (), "changes a file's mode or owner by path", full=True)
+      for n in ("chmod", "fchmodat", "fchmodat2", "chown", "lchown", "fchownat")),
+    *(Watch(n, (), "changes a file's times by path", full=True) for n in ("utime", "utimes", "futimesat")),
+    Watch("utimensat", (Cond(1, Op.NE, 0),), "changes a file's times by path (NULL: by descriptor, not watched)",
+          full=True),
+    *(Watch(n, (), "creates a directory entry") for n in ("mkdir", "mkdirat", "mknod", "mknodat", "link",
+                                                          "linkat", "symlink", "symlinkat")),
+    *(Watch(n, (), "removes or renames a directory entry") for n in ("rmdir", "unlink", "unlinkat", "rename",
+                                                                      "renameat", "renameat2")),
+    Watch("execve", (), "runs a file: exec of a masked path"),
+    Watch("execveat", (), "runs a file: exec of a masked path"),
+    Watch("connect", (), "unix sockets hidden by the policy; direct network connections"),
+    *(Watch(n, (), "changes the cwd: the supervisor's cwd cache is refreshed (never reported)")
+      for n in ("chdir", "fchdir")),
+)
+"""``full`` entries are compiled only under Observe.ALL (``--observe all``,
+the default with ``--audit-log``): every open, and the metadata calls
+(chmod, chown, utimes), which Landlock does not restrict and bwrap refuses
+only where the create or open before them was refused, and reported, already.
+``tar x`` makes one of each per file: watching them by default doubled the
+feed's cost (docs/benchmarks.md).
+
+Not watched, on purpose: the descriptor forms (``fchmod``, ``fchown``,
+``ftruncate``, ``futimens``) act on a file already opened, whose open was
+watched; ``*xattr`` calls; ``bind``/``sendto`` addresses. docs/violations.md
+lists what the feed does not see."""
+
+
+def watched(observe: Observe) -> tuple[Watch, ...]:
+    """The watch entries compiled for ``observe``."""
+    match observe:
+        case Observe.OFF:
+            return ()
+        case Observe.WRITES:
+            return tuple(w for w in WATCH if not w.full)
+        case Observe.ALL:
+            return WATCH
+        case _:  # pragma: no cover
+            assert_never(observe)
+
+
+def notified(rule: Rule, observe: Observe) -> bool:
+    """Whether ``rule`` notifies the supervisor (which answers with the
+    rule's errno) instead of failing in the kernel. ENOSYS rules (clone3)
+    stay in the kernel: glibc tries clone3 at every thread start, and
+    "use clone" is not a refusal to explain."""
+    return observe is not Observe.OFF and rule.action is Action.EPERM
+
+
 def applies(rule: Rule, *, allow_unix_sockets: bool, allow_inet: InetMode) -> bool:
     """True when ``rule`` is part of the program compiled with these options."""
     match rule.when:
@@ -437,8 +530,14 @@ def libseccomp_version() -> str:
     return f"{v.major}.{v.minor}.{v.micro}"
 
 
-def compile_program(*, allow_unix_sockets: bool, allow_inet: InetMode) -> bytes:
+def compile_program(*, allow_unix_sockets: bool, allow_inet: InetMode, observe: Observe = Observe.OFF) -> bytes:
     """Compile the active rules into a raw classic-BPF program (native endian).
+
+    With ``observe`` other than OFF, the EPERM rules return
+    SECCOMP_RET_USER_NOTIF (the supervisor answers EPERM) and the watched
+    calls notify too (the supervisor answers "continue"). A watched call is
+    never on the denylist: the supervisor continues every watched call it is
+    sent, so a denied one would run (checked here, and by a unit test).
 
     Raises :class:`BuildError` if libseccomp is missing or rejects a rule.
     """
@@ -462,7 +561,23 @@ def compile_program(*, allow_unix_sockets: bool, allow_inet: InetMode) -> bytes:
                        c.value if c.op is Op.MASKED_EQ else 0)
                 for c in rule.conds
             ]
-            filt.add_rule(sc.ERRNO(_errno_of(rule.action)), nr, *args)
+            act = sc.NOTIFY if notified(rule, observe) else sc.ERRNO(_errno_of(rule.action))
+            filt.add_rule(act, nr, *args)
+        watches = watched(observe)
+        denied_names = {r.syscall for r in active_rules(allow_unix_sockets=allow_unix_sockets, allow_inet=allow_inet)}
+        clash = denied_names & {w.syscall for w in watches}
+        if clash:
+            raise BuildError(f"seccomp: {sorted(clash)} both denied and watched; the supervisor would let them run")
+        for w in watches:
+            nr = _resolve(sc, w.syscall)
+            if nr is None:
+                continue
+            args = [
+                sc.Arg(c.arg, ops[c.op], c.mask if c.op is Op.MASKED_EQ else c.value,
+                       c.value if c.op is Op.MASKED_EQ else 0)
+                for c in w.conds
+            ]
+            filt.add_rule(sc.NOTIFY, nr, *args)
         with tempfile.TemporaryFile() as out:
             filt.export_bpf(out)
             out.seek(0)
@@ -485,24 +600,27 @@ def _check_program(program: bytes) -> None:
 
 
 def table_digest() -> str:
-    """sha256 of the rule table's repr: changes whenever any entry changes."""
-    return hashlib.sha256(repr(RULES).encode()).hexdigest()
+    """sha256 of the rule and watch tables' repr: changes whenever any entry changes."""
+    return hashlib.sha256(repr((RULES, WATCH)).encode()).hexdigest()
 
 
-def cache_key(*, allow_unix_sockets: bool, allow_inet: InetMode, libseccomp: str) -> str:
+def cache_key(*, allow_unix_sockets: bool, allow_inet: InetMode, libseccomp: str,
+              observe: Observe = Observe.OFF) -> str:
     """Full sha256 hex key of the program for these options and this
     libseccomp version (pure: the caller passes the version)."""
     material = repr((
         CACHE_FORMAT, __version__, table_digest(), platform.machine(), sys.byteorder,
         ("allow_unix_sockets", allow_unix_sockets), ("allow_inet", allow_inet.value),
         ("libseccomp", libseccomp),
-    ))
+    ) + ((("observe", observe.value),) if observe is not Observe.OFF else ()))
     return hashlib.sha256(material.encode()).hexdigest()
 
 
-def filter_id(*, allow_unix_sockets: bool, allow_inet: InetMode, libseccomp: str) -> str:
+def filter_id(*, allow_unix_sockets: bool, allow_inet: InetMode, libseccomp: str,
+              observe: Observe = Observe.OFF) -> str:
     """The first 16 hex digits of :func:`cache_key`: names the program in logs and the cache."""
-    return cache_key(allow_unix_sockets=allow_unix_sockets, allow_inet=allow_inet, libseccomp=libseccomp)[:16]
+    return cache_key(allow_unix_sockets=allow_unix_sockets, allow_inet=allow_inet, libseccomp=libseccomp,
+                     observe=observe)[:16]
 
 
 def _read_cached(path: Path, key: str) -> bytes | None:
@@ -557,7 +675,7 @@ def _write_cached(cache_dir: Path, path: Path, key: str, program: bytes, libsecc
 
 
 def load_or_compile(*, cache_dir: Path, allow_unix_sockets: bool,
-                    allow_inet: InetMode) -> tuple[bytes, str, str]:
+                    allow_inet: InetMode, observe: Observe = Observe.OFF) -> tuple[bytes, str, str]:
     """The program for these options, its filter id and the identity of the
     libseccomp it is keyed on (:func:`libseccomp_identity`), from
     ``cache_dir`` when possible.
@@ -583,13 +701,14 @@ def load_or_compile(*, cache_dir: Path, allow_unix_sockets: bool,
     except (ImportError, RuntimeError, OSError) as exc:  # pyseccomp raises RuntimeError without libseccomp
         raise BuildError(f"seccomp: cannot load pyseccomp/libseccomp: {exc}",
                          hint="install libseccomp (Debian: libseccomp2) and pyseccomp") from exc
-    key = cache_key(allow_unix_sockets=allow_unix_sockets, allow_inet=allow_inet, libseccomp=version)
+    key = cache_key(allow_unix_sockets=allow_unix_sockets, allow_inet=allow_inet, libseccomp=version,
+                    observe=observe)
     fid = key[:16]
     path = cache_dir / f"seccomp-{fid}.bpf"
     cached = _read_cached(path, key)
     if cached is not None:
         return cached, fid, ident
-    program = compile_program(allow_unix_sockets=allow_unix_sockets, allow_inet=allow_inet)
+    program = compile_program(allow_unix_sockets=allow_unix_sockets, allow_inet=allow_inet, observe=observe)
     try:
         _write_cached(cache_dir, path, key, program, version)
     except OSError:

@@ -13,7 +13,7 @@ import socket
 import stat
 import threading
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from safebox import _signals
@@ -66,6 +66,9 @@ class ProxyConfig:
     #: Written into every audit event as ``run`` (docs/audit-log.md), so a
     #: log shared by several runs keeps each run's decisions apart.
     run_id: str | None = None
+    #: Called with (host, port, protocol, decision) for every refusal, from
+    #: the proxy's thread: the violations feed's network events.
+    denied: Callable[..., None] | None = field(default=None, compare=False)
 
 
 def _receive_fds(handoff: socket.socket) -> tuple[bytes, list[int]]:
@@ -218,7 +221,7 @@ class ProxyServer:
         report = _report_once() if self.config.explain and (self.config.mitm or self.config.injector) else None
         gate = self._gate = Gate(self.rules, audit=self._audit.event if self._audit else None, explain=explain,
                                  parent=self.config.parent, mitm=self.config.mitm, injector=self.config.injector,
-                                 report=report)
+                                 report=report, denied=self.config.denied)
         ready = threading.Event()
         failure: list[BaseException] = []
         loop = asyncio.new_event_loop()

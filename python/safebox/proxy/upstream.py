@@ -450,6 +450,8 @@ class Gate:
     #: Called with (host, port, protocol, decision) on every refusal: the
     #: ``safebox:`` line on stderr (proxy/explain.py).
     explain: Callable[[str, int, str, Decision], None] | None = None
+    #: Called with (host, port, protocol, decision) for every refusal (the violations feed).
+    denied: Callable[..., None] | None = None
     resolve_timeout: float = 30.0
     connect_timeout: float = 30.0
     parent: ParentProxy | None = None
@@ -488,6 +490,8 @@ class Gate:
                 reason=decision.reason,
                 **extra,
             )
+        if self.denied is not None and not decision.allowed:
+            self.denied(host, port, protocol, decision)
 
     async def _resolve(self, name: str, port: int) -> list[IPAddress]:
         """Every address ``name`` resolves to (an IP literal: itself)."""

@@ -1,0 +1,835 @@
+/* supervise.c - `safebox-helper --supervise`: answers the observing filter.
+ *
+ * The helper, inside the sandbox, installs the observing seccomp program with
+ * a listener (seccomp.c) and hands the listener to safebox, which hands it to
+ * this process, started on the host next to bwrap.  For every notification:
+ *
+ *   - a call on the seccomp denylist is answered with its errno (the filter
+ *     says "notify" instead of "errno" for it): the call never runs;
+ *   - a watched call (a write-intent file call, an exec, a connect) is
+ *     answered SECCOMP_USER_NOTIF_FLAG_CONTINUE: the kernel then runs it with
+ *     every layer's checks, exactly as without observation.  The supervisor
+ *     only looks at the arguments to predict whether a layer will refuse it,
+ *     and if so writes one record for safebox to explain.
+ *
+ * So the supervisor never decides whether a file call is allowed, and a
+ * command that rewrites its arguments after the notification (the TOCTOU
+ * that seccomp_unotify(2) warns about) can only make the feed wrong, never
+ * the sandbox weaker.  If this process dies, the kernel answers ENOSYS to
+ * every notified call: denied calls stay denied.  docs/violations.md has the
+ * whole design; docs/threat-model.md the new attack surface (this process
+ * parses another process's memory, with its own bounds and a fuzzed decoder).
+ */
+#include "supervise.h"
+#include "compat.h"
+#include "notify.h"
+#include "policy.h"
+#include "util.h"
+
+#include <fcntl.h>
+#include <linux/audit.h>
+#include <linux/seccomp.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/uio.h>
+#include <time.h>
+#include <unistd.h>
+
+#ifndef SECCOMP_IOCTL_NOTIF_SET_FLAGS
+#define SECCOMP_IOCTL_NOTIF_SET_FLAGS SECCOMP_IOW(4, __u64)
+#endif
+#ifndef SECCOMP_USER_NOTIF_FD_SYNC_WAKE_UP
+#define SECCOMP_USER_NOTIF_FD_SYNC_WAKE_UP (1UL << 0)
+#endif
+
+#define MAX_RECORDS 10000 /* beyond this, refusals are only counted */
+#define RECORD_MAX (4 * NT_PATH_MAX + 512)
+#define NO_ARG -1
+
+enum wop {
+	W_OPEN,       /* dirfd?, path, flags */
+	W_OPENAT2,    /* dirfd, path, struct open_how * (flags first) */
+	W_CREAT,      /* path: O_CREAT|O_WRONLY|O_TRUNC */
+	W_MODIFY,     /* dirfd?, path, at-flags? */
+	W_CREATE,     /* dirfd?, path */
+	W_REMOVE,     /* dirfd?, path */
+	W_RENAME,     /* dirfd?, path, dirfd2?, path2 */
+	W_NEWNAME,    /* dirfd2?, path2: the new name of link/symlink */
+	W_EXEC,       /* dirfd?, path */
+	W_CONNECT,    /* fd, addr, len */
+	W_CHDIR,      /* the cwd cache's invalidation: never a record */
+};
+
+struct watch {
+	long nr;
+	const char *name;
+	enum wop op;
+	int dirfd, path, flags, dirfd2, path2;
+	int nofollow; /* 1: the last component is never followed (lchown) */
+};
+
+/* The watched calls and where their arguments are (syscalls(2)).  Must
+ * match WATCH in python/safebox/builder/seccomp.py: a watched call missing
+ * here is answered EPERM, never continued (fail closed). */
+static const struct watch WATCHES[] = {
+#ifdef __NR_open
+	{ __NR_open, "open", W_OPEN, NO_ARG, 0, 1, NO_ARG, NO_ARG, 0 },
+#endif
+	{ __NR_openat, "openat", W_OPEN, 0, 1, 2, NO_ARG, NO_ARG, 0 },
+	{ __NR_openat2, "openat2", W_OPENAT2, 0, 1, 2, NO_ARG, NO_ARG, 0 },
+#ifdef __NR_creat
+	{ __NR_creat, "creat", W_CREAT, NO_ARG, 0, NO_ARG, NO_ARG, NO_ARG, 0 },
+#endif
+	{ __NR_truncate, "truncate", W_MODIFY, NO_ARG, 0, NO_ARG, NO_ARG, NO_ARG, 0 },
+#ifdef __NR_chmod
+	{ __NR_chmod, "chmod", W_MODIFY, NO_ARG, 0, NO_ARG, NO_ARG, NO_ARG, 0 },
+#endif
+	{ __NR_fchmodat, "fchmodat", W_MODIFY, 0, 1, NO_ARG, NO_ARG, NO_ARG, 0 },
+	{ __NR_fchmodat2, "fchmodat2", W_MODIFY, 0, 1, 3, NO_ARG, NO_ARG, 0 },
+#ifdef __NR_chown
+	{ __NR_chown, "chown", W_MODIFY, NO_ARG, 0, NO_ARG, NO_ARG, NO_ARG, 0 },
+#endif
+#ifdef __NR_lchown
+	{ __NR_lchown, "lchown", W_MODIFY, NO_ARG, 0, NO_ARG, NO_ARG, NO_ARG, 1 },
+#endif
+	{ __NR_fchownat, "fchownat", W_MODIFY, 0, 1, 4, NO_ARG, NO_ARG, 0 },
+#ifdef __NR_utime
+	{ __NR_utime, "utime", W_MODIFY, NO_ARG, 0, NO_ARG, NO_ARG, NO_ARG, 0 },
+#endif
+#ifdef __NR_utimes
+	{ __NR_utimes, "utimes", W_MODIFY, NO_ARG, 0, NO_ARG, NO_ARG, NO_ARG, 0 },
+#endif
+#ifdef __NR_futimesat
+	{ __NR_futimesat, "futimesat", W_MODIFY, 0, 1, NO_ARG, NO_ARG, NO_ARG, 0 },
+#endif
+	{ __NR_utimensat, "utimensat", W_MODIFY, 0, 1, 3, NO_ARG, NO_ARG, 0 },
+#ifdef __NR_mkdir
+	{ __NR_mkdir, "mkdir", W_CREATE, NO_ARG, 0, NO_ARG, NO_ARG, NO_ARG, 0 },
+#endif
+	{ __NR_mkdirat, "mkdirat", W_CREATE, 0, 1, NO_ARG, NO_ARG, NO_ARG, 0 },
+#ifdef __NR_mknod
+	{ __NR_mknod, "mknod", W_CREATE, NO_ARG, 0, NO_ARG, NO_ARG, NO_ARG, 0 },
+#endif
+	{ __NR_mknodat, "mknodat", W_CREATE, 0, 1, NO_ARG, NO_ARG, NO_ARG, 0 },
+#ifdef __NR_rmdir
+	{ __NR_rmdir, "rmdir", W_REMOVE, NO_ARG, 0, NO_ARG, NO_ARG, NO_ARG, 0 },
+#endif
+#ifdef __NR_unlink
+	{ __NR_unlink, "unlink", W_REMOVE, NO_ARG, 0, NO_ARG, NO_ARG, NO_ARG, 0 },
+#endif
+	{ __NR_unlinkat, "unlinkat", W_REMOVE, 0, 1, NO_ARG, NO_ARG, NO_ARG, 0 },
+#ifdef __NR_rename
+	{ __NR_rename, "rename", W_RENAME, NO_ARG, 0, NO_ARG, NO_ARG, 1, 0 },
+#endif
+#ifdef __NR_renameat
+	{ __NR_renameat, "renameat", W_RENAME, 0, 1, NO_ARG, 2, 3, 0 },
+#endif
+	{ __NR_renameat2, "renameat2", W_RENAME, 0, 1, NO_ARG, 2, 3, 0 },
+#ifdef __NR_link
+	{ __NR_link, "link", W_NEWNAME, NO_ARG, NO_ARG, NO_ARG, NO_ARG, 1, 0 },
+#endif
+	{ __NR_linkat, "linkat", W_NEWNAME, NO_ARG, NO_ARG, NO_ARG, 2, 3, 0 },
+#ifdef __NR_symlink
+	{ __NR_symlink, "symlink", W_NEWNAME, NO_ARG, NO_ARG, NO_ARG, NO_ARG, 1, 0 },
+#endif
+	{ __NR_symlinkat, "symlinkat", W_NEWNAME, NO_ARG, NO_ARG, NO_ARG, 1, 2, 0 },
+	{ __NR_execve, "execve", W_EXEC, NO_ARG, 0, NO_ARG, NO_ARG, NO_ARG, 0 },
+	{ __NR_execveat, "execveat", W_EXEC, 0, 1, 4, NO_ARG, NO_ARG, 0 },
+	{ __NR_connect, "connect", W_CONNECT, NO_ARG, NO_ARG, NO_ARG, NO_ARG, NO_ARG, 0 },
+	{ __NR_chdir, "chdir", W_CHDIR, NO_ARG, NO_ARG, NO_ARG, NO_ARG, NO_ARG, 0 },
+	{ __NR_fchdir, "fchdir", W_CHDIR, NO_ARG, NO_ARG, NO_ARG, NO_ARG, NO_ARG, 0 },
+};
+
+#define AT_FDCWD_ARG ((int)-100)
+#define AT_SYMLINK_NOFOLLOW_FLAG 0x100
+#define AT_EMPTY_PATH_FLAG 0x1000
+#define O_NOFOLLOW_FLAG 0400000UL
+
+/* The cwd cache: readlink("/proc/TID/cwd") is the costliest step of a
+ * notification (about 6 us of the 15 measured), and nearly every relative
+ * path is relative to the cwd.  Entries are dropped at every chdir/fchdir
+ * notification, and nothing is cached again until the task that changed
+ * directory makes its next notification: its chdir has completed by then,
+ * for every thread sharing its cwd too (CLONE_FS).  Before that, a cached
+ * value could be the old directory.  The cache is also emptied every
+ * CWD_CACHE_LIFE notifications, which bounds how long a reused thread id
+ * could be served another task's directory. */
+#define CWD_CACHE_SLOTS 64
+#define CWD_CACHE_LIFE 65536
+
+struct cwd_slot {
+	pid_t tid; /* 0: empty */
+	char path[NT_PATH_MAX];
+};
+
+struct sup {
+	const struct nt_table *t;
+	int listener;
+	int events;
+	unsigned long records, dropped;
+	struct cwd_slot cwd[CWD_CACHE_SLOTS];
+	pid_t chdir_pending; /* a task whose chdir may not have completed; 0: none */
+	unsigned long since_flush;
+};
+
+static struct sup *the_sup; /* the one supervisor of this process */
+
+/* The watch entry for NR, or NULL.  Never fails. */
+static const struct watch *find_watch(long nr)
+{
+	size_t i;
+
+	for (i = 0; i < sizeof(WATCHES) / sizeof(WATCHES[0]); i++)
+		if (WATCHES[i].nr == nr)
+			return &WATCHES[i];
+	return NULL;
+}
+
+/* Read a NUL-terminated string at ADDR in task PID into BUF (capacity CAP),
+ * page by page so that an unmapped page after a short string does not fail
+ * the read.  Returns the length, or -1 (unreadable, or no NUL within CAP). */
+static long read_string(pid_t pid, unsigned long long addr, char *buf, size_t cap)
+{
+	size_t got = 0;
+
+	if (addr == 0)
+		return -1;
+	while (got < cap) {
+		unsigned long long at = addr + got;
+		size_t page_left = 4096 - (size_t)(at & 4095);
+		/* A path is short: 256 bytes first, then whole pages. */
+		size_t limit = got == 0 && page_left > 256 ? 256 : page_left;
+		size_t want = cap - got < limit ? cap - got : limit;
+		struct iovec local = { .iov_base = buf + got, .iov_len = want };
+		struct iovec remote = { .iov_base = (void *)(uintptr_t)at, .iov_len = want };
+		ssize_t n = process_vm_readv(pid, &local, 1, &remote, 1, 0);
+		long len;
+
+		if (n <= 0)
+			return -1;
+		len = nt_cstring(buf + got, (size_t)n);
+		if (len >= 0)
+			return (long)got + len;
+		got += (size_t)n;
+	}
+	return -1;
+}
+
+/* Read LEN bytes at ADDR of task PID into BUF.  Returns 0, or -1. */
+static int read_bytes(pid_t pid, unsigned long long addr, void *buf, size_t len)
+{
+	struct iovec local = { .iov_base = buf, .iov_len = len };
+	struct iovec remote = { .iov_base = (void *)(uintptr_t)addr, .iov_len = len };
+
+	return process_vm_readv(pid, &local, 1, &remote, 1, 0) == (ssize_t)len ? 0 : -1;
+}
+
+/* Empty the cwd cache.  Never fails. */
+static void cwd_flush(struct sup *s)
+{
+	size_t i;
+
+	for (i = 0; i < CWD_CACHE_SLOTS; i++)
+		s->cwd[i].tid = 0;
+	s->since_flush = 0;
+}
+
+/* The directory a relative path of task TID starts from: its cwd (cached,
+ * see struct cwd_slot), or the directory open on DIRFD.  Returns 0 with
+ * BASE filled, or -1. */
+static int base_dir(pid_t tid, int dirfd, char *base, size_t cap)
+{
+	struct sup *s = the_sup;
+	struct cwd_slot *slot = NULL;
+	char link[64];
+	ssize_t n;
+
+	if (dirfd == AT_FDCWD_ARG) {
+		if (s != NULL) {
+			slot = &s->cwd[(unsigned)tid % CWD_CACHE_SLOTS];
+			if (slot->tid == tid && strlen(slot->path) < cap) {
+				strcpy(base, slot->path);
+				return 0;
+			}
+		}
+		snprintf(link, sizeof(link), "/proc/%d/cwd", (int)tid);
+	} else if (dirfd >= 0) {
+		snprintf(link, sizeof(link), "/proc/%d/fd/%d", (int)tid, dirfd);
+	} else {
+		return -1;
+	}
+	n = readlink(link, base, cap - 1);
+	if (n <= 0 || base[0] != '/')
+		return -1; /* "pipe:[..]", "anon_inode:..": not a directory */
+	base[n] = '\0';
+	if (slot != NULL && s->chdir_pending == 0 && (size_t)n < sizeof(slot->path)) {
+		slot->tid = tid;
+		memcpy(slot->path, base, (size_t)n + 1);
+	}
+	return 0;
+}
+
+/* Resolve the normalised absolute PATH as task TID sees it: symlinks
+ * followed (the last one only when FOLLOW), absolute targets from its root,
+ * ".." from the resolved directory.  OUT (capacity CAP) gets the result;
+ * returns NT_EXISTS, NT_ABSENT, NT_NO_PARENT, or NT_UNKNOWN when the walk
+ * cannot be done (OUT then holds PATH).  The walk only reads links: the
+ * sandbox can swap a directory for a link between two steps, which makes
+ * the explanation wrong, never the sandbox weaker (docs/violations.md). */
+static int resolve(pid_t tid, const char *path, int follow, char *out, size_t cap)
+{
+	static char cur[NT_PATH_MAX], rest[NT_PATH_MAX], next[NT_PATH_MAX], target[NT_PATH_MAX],
+		comp[NT_PATH_MAX], joined[NT_PATH_MAX];
+	char link[64];
+	cleanup_fd int root = -1;
+	int links = 0;
+
+	if (snprintf(out, cap, "%s", path) >= (int)cap)
+		return NT_UNKNOWN;
+	snprintf(link, sizeof(link), "/proc/%d/root", (int)tid);
+	root = open(link, O_PATH | O_DIRECTORY | O_CLOEXEC);
+	if (root < 0)
+		return NT_UNKNOWN;
+	strcpy(cur, "/");
+	snprintf(rest, sizeof(rest), "%s", path);
+	for (;;) {
+		const char *p = rest;
+		size_t clen;
+		ssize_t n;
+		int last;
+
+		while (*p == '/')
+			p++;
+		if (*p == '\0')
+			break;
+		clen = strcspn(p, "/");
+		memcpy(comp, p, clen);
+		comp[clen] = '\0';
+		p += clen;
+		while (*p == '/')
+			p++;
+		last = *p == '\0';
+		memmove(rest, p, strlen(p) + 1);
+		if (nt_join(cur, comp, next, sizeof(next)) < 0)
+			return NT_UNKNOWN;
+		if (strcmp(comp, "..") == 0 || strcmp(comp, ".") == 0 || strcmp(next, "/") == 0) {
+			strcpy(cur, next);
+			continue;
+		}
+		n = readlinkat(root, next + 1, target, sizeof(target) - 1);
+		if (n < 0) {
+			if (errno == EINVAL) { /* not a symlink: it exists */
+				strcpy(cur, next);
+				continue;
+			}
+			if (errno == ENOENT && last) {
+				snprintf(out, cap, "%s", next);
+				return NT_ABSENT;
+			}
+			if (errno == ENOENT || errno == ENOTDIR) {
+				/* Shown as written; the call fails whatever the sandbox says. */
+				if (nt_join(next, rest, out, cap) < 0)
+					snprintf(out, cap, "%s", next);
+				return NT_NO_PARENT;
+			}
+			return NT_UNKNOWN;
+		}
+		target[n] = '\0';
+		if (last && !follow) {
+			snprintf(out, cap, "%s", next);
+			return NT_EXISTS;
+		}
+		if (++links > 40 || n == 0)
+			return NT_NO_PARENT; /* ELOOP / ENOENT: the call fails whatever the sandbox says */
+		if (snprintf(joined, sizeof(joined), "%s/%s", target, rest) >= (int)sizeof(joined))
+			return NT_UNKNOWN;
+		if (target[0] == '/')
+			strcpy(cur, "/");
+		memcpy(rest, joined, strlen(joined) + 1);
+	}
+	if (snprintf(out, cap, "%s", cur) >= (int)cap)
+		return NT_UNKNOWN;
+	return NT_EXISTS;
+}
+
+/* Read "NStgid:" (the process id inside the sandbox's pid namespace) and
+ * the comm of task TID.  Never fails: unknowns are 0 and "". */
+static void task_facts(pid_t tid, long *pid, char *comm, size_t cap)
+{
+	char path[64], buf[4096];
+	cleanup_fd int fd = -1;
+	ssize_t n;
+	char *line;
+
+	*pid = 0;
+	comm[0] = '\0';
+	snprintf(path, sizeof(path), "/proc/%d/comm", (int)tid);
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd >= 0) {
+		n = read(fd, comm, cap - 1);
+		comm[n > 0 ? n : 0] = '\0';
+		if (n > 0 && comm[n - 1] == '\n')
+			comm[n - 1] = '\0';
+		close(fd);
+	}
+	snprintf(path, sizeof(path), "/proc/%d/status", (int)tid);
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return;
+	n = read_all(fd, buf, sizeof(buf) - 1);
+	if (n <= 0)
+		return;
+	buf[n] = '\0';
+	line = strstr(buf, "\nNStgid:");
+	if (line != NULL) {
+		char *end = strchr(line + 1, '\n');
+		char *last;
+
+		if (end != NULL)
+			*end = '\0';
+		last = strrchr(line, '\t');
+		if (last != NULL)
+			*pid = strtol(last + 1, NULL, 10);
+	}
+}
+
+/* Append one record (docs/violations.md, "Records") to the events file.
+ * Past MAX_RECORDS only counts.  Never fails: a write error loses the
+ * record, not the run. */
+static void emit(struct sup *s, const struct seccomp_notif *req, char kind, const char *name, char why,
+		 const struct nt_entry *e, int err, const char *p1, const char *p2)
+{
+	char line[RECORD_MAX], comm[64];
+	struct timespec ts;
+	size_t len;
+	long pid;
+	int n;
+
+	if (s->records >= MAX_RECORDS) {
+		s->dropped++;
+		return;
+	}
+	task_facts((pid_t)req->pid, &pid, comm, sizeof(comm));
+	clock_gettime(CLOCK_REALTIME, &ts);
+	n = snprintf(line, sizeof(line), "ev %c %s %d %c %ld %d %ld %lld.%06ld %llx,%llx,%llx,%llx,%llx,%llx ",
+		     kind, name ? name : "-", req->data.nr, why ? why : '-', e ? (long)e->idx : -1L, err,
+		     pid, (long long)ts.tv_sec, ts.tv_nsec / 1000,
+		     (unsigned long long)req->data.args[0], (unsigned long long)req->data.args[1],
+		     (unsigned long long)req->data.args[2], (unsigned long long)req->data.args[3],
+		     (unsigned long long)req->data.args[4], (unsigned long long)req->data.args[5]);
+	if (n < 0 || (size_t)n >= sizeof(line))
+		return;
+	len = (size_t)n;
+	if (nt_hex(line, sizeof(line), &len, comm) < 0 || len + 2 > sizeof(line))
+		return;
+	line[len++] = ' ';
+	if (nt_hex(line, sizeof(line), &len, p1) < 0 || len + 2 > sizeof(line))
+		return;
+	line[len++] = ' ';
+	if (nt_hex(line, sizeof(line), &len, p2) < 0 || len + 2 > sizeof(line))
+		return;
+	line[len++] = '\n';
+	if (write_all(s->events, line, len) == 0)
+		s->records++;
+}
+
+/* Answer notification ID: errno ERR (the call fails), or CONTINUE when ERR
+ * is 0.  ENOENT (the task died or was interrupted meanwhile) is not an
+ * error.  Never fails. */
+static void respond(int listener, unsigned long long id, int err)
+{
+	struct seccomp_notif_resp resp;
+
+	memset(&resp, 0, sizeof(resp));
+	resp.id = id;
+	if (err != 0)
+		resp.error = -err;
+	else
+		resp.flags = SECCOMP_USER_NOTIF_FLAG_CONTINUE;
+	(void)ioctl(listener, SECCOMP_IOCTL_NOTIF_SEND, &resp);
+}
+
+/* A path argument of task TID joined with its base: PATH at ADDR, relative
+ * to DIRFD (NO_ARG: the cwd).  Returns 0 with OUT filled, or -1. */
+static int path_arg(pid_t tid, unsigned long long addr, int dirfd, char *out, size_t cap)
+{
+	char raw[NT_PATH_MAX], base[NT_PATH_MAX];
+
+	if (read_string(tid, addr, raw, sizeof(raw)) <= 0)
+		return -1;
+	if (raw[0] != '/' && base_dir(tid, dirfd, base, sizeof(base)) < 0)
+		return -1;
+	return nt_join(raw[0] == '/' ? NULL : base, raw, out, cap) < 0 ? -1 : 0;
+}
+
+/* Fill *C for watch W from the notification: paths read and joined, flags.
+ * Returns 0, or -1 when an argument cannot be read (no event then).  For
+ * connect, *ADDR gets the address and C->op is NT_OP_UNIX only for a path
+ * socket. */
+static int gather(const struct seccomp_notif *req, const struct watch *w, struct nt_call *c, char *p1,
+		  char *p2, struct nt_addr *addr)
+{
+	pid_t tid = (pid_t)req->pid;
+	const __u64 *a = req->data.args;
+	int dirfd = w->dirfd == NO_ARG ? AT_FDCWD_ARG : (int)(unsigned)a[w->dirfd];
+	int dirfd2 = w->dirfd2 == NO_ARG ? AT_FDCWD_ARG : (int)(unsigned)a[w->dirfd2];
+
+	memset(c, 0, sizeof(*c));
+	c->exists1 = c->exists2 = NT_UNKNOWN;
+	c->p1 = p1;
+	switch (w->op) {
+	case W_OPEN:
+		c->op = NT_OP_OPEN;
+		c->oflags = (unsigned long)a[w->flags];
+		break;
+	case W_OPENAT2: {
+		__u64 how_flags;
+
+		if (read_bytes(tid, a[w->flags], &how_flags, sizeof(how_flags)) < 0)
+			return -1;
+		c->op = NT_OP_OPEN;
+		c->oflags = (unsigned long)how_flags;
+		break;
+	}
+	case W_CREAT:
+		c->op = NT_OP_OPEN;
+		c->oflags = 0100 | 01 | 01000; /* O_CREAT|O_WRONLY|O_TRUNC */
+		break;
+	case W_MODIFY:
+		c->op = NT_OP_MODIFY;
+		break;
+	case W_CREATE:
+		c->op = NT_OP_CREATE;
+		break;
+	case W_REMOVE:
+		c->op = NT_OP_REMOVE;
+		break;
+	case W_RENAME:
+		c->op = NT_OP_RENAME;
+		c->p2 = p2;
+		break;
+	case W_NEWNAME:
+		c->op = NT_OP_CREATE; /* the new name only; P1 is read from path2 below */
+		break;
+	case W_EXEC:
+		c->op = NT_OP_EXEC;
+		if (w->flags != NO_ARG && (a[w->flags] & AT_EMPTY_PATH_FLAG))
+			return -1; /* fexecve: no path to explain */
+		break;
+	case W_CHDIR:
+		return -1;
+	case W_CONNECT: {
+		unsigned char sa[128];
+		size_t len = a[2] > sizeof(sa) ? sizeof(sa) : (size_t)a[2];
+
+		if (len < 2 || read_bytes(tid, a[1], sa, len) < 0 || nt_decode_sockaddr(sa, len, addr) < 0)
+			return -1;
+		if (addr->kind != NT_ADDR_UNIX_PATH)
+			return 0;
+		c->op = NT_OP_UNIX;
+		if (addr->text[0] != '/' && base_dir(tid, AT_FDCWD_ARG, p2, NT_PATH_MAX) < 0)
+			return -1;
+		return nt_join(addr->text[0] == '/' ? NULL : p2, addr->text, p1, NT_PATH_MAX) < 0 ? -1 : 0;
+	}
+	}
+	if (w->op == W_NEWNAME)
+		return path_arg(tid, a[w->path2], dirfd2, p1, NT_PATH_MAX);
+	if (path_arg(tid, a[w->path], dirfd, p1, NT_PATH_MAX) < 0)
+		return -1;
+	if (w->op == W_RENAME && path_arg(tid, a[w->path2], dirfd2, p2, NT_PATH_MAX) < 0)
+		return -1;
+	return 0;
+}
+
+/* Whether the last component of the call's path is followed. */
+static int follows(const struct watch *w, const struct nt_call *c, const __u64 *a)
+{
+	switch (w->op) {
+	case W_OPEN:
+	case W_OPENAT2:
+	case W_CREAT:
+		/* O_CREAT|O_EXCL never follows; O_NOFOLLOW fails on a link (ELOOP). */
+		return !(c->oflags & O_NOFOLLOW_FLAG) && !((c->oflags & 0100) && (c->oflags & 0200));
+	case W_MODIFY:
+		if (w->nofollow)
+			return 0;
+		return w->flags == NO_ARG || !(a[w->flags] & AT_SYMLINK_NOFOLLOW_FLAG);
+	case W_EXEC:
+	case W_CONNECT:
+		return 1;
+	case W_CREATE:
+	case W_REMOVE:
+	case W_RENAME:
+	case W_NEWNAME:
+	case W_CHDIR:
+		return 0;
+	}
+	return 0;
+}
+
+/* One watched call: predict, answer CONTINUE, record a refusal.  The
+ * answer is always sent, whatever fails on the way. */
+static void handle_watch(struct sup *s, const struct seccomp_notif *req, const struct watch *w)
+{
+	static char p1[NT_PATH_MAX], p2[NT_PATH_MAX], r1[NT_PATH_MAX], r2[NT_PATH_MAX];
+	struct nt_addr addr = { 0 };
+	struct nt_call c;
+	struct nt_verdict v = { 0 };
+	int refuse = 0, inet = 0;
+
+	if (s->chdir_pending == (pid_t)req->pid)
+		s->chdir_pending = 0; /* its chdir is done: caching is safe again */
+	if (w->op == W_CHDIR || ++s->since_flush > CWD_CACHE_LIFE) {
+		cwd_flush(s);
+		if (w->op == W_CHDIR) {
+			s->chdir_pending = (pid_t)req->pid;
+			respond(s->listener, req->id, 0);
+			return;
+		}
+	}
+	if (gather(req, w, &c, p1, p2, &addr) == 0) {
+		if (w->op == W_CONNECT && addr.kind != NT_ADDR_UNIX_PATH) {
+			inet = addr.kind == NT_ADDR_INET && !(addr.loopback && nt_port_free(s->t, addr.port));
+		} else if (nt_decide(s->t, &c, &v)) {
+			/* Maybe: look at the objects as the task sees them. */
+			c.exists1 = resolve((pid_t)req->pid, p1, follows(w, &c, req->data.args), r1, sizeof(r1));
+			c.p1 = r1;
+			if (c.op == NT_OP_RENAME) {
+				c.exists2 = resolve((pid_t)req->pid, p2, 0, r2, sizeof(r2));
+				c.p2 = r2;
+			}
+			if (c.exists1 == NT_UNKNOWN)
+				c.p1 = p1;
+			refuse = nt_decide(s->t, &c, &v);
+		}
+	}
+	/* Before a record: the notification must still be the one read (a
+	 * task that died, and a new one with its pid, would otherwise be
+	 * explained by our reads).  Not needed to answer CONTINUE: the answer
+	 * to a stale notification fails with ENOENT and changes nothing. */
+	if ((refuse || inet) && ioctl(s->listener, SECCOMP_IOCTL_NOTIF_ID_VALID, &req->id) < 0) {
+		respond(s->listener, req->id, 0);
+		return;
+	}
+	if (refuse)
+		emit(s, req, v.kind, w->name, v.why, v.e, 0, v.which == 2 ? c.p2 : c.p1,
+		     c.op == NT_OP_RENAME ? (v.which == 2 ? c.p1 : c.p2) : NULL);
+	else if (inet)
+		emit(s, req, 'n', w->name, '-', NULL, 0, addr.text, NULL);
+	respond(s->listener, req->id, 0);
+}
+
+/* One notification.  A watched call goes on (handle_watch); any other is
+ * on the denylist (the observing program notifies only for those two) and
+ * gets EPERM, the errno of every rule the program turns into a
+ * notification (builder/seccomp.py, notified()).  So a program and a
+ * supervisor that do not match fail closed: a call is never continued
+ * unless it is on the watch list, which holds no denied call. */
+static void handle(struct sup *s, const struct seccomp_notif *req)
+{
+	const struct watch *w;
+
+	if (SB_AUDIT_ARCH_NATIVE != 0 && req->data.arch != SB_AUDIT_ARCH_NATIVE) {
+		respond(s->listener, req->id, EPERM);
+		return;
+	}
+	w = find_watch(req->data.nr);
+	if (w == NULL) {
+		emit(s, req, 's', NULL, '-', NULL, EPERM, NULL, NULL);
+		respond(s->listener, req->id, EPERM);
+		return;
+	}
+	handle_watch(s, req, w);
+}
+
+/* Receive the listener descriptor safebox forwards on SOCK (one message,
+ * one descriptor).  Returns it, or -1 when safebox closed the socket
+ * without one (the helper could not observe). */
+static int receive_listener(int sock)
+{
+	char tag;
+	struct iovec iov = { .iov_base = &tag, .iov_len = 1 };
+	union {
+		char buf[CMSG_SPACE(sizeof(int))];
+		struct cmsghdr align;
+	} ctl;
+	struct msghdr msg = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl.buf,
+			      .msg_controllen = sizeof(ctl.buf) };
+	struct cmsghdr *c;
+	int fd;
+
+	if (RETRY_EINTR(recvmsg(sock, &msg, MSG_CMSG_CLOEXEC)) != 1 || tag != 'N')
+		return -1;
+	c = CMSG_FIRSTHDR(&msg);
+	if (c == NULL || c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS ||
+	    c->cmsg_len != CMSG_LEN(sizeof(int)) || (msg.msg_flags & MSG_CTRUNC))
+		return -1;
+	memcpy(&fd, CMSG_DATA(c), sizeof(fd));
+	return fd;
+}
+
+/* Read and check the table at PATH (regular, ours, 0600, bounded).  Dies
+ * on any failure. */
+static void load_table(const char *path, struct nt_table *t)
+{
+	cleanup_fd int fd = (int)RETRY_EINTR(open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK));
+	cleanup_free char *buf = NULL;
+	char err[256];
+	struct stat st;
+	ssize_t n;
+
+	if (fd < 0)
+		die_errno("cannot open observe table %s", path);
+	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || st.st_uid != getuid() ||
+	    (st.st_mode & 07777) != 0600 || st.st_size > NT_TABLE_MAX)
+		die("observe table %s: not a regular 0600 file of ours, at most %d bytes", path, NT_TABLE_MAX);
+	buf = xcalloc((size_t)st.st_size + 1, 1);
+	n = read_all(fd, buf, (size_t)st.st_size + 1);
+	if (n != st.st_size)
+		die("observe table %s changed size while being read", path);
+	if (nt_table_parse(buf, (size_t)n, t, err, sizeof(err)) < 0)
+		die("%s: %s", path, err);
+}
+
+/* Allocate a notification buffer as large as the kernel's struct
+ * (SECCOMP_GET_NOTIF_SIZES: it may grow), zeroed before every RECV. */
+static size_t notif_size(void)
+{
+	struct seccomp_notif_sizes sizes;
+
+	if (syscall(__NR_seccomp, SECCOMP_GET_NOTIF_SIZES, 0, &sizes) == 0 &&
+	    sizes.seccomp_notif > sizeof(struct seccomp_notif))
+		return sizes.seccomp_notif;
+	return sizeof(struct seccomp_notif);
+}
+
+static volatile sig_atomic_t stopping;
+
+/* SIGTERM from safebox: the command is gone; finish.  Async-signal-safe. */
+static void on_term(int sig)
+{
+	(void)sig;
+	stopping = 1;
+}
+
+/* The loop: answer notifications until safebox says the command is gone
+ * (SIGTERM, sent until this process exits) or no task uses the filter any
+ * more.  A blocking RECV, not poll() then RECV: one system call less per
+ * notification, and with SYNC_WAKE_UP the notifying task and this process
+ * hand the CPU to each other directly.  Never fails. */
+static void serve(struct sup *s)
+{
+	size_t size = notif_size();
+	cleanup_free struct seccomp_notif *req = xcalloc(1, size);
+	struct sigaction sa;
+
+	memset(&sa, 0, sizeof(sa));
+	sa.sa_handler = on_term; /* no SA_RESTART: RECV returns EINTR */
+	sigaction(SIGTERM, &sa, NULL);
+	/* Linux 6.6: wake the notifying task on this CPU when answering, which
+	 * takes the round trip from tens of microseconds to a few. */
+	(void)ioctl(s->listener, SECCOMP_IOCTL_NOTIF_SET_FLAGS, SECCOMP_USER_NOTIF_FD_SYNC_WAKE_UP, 0);
+	for (;;) {
+		memset(req, 0, size);
+		if (ioctl(s->listener, SECCOMP_IOCTL_NOTIF_RECV, req) == 0) {
+			handle(s, req);
+			continue;
+		}
+		if (errno == EINTR || errno == ENOENT) {
+			/* ENOENT: the notifying task was interrupted, or (Linux
+			 * 6.6's recv_wait_event) no task uses the filter any more.
+			 * Whatever is still queued is answered first. */
+			struct pollfd p = { .fd = s->listener, .events = POLLIN };
+			int r = poll(&p, 1, 0);
+
+			if (r == 1 && (p.revents & POLLIN))
+				continue;
+			if (stopping || (r == 1 && (p.revents & (POLLHUP | POLLERR))))
+				return;
+			continue;
+		}
+		return; /* the listener is unusable: the kernel answers ENOSYS from now on */
+	}
+}
+
+/* safebox starts this process with every signal blocked, in its own
+ * process group.  A signal sent to safebox's group (the user's Ctrl-C, a
+ * CI runner's SIGTERM) before the child left that group is pending now:
+ * ignoring a signal discards its pending instance (signal(7)), so these are
+ * dropped before anything is unblocked.  SIGTERM is the stop signal safebox
+ * sends at the end (serve() installs its handler); it is discarded here too,
+ * so only one sent from now on counts.  Never fails. */
+static void ignore_group_signals(void)
+{
+	static const int sigs[] = { SIGINT, SIGQUIT, SIGHUP, SIGTERM, SIGPIPE, SIGUSR1, SIGUSR2,
+				    SIGALRM, SIGTSTP, SIGTTIN, SIGTTOU, SIGWINCH, SIGVTALRM, SIGPROF };
+	sigset_t none;
+	size_t i;
+
+	for (i = 0; i < sizeof(sigs) / sizeof(sigs[0]); i++)
+		signal(sigs[i], SIG_IGN);
+	sigemptyset(&none);
+	sigprocmask(SIG_SETMASK, &none, NULL);
+}
+
+/* Parse "--supervise --table PATH --events-fd N --listener-sock N" (dies
+ * on anything else), receive the listener, serve.  See supervise.h. */
+int supervise_main(int argc, char **argv)
+{
+	const char *table_path = NULL;
+	int events = -1, sock = -1, i;
+	unsigned long n;
+	struct nt_table t;
+	static struct sup s; /* 256 KiB of cwd cache: not on the stack */
+	pid_t parent = getppid();
+
+	for (i = 2; i < argc; i++) {
+		if (strcmp(argv[i], "--table") == 0 && i + 1 < argc && table_path == NULL)
+			table_path = argv[++i];
+		else if (strcmp(argv[i], "--events-fd") == 0 && i + 1 < argc && events < 0 &&
+			 policy_parse_uint(argv[i + 1], strlen(argv[i + 1]), 3, 1048576, &n) == 0)
+			events = (int)n, i++;
+		else if (strcmp(argv[i], "--listener-sock") == 0 && i + 1 < argc && sock < 0 &&
+			 policy_parse_uint(argv[i + 1], strlen(argv[i + 1]), 3, 1048576, &n) == 0)
+			sock = (int)n, i++;
+		else
+			die("--supervise: unexpected argument '%s'", argv[i]);
+	}
+	if (table_path == NULL || events < 0 || sock < 0 || events == sock)
+		die("--supervise needs --table, --events-fd and --listener-sock");
+	/* Gone with safebox, even when it is SIGKILLed: nothing would read
+	 * the records, and the sandbox is gone with it too. */
+	if (prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0) < 0 || getppid() != parent)
+		die("--supervise: safebox exited before the supervisor started");
+	ignore_group_signals();
+	load_table(table_path, &t);
+	memset(&s, 0, sizeof(s));
+	the_sup = &s;
+	s.t = &t;
+	s.events = events;
+	s.listener = receive_listener(sock);
+	close(sock);
+	if (s.listener >= 0) {
+		serve(&s);
+		close(s.listener);
+	}
+	if (s.dropped > 0)
+		dprintf(events, "dropped %lu\n", s.dropped);
+	nt_table_free(&t);
+	return 0;
+}
+
+/* 1 if the kernel has SECCOMP_RET_USER_NOTIF (supervise.h). */
+int supervise_available(void)
+{
+	unsigned int action = SECCOMP_RET_USER_NOTIF;
+
+	return syscall(__NR_seccomp, SECCOMP_GET_ACTION_AVAIL, 0, &action) == 0;
+}

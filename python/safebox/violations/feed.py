@@ -1,0 +1,415 @@
+"""Explaining refusals: records → ``denied`` events (rule, errno, fix) → the
+audit log and the end-of-run summary (docs/violations.md, "Events").
+
+Imported only when a run has something to explain. The supervisor's
+records are bytes another process wrote from what the sandboxed command
+passed to the kernel: ``parse_record`` takes any bytes and returns a record
+or None, never raises (fuzzed in tests/unit/test_violations_feed.py).
+"""
+
+from __future__ import annotations
+
+import datetime
+import errno as errno_mod
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+from safebox.builder.resolved import Layers, ResolvedPolicy
+from safebox.policy.defaults import (CREDENTIAL_PATHS, PROTECTED_DIRS, PROTECTED_FILES, PROTECTED_IN_GIT_DIR)
+from safebox.policy.effective import EffectivePolicy
+from safebox.violations.table import M, MASK_DIR, MASK_FILE, MOUNT_C, MOUNT_W, Table
+
+#: Version of the ``denied`` event's fields (docs/violations.md).
+EVENT_VERSION = 1
+#: Kinds, in the order the summary lists them.
+KINDS = ("write", "read", "exec", "syscall", "unix-socket", "network")
+_KIND = {"w": "write", "r": "read", "x": "exec", "u": "unix-socket", "n": "network"}
+_PLURAL = {"write": ("write", "writes"), "read": ("read", "reads"), "exec": ("exec", "execs"),
+           "syscall": ("system call", "system calls"), "unix-socket": ("unix socket", "unix sockets"),
+           "network": ("connection", "connections")}
+
+RULE_ALLOW_WRITE = "filesystem.allowWrite"
+RULE_DENY_WRITE = "filesystem.denyWrite"
+RULE_DENY_READ = "filesystem.denyRead"
+RULE_CREDENTIALS = "filesystem.denyRead (built-in credential list)"
+RULE_PROTECTED = "protected file"
+RULE_SELF = "self-protection"
+RULE_UNIX = "network.allowUnixSockets"
+RULE_DOMAINS = "network.allowedDomains"
+
+
+@dataclass(frozen=True)
+class Record:
+    """One line of the supervisor (docs/violations.md, "Records")."""
+
+    kind: str  # w r x s u n
+    name: str  # the watched syscall's name, or "-"
+    nr: int
+    why: str  # T P B M or -
+    idx: int  # table entry, -1: none
+    err: int  # the errno the supervisor answered (denied calls), else 0
+    pid: int
+    time: float
+    args: tuple[int, ...]
+    comm: str
+    path: str | None
+    path2: str | None
+
+
+def _unhex(field_: bytes) -> str | None:
+    if field_ == b"-":
+        return None
+    raw = bytes.fromhex(field_.decode("ascii"))
+    return os.fsdecode(raw)
+
+
+def parse_record(line: bytes) -> Record | None:
+    """A record from one line of the events file, or None when it is not one.
+    Never raises: the line is data another process wrote."""
+    try:
+        f = line.split(b" ")
+        if len(f) != 13 or f[0] != b"ev":
+            return None
+        kind = f[1].decode("ascii")
+        why = f[4].decode("ascii")
+        if kind not in "wrxsun" or len(kind) != 1 or len(why) != 1 or why not in "TPBM-":
+            return None
+        args = tuple(int(a, 16) for a in f[9].split(b","))
+        if len(args) != 6 or any(not 0 <= a < 2**64 for a in args):
+            return None
+        name = f[2].decode("ascii")
+        if not (name == "-" or name.replace("_", "").isalnum()):
+            return None
+        return Record(kind=kind, name=name, nr=int(f[3]), why=why, idx=int(f[5]), err=int(f[6]),
+                      pid=int(f[7]), time=float(f[8]), args=args, comm=_unhex(f[10]) or "",
+                      path=_unhex(f[11]), path2=_unhex(f[12]))
+    except (ValueError, UnicodeDecodeError):
+        return None
+
+
+def _errno_name(n: int | None) -> str | None:
+    if not n:
+        return None
+    return errno_mod.errorcode.get(n, str(n))
+
+
+def _under(path: str, root: str) -> bool:
+    return path == root or path.startswith(root.rstrip("/") + "/")
+
+
+def protected_by_name(path: str) -> bool:
+    """Whether ``path`` is one of the mandatory protected names
+    (policy/defaults.py), wherever it lies."""
+    parts = [p for p in path.split("/") if p]
+    if parts and parts[-1] in PROTECTED_FILES:
+        return True
+    for d in PROTECTED_DIRS:
+        seq = d.split("/")
+        for i in range(len(parts) - len(seq) + 1):
+            if parts[i:i + len(seq)] == seq:
+                return True
+    for i, p in enumerate(parts[:-1]):
+        if p == ".git" and parts[i + 1] in PROTECTED_IN_GIT_DIR:
+            return True
+    return False
+
+
+@dataclass
+class Event:
+    """One refusal, explained."""
+
+    kind: str
+    fields: dict[str, Any]
+    rule: str
+    fix: str | None  # what to change, or None when nothing allows it
+    fix_note: str = ""  # why nothing allows it
+    time: float = 0.0
+    shown: str = ""  # the path, syscall or host, for the summary
+    quiet: bool = False  # in the audit log and -v, not in the summary (see Feed.summary)
+
+
+@dataclass
+class Feed:
+    """The events of one run."""
+
+    rp: ResolvedPolicy
+    policy: EffectivePolicy
+    home: str
+    table: Table | None
+    status: bytes | None = None  # the helper's status line
+    own: tuple[str, ...] = ()  # this run's --policy and --audit-log files (read-only inside)
+    events: list[Event] = field(default_factory=list)
+    dropped: int = 0
+
+    # ----------------------------------------------------------- helpers
+
+    def tilde(self, path: str) -> str:
+        """``path`` with the home directory shown as ``~``."""
+        if self.home and _under(path, self.home) and self.home != "/":
+            return "~" + path[len(self.home.rstrip("/")):]
+        return path
+
+    def _credential(self, path: str) -> bool:
+        for c in CREDENTIAL_PATHS:
+            c = self.home + c[1:] if c.startswith("~") else c
+            if _under(path, c) or _under(path, os.path.realpath(c)):
+                return True
+        return False
+
+    def _self(self, path: str) -> bool:
+        from safebox.builder.resolve import self_paths
+
+        state = os.path.dirname(os.path.dirname(self.rp.run_dir)) if self.rp.run_dir else ""
+        return any(_under(path, p) for p in (*self_paths(), *self.own, *((state,) if state else ())))
+
+    def _entry(self, idx: int) -> tuple[str, int] | None:
+        if self.table is None or not 0 <= idx < len(self.table.entries):
+            return None
+        return self.table.entries[idx]
+
+    def _write_rule(self, path: str, entry: tuple[str, int] | None) -> tuple[str, str | None, str]:
+        """(rule, fix, why nothing allows it) for a refused write to ``path``."""
+        bits = entry[1] if entry else 0
+        if bits & (M | MASK_DIR | MASK_FILE):
+            return self._read_rule(path)
+        if self._self(path):
+            return RULE_SELF, None, ("safebox's own files (its installation, its state, this run's --policy and "
+                                     "--audit-log files) are read-only in every sandbox")
+        deny_write = [os.path.realpath(p) for p in self.policy.deny_write]
+        if any(_under(path, d) for d in deny_write):
+            return RULE_DENY_WRITE, "remove the entry from filesystem.denyWrite (or the --deny-write flag)", ""
+        sealed = {d for d, _ in self.rp.sealed_dirs}
+        if (protected_by_name(path) or any(_under(path, p) for p in self.rp.read_only)
+                or (entry is not None and entry[0] in sealed)):
+            return RULE_PROTECTED, None, "changing it could run code outside the sandbox (docs/policy-reference.md)"
+        return RULE_ALLOW_WRITE, f"--allow-write {self.tilde(self._write_root_for(path))}", ""
+
+    def _write_root_for(self, path: str) -> str:
+        """The directory to suggest for --allow-write: the top directory under
+        the home (``~/.npm``), else the file's directory."""
+        if self.home and _under(path, self.home) and path != self.home:
+            first = path[len(self.home.rstrip("/")) + 1:].split("/", 1)[0]
+            candidate = os.path.join(self.home, first)
+            if candidate != path or os.path.isdir(candidate):
+                return candidate
+        return os.path.dirname(path) or "/"
+
+    def _read_rule(self, path: str) -> tuple[str, str | None, str]:
+        if self._credential(path):
+            return RULE_CREDENTIALS, None, "credentials stay unreadable in every sandbox"
+        return RULE_DENY_READ, "remove the entry from filesystem.denyRead (or the --deny-read flag)", ""
+
+    # ------------------------------------------------------------ records
+
+    def add_records(self, lines: list[bytes]) -> None:
+        """Explain the supervisor's record lines (malformed ones are skipped)."""
+        for line in lines:
+            if line.startswith(b"dropped "):
+                try:
+                    self.dropped += int(line.split(b" ", 1)[1])
+                except ValueError:
+                    pass
+                continue
+            rec = parse_record(line)
+            if rec is None:
+                continue
+            ev = self._explain(rec)
+            if ev is not None:
+                self.events.append(ev)
+
+    def _explain(self, rec: Record) -> Event | None:
+        both = self.rp.layers is Layers.BOTH
+        base: dict[str, Any] = {"pid": rec.pid or None, "comm": rec.comm or None}
+        if rec.kind == "s":
+            return self._explain_syscall(rec, base)
+        if rec.kind == "n":
+            return self._explain_connect(rec, base, both=both)
+        path = rec.path or "?"
+        entry = self._entry(rec.idx)
+        bits = entry[1] if entry else 0
+        kind = _KIND[rec.kind]
+        if rec.kind == "w":
+            rule, fix, note = self._write_rule(path, entry)
+            if rec.why == "B":
+                err: int | None = errno_mod.EBUSY
+            elif not both:
+                err = errno_mod.EACCES
+            else:
+                mount_ok = bits & (MOUNT_W if rec.why == "T" else MOUNT_C)
+                err = errno_mod.EACCES if mount_ok else errno_mod.EROFS
+            fields = {"kind": kind, "path": path, "syscall": rec.name, "errno": _errno_name(err),
+                      "rule": rule, **base}
+            if rec.path2:
+                fields["path2"] = rec.path2
+            return Event(kind, fields, rule, fix, note, rec.time, self.tilde(path))
+        # read, exec, unix socket: a masked path
+        mask_dir = bool(bits & MASK_DIR)
+        if not both:
+            err = errno_mod.EACCES
+        elif rec.kind == "u":
+            err = errno_mod.ENOENT if mask_dir and entry and path != entry[0] else errno_mod.ECONNREFUSED
+        elif rec.kind == "x":
+            err = errno_mod.ENOENT if mask_dir and entry and path != entry[0] else errno_mod.EACCES
+        else:  # a read: the mask reads as empty (file), an empty directory, or has nothing inside
+            err = errno_mod.ENOENT if mask_dir and entry and path != entry[0] else None
+        if rec.kind == "u" and not any(_under(path, os.path.realpath(p)) or _under(path, p)
+                                       for p in self.policy.deny_read):
+            rule, fix, note = RULE_UNIX, f"add {self.tilde(path)} to network.allowUnixSockets", ""
+        else:
+            rule, fix, note = self._read_rule(path)
+        fields = {"kind": kind, "path": path, "syscall": rec.name, "errno": _errno_name(err), "rule": rule, **base}
+        return Event(kind, fields, rule, fix, note, rec.time, self.tilde(path))
+
+    def _explain_syscall(self, rec: Record, base: dict[str, Any]) -> Event:
+        from safebox.builder import seccomp
+
+        name = _syscall_name(rec.nr)
+        rule_why = "the seccomp denylist"
+        for r in seccomp.RULES:
+            if r.syscall == name and all(c.matches(rec.args) for c in r.conds):
+                rule_why = r.why
+                break
+        family = rec.args[0] & 0xFFFF_FFFF
+        if name == "socket" and family == seccomp.AF_UNIX:
+            fields = {"kind": "unix-socket", "syscall": name, "errno": _errno_name(rec.err),
+                      "rule": RULE_UNIX, **base}
+            return Event("unix-socket", fields, RULE_UNIX,
+                         "list the socket's path in network.allowUnixSockets (or allowAllUnixSockets = true)",
+                         "", rec.time, "socket(AF_UNIX)", quiet=True)
+        if name == "socket" and family in (seccomp.AF_INET, seccomp.AF_INET6):
+            rule = f"seccomp: {rule_why}"
+            fields = {"kind": "network", "syscall": name, "errno": _errno_name(rec.err), "rule": rule, **base}
+            return Event("network", fields, rule, "--allow-domain HOST (the proxy carries TCP only)", "",
+                         rec.time, "socket(AF_INET)")
+        rule = f"seccomp: {rule_why}"
+        fields = {"kind": "syscall", "syscall": name, "errno": _errno_name(rec.err), "rule": rule, **base}
+        return Event("syscall", fields, rule, None, "denied in every sandbox (docs/seccomp.md)", rec.time, name)
+
+    def _landlock_tcp(self) -> bool:
+        """Whether the helper reported Landlock's TCP rules enforced (ABI 4)."""
+        import json
+
+        try:
+            return bool(json.loads(self.status or b"{}").get("landlock", {}).get("net"))
+        except (ValueError, AttributeError):
+            return False
+
+    def _explain_connect(self, rec: Record, base: dict[str, Any], *, both: bool) -> Event | None:
+        """A TCP connect to anything but the proxy's ports. Landlock (ABI 4)
+        refuses it with EACCES, loopback included; without Landlock's TCP
+        rules only bwrap's empty network namespace does (ENETUNREACH, and
+        loopback is no refusal), and a helper-only run refuses nothing."""
+        text = rec.path or "?"
+        host, _, port = text.rpartition(":")
+        host = host.strip("[]")
+        if self._landlock_tcp():
+            err = errno_mod.EACCES
+        elif both and not (host.startswith("127.") or host in ("::1", "::ffff:127.0.0.1")):
+            err = errno_mod.ENETUNREACH
+        else:
+            return None
+        proxied = bool(self.policy.allowed_domains)
+        rule = RULE_DOMAINS
+        fix = ("connect through the proxy (HTTPS_PROXY/ALL_PROXY are set in the sandbox)" if proxied
+               else f"--allow-domain NAME for the host behind {host} (then through the proxy)")
+        fields = {"kind": "network", "host": host, "port": int(port) if port.isdigit() else None,
+                  "syscall": rec.name, "errno": _errno_name(err), "rule": rule, **base}
+        return Event("network", fields, rule, fix, "", rec.time, f"{host}:{port}")
+
+    def add_network(self, refusals: list[tuple[Any, ...]]) -> None:
+        """The proxy's refusals: (host, port, protocol, decision). The fix is
+        the one the proxy's own refusal line gives (proxy/explain.py), so the
+        two never disagree."""
+        from safebox.proxy.explain import fix_for
+
+        for host, port, protocol, decision in refusals:
+            rule = str(getattr(decision, "rule", RULE_DOMAINS))
+            reason = str(getattr(decision, "reason", ""))
+            fix = fix_for(str(host).lower(), decision)
+            fields = {"kind": "network", "host": str(host), "port": int(port), "protocol": str(protocol),
+                      "errno": None, "rule": rule, "reason": reason, "pid": None, "comm": None}
+            self.events.append(Event("network", fields, rule, fix, reason, 0.0, str(host)))
+
+    # ------------------------------------------------------------ output
+
+    def write_audit(self, audit: Any) -> None:
+        """One ``denied`` event per refusal (``audit.event(kind, **fields)``)."""
+        for ev in self.events:
+            extra: dict[str, Any] = {}
+            if ev.time:
+                extra["time"] = datetime.datetime.fromtimestamp(ev.time, datetime.timezone.utc).isoformat(
+                    timespec="milliseconds")
+            audit.event("denied", v=EVENT_VERSION, **ev.fields, **({"fix": ev.fix} if ev.fix else {}), **extra)
+        if self.dropped:
+            audit.event("denied-dropped", v=EVENT_VERSION, count=self.dropped)
+
+    def summary(self, *, verbose: bool) -> list[str]:
+        """The stderr lines (without ``safebox: ``): every event with -v, then
+        one line of counts and one with the fix for the commonest.
+
+        A ``socket(AF_UNIX)`` refused without an address is left out of the
+        two lines: glibc's name-service lookups (``getpwuid``: git, ls -l,
+        id) try nscd's and systemd-userdb's sockets and fall back quietly,
+        so nearly every run would end with a refusal that changes nothing.
+        Those events are in the audit log and in the -v list; a connect to a
+        hidden socket path is always summarised."""
+        out: list[str] = []
+        if verbose:
+            for ev in self.events:
+                f = ev.fields
+                who = f" by {f['comm']}[{f['pid']}]" if f.get("comm") else ""
+                err = f["errno"] or "no error (reads as empty)" if ev.kind == "read" else f["errno"] or "refused"
+                out.append(_printable(f"denied {ev.kind} {ev.shown}{who}: {err} ({ev.rule})"))
+        loud = [ev for ev in self.events if not ev.quiet]
+        if not loud:
+            return out
+        counts: dict[str, list[Event]] = {}
+        for ev in loud:
+            counts.setdefault(ev.kind, []).append(ev)
+        parts = []
+        for kind in KINDS:
+            evs = counts.get(kind)
+            if not evs:
+                continue
+            shown: list[str] = []
+            for ev in evs:
+                if ev.shown not in shown:
+                    shown.append(ev.shown)
+            more = f" and {len(shown) - 3} more" if len(shown) > 3 else ""
+            one, many = _PLURAL[kind]
+            parts.append(f"{len(evs)} {one if len(evs) == 1 else many} ({', '.join(shown[:3])}{more})")
+        total = len(loud)
+        dropped = f" (and {self.dropped} more not recorded)" if self.dropped else ""
+        out.append(_printable(f"refused {total} operation{'s' if total != 1 else ''}{dropped}: "
+                              + ", ".join(parts)))
+        out.append(_printable(self._commonest(loud)))
+        return out
+
+    def _commonest(self, events: list[Event]) -> str:
+        groups: dict[tuple[str, str | None], list[Event]] = {}
+        for ev in events:
+            groups.setdefault((ev.rule, ev.fix), []).append(ev)
+        fixable = [(k, v) for k, v in groups.items() if k[1]]
+        pick = max(fixable or list(groups.items()), key=lambda kv: len(kv[1]))
+        (rule, fix), evs = pick
+        one, many = _PLURAL[evs[0].kind]
+        what = f"{len(evs)} {one if len(evs) == 1 else many} refused by {rule}"
+        if fix:
+            return f"to allow the commonest ({what}): {fix}"
+        return f"the commonest ({what}) cannot be allowed: {evs[0].fix_note}"
+
+
+def _printable(text: str) -> str:
+    """No escape sequence from a path reaches the terminal."""
+    return "".join(c if c.isprintable() else "?" for c in text)[:2000]
+
+
+def _syscall_name(nr: int) -> str:
+    try:
+        import pyseccomp
+
+        name = pyseccomp.resolve_syscall(pyseccomp.Arch.NATIVE, nr)
+        return name.decode() if isinstance(name, bytes) else str(name)
+    except Exception:  # noqa: BLE001 -- a name is only for the explanation
+        return f"syscall {nr}"

@@ -1,0 +1,197 @@
+"""The violations feed's pure parts: the supervisor's table, the observing
+program, the record decoder (fuzzed with hypothesis: its input is written
+from what a sandboxed command passed to the kernel), the summary."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from safebox.builder import seccomp
+from safebox.builder.resolved import Layers, ResolvedPolicy
+from safebox.policy.effective import EffectivePolicy
+from safebox.violations import feed, table
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _rp(layers: Layers = Layers.BOTH) -> ResolvedPolicy:
+    return ResolvedPolicy(
+        layers=layers, cwd="/h/proj", write_roots=("/h/proj",), read_only=("/h/proj/.mcp.json",),
+        sealed_dirs=(("/h/proj/.git", ("/h/proj/.git/objects",)),), pinned_dirs=("/h/proj/.git",),
+        mask_dirs=("/h/.ssh",), mask_files=("/h/.netrc",), run_dir="/h/.cache/safebox/run/1",
+        landlock_rules=(("read", "/"), ("dev", "/dev"), ("write", "/h/proj"), ("write", "/tmp"))
+        if layers is Layers.BOTH else
+        (("readdir", "/"), ("read", "/usr"), ("readdir", "/h"), ("write", "/h/proj"), ("dev", "/dev/null")))
+
+
+def _flags(t: table.Table, path: str) -> str:
+    entry = t.lookup(path)
+    assert entry is not None
+    return "".join(letter for bit, letter in ((table.W, "w"), (table.C, "c"), (table.M, "m"), (table.B, "b"))
+                   if entry[1] & bit)
+
+
+# ------------------------------------------------------------------ table
+
+
+@pytest.mark.parametrize(("path", "entry", "want"), [
+    ("/etc/x", "/", "b"),  # the read-only root: nothing writable
+    ("/h/proj/src/a.c", "/h/proj", "wcb"),
+    ("/h/proj/.mcp.json", "/h/proj/.mcp.json", "b"),  # protected: a read-only bind
+    ("/h/proj/.git/HEAD", "/h/proj/.git", "b"),  # sealed: read-only (it replaces the pin)
+    ("/h/proj/.git/objects/x", "/h/proj/.git/objects", "wcb"),  # a kept child, bound back
+    ("/h/.ssh/id_rsa", "/h/.ssh", "mb"),
+    ("/h/.netrc", "/h/.netrc", "mb"),
+    ("/dev/null", "/dev", "wb"),  # Landlock's dev class: write files, create nothing
+    ("/tmp/x", "/tmp", "wcb"),
+    ("/proc/self/attr/current", "/proc", "b"),  # bwrap's procfs is writable, Landlock's read grant is not
+])
+def test_the_table_folds_both_layers_into_one_deepest_match(path: str, entry: str, want: str) -> None:
+    t = table.build(_rp(), reads=True)
+    found = t.lookup(path)
+    assert found is not None and found[0] == entry
+    assert _flags(t, path) == want
+
+
+def test_the_table_remembers_which_layer_refuses_for_the_errno() -> None:
+    t = table.build(_rp(), reads=False)
+    root = t.lookup("/etc/x")
+    proc = t.lookup("/proc/1/x")
+    dev = t.lookup("/dev/x")
+    assert root and not root[1] & table.MOUNT_C  # read-only mount: EROFS
+    assert dev and dev[1] & table.MOUNT_C and not dev[1] & table.C  # mount allows, Landlock refuses: EACCES
+    assert proc and not proc[1] & table.MOUNT_W
+
+
+def test_a_helper_only_table_is_landlock_alone() -> None:
+    t = table.build(_rp(Layers.HELPER_ONLY), reads=True)
+    assert _flags(t, "/h/proj/x") == "wc"
+    assert _flags(t, "/etc/x") == ""
+    assert _flags(t, "/dev/null") == "w"
+    assert _flags(t, "/h/.ssh/id_rsa") == "m"
+    assert all(bits & table.MOUNT_W and bits & table.MOUNT_C for _, bits in t.entries)  # EACCES, never EROFS
+
+
+def test_the_table_file_is_what_the_supervisor_parses() -> None:
+    text = table.build(_rp(), reads=True, ports=(3128, 1080)).render().decode()
+    lines = text.splitlines()
+    assert lines[:2] == ["safebox-observe 1", "reads 1"] and lines[-3:] == ["port 3128", "port 1080", "end"]
+    for line in lines[2:-3]:
+        key, flags, hexpath = line.split(" ")
+        assert key == "entry" and re.fullmatch(r"w?c?m?b?|-", flags) and bytes.fromhex(hexpath).startswith(b"/")
+
+
+# ------------------------------------------------------------------ the observing program
+
+
+def test_no_watched_call_is_on_the_denylist_the_supervisor_continues_every_watched_call() -> None:
+    watched = {w.syscall for w in seccomp.WATCH}
+    denied = {r.syscall for r in seccomp.RULES}
+    assert not watched & denied
+
+
+def test_the_supervisor_knows_exactly_the_watched_calls() -> None:
+    src = (REPO / "helper" / "supervise.c").read_text()
+    c_names = set(re.findall(r'\{ __NR_\w+, "(\w+)", W_', src))
+    assert c_names == {w.syscall for w in seccomp.WATCH}
+
+
+def test_only_eperm_rules_notify_clone3_stays_in_the_kernel() -> None:
+    for rule in seccomp.RULES:
+        assert seccomp.notified(rule, seccomp.Observe.WRITES) is (rule.action is seccomp.Action.EPERM)
+        assert not seccomp.notified(rule, seccomp.Observe.OFF)
+
+
+def test_the_observing_program_notifies_where_the_plain_one_says_eperm() -> None:
+    pytest.importorskip("pyseccomp")
+    from test_seccomp_rules import RET_ALLOW, nr_of, run_bpf  # the BPF interpreter of the rule tests
+
+    notify = 0x7FC00000
+    plain = seccomp.compile_program(allow_unix_sockets=False, allow_inet=seccomp.InetMode.ANY)
+    obs = seccomp.compile_program(allow_unix_sockets=False, allow_inet=seccomp.InetMode.ANY,
+                                  observe=seccomp.Observe.WRITES)
+    full = seccomp.compile_program(allow_unix_sockets=False, allow_inet=seccomp.InetMode.ANY,
+                                   observe=seccomp.Observe.ALL)
+    unshare = nr_of("unshare")
+    assert run_bpf(plain, nr=unshare, args=(0x1000_0000,)) == 0x0005_0001
+    assert run_bpf(obs, nr=unshare, args=(0x1000_0000,)) == notify
+    assert run_bpf(obs, nr=nr_of("clone3")) == 0x0005_0026  # ENOSYS, in the kernel
+    openat = nr_of("openat")
+    assert run_bpf(obs, nr=openat, args=(0, 0, 0)) == RET_ALLOW  # O_RDONLY: not watched by default
+    assert run_bpf(full, nr=openat, args=(0, 0, 0)) == notify
+    for flag in (0o1, 0o2, 0o100, 0o1000):
+        assert run_bpf(obs, nr=openat, args=(0, 0, flag | 0o2000000)) == notify
+    assert run_bpf(obs, nr=nr_of("utimensat"), args=(0, 1)) == RET_ALLOW  # metadata: --observe all only
+    assert run_bpf(full, nr=nr_of("utimensat"), args=(0, 1)) == notify
+    assert run_bpf(full, nr=nr_of("utimensat"), args=(0, 0)) == RET_ALLOW  # by descriptor
+    assert run_bpf(obs, nr=nr_of("read")) == RET_ALLOW
+
+
+# ------------------------------------------------------------------ records
+
+
+REC = (b"ev w openat 257 P 0 0 12 1700000000.000001 ffffff9c,7ffd0000,241,1b6,0,0 "
+       + b"sh".hex().encode() + b" " + b"/etc/x".hex().encode() + b" -")
+
+
+def test_a_record_decodes_field_by_field() -> None:
+    r = feed.parse_record(REC)
+    assert r == feed.Record(kind="w", name="openat", nr=257, why="P", idx=0, err=0, pid=12, time=1700000000.000001,
+                            args=(0xFFFFFF9C, 0x7FFD0000, 0x241, 0x1B6, 0, 0), comm="sh", path="/etc/x", path2=None)
+
+
+@pytest.mark.parametrize("bad", [b"", b"ev", REC + b" x", REC.replace(b"ev w", b"ev q"),
+                                 REC.replace(b" P ", b" PP "), REC.replace(b"241", b"zz"),
+                                 REC.replace(b"0,0 ", b"0 "), REC.replace(b"openat", b"op;en")])
+def test_a_malformed_record_is_none(bad: bytes) -> None:
+    assert feed.parse_record(bad) is None
+
+
+@settings(max_examples=2000, deadline=None)
+@given(st.binary(max_size=400))
+def test_parse_record_never_raises_on_any_bytes(data: bytes) -> None:
+    feed.parse_record(data)
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.lists(st.sampled_from([b"ev", b"w", b"r", b"s", b"openat", b"-", b"0", b"-1", b"12", b"1.5", b"ff",
+                                 b"0,0,0,0,0,0", b"6162", b"2f6574632f78", b"P", b"M", b"zz", b"\xff"]),
+                min_size=10, max_size=14))
+def test_records_near_the_format_decode_or_are_none(fields: list[bytes]) -> None:
+    r = feed.parse_record(b" ".join(fields))
+    if r is not None:
+        assert r.kind in "wrxsun" and len(r.args) == 6
+
+
+def _feed(lines: list[bytes], layers: Layers = Layers.BOTH) -> feed.Feed:
+    rp = _rp(layers)
+    f = feed.Feed(rp, policy=EffectivePolicy(), home="/h", table=table.build(rp, reads=True))
+    f.add_records(lines)
+    return f
+
+
+def test_the_summary_counts_by_kind_and_names_the_fix_for_the_commonest() -> None:
+    etc = REC
+    bashrc = REC.replace(b"/etc/x".hex().encode(), b"/h/.bashrc".hex().encode())
+    f = _feed([etc, bashrc, etc.replace(b"/etc/x".hex().encode(), b"/etc/y".hex().encode())])
+    assert [e.fields["errno"] for e in f.events] == ["EROFS"] * 3
+    assert [e.rule for e in f.events] == ["filesystem.allowWrite", "protected file", "filesystem.allowWrite"]
+    assert f.summary(verbose=False) == [
+        "refused 3 operations: 3 writes (/etc/x, ~/.bashrc, /etc/y)",
+        "to allow the commonest (2 writes refused by filesystem.allowWrite): --allow-write /etc"]
+
+
+def test_nothing_refused_is_no_summary() -> None:
+    assert _feed([]).summary(verbose=True) == []
+
+
+def test_a_path_with_escape_sequences_reaches_the_terminal_as_question_marks() -> None:
+    evil = REC.replace(b"/etc/x".hex().encode(), "/etc/\x1b[2Jx".encode().hex().encode())
+    lines = _feed([evil]).summary(verbose=True)
+    assert all("\x1b" not in line for line in lines)
+    assert "/etc/?[2Jx" in lines[0]
