@@ -86,13 +86,15 @@ static void parse_args(int argc, char **argv, struct args *a)
 		die("--status-fd and --handoff-fd must differ");
 }
 
-/* The name of an errno that landlock_create_ruleset(2) can return, "?" for
- * any other.  Not strerrorname_np(): that is GLIBC_2.32, and the wheel's
+/* The name of an errno that landlock_create_ruleset(2) or installing the
+ * observing seccomp filter with a listener can return, "?" for any other.
+ * Not strerrorname_np(): that is GLIBC_2.32, and the wheel's
  * manylinux tag is the newest glibc symbol the helper needs (build.py
  * manylinux_platform); the helper's own calls stay at GLIBC_2.17 or older. */
-static const char *landlock_errno_name(int errnum)
+static const char *errno_name(int errnum)
 {
 	switch (errnum) {
+	case EBUSY: return "EBUSY";
 	case ENOSYS: return "ENOSYS";
 	case EOPNOTSUPP: return "EOPNOTSUPP";
 	case EPERM: return "EPERM";
@@ -118,7 +120,7 @@ static int probe(void)
 	printf("{\"v\":1,\"version\":\"%s\",\"build_id\":\"%s\",\"landlock_abi\":%d", SAFEBOX_VERSION,
 	       SAFEBOX_BUILD_ID, abi);
 	if (abi == 0)
-		printf(",\"landlock_errno\":\"%s\"", landlock_errno_name(errnum));
+		printf(",\"landlock_errno\":\"%s\"", errno_name(errnum));
 	printf(",\"seccomp\":%s,\"seccomp_notify\":%s,\"nnp\":%s}\n", seccomp_available() ? "true" : "false",
 	       supervise_available() ? "true" : "false", nnp ? "true" : "false");
 	return fflush(stdout) == 0 ? 0 : SB_EXIT_FAILURE;
@@ -305,7 +307,7 @@ static void observe_handoff(const struct bpf_blob *observe, int fd, int listener
 		handoff_send(fd, 'N', &listener, 1);
 		close(listener);
 	} else {
-		n = snprintf(msg, sizeof(msg), "n %s", strerrorname_np(why) ? strerrorname_np(why) : "?");
+		n = snprintf(msg, sizeof(msg), "n %s", errno_name(why));
 		if (RETRY_EINTR(send(fd, msg, (size_t)n, MSG_NOSIGNAL)) != n)
 			die_errno("cannot tell safebox that observation is off");
 	}
