@@ -108,7 +108,7 @@ def test_only_eperm_rules_notify_clone3_stays_in_the_kernel() -> None:
 
 
 def test_the_observing_program_notifies_where_the_plain_one_says_eperm() -> None:
-    pytest.importorskip("pyseccomp")
+    import pyseccomp  # noqa: F401  (a runtime dependency: missing is a failure, not a skip)
     from test_seccomp_rules import RET_ALLOW, nr_of, run_bpf  # the BPF interpreter of the rule tests
 
     notify = 0x7FC00000
