@@ -209,17 +209,30 @@ WRONG: list[tuple[str, object, str]] = [
     ("network.socksProxyPort", True, "network.socksProxyPort: must be a port number from 1 to 65535, not true"),
     ("network.socksProxyPort", 70000, "network.socksProxyPort: must be a port number from 1 to 65535, "
                                       "not the number 70000"),
-    ("filesystem.denyRead", "~/.ssh", 'filesystem.denyRead: must be a list of paths, not the string "~/.ssh"'),
+    ("filesystem.denyRead", "~/.ssh", 'filesystem.denyRead: must be a list of paths or glob patterns, '
+                                      'not the string "~/.ssh"'),
     ("filesystem.denyRead", ["~root/.ssh"], 'filesystem.denyRead[0] = "~root/.ssh": only \'~\' and \'~/...\' '
                                             "are supported, not '~user'"),
-    ("filesystem.allowRead", "~/.pgpass", 'filesystem.allowRead: must be a list of paths, not the string "~/.pgpass"'),
-    ("filesystem.allowRead", ["**/.env"], 'filesystem.allowRead[0] = "**/.env": glob patterns are not supported yet'),
+    ("filesystem.allowRead", "~/.pgpass", 'filesystem.allowRead: must be a list of paths or glob patterns, '
+                                          'not the string "~/.pgpass"'),
+    ("filesystem.allowRead", ["*.{a,b}"], 'filesystem.allowRead[0] = "*.{a,b}": braces are not expanded in glob '
+                                          "patterns"),
+    ("filesystem.allowWrite", ["**/.env"], 'filesystem.allowWrite[0] = "**/.env": glob patterns are not supported '
+                                           "here"),
+    ("filesystem.allowGitConfig", "yes", 'filesystem.allowGitConfig: must be true or false, not the string "yes"'),
+    ("filesystem.disabled", True, "filesystem.disabled: srt key not supported by safebox: safebox never switches "
+                                  "its filesystem rules off"),
+    ("bwrapPath", "/usr/bin/bwrap", "bwrapPath: srt key not supported by safebox: safebox runs bwrap from PATH"),
+    ("allowAppleEvents", "no", 'allowAppleEvents: must be true or false, not the string "no"'),
+    ("enableWeakerNetworkIsolation", 1, "enableWeakerNetworkIsolation: must be true or false, not the number 1"),
+    ("ripgrep.argv0", [], "ripgrep.argv0: must be a string, not a list"),
     ("filesystem.allowWritePathDirs", "yes", 'filesystem.allowWritePathDirs: must be true or false, '
                                              'not the string "yes"'),
     ("filesystem.allowWrite", ".", 'filesystem.allowWrite: must be a list of paths, not the string "."'),
     ("filesystem.allowWrite", ["a\0b"], 'filesystem.allowWrite[0] = "a\\u0000b": a path must be non-empty and '
                                         "contain no NUL byte"),
-    ("filesystem.denyWrite", [1.5], "filesystem.denyWrite[0]: must be a path, not the number 1.5"),
+    ("filesystem.denyWrite", [1.5], 'filesystem.denyWrite[0]: must be a path or { "path": ..., "literal": true }, '
+                                    "not the number 1.5"),
     ("filesystem.denyWrite", [""], 'filesystem.denyWrite[0] = "": a path must be non-empty'),
     ("env.deny", "X", 'env.deny: must be a list of environment variable patterns, not the string "X"'),
     ("env.deny", ["A B"], 'env.deny[0] = "A B": an environment variable pattern uses only letters'),
@@ -262,14 +275,14 @@ WRONG: list[tuple[str, object, str]] = [
     ("credentials.envVars", [{"name": "T", "mode": "mask", "injectHosts": ["*"]}],
      'credentials.envVars[0].injectHosts[0] = "*"'),
     ("credentials.envVars", [{"name": "T", "mode": "mask", "decode": "jwt"}],
-     "credentials.envVars[0].decode: a sandbox-runtime key that safebox does not support: safebox masks the whole "
+     "credentials.envVars[0].decode: srt key not supported by safebox: safebox masks the whole "
      "value only"),
     ("credentials.files", [{"path": "", "mode": "deny"}], 'credentials.files[0].path = "": a path must be non-empty'),
     ("credentials.files", [{"path": "~/.netrc", "mode": "mask", "extract": "password (\\S+)"}],
-     "credentials.files[0].extract: a sandbox-runtime key that safebox does not support"),
+     "credentials.files[0].extract: srt key not supported by safebox"),
     ("credentials.allowPlaintextInject", "yes", 'credentials.allowPlaintextInject: must be true or false, '
                                                 'not the string "yes"'),
-    ("credentials.awsPairs", [], "credentials.awsPairs: a sandbox-runtime key that safebox does not support"),
+    ("credentials.awsPairs", [], "credentials.awsPairs: srt key not supported by safebox"),
     ("enableWeakerNestedSandbox", "no", 'enableWeakerNestedSandbox: must be true or false, not the string "no"'),
     ("enableWeakerNestedSandbox", True, "enableWeakerNestedSandbox: safebox never weakens its sandbox"),
     ("presets", "npm", 'presets: must be a list of preset names, not the string "npm"'),
@@ -330,14 +343,17 @@ def test_an_unknown_key_suggests_the_nearest_known_one(data: dict, suggestion: s
     assert e.value.message == f"p.json: {suggestion}"
 
 
-def test_an_srt_key_safebox_does_not_support_says_why(monkeypatch) -> None:
-    from safebox.policy import model
+@pytest.mark.parametrize(("doc", "key"), [({"filesystem": {"disabled": False}}, "filesystem.disabled"),
+                                          ({"seccomp": {"applyPath": "/x"}}, "seccomp"),
+                                          ({"git": {"safeDirectories": ["/w"]}}, "git"),
+                                          ({"windows": {}}, "windows"), ({"socatPath": "/s"}, "socatPath"),
+                                          ({"javaAgentJarPath": "/j.jar"}, "javaAgentJarPath")])
+def test_an_srt_key_safebox_does_not_support_says_so_and_why(doc: dict, key: str) -> None:
+    from safebox.policy.model import SRT_KEYS_NOT_SUPPORTED
 
-    monkeypatch.setitem(model.SRT_KEYS_NOT_SUPPORTED, "filesystem.allowGitConfig", "not yet; use denyWrite")
     with pytest.raises(PolicyError) as e:
-        validate_layer(layer({"filesystem": {"allowGitConfig": True}}))
-    assert e.value.message == ("p.json: filesystem.allowGitConfig: a sandbox-runtime key that safebox does not "
-                               "support: not yet; use denyWrite")
+        validate_layer(layer(doc))
+    assert e.value.message == f"p.json: {key}: srt key not supported by safebox: {SRT_KEYS_NOT_SUPPORTED[key]}"
 
 
 @pytest.mark.parametrize("flags, message", [

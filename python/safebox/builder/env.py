@@ -123,9 +123,16 @@ def proxy_env(bridges: tuple[Bridge, ...]) -> dict[str, str]:
         url = f"socks5h://127.0.0.1:{socks.port}"
         env["ALL_PROXY"] = env["all_proxy"] = url
         if http:
+            # ControlMaster=no and ControlPath=none, as sandbox-runtime sets
+            # them (command-line options beat ~/.ssh/config): a mux socket
+            # from the user's ssh config that cannot be bound inside makes
+            # ssh exit right after authenticating, and with ControlMaster=no
+            # alone ssh still tries an existing master at the ControlPath,
+            # a connection made outside the sandbox and its proxy.
             env["GIT_SSH_COMMAND"] = (
-            f"ssh -o ProxyCommand='socat - PROXY:127.0.0.1:%h:%p,proxyport={http.port}'"
-        )
+                "ssh -o ControlMaster=no -o ControlPath=none "
+                f"-o ProxyCommand='socat - PROXY:127.0.0.1:%h:%p,proxyport={http.port}'"
+            )
     if env:
         # Nothing may bypass the proxy: everything else is an empty namespace.
         env["NO_PROXY"] = env["no_proxy"] = ""

@@ -542,7 +542,7 @@ class Protected(Frozen):
 
 
 def protected_paths(scans: dict[str, RootScan], write_roots: list[str], depth: int, home: str,
-                    known: tuple[tuple[str, str], ...] = ()) -> Protected:
+                    known: tuple[tuple[str, str], ...] = (), *, allow_git_config: bool = False) -> Protected:
     """Decide every protected path under the write roots.
 
     Existing ones are re-bound read-only. A git directory missing one of its
@@ -556,7 +556,14 @@ def protected_paths(scans: dict[str, RootScan], write_roots: list[str], depth: i
     read-only already). The link itself sits in a writable directory and is
     no mount point, so it could be replaced: it is recorded and restored
     after the run, the replacement quarantined.
+
+    ``allow_git_config`` (srt's ``filesystem.allowGitConfig``): every git
+    dir's ``config`` is left writable, and a missing one is neither sealed
+    against nor watched; its hooks and the files that redirect git stay
+    protected.
     """
+    in_git_dir = tuple(e for e in defaults.PROTECTED_IN_GIT_DIR if not (allow_git_config and e == "config"))
+    seal_for = {"hooks"} if allow_git_config else {"hooks", "config"}
     existing: set[str] = set()
     missing: set[str] = set()
     sealed: list[tuple[str, list[str]]] = []
@@ -612,7 +619,8 @@ def protected_paths(scans: dict[str, RootScan], write_roots: list[str], depth: i
         # (`.mcp.json`, `.claude/`, `.config/git` when the root is $HOME),
         # and the config of a repository the command creates there with `git
         # init` (`core.fsmonitor` in it runs at the user's next `git status`).
-        for name in (*defaults.PROTECTED_FILES, *defaults.PROTECTED_DIRS, ".git/config"):
+        for name in (*defaults.PROTECTED_FILES, *defaults.PROTECTED_DIRS,
+                     *(() if allow_git_config else (".git/config",))):
             q = os.path.join(root, name)
             if not os.path.lexists(q):
                 missing.add(q)
@@ -621,16 +629,15 @@ def protected_paths(scans: dict[str, RootScan], write_roots: list[str], depth: i
         if not os.path.isdir(git):
             continue
         absent = []
-        for entry in defaults.PROTECTED_IN_GIT_DIR:
+        for entry in in_git_dir:
             q = os.path.join(git, entry)
             if os.path.lexists(q):
                 existing.add(q)
             else:
                 absent.append(entry)
-        if {"hooks", "config"} & set(absent):
+        if seal_for & set(absent):
             kids = sorted(os.listdir(git))
-            sealed.append((git, [os.path.join(git, k) for k in kids
-                                 if k not in defaults.PROTECTED_IN_GIT_DIR]))
+            sealed.append((git, [os.path.join(git, k) for k in kids if k not in in_git_dir]))
         else:
             # Entries that cannot be mounted over because they do not
             # exist yet are watched, and quarantined if the run creates them.
@@ -1157,7 +1164,8 @@ def _resolve(policy: EffectivePolicy, *, layers: Layers, cwd: str, home: str, ho
                            write_exclude=tuple(sorted(excl)))
     known_file = os.path.join(host.state_dir, KNOWN_GIT_DIRS)
     known_before = read_known_git_dirs(known_file)
-    prot = protected_paths(scans, write_roots, policy.search_depth, home, known=known_before)
+    prot = protected_paths(scans, write_roots, policy.search_depth, home, known=known_before,
+                           allow_git_config=policy.allow_git_config)
     remember_git_dirs(known_file, known_before, tuple(prot.known))
     existing, missing, sealed, git_dirs = prot.existing, prot.missing, prot.sealed, prot.git_dirs
     scan.procs = {}

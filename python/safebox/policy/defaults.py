@@ -217,6 +217,10 @@ PROTECTED_FILES: tuple[str, ...] = (
     ".netrc",
     ".envrc",
     ".mcp.json",
+    # ripgrep reads the file RIPGREP_CONFIG_PATH names (conventionally this
+    # one) at every search; `--pre=COMMAND` there runs COMMAND on every file
+    # the user's next `rg` searches. sandbox-runtime protects it too.
+    ".ripgreprc",
     ".safebox.toml",
     ".safebox.json",
     # pre-commit's hook (installed in .git/hooks) runs what this file lists,

@@ -26,11 +26,18 @@ class EffectivePolicy(Frozen):
     allow_all_unix_sockets: bool = False
     allow_local_binding: bool = False
     allow_local_destinations: bool = False
-    deny_read: tuple[str, ...] = ()  # allowRead's entries already taken out (policy/load.py)
+    # Literal paths (allowRead's identical entries already taken out of
+    # deny_read: policy/load.py) and, apart, glob patterns, absolute and
+    # normalised, expanded against the host at every run (builder/globs.py).
+    deny_read: tuple[str, ...] = ()
     allow_read: tuple[str, ...] = ()
     allow_write: tuple[str, ...] = ()
     deny_write: tuple[str, ...] = ()
+    deny_read_globs: tuple[str, ...] = ()
+    allow_read_globs: tuple[str, ...] = ()
+    deny_write_globs: tuple[str, ...] = ()
     allow_write_path_dirs: bool = False
+    allow_git_config: bool = False
     env_deny: tuple[str, ...] = ()
     env_allow: tuple[str, ...] = ()
     search_depth: int = 6

@@ -272,7 +272,7 @@ def _unknown_key(loc: tuple[Any, ...]) -> str:
     # without the index.
     srt_key = ".".join(str(p) for p in loc if not isinstance(p, int))
     if srt_key in SRT_KEYS_NOT_SUPPORTED:
-        return f"a sandbox-runtime key that safebox does not support: {SRT_KEYS_NOT_SUPPORTED[srt_key]}"
+        return f"srt key not supported by safebox: {SRT_KEYS_NOT_SUPPORTED[srt_key]}"
     known = _known_keys()
     parent = ".".join(str(p) for p in loc[:-1])
     siblings = [k for k in known if k.rpartition(".")[0] == parent]
@@ -392,7 +392,7 @@ def merge(layers: list[tuple[Layer, dict[str, Any]]], ctx: Context) -> Effective
     trust = any(_get(doc, ("trustProjectFiles",)) for layer, doc in layers if not layer.project)
     lists: dict[str, list[str]] = {k: [] for k in (
         "allowed_domains", "denied_domains", "allow_unix_sockets", "deny_read", "allow_read",
-        "allow_write", "deny_write", "env_deny", "env_allow", "presets")}
+        "allow_write", "deny_write", "env_deny", "env_allow", "presets", *_GLOB_FIELDS.values())}
     scalars: dict[str, Any] = {}
     sources: list[tuple[str, Any, str]] = []
     origin: dict[tuple[str, str], str] = {}  # (field, entry) -> the first layer that named it
@@ -422,9 +422,17 @@ def merge(layers: list[tuple[Layer, dict[str, Any]]], ctx: Context) -> Effective
                 continue
             dotted = ".".join(key)
             for v in values:
-                item = expand_path(v, ctx) if is_path else v
-                lists[target].append(item)
-                origin.setdefault((target, item), layer.name)
+                field = target
+                if isinstance(v, dict):  # {"path": ..., "literal": true}: glob characters are plain
+                    item = expand_path(v["path"], ctx)
+                elif is_path:
+                    item = expand_path(v, ctx)
+                    if target in _GLOB_FIELDS and not _GLOB_CHARS.isdisjoint(v):
+                        field = _GLOB_FIELDS[target]
+                else:
+                    item = v
+                lists[field].append(item)
+                origin.setdefault((field, item), layer.name)
                 sources.append((dotted, item, layer.name))
         for name in _get(doc, ("presets",)) or ():
             # A preset expands where it is named: its domains join the
@@ -448,8 +456,8 @@ def merge(layers: list[tuple[Layer, dict[str, Any]]], ctx: Context) -> Effective
     def dedupe(xs: list[str]) -> tuple[str, ...]:
         return tuple(dict.fromkeys(xs))
 
-    if lists["allow_read"]:
-        lists["deny_read"], sources = _apply_allow_read(lists["deny_read"], lists["allow_read"], origin, sources)
+    if lists["allow_read"] or lists["allow_read_globs"]:
+        sources = _apply_allow_read(lists, origin, sources)
     merged = {k: dedupe(v) for k, v in lists.items()}
     from safebox.policy.presets import active
 
@@ -479,30 +487,35 @@ def _merge_limit(layer: Layer, key: str, value: Any, scalars: dict[str, Any],
     return [s for s in sources if s[0] != dotted] + [(dotted, value, layer.name)]
 
 
-def _apply_allow_read(deny: list[str], allow: list[str], origin: dict[tuple[str, str], str],
-                      sources: list[tuple[str, Any, str]]) -> tuple[list[str], list[tuple[str, Any, str]]]:
-    """``denyRead`` without the entries ``allowRead`` re-allows.
+def _apply_allow_read(lists: dict[str, list[str]], origin: dict[tuple[str, str], str],
+                      sources: list[tuple[str, Any, str]]) -> list[tuple[str, Any, str]]:
+    """Take off ``denyRead`` the entries ``allowRead`` names exactly (after
+    ``~`` and relative expansion; a pattern only by the same pattern),
+    whichever layer named them; ``policy show`` says so. Everything else
+    (an entry inside a denied directory, a denyRead entry inside an
+    allowRead one, patterns) is decided against the host when the sandbox
+    is built (builder/regions.py): allowRead beats the denyRead region it
+    lies in, and a more specific denyRead entry still wins."""
+    gone: set[tuple[str, str]] = set()
+    for deny, allow in (("deny_read", "allow_read"), ("deny_read_globs", "allow_read_globs")):
+        again = set(lists[allow])
+        gone.update((deny, d) for d in lists[deny] if d in again)
+        lists[deny] = [d for d in lists[deny] if d not in again]
+    keyed = {"deny_read": "filesystem.denyRead", "deny_read_globs": "filesystem.denyRead"}
+    allow_of = {"deny_read": "allow_read", "deny_read_globs": "allow_read_globs"}
+    shown = []
+    for k, v, src in sources:
+        hit = next((f for f in keyed if k == keyed[f] and (f, v) in gone), None)
+        if hit is not None:
+            src = f"{src} (re-allowed by filesystem.allowRead from {origin[(allow_of[hit], v)]})"
+        shown.append((k, v, src))
+    return shown
 
-    Minimal on purpose (a fuller ``allowRead``, srt's carve-outs beneath a
-    denied directory, is later work): an entry equal to a ``denyRead``
-    entry, compared after ``~`` and relative expansion, removes it whatever
-    layer named it; an entry strictly beneath a denied directory would need
-    a carve-out inside a mask and is refused, never silently ignored; any
-    other entry names a path that is readable already and changes nothing.
-    """
-    for a in allow:
-        for d in deny:
-            if a != d and (d == "/" or a.startswith(d.rstrip("/") + "/")):
-                layer = origin[("allow_read", a)]
-                where = "--allow-read" if layer == FLAGS_LAYER else f"{layer}: filesystem.allowRead"
-                raise PolicyError(
-                    f"{where}: {a} lies inside the denied {d} (<- {origin[('deny_read', d)]}): "
-                    "only a whole denyRead entry can be re-allowed for now",
-                    hint=f"re-allow {d} itself, or keep {a} unreadable")
-    gone = set(allow)
-    shown = [(k, v, f"{src} (re-allowed by filesystem.allowRead from {origin[('allow_read', v)]})")
-             if k == "filesystem.denyRead" and v in gone else (k, v, src) for k, v, src in sources]
-    return [d for d in deny if d not in gone], shown
+
+#: Path lists whose entries may be glob patterns (builder/globs.py): a
+#: pattern goes to its own field, expanded against the host at every run.
+_GLOB_FIELDS = {"deny_read": "deny_read_globs", "allow_read": "allow_read_globs", "deny_write": "deny_write_globs"}
+_GLOB_CHARS = frozenset("*?[]")
 
 
 def _srt_extras(layers: list[tuple[Layer, dict[str, Any]]], ctx: Context, *, trust: bool,
@@ -589,6 +602,7 @@ _SCALAR_KEYS: dict[tuple[str, ...], str] = {
     ("network", "allowLocalBinding"): "allow_local_binding",
     ("network", "allowLocalDestinations"): "allow_local_destinations",
     ("filesystem", "allowWritePathDirs"): "allow_write_path_dirs",
+    ("filesystem", "allowGitConfig"): "allow_git_config",
     ("strict",): "strict",
     ("mandatoryDenySearchDepth",): "search_depth",
 }
@@ -606,6 +620,11 @@ def policy_document(eff: EffectivePolicy) -> dict[str, Any]:
         node = out
         for part in key[:-1]:
             node = node.setdefault(part, {})
+        if field in _GLOB_FIELDS:
+            # A literal path that holds a glob character keeps srt's literal
+            # form; the patterns follow the literal entries.
+            value = [{"path": v, "literal": True} if not _GLOB_CHARS.isdisjoint(v) else v for v in value]
+            value += list(getattr(eff, _GLOB_FIELDS[field]))
         node[key[-1]] = list(value) if isinstance(value, tuple) else value
     if eff.tls_terminate:
         tls: dict[str, Any] = {"excludeDomains": list(eff.tls_exclude_domains),
@@ -658,7 +677,8 @@ def credential_env_layers(ctx: Context) -> list[Layer]:
     directory name is not a glob there)."""
     out = []
     for var, paths in defaults.credential_env_paths(ctx.credential_env):
-        out.append(Layer(name=f"${var}", data={"filesystem": {"denyRead": list(paths)}}))
+        out.append(Layer(name=f"${var}", data={"filesystem": {"denyRead": [{"path": p, "literal": True}
+                                                                            for p in paths]}}))
     return out
 
 
@@ -738,7 +758,7 @@ def _load_from(inputs: list[tuple[str, bool, bytes]], ctx: Context, flags: Flags
 POLICY_CACHE_MAX_ENTRIES = 256
 POLICY_CACHE_MAX_BYTES = 8 << 20
 _TOUCH_AFTER = 60.0
-_CACHE_FORMAT = 3  # 2: sources are (key, value, layer) records; 3: limits
+_CACHE_FORMAT = 4  # 2: sources are (key, value, layer) records; 3: limits; 4: glob fields, allowGitConfig
 
 
 def load_cached(ctx: Context, *, policy_file: str | None, flags: Flags, cache_dir: str) -> EffectivePolicy:

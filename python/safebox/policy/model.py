@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, PlainValidator
 
 from safebox.domains import check_pattern
 
@@ -34,33 +34,93 @@ def _check_denied_pattern(value: str) -> str:
 
 
 #: Characters that make a path entry a glob in sandbox-runtime's syntax
-#: (``*``, ``**``, ``?``, ``[...]``), plus braces, which shells and most glob
-#: libraries expand (``*.{pem,key}``). safebox does not expand globs yet: taken
-#: literally, ``**/.env`` names a path that never exists, and a deny entry for
-#: it would be skipped as missing while every ``.env`` stays readable (found in
-#: review, issue 11). Until globs are supported this is the one place that
-#: refuses them; lifting it is the whole change on the validation side.
-GLOB_CHARS = frozenset("*?[]{}")
-GLOB_REFUSAL = "glob patterns are not supported yet"
+#: (``*``, ``**``, ``?``, ``[...]``); builder/globs.py expands them. Braces
+#: are literal in srt's glob syntax and expanded by shells: a pattern holding
+#: one is refused (globs.check_pattern). Lists of paths that take no pattern
+#: (``allowWrite``, ``allowUnixSockets``) refuse all of them.
+GLOB_CHARS = frozenset("*?[]")
+GLOB_REFUSAL = "glob patterns are not supported here"
 
 
-def glob_refusal(value: str) -> str | None:
-    """Why ``value`` cannot be a path entry yet, or None when it has no glob character."""
+def glob_refusal(value: str, *, key: str | None) -> str | None:
+    """Why ``value`` cannot be an entry of ``key``, a list of literal paths, or None."""
     if GLOB_CHARS.isdisjoint(value):
         return None
-    return (f"{GLOB_REFUSAL} (it has one of * ? [ ] {{ }}): name the path itself, "
-            "or its directory (a directory covers everything beneath it)")
+    if key is None:  # a single path (a CA file, a credential file)
+        return f"{GLOB_REFUSAL} (it has one of * ? [ ]): this key takes one path, not a pattern"
+    why = {"allowWrite": "a write root is one directory bound into the sandbox when it starts",
+           "allowUnixSockets": "a socket is bound in by its path"}.get(key, "")
+    return (f"{GLOB_REFUSAL} (it has one of * ? [ ]): {key} takes paths; {why}. Name the path itself, or, "
+            'for a name that holds such a character, write { "path": ..., "literal": true }')
 
 
-def _check_path(value: str) -> str:
+def _check_plain_path(value: str) -> str:
     if not value or "\0" in value:
         raise ValueError("a path must be non-empty and contain no NUL byte")
     if value.startswith("~") and not (value == "~" or value.startswith("~/")):
         raise ValueError("only '~' and '~/...' are supported, not '~user'")
-    refusal = glob_refusal(value)
+    return value
+
+
+def _check_path(value: str) -> str:
+    """A key that takes one path (``tlsTerminate.caCertPath``, a credential file)."""
+    _check_plain_path(value)
+    refusal = glob_refusal(value, key=None)
     if refusal:
         raise ValueError(refusal)
     return value
+
+
+def _literal_entry(key: str) -> Any:
+    """The validator of a list of literal paths, ``key``: a path holding no
+    glob character, or srt's ``{"path": ..., "literal": true}``."""
+    def check(value: Any) -> str | dict[str, Any]:
+        if isinstance(value, str):
+            _check_plain_path(value)
+            refusal = glob_refusal(value, key=key)
+            if refusal:
+                raise ValueError(refusal)
+            return value
+        if isinstance(value, dict):
+            entry = _check_fs_entry(value)
+            if isinstance(entry, str):  # "literal": false, a pattern
+                return check(entry)
+            return entry
+        raise ValueError(f'must be a path or {{ "path": ..., "literal": true }}, not {_describe(value)}')
+    return check
+
+
+def _describe(value: Any) -> str:
+    from safebox.policy.load import _json_word
+
+    return _json_word(value)
+
+
+def _check_fs_entry(value: Any) -> str | dict[str, Any]:
+    """A ``denyRead``/``allowRead``/``denyWrite`` entry: a path, a glob
+    pattern (builder/globs.py), or srt's ``{"path": ..., "literal": true}``,
+    whose path is taken as it is spelled, glob characters included."""
+    if isinstance(value, str):
+        _check_plain_path(value)
+        if not GLOB_CHARS.isdisjoint(value):
+            from safebox.builder.globs import check_pattern
+
+            check_pattern(value)
+        return value
+    if isinstance(value, dict):
+        extra = sorted(set(value) - {"path", "literal"})
+        if extra:
+            raise ValueError(f"unknown key `{extra[0]}` in a path entry (the keys are `path` and `literal`)")
+        path, literal = value.get("path"), value.get("literal", False)
+        if not isinstance(path, str):
+            raise ValueError(f"`path` must be a path, not {_describe(path)}")
+        if not isinstance(literal, bool):
+            raise ValueError(f"`literal` must be true or false, not {_describe(literal)}")
+        if not literal:
+            return _check_fs_entry(path)
+        _check_plain_path(path)
+        return {"path": path, "literal": True}
+    raise ValueError(f'must be a path or {{ "path": ..., "literal": true }}, not {_describe(value)}')
 
 
 def _check_preset(value: str) -> str:
@@ -104,6 +164,9 @@ def _limit_check(key: str) -> Any:
 DomainPattern = Annotated[str, AfterValidator(_check_domain_pattern)]
 DeniedPattern = Annotated[str, AfterValidator(_check_denied_pattern)]
 PolicyPath = Annotated[str, AfterValidator(_check_path)]
+WriteRoot = Annotated[Any, PlainValidator(_literal_entry("allowWrite"))]
+SocketPath = Annotated[Any, PlainValidator(_literal_entry("allowUnixSockets"))]
+FsEntry = Annotated[Any, PlainValidator(_check_fs_entry)]
 EnvPattern = Annotated[str, AfterValidator(_check_env_pattern)]
 PresetName = Annotated[str, AfterValidator(_check_preset)]
 ProxyUrl = Annotated[str, AfterValidator(_check_proxy_url)]
@@ -119,6 +182,9 @@ NOUNS: dict[Any, tuple[str, str]] = {
     DomainPattern: ("a domain name", "domain names"),
     DeniedPattern: ("a domain name or '*'", "domain names (or '*')"),
     PolicyPath: ("a path", "paths"),
+    WriteRoot: ("a path", "paths"),
+    SocketPath: ("a path", "paths"),
+    FsEntry: ("a path or glob pattern", "paths or glob patterns"),
     EnvPattern: ("an environment variable pattern", "environment variable patterns"),
     PresetName: ("a preset name", "preset names"),
     ProxyUrl: ("a proxy URL (http://host:port)", "proxy URLs"),
@@ -132,10 +198,21 @@ NOUNS: dict[Any, tuple[str, str]] = {
 }
 
 # srt settings keys that safebox knows but does not support, as dotted key →
-# why, and what to do instead. An unknown key found here is reported with
-# this reason instead of "unknown key" (policy/load.py). Empty today: every
-# srt key is either supported or accepted (see PolicyFile).
+# why, and what to do instead. An unknown key found here is reported as
+# "srt key not supported by safebox: <why>" instead of "unknown key"
+# (policy/load.py). The keys are sandbox-runtime's settings schema
+# (src/sandbox/sandbox-config.ts); docs/policy-reference.md lists them.
 SRT_KEYS_NOT_SUPPORTED: dict[str, str] = {
+    "filesystem.disabled": "safebox never switches its filesystem rules off; remove the key "
+                           "(a command that must see and write everything is not one to sandbox)",
+    "seccomp": "safebox compiles and installs its own seccomp filter (docs/layers.md); remove the key",
+    "bwrapPath": "safebox runs bwrap from PATH, and never from a write root; remove the key and put bwrap on PATH",
+    "socatPath": "safebox runs socat from PATH, and never from a write root; remove the key and put socat on PATH",
+    "javaAgentJarPath": "safebox injects no JVM agent; remove the key (a JVM tool takes the proxy from "
+                        "-Dhttps.proxyHost=127.0.0.1 -Dhttps.proxyPort=... in JAVA_TOOL_OPTIONS)",
+    "windows": "settings of srt's Windows sandbox; safebox runs on Linux; remove the key",
+    "git": "safebox runs the command under your own user id, so git sees the work tree as yours and needs "
+           "no safe.directory; remove the key",
     # srt's structured and JWT masking, and its AWS re-signing: safebox masks
     # whole values only (docs/policy-reference.md, "Credentials").
     **{f"credentials.{kind}.{k}": "safebox masks the whole value only; remove the key, "
@@ -174,7 +251,7 @@ class NetworkSettings(_Strict):
 
     allowedDomains: list[DomainPattern] | None = None
     deniedDomains: list[DeniedPattern] | None = None
-    allowUnixSockets: list[PolicyPath] | None = None
+    allowUnixSockets: list[SocketPath] | None = None
     allowAllUnixSockets: bool | None = None
     allowLocalBinding: bool | None = None
     # safebox addition: let allowed names resolve to loopback/private addresses.
@@ -188,15 +265,17 @@ class NetworkSettings(_Strict):
 
 
 class FilesystemSettings(_Strict):
-    """``filesystem``: read everywhere except ``denyRead``; write only ``allowWrite``."""
+    """``filesystem``: read everywhere except ``denyRead`` (``allowRead``
+    re-allows within it); write only ``allowWrite`` (minus ``denyWrite``)."""
 
-    denyRead: list[PolicyPath] | None = None
-    # srt's key. For now an entry may only re-allow a whole denyRead entry
-    # (a default credential path a tool of yours needs); one beneath a
-    # denied directory is refused (policy/load.py, merge).
-    allowRead: list[PolicyPath] | None = None
-    allowWrite: list[PolicyPath] | None = None
-    denyWrite: list[PolicyPath] | None = None
+    denyRead: list[FsEntry] | None = None
+    # srt's deny-then-allow: an entry beats a denyRead entry it lies in; a
+    # denyRead entry more specific than it still wins (builder/regions.py).
+    allowRead: list[FsEntry] | None = None
+    allowWrite: list[WriteRoot] | None = None
+    denyWrite: list[FsEntry] | None = None
+    # srt's key: every repository's .git/config stays writable (hooks stay protected).
+    allowGitConfig: bool | None = None
     # safebox addition: let the command write the directories of the
     # caller's PATH that lie in a write root (read-only by default).
     allowWritePathDirs: bool | None = None
@@ -253,6 +332,7 @@ class RipgrepSettings(_Strict):
 
     command: str | None = None
     args: list[str] | None = None
+    argv0: str | None = None
 
 
 class PolicyFile(_Strict):
@@ -274,6 +354,9 @@ class PolicyFile(_Strict):
     # srt settings file works unchanged (see policy-reference.md).
     ignoreViolations: dict[str, list[str]] | None = None
     allowPty: bool | None = None
+    # srt: macOS only (Seatbelt's trustd and Apple Events); srt on Linux ignores them too.
+    allowAppleEvents: bool | None = None
+    enableWeakerNetworkIsolation: bool | None = None
     ripgrep: RipgrepSettings | None = None
     enableWeakerNestedSandbox: bool | None = None
 
