@@ -1,7 +1,8 @@
 """Issue 11, items 2-5, through the real ``safebox exec``; each with its control.
 
-- item 2: a glob-shaped path entry is a refusal (125), never a literal path
-  that is then skipped as missing; a ``denyWrite`` entry is never silently
+- item 2: a glob-shaped write root is a refusal (125), never a literal path
+  that is then skipped as missing (patterns elsewhere: issue 16,
+  test_read_regions.py); a ``denyWrite`` entry is never silently
   unenforced (missing beneath a write root, or on a helper-only host);
 - item 3: the credential stores the first list missed, and those the
   caller's environment moves (``GNUPGHOME``, ``KUBECONFIG``, ...), are
@@ -48,24 +49,24 @@ def _one_safebox_line(stderr: str) -> str:
 
 # ---------------------------------------------------------------- item 2
 
-@pytest.mark.parametrize(("opt", "key"), [("--deny-read", "--deny-read"), ("--deny-write", "--deny-write"),
-                                          ("--allow-write", "--allow-write"), ("--allow-read", "--allow-read")])
-def test_a_glob_shaped_flag_is_a_refusal_and_the_command_never_runs(fresh_home: FakeHome, opt: str,
-                                                                   key: str) -> None:
-    (fresh_home.work / ".env").write_text(f"SECRET={fresh_home.secret}\n")
-    r = fresh_home.run(["sh", "-c", "echo ran > ran.txt; cat .env"], opts=[opt, "**/.env"])
+def test_a_glob_shaped_write_root_is_a_refusal_and_the_command_never_runs(fresh_home: FakeHome) -> None:
+    # Patterns are expanded in denyRead, allowRead and denyWrite (issue 16,
+    # tests/security/test_read_regions.py); a write root is one path.
+    r = fresh_home.run(["sh", "-c", "echo ran > ran.txt"], opts=["--allow-write", "**/build"])
     assert r.returncode == 125, r.stderr
-    assert _one_safebox_line(r.stderr).startswith(f"safebox: {key} '**/.env': glob patterns are not supported yet")
+    assert _one_safebox_line(r.stderr).startswith("safebox: --allow-write '**/build': glob patterns are not "
+                                                  "supported here")
     assert r.stdout == "" and not (fresh_home.work / "ran.txt").exists()
 
 
-def test_a_glob_shaped_policy_entry_is_a_refusal_naming_the_file_and_key(fresh_home: FakeHome) -> None:
+def test_a_malformed_pattern_in_a_policy_file_is_a_refusal_naming_the_file_and_key(fresh_home: FakeHome) -> None:
     pol = fresh_home.root / "p.toml"
-    pol.write_text('[filesystem]\ndenyRead = ["~/.ssh", "**/.env"]\n')
+    pol.write_text('[filesystem]\ndenyRead = ["~/.ssh", "certs/*.{pem,key}"]\n')
     r = fresh_home.run(["true"], opts=["-p", str(pol)])
     assert r.returncode == 125
     line = _one_safebox_line(r.stderr)
-    assert line.startswith(f'safebox: {pol}: filesystem.denyRead[1] = "**/.env": glob patterns are not supported yet')
+    assert line.startswith(f'safebox: {pol}: filesystem.denyRead[1] = "certs/*.{{pem,key}}": braces are not '
+                           "expanded in glob patterns")
 
 
 def test_control_the_literal_path_the_glob_meant_is_denied(fresh_home: FakeHome) -> None:
@@ -187,10 +188,13 @@ def test_allow_read_takes_a_default_credential_path_back_for_a_tool_that_needs_i
     assert r.returncode == 1 and fresh_home.secret not in r.stdout
 
 
-def test_allow_read_inside_a_denied_directory_is_a_refusal(fresh_home: FakeHome) -> None:
-    r = fresh_home.run(["cat", str(fresh_home.root / ".ssh" / "id_rsa")], opts=["--allow-read", "~/.ssh/id_rsa"])
-    assert r.returncode == 125 and r.stdout == ""
-    assert "only a whole denyRead entry can be re-allowed for now" in _one_safebox_line(r.stderr)
+def test_allow_read_inside_a_denied_directory_re_allows_that_path_only(fresh_home: FakeHome) -> None:
+    # Issue 16: a carve-out (once a refusal, "only a whole denyRead entry can be re-allowed for now").
+    (pub,) = _plant(fresh_home, [".ssh/id_rsa.pub"])
+    r = fresh_home.run(["cat", str(pub)], opts=["--allow-read", "~/.ssh/id_rsa.pub"])
+    assert r.returncode == 0 and fresh_home.secret in r.stdout, r.stderr
+    r = fresh_home.run(["cat", str(fresh_home.root / ".ssh" / "id_rsa")], opts=["--allow-read", "~/.ssh/id_rsa.pub"])
+    assert r.returncode == 1 and fresh_home.secret not in r.stdout
 
 
 # ---------------------------------------------------------------- item 4

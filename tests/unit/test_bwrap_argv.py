@@ -173,3 +173,35 @@ def test_a_scrubbed_copy_is_not_mounted_where_the_private_tmp_hides_the_original
     brought_back = policy(write_roots=("/home/u/proj", "/tmp/other"),
                           overlays=(("/run/sb/1/git-config-0", "/tmp/other/.git/config"),))
     assert "/run/sb/1/git-config-0" in mount_args(brought_back)
+
+
+def test_a_carve_out_is_bound_back_over_its_mask_and_the_mounts_beneath_it_come_after() -> None:
+    # denyRead ~, allowRead ~/proj (a write root, so writable), denyRead ~/proj/secrets;
+    # a protected file and a pinned .git in the work tree; the default ~/.ssh mask is redundant.
+    rp = policy(write_roots=("/home/u/proj",), pinned_dirs=("/home/u/proj/.git",),
+                read_only=("/home/u/proj/.git/config", "/usr/x"),
+                mask_dirs=("/home/u", "/home/u/proj/secrets"), mask_files=("/etc/shadow",),
+                carve_outs=(("/home/u/proj", True),))
+    assert mount_args(rp) == [
+        "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/proc/1",
+        "--tmpfs", "/tmp",
+        "--ro-bind", "/usr/x", "/usr/x",
+        "--tmpfs", "/home/u",
+        "--ro-bind", "/dev/null", "/etc/shadow",
+        "--bind", "/home/u/proj", "/home/u/proj",
+        "--bind", "/home/u/proj/.git", "/home/u/proj/.git",
+        "--ro-bind", "/home/u/proj/.git/config", "/home/u/proj/.git/config",
+        "--tmpfs", "/home/u/proj/secrets",
+        "--ro-bind", "/run/sb/1", "/run/sb/1",
+        "--remount-ro", "/proc/1", "--remount-ro", "/home/u", "--remount-ro", "/home/u/proj/secrets",
+    ]
+
+
+def test_nested_carve_outs_are_bound_shallow_first_each_after_its_own_mask() -> None:
+    rp = policy(write_roots=(), mask_dirs=("/home/u", "/home/u/p/vendor"),
+                carve_outs=(("/home/u/p", False), ("/home/u/p/vendor/x", False)))
+    a = mount_args(rp)
+    order = [a.index(x) for x in ("/home/u", "/home/u/p", "/home/u/p/vendor", "/home/u/p/vendor/x")]
+    assert order == sorted(order)
+    assert a[a.index("/home/u/p") - 1] == "--ro-bind" and a[a.index("/home/u/p/vendor/x") - 1] == "--ro-bind"
+    assert a[-4:] == ["--remount-ro", "/home/u", "--remount-ro", "/home/u/p/vendor"]

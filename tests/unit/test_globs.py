@@ -145,4 +145,4 @@ def test_a_directory_the_user_cannot_list_is_reported(tmp_path: Path, monkeypatc
     pat = f"{tmp_path}/**/.env"
     e = expand([pat])
     assert _rel(tmp_path, e.matches[pat]) == ["open/.env"]
-    assert e.unreadable == [f"{tmp_path}/locked"]
+    assert e.unreadable == [(f"{tmp_path}/locked", (pat,))]

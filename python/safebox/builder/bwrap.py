@@ -38,7 +38,14 @@ path shadows an earlier one, so the order *is* the policy):
    then the run dir, read-only, so the helper finds its policy even when a
    mask covers the run dir's parent. (Unlisted host sockets are among the
    step-8 file masks when ``allowUnixSockets`` lists paths.)
-10. ``--remount-ro`` every deny-read tmpfs.
+   Then each ``allowRead`` carve-out inside a mask, shallow first: ``--ro-bind
+   A A`` (``--bind`` when a write root holds it), from the host, so bwrap
+   creates its mount point in the still-writable tmpfs; and then steps 4-8
+   again for the paths beneath it, which its bind covered (a write root, a
+   protected file, a ``denyRead`` path more specific than the carve-out).
+   Every path belongs to the deepest carve-out at or above it, or to none.
+10. ``--remount-ro`` every deny-read tmpfs (only the tmpfs itself: the
+    carve-outs bound into it keep their own flags).
 11. Namespaces and process options: ``--unshare-all`` (user, ipc, pid, net,
     uts, cgroup), ``--die-with-parent``, ``--new-session`` (no TIOCSTI into
     the caller's terminal), ``--cap-drop ALL``, ``--chdir``.
@@ -63,6 +70,9 @@ def host_binds(rp: ResolvedPolicy) -> list[str]:
     out = [*rp.write_roots, *rp.pinned_dirs, *rp.read_only]
     for d, kids in rp.sealed_dirs:
         out += [d, *kids]
+    # A carve-out is bound from the host too, where it is visible itself.
+    out += [c for c, _ in rp.carve_outs if not any(_under(c, t) for t in rp.private_tmp)
+            or any(_under(c, b) for b in out)]
     return out
 
 
@@ -92,33 +102,18 @@ def mount_args(rp: ResolvedPolicy) -> list[str]:
         a += [*size, "--tmpfs", t]
     if size:
         a += [*size, "--tmpfs", "/dev/shm"]
-    # Write roots and pinned directories are both read-write self-binds;
-    # shallow first, so a deeper one is never hidden by a shallower one.
-    for w in sorted({*rp.write_roots, *rp.pinned_dirs}, key=lambda p: (p.count("/"), p)):
-        a += ["--bind", w, w]
-    for d, kids in rp.sealed_dirs:
-        a += ["--ro-bind", d, d]
-        for k in kids:
-            a += ["--bind", k, k]
-    for p in rp.read_only:
-        a += ["--ro-bind", p, p]
-    for c in rp.cache_dirs:
-        a += ["--bind", c, c]
     masked: list[str] = []
-    for d in rp.mask_dirs:
-        if not needs_mask(rp, d):
-            continue
-        a += ["--tmpfs", d]
-        masked.append(d)
-    for f in rp.mask_files:
-        if not needs_mask(rp, f):
-            continue
-        a += ["--ro-bind", "/dev/null", f]
-    for real, copy in rp.masked_files:
-        a += ["--ro-bind", copy, real]
-    for copy, f in rp.overlays:
-        if needs_mask(rp, f):
-            a += ["--ro-bind", copy, f]
+    groups = _by_carve_out(rp)
+    a += _region_args(groups[""] if groups else rp, masked, whole=rp)
+    for c, writable in rp.carve_outs:
+        if not needs_mask(rp, c):
+            continue  # its mask was not mounted: the private /tmp hides the host path already
+        a += ["--bind" if writable else "--ro-bind", c, c]
+        if c in groups:
+            # A write root that is the carve-out itself is bound by it already.
+            own = groups[c]
+            a += _region_args(own.replace(write_roots=tuple(w for w in own.write_roots if w != c)) if writable
+                              else own, masked, whole=rp)
     for sock in rp.socket_binds:
         a += ["--bind", sock, sock]
     if rp.run_dir:
@@ -132,6 +127,75 @@ def mount_args(rp: ResolvedPolicy) -> list[str]:
     for d in ("/proc/1", *masked):
         a += ["--remount-ro", d]
     return a
+
+
+def _region_args(rp: ResolvedPolicy, masked: list[str], *, whole: ResolvedPolicy) -> list[str]:
+    """Steps 4-8 for the paths of one region (all, or those beneath one
+    carve-out); ``whole`` is the policy they belong to (``needs_mask``)."""
+    a: list[str] = []
+    # Write roots and pinned directories are both read-write self-binds;
+    # shallow first, so a deeper one is never hidden by a shallower one.
+    for w in sorted({*rp.write_roots, *rp.pinned_dirs}, key=lambda p: (p.count("/"), p)):
+        a += ["--bind", w, w]
+    for d, kids in rp.sealed_dirs:
+        a += ["--ro-bind", d, d]
+        for k in kids:
+            a += ["--bind", k, k]
+    for p in rp.read_only:
+        a += ["--ro-bind", p, p]
+    for c in rp.cache_dirs:
+        a += ["--bind", c, c]
+    for d in rp.mask_dirs:
+        if not needs_mask(whole, d):
+            continue
+        a += ["--tmpfs", d]
+        masked.append(d)
+    for f in rp.mask_files:
+        if not needs_mask(whole, f):
+            continue
+        a += ["--ro-bind", "/dev/null", f]
+    for real, copy in rp.masked_files:
+        a += ["--ro-bind", copy, real]
+    for copy, f in rp.overlays:
+        if needs_mask(whole, f):
+            a += ["--ro-bind", copy, f]
+    return a
+
+
+def _by_carve_out(rp: ResolvedPolicy) -> dict[str, ResolvedPolicy]:
+    """The mounts of steps 4-8 split by the deepest carve-out at or above each
+    path ("" for none), as ResolvedPolicy copies holding only their own."""
+    if not rp.carve_outs:
+        return {}
+    outs = {c for c, _ in rp.carve_outs}
+
+    def owner(p: str) -> str:
+        d = p
+        while True:
+            if d in outs:
+                return d
+            if d == "/" or not d:
+                return ""
+            d = d[:d.rfind("/")] or "/"
+
+    fields: dict[str, dict[str, list[object]]] = {}
+
+    def put(field: str, p: str, item: object) -> None:
+        fields.setdefault(owner(p), {}).setdefault(field, []).append(item)
+
+    for field in ("write_roots", "pinned_dirs", "read_only", "cache_dirs", "mask_dirs", "mask_files"):
+        for p in getattr(rp, field):
+            put(field, p, p)
+    for d, kids in rp.sealed_dirs:
+        put("sealed_dirs", d, (d, kids))
+    for real, copy in rp.masked_files:
+        put("masked_files", real, (real, copy))
+    for copy, f in rp.overlays:
+        put("overlays", f, (copy, f))
+    empty = {f: () for f in ("write_roots", "pinned_dirs", "read_only", "cache_dirs", "mask_dirs", "mask_files",
+                             "sealed_dirs", "masked_files", "overlays")}
+    fields.setdefault("", {})
+    return {k: rp.replace(**{**empty, **{f: tuple(v) for f, v in by.items()}}) for k, by in fields.items()}
 
 
 def namespace_args(rp: ResolvedPolicy, *, bwrap_status_fd: int | None) -> list[str]:

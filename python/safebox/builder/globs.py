@@ -31,6 +31,8 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Iterable
 
+    from safebox.policy.effective import EffectivePolicy
+
 #: The characters that make an entry a pattern: sandbox-runtime's.
 GLOB_CHARS = frozenset("*?[]")
 
@@ -198,7 +200,9 @@ class Expansion:
 
     def __init__(self, patterns: list[str]) -> None:
         self.matches: dict[str, list[str]] = {p: [] for p in patterns}
-        self.unreadable: list[str] = []
+        # Directories that could not be listed, with the patterns that
+        # would have walked them (by text).
+        self.unreadable: list[tuple[str, tuple[str, ...]]] = []
         self.listed = 0  # directory entries looked at (for the benchmark)
 
 
@@ -209,10 +213,11 @@ def expand(patterns: Iterable[str]) -> Expansion:
     link met by a wildcard or ``**`` is matched by its own name, and
     walked into only while no ``**`` is active (a ``**`` through links
     could loop, or leave the tree for the whole host). A directory that
-    cannot be listed (EACCES: the command, running as the same user
-    without capabilities, cannot list it either) is recorded in
-    ``unreadable``; one that vanished is skipped; any other error raises
-    OSError, so that a deny pattern is never silently half-expanded."""
+    cannot be listed (EACCES) is recorded in ``unreadable`` with the
+    patterns that would have walked it (the caller denies it whole for a
+    deny pattern: a name guessed inside could still be opened); one that
+    vanished is skipped; any other error raises OSError, so that a deny
+    pattern is never silently half-expanded."""
     texts = list(dict.fromkeys(patterns))
     pats = [Pattern(t) for t in texts]
     out = Expansion(texts)
@@ -264,7 +269,7 @@ def expand(patterns: Iterable[str]) -> Expansion:
                         emit(child, reached, False)
                     continue
                 except PermissionError:
-                    out.unreadable.append(d)
+                    out.unreadable.append((d, tuple(sorted({texts[pid] for pid, _ in states}))))
                     continue
                 is_dir = stat.S_ISDIR(st.st_mode)
                 rest = emit(child, reached, is_dir)
@@ -276,7 +281,7 @@ def expand(patterns: Iterable[str]) -> Expansion:
         except (FileNotFoundError, NotADirectoryError):
             continue
         except PermissionError:
-            out.unreadable.append(d)
+            out.unreadable.append((d, tuple(sorted({texts[pid] for pid, _ in states}))))
             continue
         stars = step.stars
         names_get = step.names.get
@@ -309,3 +314,43 @@ def expand(patterns: Iterable[str]) -> Expansion:
     for t in texts:
         out.matches[t].sort()
     return out
+
+
+def expand_policy(policy: EffectivePolicy) -> tuple[EffectivePolicy, list[str]]:
+    """``policy`` with the matches of its patterns added to the literal lists
+    (``deny_read``, ``allow_read``, ``deny_write``), all patterns expanded in
+    one walk; and the notes ``-v`` shows (what each pattern matched).
+
+    Raises BuildError when the walk fails other than by a vanished entry or
+    a directory nobody in the sandbox could list either: a deny pattern is
+    never half expanded."""
+    from safebox.errors import BuildError
+
+    fields = (("deny_read", policy.deny_read_globs, "filesystem.denyRead"),
+              ("allow_read", policy.allow_read_globs, "filesystem.allowRead"),
+              ("deny_write", policy.deny_write_globs, "filesystem.denyWrite"))
+    try:
+        found = expand(p for _, pats, _ in fields for p in pats)
+    except OSError as e:
+        raise BuildError(f"cannot expand the glob patterns of the policy: {e.filename}: {e.strerror}; "
+                         "refusing to run with a pattern half expanded") from None
+    notes = []
+    changes = {}
+    for field, pats, key in fields:
+        if not pats:
+            continue
+        extra: list[str] = []
+        for p in pats:
+            hits = found.matches[p]
+            extra += hits
+            notes.append(f"{key} pattern {p} matched {len(hits)} path{'' if len(hits) == 1 else 's'}"
+                         " (a file created later is not covered)")
+        changes[field] = tuple(dict.fromkeys((*getattr(policy, field), *extra)))
+    # A directory a deny pattern could not walk is denied whole: the sandbox
+    # cannot list it either, but could open a name it guessed there.
+    for d, pats in found.unreadable:
+        for field, globs_, key in fields:
+            if field != "allow_read" and set(pats) & set(globs_):
+                changes[field] = (*changes.get(field, getattr(policy, field)), d)
+                notes.append(f"{key}: {d} cannot be listed to match a pattern; it is denied whole")
+    return policy.replace(**changes), notes

@@ -16,6 +16,7 @@ from safebox import _prescan
 from safebox._prescan import start_find as _find_links_start
 from safebox._prescan import start_rg as _rg_start
 from safebox._record import Frozen, Spawned, path_outside, read_small, which
+from safebox.builder.regions import Regions
 from safebox.builder.resolved import Bridge, Layers, NetKind, ResolvedPolicy
 from safebox.errors import BuildError
 from safebox.policy import defaults
@@ -94,6 +95,39 @@ def classify_deny_read(paths: tuple[str, ...]) -> tuple[list[str], list[str], li
             raise BuildError(f"filesystem.denyRead: {p} resolves to '/', which cannot be masked")
         (dirs if stat.S_ISDIR(st.st_mode) else files).append(target)
     return sorted(set(dirs)), sorted(set(files)), notes
+
+
+def read_regions(deny_read: tuple[str, ...], allow_read: tuple[str, ...]
+                 ) -> tuple[list[str], list[str], Regions, list[str]]:
+    """(masked dirs, masked files, the read regions, notes): ``denyRead``
+    classified as ``classify_deny_read`` does, and ``allowRead`` resolved,
+    both reduced to the entries that change something (builder/regions.py).
+
+    An ``allowRead`` path is taken resolved, like a denied one: what is read
+    through a link is its target. One that does not exist has nothing to
+    re-allow. One under ``/proc`` or ``/dev`` is refused: bound back from
+    the host, it would show the host's processes or devices."""
+    mask_dirs, mask_files, notes = classify_deny_read(deny_read)
+    allows = []
+    for a in allow_read:
+        real = os.path.realpath(a)
+        if not os.path.exists(real):
+            continue
+        if real != a and os.path.lexists(a):
+            notes.append(f"allow-read {a} is a symlink; re-allowing its target {real}")
+        allows.append(real)
+    regions = Regions([*mask_dirs, *mask_files], allows)
+    for a in regions.allows:
+        if any(_is_under(a, d) for d in ("/proc", "/dev")):
+            raise BuildError(f"filesystem.allowRead {a}: cannot be re-allowed inside denied {regions.deny_over(_parent(a))}: "
+                             "bound back from the host, it would show the host's own processes or devices",
+                             hint="remove the allowRead entry or the denyRead entry")
+    keep = set(regions.denies)
+    return [d for d in mask_dirs if d in keep], [f for f in mask_files if f in keep], regions, notes
+
+
+def _parent(path: str) -> str:
+    return os.path.dirname(path) or "/"
 
 
 def _only_harmless_walk_errors(stderr: bytes) -> bool:
@@ -954,7 +988,8 @@ UNMASKABLE_DEVICES = ("/dev", *HELPER_ONLY_DEVICES, "/dev/pts", "/dev/fd", "/dev
 
 
 def landlock_rules(*, layers: Layers, write_roots: list[str], mask_dirs: list[str],
-                   mask_files: list[str], write_exclude: tuple[str, ...] = ()) -> list[tuple[str, str]]:
+                   mask_files: list[str], write_exclude: tuple[str, ...] = (),
+                   carve_outs: tuple[str, ...] = ()) -> list[tuple[str, str]]:
     """Landlock rules as (class, path).
 
     Under bwrap the mounts already hide denied paths and keep safebox's own
@@ -966,6 +1001,11 @@ def landlock_rules(*, layers: Layers, write_roots: list[str], mask_dirs: list[st
     ``write_exclude`` (safebox's installation and state dir: a command that
     could write them would control the next run; ``denyWrite`` paths), are
     split the same way.
+
+    ``carve_outs`` (``allowRead`` inside a denied directory,
+    builder/regions.py): Landlock's grants only add up, so each gets a grant
+    of its own, split around the denies inside it, as ``/`` is around those
+    inside no carve-out; a write root's carve-outs get write the same way.
     """
     denied = sorted(set(mask_dirs) | set(mask_files))
     if layers is not Layers.HELPER_ONLY:
@@ -975,25 +1015,41 @@ def landlock_rules(*, layers: Layers, write_roots: list[str], mask_dirs: list[st
         rules += [("write", r) for r in write_roots]
         rules += [("write", t) for t in ("/dev/shm",) if os.path.isdir(t)]
         return rules
+    regions = Regions(denied, carve_outs)
+
+    def grant(access: str, top: str, leave_out: list[str]) -> list[tuple[str, str]]:
+        if not leave_out:
+            return [(access, top)]
+        # A symlink is never granted when its target touches any denied
+        # path, not only those left out here (the helper opens rule paths
+        # following links).
+        return _walk_excluding(access, top, sorted(set(leave_out)), links_denied=denied)
+
     # The host's /dev is another matter: raw disks (reading one gets around
     # every deny-read path, even for a root without capabilities, who owns
     # the node), loop devices, /dev/mem, uinput, /dev/userfaultfd (a way
     # around seccomp's userfaultfd rule), the host's /dev/shm. It stays out
     # of the read grant; only the harmless nodes are granted.
-    rules = _walk_excluding("read", "/", sorted({*denied, "/dev"}))
+    rules = grant("read", "/", [*regions.denies_in("/"), "/dev"])
+    for a in regions.allows:
+        rules += grant("read", a, regions.denies_in(a))
     rules += [("dev", d) for d in (*HELPER_ONLY_DEVICES, *own_terminals()) if os.path.exists(d)]
     for root in write_roots:
-        if any(_is_under(root, d) for d in (*denied, *write_exclude)):
+        if not regions.readable(root) or any(_is_under(root, x) for x in write_exclude):
             continue  # the write root itself is denied or safebox's own: grant nothing there
-        inside = [d for d in (*denied, *write_exclude) if _is_under(d, root) and d != root]
-        if inside:
-            rules += _walk_excluding("write", root, sorted(set(inside)))
-        else:
-            rules.append(("write", root))
+        for top in (root, *regions.allows_in(root)):
+            own = [x for x in write_exclude if _is_under(x, top) and x != top]
+            rules += grant("write", top, [*regions.denies_in(top), *own])
     return rules
 
 
-def _walk_excluding(access: str, top: str, denied: list[str]) -> list[tuple[str, str]]:
+def _walk_excluding(access: str, top: str, denied: list[str],
+                    links_denied: list[str] | None = None) -> list[tuple[str, str]]:
+    """``access`` on everything beneath ``top`` but ``denied``: ``readdir``
+    on the directories on the way to a denied path, ``access`` on every
+    other child. A symlink child whose target touches ``links_denied``
+    (default: ``denied``) gets no rule."""
+    links_denied = denied if links_denied is None else links_denied
     out: list[tuple[str, str]] = []
     stack = [top]
     while stack:
@@ -1020,10 +1076,27 @@ def _walk_excluding(access: str, top: str, denied: list[str]) -> list[tuple[str,
                 # get no grant of their own; what they point at is decided by
                 # the target's own place in the walk.
                 target = os.path.realpath(child)
-                if any(_is_under(target, x) or _is_under(x, target) for x in denied):
+                if any(_is_under(target, x) or _is_under(x, target) for x in links_denied):
                     continue
             out.append((access, child))
     return out
+
+
+def carve_outs(regions: Regions, *, layers: Layers, write_roots: list[str], read_only: list[str],
+               sealed: set[str], helper: str) -> tuple[tuple[str, bool], ...]:
+    """The carve-outs bwrap binds back over their masks, as (path, writable),
+    shallow first. Writable when a write root holds it and no read-only
+    re-bind or sealed directory does (the bind from the host replaces what
+    was mounted there). The helper too, when a mask hides it: bwrap runs it
+    inside (a ``denyRead: ["~"]`` with safebox installed in ``~/.local``)."""
+    out = []
+    for a in regions.allows:
+        writable = (any(_is_under(a, w) for w in write_roots) and not any(_is_under(a, r) for r in read_only)
+                    and not any(_is_under(a, d) for d in sealed))
+        out.append((a, writable))
+    if layers is Layers.BOTH and helper and not regions.readable(helper):
+        out.append((helper, False))
+    return tuple(sorted(out, key=lambda x: (x[0].count("/"), x[0])))
 
 
 class Scan:
@@ -1083,6 +1156,15 @@ def resolve(policy: EffectivePolicy, *, layers: Layers, cwd: str, home: str, hos
     tools, read-only inside even beneath a write root."""
     if scan is None:
         scan = Scan(policy, layers=layers, rg_path=host.rg_path)
+    pattern_notes: list[str] = []
+    if policy.deny_read_globs or policy.allow_read_globs or policy.deny_write_globs:
+        from safebox.builder.globs import expand_policy
+
+        try:
+            policy, pattern_notes = expand_policy(policy)
+        except BaseException:
+            scan.abandon()
+            raise
     # A host cache the user made a write root of (--allow-write ~/.npm), or
     # one holding a write root, is theirs to write: keeping it read-only
     # would silently take back what they asked for.
@@ -1092,6 +1174,8 @@ def resolve(policy: EffectivePolicy, *, layers: Layers, cwd: str, home: str, hos
         rp = _resolve(policy.replace(deny_write=(*policy.deny_write, *cache_host_paths)) if cache_host_paths
                       else policy, layers=layers, cwd=cwd, home=home, host=host, bridges=bridges, scan=scan,
                       extra_exclude=cache_host_paths)
+        if pattern_notes:
+            rp = rp.replace(notes=(*pattern_notes, *rp.notes))
         return _with_caches(rp, cache_dirs) if cache_dirs else rp
     except BaseException:
         scan.abandon()
@@ -1100,11 +1184,13 @@ def resolve(policy: EffectivePolicy, *, layers: Layers, cwd: str, home: str, hos
 
 def _with_caches(rp: ResolvedPolicy, cache_dirs: tuple[str, ...]) -> ResolvedPolicy:
     """Add the presets' cache leaves: writable inside, under every layer."""
+    regions = Regions([*rp.mask_dirs, *rp.mask_files], [c for c, _ in rp.carve_outs])
     for c in cache_dirs:
-        for m in (*rp.mask_dirs, *rp.mask_files):
-            if _is_under(c, m):
-                raise BuildError(f"the sandbox cache {c} lies inside denied {m}: a preset's cache cannot be "
-                                 "unreadable; remove the denyRead entry or the preset")
+        m = regions.deny_over(c)
+        if m is not None:
+            raise BuildError(f"the sandbox cache {c} lies inside denied {m}: a preset's cache cannot be "
+                             "unreadable; remove the denyRead entry or the preset, or re-allow the cache "
+                             "with filesystem.allowRead")
     rules = (*rp.landlock_rules, *(("write", c) for c in cache_dirs))
     return rp.replace(cache_dirs=cache_dirs if rp.layers is not Layers.HELPER_ONLY else (),
                       landlock_rules=rules)
@@ -1115,13 +1201,14 @@ def _resolve(policy: EffectivePolicy, *, layers: Layers, cwd: str, home: str, ho
     notes = list(scan.notes)
     write_roots = scan.write_roots
     scans = scan.procs
-    mask_dirs, mask_files, n = classify_deny_read(policy.deny_read)
+    mask_dirs, mask_files, regions, n = read_regions(policy.deny_read, policy.allow_read)
     notes += n
     for w in write_roots:
-        for d in mask_dirs + mask_files:
-            if _is_under(w, d):
-                raise BuildError(f"filesystem.allowWrite {w} lies inside denied {d}: "
-                                 "a write root cannot be unreadable; remove one of them")
+        d = regions.deny_over(w)
+        if d is not None:
+            raise BuildError(f"filesystem.allowWrite {w} lies inside denied {d}: "
+                             "a write root cannot be unreadable; remove one of them, or re-allow the write "
+                             "root with filesystem.allowRead")
 
     # The interpreter's import path too (the base installation behind a venv,
     # a `pip --user` site, the entry script's dir): code planted there runs
@@ -1161,7 +1248,7 @@ def _resolve(policy: EffectivePolicy, *, layers: Layers, cwd: str, home: str, ho
     deny_write_existing = [p for p in deny_write_real if os.path.lexists(p)]
     excl = {*own, *deny_write_existing, *(os.path.realpath(p) for p in extra_exclude if os.path.lexists(p))}
     rules = landlock_rules(layers=layers, write_roots=write_roots, mask_dirs=mask_dirs, mask_files=mask_files,
-                           write_exclude=tuple(sorted(excl)))
+                           write_exclude=tuple(sorted(excl)), carve_outs=regions.allows)
     known_file = os.path.join(host.state_dir, KNOWN_GIT_DIRS)
     known_before = read_known_git_dirs(known_file)
     prot = protected_paths(scans, write_roots, policy.search_depth, home, known=known_before,
@@ -1175,7 +1262,7 @@ def _resolve(policy: EffectivePolicy, *, layers: Layers, cwd: str, home: str, ho
         mask_files = sorted(set(mask_files) | set(hide))
         # An allowed socket under the private /tmp or a masked directory is
         # invisible unless bound back in.
-        socket_binds = [k for k in keep if _is_under(k, "/tmp") or any(_is_under(k, m) for m in mask_dirs)]
+        socket_binds = [k for k in keep if _is_under(k, "/tmp") or not regions.readable(k)]
     read_only: set[str] = set(existing)
     read_only.update(deny_write_existing)
     for p in deny_write_real:
@@ -1209,7 +1296,7 @@ def _resolve(policy: EffectivePolicy, *, layers: Layers, cwd: str, home: str, ho
     # Only what lies beneath a write root needs re-binding; outside, / is read-only already.
     read_only_list = sorted((p for p in read_only
                              if any(_is_under(p, w) for w in write_roots)
-                             and not any(_is_under(p, m) for m in mask_dirs)),
+                             and regions.readable(p)),
                             key=lambda p: (p.count("/"), p))
     sealed_set = {d for d, _ in sealed}
     # The parents of protected symlinks too: renaming one would carry the link
@@ -1217,7 +1304,7 @@ def _resolve(policy: EffectivePolicy, *, layers: Layers, cwd: str, home: str, ho
     pins = pin_ancestors([*read_only_list, *sealed_set, *git_dirs, *mask_dirs, *mask_files,
                           *(link for link, _ in (*prot.links, *path_links))], write_roots)
     pins = [p for p in pins if p not in sealed_set and p not in read_only
-            and not any(_is_under(p, m) for m in mask_dirs)
+            and regions.readable(p)
             and not any(_is_under(p, d) and p != d for d in sealed_set)]
     # Deny-read paths that do not exist yet but lie under a write root: the
     # command could create them (say ~/.config/safebox/policy.toml for the
@@ -1235,6 +1322,8 @@ def _resolve(policy: EffectivePolicy, *, layers: Layers, cwd: str, home: str, ho
         pinned_dirs=tuple(sorted({*pins, *(g for g in git_dirs if g not in sealed_set)},
                                  key=lambda p: (p.count("/"), p))),
         mask_dirs=tuple(mask_dirs), mask_files=tuple(mask_files), private_tmp=private_tmp,
+        carve_outs=carve_outs(regions, layers=layers, write_roots=write_roots, read_only=read_only_list,
+                              sealed=sealed_set, helper=host.helper_path),
         net=net, bridges=bridges, helper_path=host.helper_path, policy_path=host.policy_path,
         socket_binds=tuple(socket_binds),
         run_dir=host.run_dir, watch_missing=tuple(sorted(set(missing))),

@@ -56,6 +56,10 @@ class ResolvedPolicy(Frozen):
     # Files covered by another file, read-only: (host copy, path inside). A CI
     # job's .git/config with the runner's token gets a scrubbed copy (ci.py).
     overlays: tuple[tuple[str, str], ...] = ()
+    # allowRead carve-outs (builder/regions.py): (path, writable), shallow
+    # first, each inside a mask and bound back over it from the host; the
+    # mounts beneath one are made again after it (builder/bwrap.py).
+    carve_outs: tuple[tuple[str, bool], ...] = ()
     # Allowed unix sockets bound back in (they lie under the private /tmp or a mask).
     socket_binds: tuple[str, ...] = ()
     # Directories that get the private /tmp-like tmpfs.
