@@ -768,7 +768,8 @@ def run(req: ExecRequest, *, prescan: dict[tuple[str, int], Any] | None = None) 
 
         for n in create_missing(tuple(missing_roots),
                                 skip=("/tmp",) if layers is not Layers.HELPER_ONLY else (),
-                                never_under=(*policy.deny_read, state, _ucd(home)), dry_run=req.dry_run):
+                                never_under=(state, _ucd(home)), deny_read=policy.deny_read,
+                                allow_read=policy.allow_read, dry_run=req.dry_run):
             if not req.quiet:
                 _say(n)
 

@@ -297,3 +297,17 @@ def test_docs_toolchains_names_every_preset_domain_variable_and_host_cache() -> 
                 assert f"`{v.name}`" in doc
             for h in c.host_paths:
                 assert f"`{h}`" in doc
+
+
+def test_a_missing_write_root_inside_a_re_allowed_path_is_created(tmp_path: Path) -> None:
+    # denyRead ~, allowRead ~/proj: a write root ~/proj/build may be created; ~/other/build may not.
+    (tmp_path / "proj").mkdir()
+    (tmp_path / "other").mkdir()
+    want = tmp_path / "proj" / "build"
+    create_missing((str(want),), skip=(), never_under=(), dry_run=False, deny_read=(str(tmp_path),),
+                   allow_read=(str(tmp_path / "proj"),))
+    assert want.is_dir()
+    with pytest.raises(BuildError) as e:
+        create_missing((str(tmp_path / "other" / "build"),), skip=(), never_under=(), dry_run=False,
+                       deny_read=(str(tmp_path),), allow_read=(str(tmp_path / "proj"),))
+    assert f"lies inside {tmp_path}, which the sandbox may not read (denyRead)" in e.value.message

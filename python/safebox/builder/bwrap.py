@@ -33,17 +33,19 @@ path shadows an earlier one, so the order *is* the policy):
    (over a deny-read mask of the same file, which it replaces), and covered
    files (a CI job's ``.git/config`` holding the runner's token:
    safebox/ci.py) get ``--ro-bind COPY F``, a scrubbed copy from the run
-   dir, under the same rule as the masks.
+   dir, under the same rule as the masks. Steps 4-8 take
+   only the paths beneath no carve-out: then each ``allowRead`` carve-out
+   inside a mask (builder/regions.py), shallow first: ``--ro-bind A A``
+   (``--bind`` when a write root holds it), from the host, so bwrap creates
+   its mount point in the still-writable tmpfs; and after it steps 4-8 for
+   the paths beneath it, which its bind covered (a write root, a protected
+   file, a ``denyRead`` path more specific than the carve-out, a covered
+   file). Every path belongs to the deepest carve-out at or above it, or to
+   none.
 9. Allowed unix sockets under the private ``/tmp`` or a mask, bound back in;
    then the run dir, read-only, so the helper finds its policy even when a
    mask covers the run dir's parent. (Unlisted host sockets are among the
    step-8 file masks when ``allowUnixSockets`` lists paths.)
-   Then each ``allowRead`` carve-out inside a mask, shallow first: ``--ro-bind
-   A A`` (``--bind`` when a write root holds it), from the host, so bwrap
-   creates its mount point in the still-writable tmpfs; and then steps 4-8
-   again for the paths beneath it, which its bind covered (a write root, a
-   protected file, a ``denyRead`` path more specific than the carve-out).
-   Every path belongs to the deepest carve-out at or above it, or to none.
 10. ``--remount-ro`` every deny-read tmpfs (only the tmpfs itself: the
     carve-outs bound into it keep their own flags).
 11. Namespaces and process options: ``--unshare-all`` (user, ipc, pid, net,

@@ -1016,6 +1016,7 @@ def landlock_rules(*, layers: Layers, write_roots: list[str], mask_dirs: list[st
         rules += [("write", t) for t in ("/dev/shm",) if os.path.isdir(t)]
         return rules
     regions = Regions(denied, carve_outs)
+    budget = [LANDLOCK_MAX_RULES]
 
     def grant(access: str, top: str, leave_out: list[str]) -> list[tuple[str, str]]:
         if not leave_out:
@@ -1023,7 +1024,16 @@ def landlock_rules(*, layers: Layers, write_roots: list[str], mask_dirs: list[st
         # A symlink is never granted when its target touches any denied
         # path, not only those left out here (the helper opens rule paths
         # following links).
-        return _walk_excluding(access, top, sorted(set(leave_out)), links_denied=denied)
+        try:
+            return _walk_excluding(access, top, sorted(set(leave_out)), links_denied=denied, budget=budget)
+        except _TooManyRules:
+            raise BuildError(
+                f"on a helper-only host this policy needs more than {LANDLOCK_MAX_RULES:,} Landlock rules: "
+                "Landlock only grants, so every entry beside a denied path needs a grant of its own, and "
+                f"{len(mask_files)} denied files and {len(mask_dirs)} denied directories lie in "
+                f"{len({_parent(d) for d in denied})} directories",
+                hint="deny whole directories rather than the files in them (`**/secrets/**`), fewer glob "
+                     "matches, or run where bubblewrap works (`safebox doctor`)") from None
 
     # The host's /dev is another matter: raw disks (reading one gets around
     # every deny-read path, even for a root without capabilities, who owns
@@ -1043,13 +1053,36 @@ def landlock_rules(*, layers: Layers, write_roots: list[str], mask_dirs: list[st
     return rules
 
 
+def _ancestors(path: str) -> list[str]:
+    """The directories strictly above ``path`` (absolute, normalised), up to ``/``."""
+    out = []
+    while path != "/":
+        path = os.path.dirname(path)
+        out.append(path)
+    return out
+
+
+class _TooManyRules(Exception):
+    """A walk passed the budget of Landlock rules."""
+
+
+#: The helper's limit on filesystem rules (helper/policy.h: SB_MAX_FS).
+LANDLOCK_MAX_RULES = 65536
+
+
 def _walk_excluding(access: str, top: str, denied: list[str],
-                    links_denied: list[str] | None = None) -> list[tuple[str, str]]:
+                    links_denied: list[str] | None = None, budget: list[int] | None = None
+                    ) -> list[tuple[str, str]]:
     """``access`` on everything beneath ``top`` but ``denied``: ``readdir``
     on the directories on the way to a denied path, ``access`` on every
     other child. A symlink child whose target touches ``links_denied``
-    (default: ``denied``) gets no rule."""
+    (default: ``denied``) gets no rule. ``budget`` (a one-item list, shared
+    by the walks of one policy) is decreased per rule; below zero the walk
+    stops with _TooManyRules instead of listing on."""
     links_denied = denied if links_denied is None else links_denied
+    denied_set = frozenset(denied)
+    # Every directory above a denied path: walked into rather than granted.
+    above = frozenset(a for x in denied for a in _ancestors(x))
     out: list[tuple[str, str]] = []
     stack = [top]
     while stack:
@@ -1062,11 +1095,15 @@ def _walk_excluding(access: str, top: str, denied: list[str],
             names = os.listdir(d)
         except OSError:
             continue
+        if budget is not None:
+            budget[0] -= len(names) + 1
+            if budget[0] < 0:
+                raise _TooManyRules
         for n in names:
             child = os.path.join(d, n)
-            if child in denied:
+            if child in denied_set:
                 continue
-            if any(_is_under(x, child) for x in denied):
+            if child in above:
                 stack.append(child)
                 continue
             if os.path.islink(child):

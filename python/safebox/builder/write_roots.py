@@ -59,10 +59,11 @@ def _refuse(path: str, why: str, hint: str | None = None) -> BuildError:
 
 
 def create_missing(paths: tuple[str, ...], *, skip: tuple[str, ...], never_under: tuple[str, ...],
-                   dry_run: bool) -> list[str]:
+                   dry_run: bool, deny_read: tuple[str, ...] = (), allow_read: tuple[str, ...] = ()) -> list[str]:
     """Create each missing path of ``paths`` (absolute, normalised) or raise
     BuildError naming it. ``skip``: paths that need no host directory (the
-    private /tmp); ``never_under``: deny-read paths and safebox's own dirs.
+    private /tmp); ``never_under``: safebox's own dirs; ``deny_read`` minus
+    what ``allow_read`` re-allows (builder/regions.py): the unreadable paths.
     Returns one message per directory created (or, with ``dry_run``, that
     would be)."""
     out: list[str] = []
@@ -83,7 +84,15 @@ def create_missing(paths: tuple[str, ...], *, skip: tuple[str, ...], never_under
             raise _refuse(w, f"passes through the protected name {name}, which is never a write root")
         for d in never_under:
             if _under(target, d) or _under(target, os.path.realpath(d)):
-                raise _refuse(w, f"lies inside {d}, which the sandbox may not write (denyRead or safebox's own)")
+                raise _refuse(w, f"lies inside {d}, which the sandbox may not write (safebox's own)")
+        if deny_read:
+            from safebox.builder.regions import Regions
+
+            regions = Regions(deny_read, allow_read)
+            d = regions.deny_over(w) or regions.deny_over(target)
+            if d is not None:
+                raise _refuse(w, f"lies inside {d}, which the sandbox may not read (denyRead)",
+                              hint="re-allow it with filesystem.allowRead, or correct the path")
         if not os.access(os.path.dirname(target), os.W_OK):
             raise _refuse(w, f"its parent {parent} is not writable by you")
         if not dry_run:
