@@ -121,6 +121,23 @@ def test_allow_read_re_allows_a_file_inside_a_default_credential_directory(fresh
     assert _each(home, probe, "read_file", [known], mode=mode, opts=[]) == {known: GONE[mode]}
 
 
+@pytest.mark.parametrize("mode", ALL_MODES)
+def test_a_symlink_in_a_re_allowed_tree_does_not_reach_into_the_denied_region(fresh_home: FakeHome, probe: Path,
+                                                                              mode: str) -> None:
+    # The helper opens rule paths following links: a grant on proj/keys ->
+    # ~/.ssh, made while walking the tree around a deny inside it, would
+    # re-allow the keys on a helper-only host.
+    home = fresh_home
+    (home.work / "keys").symlink_to(home.root / ".ssh")
+    _put(home.work / "secrets" / "x", home.secret)
+    key = home.work / "keys" / "id_rsa"
+    opts = ["--deny-read", "~", "--allow-read", ".", "--deny-read", "./secrets"]
+    got = _each(home, probe, "read_file", [key, home.work / "README.md"], mode=mode, opts=opts)
+    assert got == {key: GONE[mode], home.work / "README.md": 0}
+    # Control: through the link the key is readable on the host.
+    assert host([str(probe), "read_file", str(key)]).returncode == 0
+
+
 def test_a_write_root_inside_a_denied_region_is_refused_naming_the_fix(fresh_home: FakeHome) -> None:
     r = fresh_home.run(["true"], opts=["--deny-read", "~"])
     assert r.returncode == 125

@@ -115,3 +115,15 @@ def test_the_value_rule_is_linear_on_a_long_value() -> None:
     assert url_with_userinfo(value)
     assert not url_with_userinfo("a://" * 30_000 + "@")  # every authority ends at the next slash
     assert time.perf_counter() - t < 0.5
+
+
+def test_ssh_through_the_proxy_never_shares_a_connection() -> None:
+    # sandbox-runtime's override: a ControlPath from ~/.ssh/config cannot be
+    # bound inside (ssh would exit after authenticating), and an existing
+    # master was opened outside the sandbox, past the proxy.
+    env, _ = build_env({}, deny=(), allow=(), private_tmp=True,
+                       bridges=(Bridge(port=3128, socket_path="/s", scheme="http"),
+                                Bridge(port=1080, socket_path="/t", scheme="socks5h")))
+    cmd = env["GIT_SSH_COMMAND"]
+    assert cmd.startswith("ssh -o ControlMaster=no -o ControlPath=none ")
+    assert "ProxyCommand='socat - PROXY:127.0.0.1:%h:%p,proxyport=3128'" in cmd
