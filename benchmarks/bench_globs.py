@@ -122,12 +122,17 @@ def main() -> int:
         opts15 = [x for p in PATTERNS for x in ("--deny-read", p)]
         for label, mode in (("both", []), ("helper only", ["--without", "bwrap"]),
                             ("bwrap only", ["--without", "helper"])):
-            def run(extra: list[str], mode: list[str] = mode) -> None:
-                subprocess.run([SAFEBOX, "exec", *mode, *extra, "--", "true"], cwd=tree, check=True,
-                               stdin=subprocess.DEVNULL)
+            def run(extra: list[str], mode: list[str] = mode) -> subprocess.CompletedProcess[str]:
+                return subprocess.run([SAFEBOX, "exec", *mode, *extra, "--", "true"], cwd=tree, check=False,
+                                      stdin=subprocess.DEVNULL, capture_output=True, text=True)
             run([])
-            run(opts15)
+            refused = run(opts15)
             base = median_time(lambda run=run: run([]), args.runs)
+            if refused.returncode == 125:
+                # Landlock only grants: every entry beside a match needs a rule of its own.
+                why = refused.stderr.splitlines()[0].removeprefix("safebox: ")
+                runs.append(f"| {label} | {base * 1000:.0f} ms | refused (125): {why} | |")
+                continue
             with15 = median_time(lambda run=run: run(opts15), args.runs)
             runs.append(f"| {label} | {base * 1000:.0f} ms | {with15 * 1000:.0f} ms | "
                         f"{(with15 - base) * 1000:+.0f} ms |")

@@ -392,11 +392,16 @@ def _click_app():
                 by_key: dict[str, list[tuple[object, str]]] = {}
                 for key, value, src in sources:
                     by_key.setdefault(key, []).append((value, src))
+                patterns = {*eff.deny_read_globs, *eff.allow_read_globs, *eff.deny_write_globs}
                 for key, entries in by_key.items():
                     click.echo(f"{key}:")
                     for value, src in entries:
-                        # Values as a policy file spells them (true, 6), paths and names bare.
+                        # Values as a policy file spells them (true, 6), paths and names bare;
+                        # a path with a glob character says whether it is a pattern.
                         shown = value if isinstance(value, str) else json.dumps(value)
+                        if isinstance(value, str) and key.startswith("filesystem.") and any(
+                                c in value for c in "*?[]"):
+                            shown += " (glob pattern)" if value in patterns else " (literal path)"
                         click.echo(f"  {shown}  <- {src}")
                 for name, info in expanded.items():
                     click.echo(f"preset {name} ({info['why']}):")

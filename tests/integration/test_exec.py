@@ -196,6 +196,19 @@ def test_policy_show_names_each_key_as_files_spell_it_with_its_source(shared_hom
     assert not any(line.startswith("deny_read") for line in lines)
 
 
+def test_policy_show_says_which_paths_are_glob_patterns_and_which_literal(shared_home: FakeHome,
+                                                                          tmp_path: Path) -> None:
+    pol = tmp_path / "globs.json"
+    pol.write_text(json.dumps({"filesystem": {"denyRead": ["**/.env", {"path": "x[1]", "literal": True}]}}))
+    r = subprocess.run([str(SAFEBOX), "policy", "show", "-p", str(pol)], cwd=shared_home.work,
+                       env=shared_home.env(), capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert f"  {shared_home.work}/**/.env (glob pattern)  <- {pol}" in lines
+    assert f"  {shared_home.work}/x[1] (literal path)  <- {pol}" in lines
+    assert f"  {shared_home.root}/.ssh  <- defaults" in lines  # no glob character: shown bare
+
+
 def test_policy_show_json_is_a_policy_that_policy_check_accepts(shared_home: FakeHome, tmp_path: Path) -> None:
     r = subprocess.run([str(SAFEBOX), "policy", "show", "--json"], cwd=shared_home.work,
                        env=shared_home.env(), capture_output=True, text=True, timeout=60)
