@@ -94,6 +94,22 @@ def test_writes_under_a_re_allowed_path_work(fresh_home: FakeHome, probe: Path, 
     assert new.read_text() == "safebox-probe\n" and existing.read_text() == "hello\nsafebox-probe\n"
 
 
+@pytest.mark.parametrize("mode", ALL_MODES)
+def test_a_carve_out_inside_a_write_root_stays_writable(fresh_home: FakeHome, probe: Path, mode: str) -> None:
+    # The write root holds the mask, and the re-allowed path inside it is
+    # bound back from the host: read-write, as the write root had it.
+    home = fresh_home
+    _put(home.work / "vendor" / "lib" / "a.c", "x\n")
+    _put(home.work / "vendor" / "private" / "k", home.secret)
+    new, hidden = home.work / "vendor" / "lib" / "b.c", home.work / "vendor" / "private" / "k"
+    got = _each(home, probe, "write_file", [new], mode=mode,
+                opts=["--deny-read", "./vendor", "--allow-read", "./vendor/lib"])
+    assert got == {new: 0} and new.read_text() == "safebox-probe\n"
+    got = _each(home, probe, "read_file", [hidden, home.work / "vendor" / "lib" / "a.c"], mode=mode,
+                opts=["--deny-read", "./vendor", "--allow-read", "./vendor/lib"])
+    assert got == {hidden: GONE[mode], home.work / "vendor" / "lib" / "a.c": 0}
+
+
 @pytest.mark.parametrize("mode", MOUNT_MODES)
 def test_protected_files_stay_read_only_inside_a_re_allowed_work_tree(fresh_home: FakeHome, probe: Path,
                                                                       mode: str) -> None:
