@@ -284,6 +284,25 @@ def test_deny_write_patterns_keep_every_match_read_only(fresh_home: FakeHome, pr
     assert _each(home, probe, "write_file", [locks[0]], mode=mode, opts=[]) == {locks[0]: 0}
 
 
+@pytest.mark.parametrize("mode", ALL_MODES)
+def test_a_deny_pattern_still_denies_in_a_directory_the_user_cannot_list(fresh_home: FakeHome, probe: Path,
+                                                                        mode: str) -> None:
+    # Mode 0311: no listing, but a name guessed inside can be opened. As an
+    # unprivileged user the walk cannot list it and denies it whole; root
+    # lists it and masks the match itself. Either way the file is unreadable.
+    home = fresh_home
+    locked = home.work / "locked"
+    env = _put(locked / ".env", home.secret)
+    locked.chmod(0o311)
+    try:
+        assert _each(home, probe, "read_file", [env], mode=mode, opts=[]) == {env: 0}  # control: by name
+        got = _each(home, probe, "read_file", [env], mode=mode, opts=["--deny-read", "**/.env"])
+        want = EACCES if os.geteuid() == 0 else GONE[mode]
+        assert got == {env: want}
+    finally:
+        locked.chmod(0o755)
+
+
 def test_a_file_created_after_the_start_is_not_covered_by_a_pattern(fresh_home: FakeHome, probe: Path) -> None:
     # The documented limit: patterns are expanded when the sandbox is built.
     home = fresh_home
