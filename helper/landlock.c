@@ -154,14 +154,36 @@ static int open_rule_path(const char *path)
 	return fd;
 }
 
-/* Decide the ABI and rights and open every rule path with O_PATH.  Skips
- * and counts ENOENT paths; dies on any other error. */
+/* A hint for ERRNUM from a Landlock syscall (landlock_create_ruleset(2),
+ * ERRORS), or NULL when there is none.  Never fails. */
+static const char *ll_hint(int errnum)
+{
+	switch (errnum) {
+	case ENOSYS:
+		return "Landlock is not built into this kernel (CONFIG_SECURITY_LANDLOCK)";
+	case EOPNOTSUPP:
+		return "Landlock is disabled: add landlock to the lsm= boot parameter";
+	case E2BIG:
+	case EINVAL:
+		return "the kernel rejected a flag: run `safebox-helper --probe` and report it";
+	default:
+		return NULL;
+	}
+}
+
+/* Decide the ABI and rights, create the ruleset and add every path rule.
+ * Each rule path is opened with O_PATH and closed as soon as its rule is in
+ * the ruleset: holding them all open until the restriction ran into
+ * RLIMIT_NOFILE (EMFILE) past about a thousand rules.  Skips and counts
+ * ENOENT paths; dies on any other error. */
 void landlock_prepare(const struct policy *pol, struct ll_plan *plan)
 {
 	uint64_t want_net = wanted_net(pol), want_scope = wanted_scopes(pol);
+	struct safebox_ruleset_attr attr;
 	size_t i;
 
 	memset(plan, 0, sizeof(*plan));
+	plan->ruleset = -1;
 	plan->kernel_abi = landlock_kernel_abi(&plan->kernel_errno);
 	plan->abi = plan->kernel_abi;
 	if (plan->abi > SB_LANDLOCK_ABI_KNOWN)
@@ -188,10 +210,18 @@ void landlock_prepare(const struct policy *pol, struct ll_plan *plan)
 		plan->ports = pol->ports;
 		plan->n_ports = pol->n_ports;
 	}
-	plan->rules = xcalloc(pol->n_fs, sizeof(*plan->rules));
+	memset(&attr, 0, sizeof(attr));
+	attr.handled_access_fs = plan->handled_fs;
+	attr.handled_access_net = plan->handled_net;
+	attr.scoped = plan->scoped;
+	/* The descriptor is close-on-exec (landlock_create_ruleset(2)). */
+	plan->ruleset = (int)ll_create_ruleset(&attr, sizeof(attr), 0);
+	if (plan->ruleset < 0)
+		die_hint(errno, ll_hint(errno), "landlock_create_ruleset (ABI %d)", plan->abi);
 	for (i = 0; i < pol->n_fs; i++) {
-		int fd = open_rule_path(pol->fs[i].path);
+		cleanup_fd int fd = open_rule_path(pol->fs[i].path);
 		uint64_t access = class_rights(pol->fs[i].cls) & plan->handled_fs;
+		struct safebox_path_beneath_attr pb;
 		struct stat st;
 
 		if (fd < 0) {
@@ -202,62 +232,27 @@ void landlock_prepare(const struct policy *pol, struct ll_plan *plan)
 			die_errno("landlock: cannot stat rule path %s", pol->fs[i].path);
 		if (!S_ISDIR(st.st_mode))
 			access &= SB_FS_FILE_RIGHTS;
-		if (access == 0) {
-			/* e.g. readdir on a file: nothing to grant (ENOMSG). */
-			close(fd);
-			continue;
-		}
-		plan->rules[plan->n_rules].fd = fd;
-		plan->rules[plan->n_rules].access = access;
+		if (access == 0)
+			continue; /* e.g. readdir on a file: nothing to grant (ENOMSG). */
+		memset(&pb, 0, sizeof(pb));
+		pb.allowed_access = access;
+		pb.parent_fd = fd;
+		if (ll_add_rule(plan->ruleset, SB_LANDLOCK_RULE_PATH_BENEATH, &pb) < 0)
+			die_errno("landlock_add_rule (path rule %zu: %s)", i + 1, pol->fs[i].path);
 		plan->n_rules++;
 	}
 }
 
-/* A hint for ERRNUM from a Landlock syscall (landlock_create_ruleset(2),
- * ERRORS), or NULL when there is none.  Never fails. */
-static const char *ll_hint(int errnum)
-{
-	switch (errnum) {
-	case ENOSYS:
-		return "Landlock is not built into this kernel (CONFIG_SECURITY_LANDLOCK)";
-	case EOPNOTSUPP:
-		return "Landlock is disabled: add landlock to the lsm= boot parameter";
-	case E2BIG:
-	case EINVAL:
-		return "the kernel rejected a flag: run `safebox-helper --probe` and report it";
-	default:
-		return NULL;
-	}
-}
-
-/* Build the ruleset and restrict this process (nothing when disabled);
- * closes the rule fds.  Dies on any failure. */
+/* Add the port rules and restrict this process (nothing when disabled);
+ * closes the ruleset.  Dies on any failure. */
 void landlock_apply(struct ll_plan *plan)
 {
-	struct safebox_ruleset_attr attr = {
-		.handled_access_fs = plan->handled_fs,
-		.handled_access_net = plan->handled_net,
-		.scoped = plan->scoped,
-	};
-	cleanup_fd int ruleset = -1;
+	cleanup_fd int ruleset = plan->ruleset;
 	size_t i;
 
+	plan->ruleset = -1;
 	if (!plan->enabled)
 		return;
-	ruleset = (int)ll_create_ruleset(&attr, sizeof(attr), 0);
-	if (ruleset < 0)
-		die_hint(errno, ll_hint(errno), "landlock_create_ruleset (ABI %d)", plan->abi);
-	for (i = 0; i < plan->n_rules; i++) {
-		struct safebox_path_beneath_attr pb = {
-			.allowed_access = plan->rules[i].access,
-			.parent_fd = plan->rules[i].fd,
-		};
-
-		if (ll_add_rule(ruleset, SB_LANDLOCK_RULE_PATH_BENEATH, &pb) < 0)
-			die_errno("landlock_add_rule (path rule %zu)", i + 1);
-		close(plan->rules[i].fd);
-		plan->rules[i].fd = -1;
-	}
 	for (i = 0; i < plan->n_ports; i++) {
 		struct safebox_net_port_attr np = {
 			.allowed_access = SB_NET_CONNECT_TCP,

@@ -7,11 +7,6 @@
 
 #include <stdint.h>
 
-struct ll_rule {
-	int fd;            /* O_PATH descriptor, opened before any restriction */
-	uint64_t access;   /* already intersected with the handled rights */
-};
-
 struct ll_plan {
 	int enabled;       /* 0: no ruleset at all (landlock off, or ABI 0) */
 	int kernel_abi;    /* 0 when unsupported */
@@ -19,7 +14,7 @@ struct ll_plan {
 	int abi;           /* the ABI actually used */
 	uint64_t handled_fs, handled_net, scoped;
 	uint32_t restrict_flags;
-	struct ll_rule *rules;
+	int ruleset;       /* built by landlock_prepare, -1 when not enabled */
 	size_t n_rules;
 	const uint16_t *ports; /* connect rules (net proxy) */
 	size_t n_ports;
@@ -31,12 +26,14 @@ struct ll_plan {
  * EOPNOTSUPP: disabled at boot).  Never fails. */
 int landlock_kernel_abi(int *errnum);
 
-/* Decide the ABI and rights, and open every rule path with O_PATH.
- * A missing path (ENOENT) is skipped and counted; any other error dies. */
+/* Decide the ABI and rights, create the ruleset and add every path rule,
+ * each path opened with O_PATH and closed once added (one descriptor at a
+ * time: 65536 rules never meet RLIMIT_NOFILE).  A missing path (ENOENT) is
+ * skipped and counted; any other error dies.  Nothing is restricted yet. */
 void landlock_prepare(const struct policy *pol, struct ll_plan *plan);
 
-/* Build the ruleset and restrict this process.  Needs no_new_privs (or
- * CAP_SYS_ADMIN).  Dies on any failure; closes the rule descriptors. */
+/* Add the port rules and restrict this process.  Needs no_new_privs (or
+ * CAP_SYS_ADMIN).  Dies on any failure; closes the ruleset. */
 void landlock_apply(struct ll_plan *plan);
 
 #endif

@@ -10,7 +10,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define SB_POLICY_MAX (1024 * 1024) /* SAFEBOX_POLICY_MAX: largest file */
+/* SAFEBOX_POLICY_MAX: largest file.  Room for SB_MAX_FS rules of paths
+ * averaging 120 bytes (hex-encoded: twice that); 1 MiB held 4,000. */
+#define SB_POLICY_MAX (16 * 1024 * 1024)
 #define SB_POLICY_LINE_MAX 16384    /* longest line, without its '\n' */
 #define SB_PATH_MAX 4096            /* longest decoded path (PATH_MAX) */
 #define SB_MAX_FS 65536

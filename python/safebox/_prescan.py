@@ -23,8 +23,9 @@ from safebox.policy import defaults
 _started: dict[tuple[str, int], tuple[Spawned, Spawned]] = {}
 
 
-def start_rg(rg: str, root: str, depth: int) -> Spawned:
-    """Start ripgrep listing the protected files under ``root`` (collected by ``resolve._rg_finish``)."""
+def start_rg(rg: str, root: str, depth: int, *, more: tuple[str, ...] = ()) -> Spawned:
+    """Start ripgrep listing the protected files under ``root`` and ``more``
+    roots (collected by ``resolve._rg_finish``)."""
     globs: list[str] = []
     for name in defaults.PROTECTED_FILES:
         globs += ["-g", f"**/{name}"]
@@ -36,14 +37,14 @@ def start_rg(rg: str, root: str, depth: int) -> Spawned:
     # -j1: one walker thread measured faster here for small and large trees
     # alike (4.4 vs 6.0 ms on a small work tree, 65 vs 100 ms on /usr/share).
     cmd = [rg, "--files", "--hidden", "--no-ignore", "--no-config", "-j1",
-           "--max-depth", str(depth + 3), *globs, "--", root]
+           "--max-depth", str(depth + 3), *globs, "--", root, *more]
     try:
         return Spawned(cmd)
     except OSError as e:
         raise BuildError(f"ripgrep failed under {root}: {e}; cannot find protected files") from None
 
 
-def start_find(find: str, root: str, depth: int) -> Spawned:
+def start_find(find: str, root: str, depth: int, *, more: tuple[str, ...] = ()) -> Spawned:
     """Start find(1) listing the symlinks and directories under ``root``
     whose names begin with a dot (collected and narrowed to protected names
     by ``resolve._find_links_finish``).
@@ -57,7 +58,9 @@ def start_find(find: str, root: str, depth: int) -> Spawned:
     instead of one per protected name: forty ``-name`` tests made find four
     times slower than the walk itself.
     """
-    cmd = [find, root, "-mindepth", "1", "-maxdepth", str(depth + 3), "-name", ".*",
+    # A root that begins with "-" or is "(" would read as an expression: every
+    # root is absolute, so none can.
+    cmd = [find, root, *more, "-mindepth", "1", "-maxdepth", str(depth + 3), "-name", ".*",
            "(", "-type", "l", "-o", "-type", "d", ")", "-print0"]
     try:
         # LC_ALL=C: the error lines are matched in resolve._find_links_finish.

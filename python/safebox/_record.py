@@ -151,13 +151,16 @@ def path_outside(roots: "list[str] | tuple[str, ...]") -> str:
     hit = _path_outside_memo.get(key)
     if hit is not None:
         return hit
-    real_roots = [_realpath(r) for r in roots]
+    real_roots = {realpath_cached(r) for r in roots}
     keep = []
     for d in key[0].split(os.pathsep):
         if not d.startswith("/"):
             continue
-        real = _realpath(d)
-        if any(real == r or real.startswith(r.rstrip("/") + "/") for r in real_roots):
+        # Up from the entry, not across the roots: thousands of write roots.
+        a = realpath_cached(d)
+        while a not in real_roots and a != "/":
+            a = os.path.dirname(a)
+        if a in real_roots:
             continue
         keep.append(d)
     _path_outside_memo[key] = out = os.pathsep.join(keep)
@@ -170,10 +173,22 @@ _path_outside_memo: dict[tuple[str, tuple[str, ...]], str] = {}
 _realpath_memo: dict[str, str] = {}
 
 
-def _realpath(p: str) -> str:
-    real = _realpath_memo.get(p)
+def realpath_cached(p: str, memo: dict[str, str] | None = None) -> str:
+    """``os.path.realpath(p)`` for a normalised absolute ``p``, resolving each
+    parent once: thousands of write roots under one directory cost one lstat
+    each, not one per component. ``memo``: a fresh one to see changes made
+    since the process-wide one was filled (after the run)."""
+    memo = _realpath_memo if memo is None else memo
+    real = memo.get(p)
     if real is None:
-        real = _realpath_memo[p] = os.path.realpath(p)
+        head, name = os.path.split(p)
+        if not name or name in (".", "..") or head == p:
+            real = os.path.realpath(p)
+        else:
+            real = os.path.join(realpath_cached(head, memo), name)
+            if os.path.islink(real):
+                real = os.path.realpath(p)
+        memo[p] = real
     return real
 
 
@@ -335,7 +350,12 @@ class Spawned:
         import time
 
         bufs: dict[int, list[bytes]] = {self._out: [], self._err: []}
-        open_fds = [self._out, self._err]
+        # poll, not select: select() refuses descriptors above 1023, which a
+        # big policy's many walks once reached.
+        poller = select.poll()
+        for fd in bufs:
+            poller.register(fd, select.POLLIN)
+        open_fds = len(bufs)
         deadline = time.monotonic() + timeout
         try:
             while open_fds:
@@ -343,13 +363,13 @@ class Spawned:
                 if left <= 0:
                     os.kill(self.pid, 9)
                     raise TimeoutError(f"{self.argv[0]} did not finish in {timeout:.0f} s")
-                ready, _, _ = select.select(open_fds, [], [], left)
-                for fd in ready:
+                for fd, _ in poller.poll(left * 1000):
                     chunk = os.read(fd, 1 << 16)
                     if chunk:
                         bufs[fd].append(chunk)
                     else:
-                        open_fds.remove(fd)
+                        poller.unregister(fd)
+                        open_fds -= 1
         finally:
             os.close(self._out)
             os.close(self._err)

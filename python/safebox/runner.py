@@ -30,7 +30,7 @@ import time
 
 from safebox import _signals
 from safebox import limits as _limits
-from safebox._record import Frozen, StrEnum, path_outside, read_until, rmtree, which
+from safebox._record import Frozen, StrEnum, path_outside, read_until, realpath_cached, rmtree, which
 from safebox.builder.resolved import Bridge, Layers, NetKind, ResolvedPolicy
 from safebox.errors import EXIT_TIMEOUT, BuildError, HelperError, PolicyError, RunError
 from safebox.policy.effective import EffectivePolicy
@@ -42,6 +42,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable
     from typing import Any
 
+    from safebox.builder.bulk import BulkPlan
     from safebox.limits import Plan
     from safebox.proxy import ProxyServer
     from safebox.violations.observer import Observer
@@ -127,11 +128,14 @@ def write_watch(run_dir: str, rp: ResolvedPolicy) -> None:
     safebox was SIGKILLed is settled by the next start (:func:`sweep_stale`)
     instead of leaving a planted ``~/.bashrc`` for good. Hex paths, one
     record a line: ``missing HEX`` or ``link HEX HEXTARGET``."""
-    if not rp.watch_missing and not rp.watch_links:
+    if not rp.watch_missing and not rp.watch_links and not rp.watch_tops:
         return
     from safebox.builder.helper_policy import write_policy_file
 
     lines = [f"missing {os.fsencode(p).hex()}" for p in rp.watch_missing]
+    # `top HEXROOT HEXNAMES`: the protected names whose first component
+    # (NAMES, comma-separated) was absent at the top of ROOT.
+    lines += [f"top {os.fsencode(r).hex()} {','.join(firsts).encode().hex()}" for r, firsts in rp.watch_tops]
     lines += [f"link {os.fsencode(p).hex()} {os.fsencode(t).hex()}" for p, t in rp.watch_links]
     write_policy_file(os.path.join(run_dir, _WATCH), ("\n".join(lines) + "\n").encode())
 
@@ -145,6 +149,7 @@ def _settle_watch(run_dir: str, state: str) -> list[str]:
         return []
     missing: list[str] = []
     links: list[tuple[str, str]] = []
+    tops: list[tuple[str, tuple[str, ...]]] = []
     for line in raw.decode("ascii", "replace").splitlines():
         kind, *hexes = line.split(" ")
         try:
@@ -155,6 +160,12 @@ def _settle_watch(run_dir: str, state: str) -> list[str]:
             missing.append(paths[0])
         elif kind == "link" and len(paths) == 2:
             links.append((paths[0], paths[1]))
+        elif kind == "top" and len(paths) == 2:
+            tops.append((paths[0], tuple(paths[1].split(","))))
+    if tops:
+        from safebox.builder.resolve import top_candidates
+
+        missing += top_candidates(tops)
     out = [f"a killed earlier run's command created protected file {src}; moved it to {dest}"
            for src, dest in quarantine(tuple(missing), state)]
     for link, replaced in restore_links(tuple(links), state):
@@ -322,7 +333,9 @@ def helper_policy_for(rp: ResolvedPolicy, policy: EffectivePolicy, *, strict: bo
 
 
 def _spawn(path: str, argv: list[str], env: dict[str, str], *, pass_fds: tuple[int, ...], cwd: str,
-           block_signals: bool = False) -> int:
+           block_signals: bool = False, dup_to: tuple[tuple[int, int], ...] = ()) -> int:
+    """posix_spawn ``path``; ``pass_fds`` are inherited as they are, each
+    (fd, number) of ``dup_to`` as that number in the child."""
     for fd in pass_fds:
         os.set_inheritable(fd, True)
     # Python ignores SIGPIPE; the command must get the default dispositions back.
@@ -335,7 +348,8 @@ def _spawn(path: str, argv: list[str], env: dict[str, str], *, pass_fds: tuple[i
     old = os.getcwd()
     os.chdir(cwd)
     try:
-        return os.posix_spawn(path, argv, env, setpgroup=0, setsigdef=sigdef, setsigmask=mask)
+        return os.posix_spawn(path, argv, env, setpgroup=0, setsigdef=sigdef, setsigmask=mask,
+                              file_actions=[(os.POSIX_SPAWN_DUP2, fd, n) for fd, n in dup_to])
     except OSError as e:
         raise RunError(f"cannot start {path}: {e.strerror}") from None
     finally:
@@ -501,6 +515,71 @@ def _wait(pid: int) -> int:
             continue
 
 
+def _host_mount_points() -> frozenset[str]:
+    """Every mount point of this mount namespace (``/proc/self/mountinfo``,
+    field 5, octal escapes decoded)."""
+    try:
+        with open("/proc/self/mountinfo", "rb") as f:
+            lines = f.read().split(b"\n")
+    except OSError as e:
+        raise BuildError(f"cannot read /proc/self/mountinfo ({e.strerror}); cannot place the write roots") from None
+    out = set()
+    for line in lines:
+        fields = line.split(b" ", 5)
+        if len(fields) > 4:
+            raw = fields[4]
+            if b"\\" in raw:  # space, tab, newline and backslash come as \ooo
+                parts = raw.split(b"\\")
+                raw = parts[0] + b"".join(bytes([int(x[:3], 8)]) + x[3:] for x in parts[1:])
+            out.add(os.fsdecode(raw))
+    return frozenset(out)
+
+
+def bulk_plan(rp: ResolvedPolicy, bwrap: str) -> tuple[ResolvedPolicy, BulkPlan]:
+    """(what bubblewrap mounts, what safebox mounts after it): a big policy's
+    entries go to ``safebox.mounter`` when this host allows it (a setuid
+    bubblewrap's namespaces are root's; ``mount_setattr`` needs Linux 5.12).
+    Otherwise, and for every small policy, bubblewrap makes them all."""
+    import stat
+
+    from safebox.builder.bulk import BULK_MIN, BulkPlan, split
+
+    movable = (len(rp.write_roots) + len(rp.pinned_dirs) + len(rp.read_only) + len(rp.mask_dirs)
+               + len(rp.mask_files))
+    if movable < BULK_MIN or rp.layers is Layers.HELPER_ONLY:
+        return rp, BulkPlan()
+    try:
+        if os.stat(bwrap).st_mode & stat.S_ISUID:
+            return rp, BulkPlan()
+    except OSError:
+        return rp, BulkPlan()  # spawning it will say why
+    from safebox import mounter
+
+    if not mounter.supported():
+        return rp, BulkPlan()
+    return split(rp, host_mounts=_host_mount_points() if len(rp.write_roots) > 1 else frozenset())
+
+
+#: bubblewrap refuses more arguments than this, --args file included
+#: (bubblewrap.c: MAX_ARGS), whatever E2BIG would allow.
+BWRAP_MAX_ARGS = 9000
+
+
+def _check_bwrap_limit(count: int, mounts: ResolvedPolicy, *, moved: int) -> None:
+    """Refuse, naming the cause, a policy whose mounts bubblewrap would refuse
+    with a bare "Exceeded maximum number of arguments"."""
+    if count <= BWRAP_MAX_ARGS:
+        return
+    why = (f"{len(mounts.write_roots)} write roots, {len(mounts.pinned_dirs)} pinned dirs, "
+           f"{len(mounts.read_only)} read-only entries, {len(mounts.mask_dirs) + len(mounts.mask_files)} masks")
+    hint = ("write roots under /tmp are bound by bubblewrap itself (the sandbox's /tmp is private): "
+            "list their common parent instead" if moved else
+            "this host cannot use safebox's own mounter (a setuid bubblewrap, or Linux older than 5.12): "
+            "list common parents instead of every entry")
+    raise BuildError(f"the policy needs {count} bubblewrap arguments ({why}); bubblewrap takes at most "
+                     f"{BWRAP_MAX_ARGS}", hint=hint)
+
+
 def _read_bwrap_child(fd: int) -> int | None:
     """bwrap's --json-status-fd: the first document holds "child-pid" once the
     sandbox exists. A fixed key in a fixed document; read without a JSON parser
@@ -563,13 +642,23 @@ def quarantine(paths: tuple[str, ...], state: str) -> list[tuple[str, str]]:
     moved = []
     qdir = os.path.join(state, "quarantine")
     dest_dir = ""
+    real: dict[str, str] = {}  # resolved now, after the run; each parent once
+    listed: dict[str, set[str] | None] = {}
     for p in paths:
         parent = os.path.dirname(p)
-        if os.path.realpath(parent) != parent:
+        if realpath_cached(parent, real) != parent:
             _say(f"a directory on the way to protected path {p} was replaced by a symlink during the run; "
                  "nothing moved there (check it by hand)")
             continue
-        if os.path.lexists(p):
+        # One listing per parent, not an lstat per watched name (forty
+        # names at the top of each write root).
+        if parent not in listed:
+            try:
+                listed[parent] = set(os.listdir(parent))
+            except OSError:
+                listed[parent] = None
+        names = listed[parent]
+        if (os.path.basename(p) in names) if names is not None else os.path.lexists(p):
             dest_dir = os.path.join(qdir, time.strftime("%Y%m%dT%H%M%S"))
             os.makedirs(dest_dir, mode=0o700, exist_ok=True)
             base = os.path.join(dest_dir, p.strip("/").replace("/", "%"))
@@ -993,7 +1082,8 @@ def run(req: ExecRequest, *, prescan: dict[tuple[str, int], Any] | None = None) 
             env.update(ci_run.env)  # $GITHUB_ENV & co. name this run's own files
 
         if req.dry_run:
-            return _dry_run(rp, req, policy_bytes, filter_id, socat=socat or "socat", limits=limits)
+            return _dry_run(rp, req, policy_bytes, filter_id, socat=socat or "socat", limits=limits,
+                            bwrap=bwrap)
 
         from safebox.builder.helper_policy import write_policy_file
 
@@ -1037,7 +1127,12 @@ def run(req: ExecRequest, *, prescan: dict[tuple[str, int], Any] | None = None) 
         if observer is not None or feed_network:
             _explain(req, rp, observer, records, feed_network, audit=recorder.audit if recorder else None,
                      policy=policy, home=home, own=given)
-        moved = quarantine(rp.watch_missing, state)
+        if rp.watch_tops:
+            from safebox.builder.resolve import top_candidates
+
+            moved = quarantine((*rp.watch_missing, *top_candidates(rp.watch_tops)), state)
+        else:
+            moved = quarantine(rp.watch_missing, state)
         for src, dest in moved:
             _say(f"the command created protected file {src}; moved it to {dest}")
         relinked = restore_links(rp.watch_links, state)
@@ -1130,19 +1225,28 @@ def _explain(req: ExecRequest, rp: ResolvedPolicy, observer: Observer | None, re
 
 
 def _dry_run(rp: ResolvedPolicy, req: ExecRequest, policy_bytes: bytes, filter_id: str, *, socat: str,
-             limits: Plan | None = None) -> int:
+             limits: Plan | None = None, bwrap: str | None = None) -> int:
     import shlex
 
-    from safebox.builder.bwrap import build_argv
+    from safebox.builder.bwrap import command_args, mount_args, namespace_args
 
+    ops: tuple[tuple[Any, str], ...] = ()
     if rp.layers is not Layers.HELPER_ONLY:
         handoff = 5 if rp.layers is Layers.BOTH and (rp.bridges or rp.publish) else None
-        argv = ["bwrap", *build_argv(rp, list(req.command), status_fd=3, bwrap_status_fd=4, socat=socat,
-                                     handoff_fd=handoff)]
+        mounts, plan = bulk_plan(rp, bwrap) if bwrap else (rp, None)
+        ops = plan.ops if plan else ()
+        argv = ["bwrap", *mount_args(mounts), *namespace_args(rp, bwrap_status_fd=4),
+                *command_args(rp, list(req.command), status_fd=3, socat=socat, handoff_fd=handoff,
+                              sync_fd=6 if ops else None)]
     else:
         argv = [rp.helper_path, "--policy-file", rp.policy_path, "--status-fd", "3", "--", *req.command]
     print("# bwrap argv" if rp.layers is not Layers.HELPER_ONLY else "# helper argv (no bwrap)")
     print(" \\\n  ".join(shlex.quote(a) for a in argv))
+    if ops:
+        print(f"# then made by safebox inside the sandbox, before the command starts ({len(ops)} mounts; "
+              "docs/layers.md, \"Big policies\")")
+        for op, path in ops:
+            print(f"{op.value} {shlex.quote(path)}")
     if limits is not None:
         print(f"# {limits.summary()}")
     from safebox.builder.helper_policy import readable
@@ -1175,6 +1279,7 @@ def _execute(rp: ResolvedPolicy, req: ExecRequest, env: dict[str, str], *, bwrap
     args_fd = -1
     pid = -1
     handoff: tuple[Any, Any] | None = None
+    sync: tuple[Any, Any] | None = None
     try:
         if rp.layers is Layers.BOTH and ((proxy is not None and rp.bridges) or forwarders):
             import socket
@@ -1228,20 +1333,31 @@ def _execute(rp: ResolvedPolicy, req: ExecRequest, env: dict[str, str], *, bwrap
 
             assert bwrap is not None
             bw_r, bw_w = os.pipe()
-            opts = mount_args(rp) + namespace_args(rp, bwrap_status_fd=bw_w)
+            mounts, plan = bulk_plan(rp, bwrap)
+            opts = mount_args(mounts) + namespace_args(rp, bwrap_status_fd=bw_w)
             # bwrap reads its options from a descriptor: thousands of deny
             # entries never hit E2BIG, and the argv stays short in `ps`.
             args_fd = os.memfd_create("safebox-bwrap-args")
             os.write(args_fd, b"\0".join(os.fsencode(a) for a in opts) + b"\0")
             os.lseek(args_fd, 0, os.SEEK_SET)
             handoff_fd = handoff[1].fileno() if handoff else None
-            tail = command_args(rp, list(req.command), status_fd=status_w if status_w >= 0 else None, socat=socat,
-                                handoff_fd=handoff_fd)
-            argv = ["bwrap", "--args", str(args_fd), *tail]
-            relay.install()
             fds = (args_fd, bw_w) + ((status_w,) if status_w >= 0 else ()) + ((handoff_fd,) if handoff_fd else ())
+            sync_fd = None
+            if plan.ops:
+                import socket
+
+                # The sandbox's first program waits on this until the mounts
+                # are made (mounter.py); a single-digit number for dash.
+                sync = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+                sync_fd = next(n for n in range(3, 10) if n not in fds)
+            tail = command_args(rp, list(req.command), status_fd=status_w if status_w >= 0 else None, socat=socat,
+                                handoff_fd=handoff_fd, sync_fd=sync_fd)
+            argv = ["bwrap", "--args", str(args_fd), *tail]
+            _check_bwrap_limit(len(opts) + len(argv) - 1, mounts, moved=len(plan.ops))
+            relay.install()
             path, argv = cgroup.wrap(bwrap, argv) if cgroup else (bwrap, argv)
-            pid = _spawn(path, argv, env, pass_fds=fds, cwd="/")
+            pid = _spawn(path, argv, env, pass_fds=fds, cwd="/",
+                         dup_to=((sync[1].fileno(), sync_fd),) if sync and sync_fd else ())
             relay.spawned = pid
             _test_pause("command")  # a signal now is queued for the command
             start_observer()  # while bwrap builds the sandbox
@@ -1250,6 +1366,18 @@ def _execute(rp: ResolvedPolicy, req: ExecRequest, env: dict[str, str], *, bwrap
             os.close(args_fd)
             args_fd = -1
             relay.bwrap_child = _read_bwrap_child(bw_r)
+            if sync:
+                sync[1].close()
+                # Nothing (end of file): bubblewrap failed; its message and
+                # exit status are reported below.
+                if sync[0].recv(1) == b"R":
+                    if relay.bwrap_child is None:
+                        raise RunError("bubblewrap did not report its sandbox's pid; cannot make the mounts")
+                    from safebox import mounter
+
+                    mounter.apply(relay.bwrap_child, plan)
+                    sync[0].sendall(b"G\n")
+                sync[0].close()
             if handoff:
                 handoff[1].close()  # only bwrap's copies remain: end of file once they are gone
                 adopted = 1
@@ -1337,7 +1465,7 @@ def _execute(rp: ResolvedPolicy, req: ExecRequest, env: dict[str, str], *, bwrap
                     os.close(fd)
                 except OSError:
                     pass
-        for end in handoff or ():
+        for end in (*(handoff or ()), *(sync or ())):
             end.close()
         for _, fd in tmp_watch:
             os.close(fd)

@@ -248,7 +248,7 @@ static void check_generated(void)
 
 	b = malloc(SB_POLICY_MAX + 2);
 	memset(b, 'a', SB_POLICY_MAX + 1);
-	check("file over 1 MiB", b, SB_POLICY_MAX + 1, "larger than");
+	check("file over 16 MiB", b, SB_POLICY_MAX + 1, "larger than");
 	free(b);
 }
 

@@ -84,10 +84,10 @@ def test_a_policy_file_over_the_size_limit_is_refused(sandbox: Sandbox) -> None:
     cmd, marker = _marker_cmd(sandbox)
     pol = sandbox.policy()
     with pol.open("ab") as f:
-        f.write(b"#" * (1024 * 1024))
+        f.write(b"#" * (16 * 1024 * 1024))
     rc, _, status = run_helper(pol, cmd)
     assert rc == 125 and not marker.exists()
-    assert "is larger than 1048576 bytes" in status["error"]
+    assert "is larger than 16777216 bytes" in status["error"]
 
 
 @pytest.mark.parametrize("size", [7, 0, 8 * 4097])

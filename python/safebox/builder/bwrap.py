@@ -55,6 +55,11 @@ path shadows an earlier one, so the order *is* the policy):
     ``--handoff-fd`` when there is a proxy: the helper hands its listeners on
     the proxy ports to safebox), or, with ``--without helper``, the command
     itself (behind a shell that starts socat bridges when there is a proxy).
+
+A big policy's entries of steps 4-8 may be left out of this argv and made
+by ``safebox.mounter`` inside the sandbox instead, while a shell stanza in
+front of step 12 holds the command (``sync_lines``); ``builder/bulk.py``
+says which, and docs/layers.md, "Big policies", why the result is the same.
 """
 
 from __future__ import annotations
@@ -214,13 +219,23 @@ def namespace_args(rp: ResolvedPolicy, *, bwrap_status_fd: int | None) -> list[s
 NO_HELPER_STATUS = '{"v":1,"ok":true,"landlock":null,"nnp":false,"caps":false,"seccomp":false,"bridges":0}'
 
 
-def launcher_script(rp: ResolvedPolicy, *, socat: str, status_fd: int | None) -> str:
+def sync_lines(sync_fd: int) -> list[str]:
+    """The handshake that holds the sandbox while safebox makes a big
+    policy's mounts in it (``safebox.mounter``): ``R`` out, ``G`` back, or
+    exit 125 before anything else runs. ``sync_fd`` is a single digit (dash
+    reads ``>&12`` as a syntax error)."""
+    assert 3 <= sync_fd <= 9, sync_fd
+    return [f"printf R >&{sync_fd} && IFS= read -r go <&{sync_fd} && [ \"$go\" = G ] || exit 125",
+            f"exec {sync_fd}>&-"]
+
+
+def launcher_script(rp: ResolvedPolicy, *, socat: str, status_fd: int | None, sync_fd: int | None = None) -> str:
     """The shell that stands in for the helper with ``--without helper``: it
     starts the bridges, reports on the status fd (so Python can tell a bwrap
     set-up failure from the command's own exit status), and execs the command."""
     import shlex  # only for --without helper; shlex pulls in re
 
-    lines = []
+    lines = sync_lines(sync_fd) if sync_fd is not None else []
     for b in rp.bridges:
         lines.append(f"{shlex.quote(socat)} -b 262144 TCP-LISTEN:{b.port},bind=127.0.0.1,fork,reuseaddr "
                      f"UNIX-CONNECT:{shlex.quote(b.socket_path)} </dev/null >/dev/null 2>&1 &")
@@ -238,8 +253,8 @@ def launcher_script(rp: ResolvedPolicy, *, socat: str, status_fd: int | None) ->
 
 
 def command_args(rp: ResolvedPolicy, command: list[str], *, status_fd: int | None, socat: str,
-                 handoff_fd: int | None = None) -> list[str]:
-    """Step 12."""
+                 handoff_fd: int | None = None, sync_fd: int | None = None) -> list[str]:
+    """Step 12; with ``sync_fd``, behind the handshake of ``sync_lines``."""
     match rp.layers:
         case Layers.BOTH:
             a = [rp.helper_path, "--policy-file", rp.policy_path]
@@ -247,10 +262,13 @@ def command_args(rp: ResolvedPolicy, command: list[str], *, status_fd: int | Non
                 a += ["--status-fd", str(status_fd)]
             if handoff_fd is not None:
                 a += ["--handoff-fd", str(handoff_fd)]
+            if sync_fd is not None:
+                script = "\n".join([*sync_lines(sync_fd), 'exec "$@"'])
+                return ["--", "/bin/sh", "-c", script, "safebox-sync", *a, "--", *command]
             return ["--", *a, "--", *command]
         case Layers.BWRAP_ONLY:
-            if rp.bridges or rp.publish or status_fd is not None:
-                script = launcher_script(rp, socat=socat, status_fd=status_fd)
+            if rp.bridges or rp.publish or status_fd is not None or sync_fd is not None:
+                script = launcher_script(rp, socat=socat, status_fd=status_fd, sync_fd=sync_fd)
                 return ["--", "/bin/sh", "-c", script, "safebox-launcher", *command]
             return ["--", *command]
         case Layers.HELPER_ONLY:

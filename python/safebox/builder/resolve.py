@@ -11,11 +11,13 @@ from __future__ import annotations
 import os
 import stat
 import time
+from collections.abc import Iterable
 
 from safebox import _prescan
 from safebox._prescan import start_find as _find_links_start
 from safebox._prescan import start_rg as _rg_start
-from safebox._record import Frozen, Spawned, path_outside, read_small, which
+from safebox._record import Frozen, Spawned, path_outside, read_small, realpath_cached, which
+from safebox.builder.paths import Nearest, ancestors, at_or_beneath, collapse, parent_dir
 from safebox.builder.regions import Regions
 from safebox.builder.resolved import Bridge, Layers, NetKind, ResolvedPolicy
 from safebox.errors import BuildError
@@ -48,24 +50,67 @@ def _is_under(path: str, root: str) -> bool:
     return path == root or root == "/" or path.startswith(root.rstrip("/") + "/")
 
 
-def _lstat(path: str) -> os.stat_result | None:
-    try:
-        return os.lstat(path)
-    except FileNotFoundError:
-        return None
-    except NotADirectoryError:
-        return None
-    except OSError as e:
-        raise BuildError(f"cannot inspect {path}: {e.strerror}; refusing to run without masking it") from None
+class RealPaths:
+    """``os.path.realpath`` and the type of many paths that share parents.
+
+    ``realpath`` lstats every component of every path: 10,000 deny entries
+    under a hundred directories cost 80,000 lstats (1.3 s profiled). Here
+    each parent is resolved once, and a parent holding many of the paths is
+    listed once (``prefetch``) instead of one lstat per entry."""
+
+    #: A parent holding at least this many of the paths is listed, not lstat'ed entry by entry.
+    LIST_FROM = 16
+
+    def __init__(self) -> None:
+        self._parents: dict[str, str] = {}
+        self._listed: dict[str, dict[str, str]] = {}
+
+    def prefetch(self, paths: Iterable[str]) -> None:
+        """List the directories that hold many of ``paths`` (best effort:
+        one that cannot be listed is looked at entry by entry)."""
+        counts: dict[str, int] = {}
+        for p in paths:
+            head = parent_dir(p)
+            counts[head] = counts.get(head, 0) + 1
+        for head, n in counts.items():
+            if n < self.LIST_FROM or head in self._listed:
+                continue
+            try:
+                with os.scandir(head) as it:
+                    self._listed[head] = {e.name: ("link" if e.is_symlink() else
+                                                   "dir" if e.is_dir(follow_symlinks=False) else "other")
+                                          for e in it}
+            except OSError:
+                pass
+
+    def resolve(self, path: str) -> tuple[str, str | None]:
+        """(realpath of ``path``, its type: ``"dir"``, ``"link"``, ``"other"``,
+        or None if it is missing).
+
+        Raises ``OSError`` other than not-found or not-a-directory (EACCES,
+        ELOOP), as ``os.lstat`` does."""
+        i = path.rfind("/")
+        head, name = path[:i] or "/", path[i + 1:]
+        listing = self._listed.get(head)
+        kind: str | None
+        if listing is not None and name not in (".", ".."):
+            kind = listing.get(name)
+        else:
+            try:
+                mode = os.lstat(path).st_mode
+                kind = "link" if stat.S_ISLNK(mode) else "dir" if stat.S_ISDIR(mode) else "other"
+            except (FileNotFoundError, NotADirectoryError):
+                kind = None
+        if i < 0 or not name or name in (".", "..") or kind == "link":
+            return os.path.realpath(path), kind
+        parent = self._parents.get(head)
+        if parent is None:
+            parent = self._parents[head] = os.path.realpath(head)
+        return (parent + "/" + name if parent != "/" else "/" + name), kind
 
 
-def _realpath_existing(path: str) -> str | None:
-    """The resolved target of ``path`` if it exists, following every symlink."""
-    real = os.path.realpath(path)
-    return real if os.path.exists(real) else None
-
-
-def classify_deny_read(paths: tuple[str, ...]) -> tuple[list[str], list[str], list[str]]:
+def classify_deny_read(paths: tuple[str, ...],
+                       real: RealPaths | None = None) -> tuple[list[str], list[str], list[str]]:
     """Split deny-read paths into (dirs, files, notes) after following symlinks.
 
     A symlinked credential dir (WSL2's ``~/.aws -> /mnt/c/...``) cannot be
@@ -76,28 +121,28 @@ def classify_deny_read(paths: tuple[str, ...]) -> tuple[list[str], list[str], li
     dirs: list[str] = []
     files: list[str] = []
     notes: list[str] = []
+    real = real or RealPaths()
+    real.prefetch(paths)
     for p in paths:
-        st = _lstat(p)
-        if st is None:
+        try:
+            target, kind = real.resolve(p)
+        except OSError as e:
+            raise BuildError(f"cannot inspect {p}: {e.strerror}; refusing to run without masking it") from None
+        if kind is None:
             continue
-        target = p
-        if stat.S_ISLNK(st.st_mode):
-            real = _realpath_existing(p)
-            if real is None:
+        if kind == "link":
+            if not os.path.exists(target):
                 notes.append(f"deny-read {p} is a dangling symlink; nothing to mask")
                 continue
-            target = real
-            notes.append(f"deny-read {p} is a symlink; masking its target {real}")
-            st = os.stat(real)
-        else:
-            target = os.path.realpath(p)
+            notes.append(f"deny-read {p} is a symlink; masking its target {target}")
+            kind = "dir" if os.path.isdir(target) else "other"
         if target == "/":
             raise BuildError(f"filesystem.denyRead: {p} resolves to '/', which cannot be masked")
-        (dirs if stat.S_ISDIR(st.st_mode) else files).append(target)
+        (dirs if kind == "dir" else files).append(target)
     return sorted(set(dirs)), sorted(set(files)), notes
 
 
-def read_regions(deny_read: tuple[str, ...], allow_read: tuple[str, ...]
+def read_regions(deny_read: tuple[str, ...], allow_read: tuple[str, ...], real: RealPaths | None = None
                  ) -> tuple[list[str], list[str], Regions, list[str]]:
     """(masked dirs, masked files, the read regions, notes): ``denyRead``
     classified as ``classify_deny_read`` does, and ``allowRead`` resolved,
@@ -107,7 +152,7 @@ def read_regions(deny_read: tuple[str, ...], allow_read: tuple[str, ...]
     through a link is its target. One that does not exist has nothing to
     re-allow. One under ``/proc`` or ``/dev`` is refused: bound back from
     the host, it would show the host's processes or devices."""
-    mask_dirs, mask_files, notes = classify_deny_read(deny_read)
+    mask_dirs, mask_files, notes = classify_deny_read(deny_read, real)
     allows = []
     for a in allow_read:
         real = os.path.realpath(a)
@@ -425,21 +470,21 @@ def link_candidates(link: str) -> list[tuple[str, bool]]:
 
 
 class RootScan:
-    """The walks of one write root: ripgrep for protected files and
-    directories, find for symlinks named like them; both run in the
-    background until ``protected_paths`` collects them."""
+    """The walks of one write root (or of a batch: ``more``): ripgrep for
+    protected files and directories, find for symlinks named like them; both
+    run in the background until ``protected_paths`` collects them."""
 
     def __init__(self, *, rg: str, find: str | None, root: str, depth: int,
-                 started: tuple[Spawned, Spawned] | None = None) -> None:
+                 started: tuple[Spawned, Spawned] | None = None, more: tuple[str, ...] = ()) -> None:
         if started is not None:  # begun by the launcher (_prescan.early)
             self.rg, self.links = started
             return
         if find is None:
             raise BuildError("find not found; it finds symlinked files safebox must keep read-only",
                              hint="install findutils")
-        self.rg = _rg_start(rg, root, depth)
+        self.rg = _rg_start(rg, root, depth, more=more)
         try:
-            self.links = _find_links_start(find, root, depth)
+            self.links = _find_links_start(find, root, depth, more=more)
         except BaseException:
             self.rg.cancel()
             raise
@@ -481,13 +526,37 @@ def start_scans(rg: str | None, write_roots: list[str], depth: int) -> dict[str,
     find = which("find", path_outside(write_roots))
     scans: dict[str, RootScan] = {}
     try:
-        for root in write_roots:
-            scans[root] = RootScan(rg=rg, find=find, root=root, depth=depth)
+        for batch in _batches(write_roots):
+            sc = RootScan(rg=rg, find=find, root=batch[0], depth=depth, more=tuple(batch[1:]))
+            scans.update(dict.fromkeys(batch, sc))
     except BaseException:
-        for sc in scans.values():
+        for sc in set(scans.values()):
             sc.cancel()
         raise
     return scans
+
+
+def _batches(roots: list[str]) -> list[list[str]]:
+    """``roots`` in groups whose paths fit one argv: one ripgrep and one find
+    per group, not per root (a thousand write roots spawned two thousand
+    walkers and ran out of select()able descriptors). A group's paths take at
+    most a quarter of ARG_MAX, which leaves the environment room: E2BIG never."""
+    try:
+        arg_max = os.sysconf("SC_ARG_MAX")
+    except (OSError, ValueError):
+        arg_max = 128 * 1024  # the least Linux has ever allowed
+    budget = max(16 * 1024, min(arg_max // 4, 1024 * 1024))
+    out: list[list[str]] = []
+    size = 0
+    for r in roots:
+        n = len(os.fsencode(r)) + 1 + 8  # the string, its NUL, its argv pointer
+        if out and size + n <= budget:
+            out[-1].append(r)
+            size += n
+        else:
+            out.append([r])
+            size = n
+    return out
 
 
 def links_on_the_way(path: str) -> list[tuple[str, str]]:
@@ -546,8 +615,10 @@ def path_dirs_in_write_roots(path_dirs: tuple[str, ...], write_roots: list[str])
     missing: list[str] = []
     links: list[tuple[str, str]] = []
 
+    roots = Nearest(write_roots)  # thousands of write roots: walk up, not across
+
     def in_root(p: str) -> bool:
-        return any(_is_under(p, w) for w in write_roots)
+        return roots.at_or_above(p) is not None
 
     for entry in dict.fromkeys(path_dirs):
         if not entry.startswith("/"):
@@ -573,6 +644,33 @@ class Protected(Frozen):
     # Git dirs not named .git and worktree admin dirs seen now or before:
     # ("git" | "admin", path), remembered in the state dir (see KnownGitDirs).
     known: list[tuple[str, str]] = []
+    # Watched too, compactly: (write root, the first components of TOP_NAMES
+    # absent at its top). A thousand write roots made forty thousand
+    # ``missing`` paths; ``top_candidates`` expands them after the run, for
+    # the names that then exist.
+    tops: list[tuple[str, tuple[str, ...]]] = []
+
+
+#: The protected names watched at the top of every write root: `.mcp.json`,
+#: `.claude/`, `.config/git` when the root is $HOME, and the config of a
+#: repository the command creates there with `git init` (`core.fsmonitor` in
+#: it runs at the user's next `git status`).
+TOP_NAMES = (*defaults.PROTECTED_FILES, *defaults.PROTECTED_DIRS, ".git/config")
+
+
+def top_candidates(tops: tuple[tuple[str, tuple[str, ...]], ...] | list[tuple[str, tuple[str, ...]]]) -> list[str]:
+    """The watched top names that exist now, as paths, from ``Protected.tops``:
+    one listing per root, and only the names whose first component was absent
+    before and is there now."""
+    out: list[str] = []
+    for root, firsts in tops:
+        try:
+            now = set(os.listdir(root))
+        except OSError:
+            continue  # gone, or not a directory any more: nothing was created in it
+        for first in now.intersection(firsts):
+            out += [root + "/" + name for name in TOP_NAMES if name.split("/", 1)[0] == first]
+    return out
 
 
 def protected_paths(scans: dict[str, RootScan], write_roots: list[str], depth: int, home: str,
@@ -604,8 +702,10 @@ def protected_paths(scans: dict[str, RootScan], write_roots: list[str], depth: i
     gits: set[str] = set()
     links: dict[str, str] = {}
 
+    roots = Nearest(write_roots)
+
     def under_a_root(p: str) -> bool:
-        return any(_is_under(p, w) for w in write_roots)
+        return roots.at_or_above(p) is not None
 
     admins: set[str] = set()
     # Recognised in an earlier run: a command that renamed objects/ away, or
@@ -617,8 +717,15 @@ def protected_paths(scans: dict[str, RootScan], write_roots: list[str], depth: i
     # `.git` files (gitdir: ...: linked worktrees, submodules) and `.git`
     # symlinks: their work tree is where they are, not where the git dir is.
     dotgit_files: set[str] = set()
+    collected: set[int] = set()
+    tops: list[tuple[str, tuple[str, ...]]] = []
+    names = tuple(n for n in TOP_NAMES if not (allow_git_config and n == ".git/config"))
     for root in write_roots:
-        found, named = scans[root].collect(root)
+        if id(scans[root]) in collected:
+            found, named = [], []  # a batch already collected with an earlier root of it
+        else:
+            collected.add(id(scans[root]))
+            found, named = scans[root].collect(root)
         for p in found:
             if p.endswith("/.git") and os.path.isfile(p):
                 dotgit_files.add(p)
@@ -649,15 +756,29 @@ def protected_paths(scans: dict[str, RootScan], write_roots: list[str], depth: i
                         dotgit_files.add(path)
                 else:
                     existing.add(real)
-        # Missing protected files and directories at the top of the root
-        # (`.mcp.json`, `.claude/`, `.config/git` when the root is $HOME),
-        # and the config of a repository the command creates there with `git
-        # init` (`core.fsmonitor` in it runs at the user's next `git status`).
-        for name in (*defaults.PROTECTED_FILES, *defaults.PROTECTED_DIRS,
-                     *(() if allow_git_config else (".git/config",))):
-            q = os.path.join(root, name)
-            if not os.path.lexists(q):
-                missing.add(q)
+        # Missing protected names at the top of the root (TOP_NAMES). One
+        # listing of the root instead of an lstat per name (thousands of write
+        # roots): a name whose first component is absent is watched compactly
+        # (``tops``); one under a present first component (`.config/git` in
+        # an existing `.config`, perhaps a symlink) as a path, as before.
+        try:
+            present: set[str] | None = set(os.listdir(root))
+        except OSError:
+            present = None  # a file, or unreadable: ask name by name
+        absent: list[str] = []
+        for name in names:
+            first = name.split("/", 1)[0]
+            # With allowGitConfig a new repository's .git/config is the
+            # command's to write: `.git` is not watched compactly (which
+            # expands to every .git name after the run), its other names
+            # (.git/hooks) are watched as paths.
+            if present is not None and first not in present and not (allow_git_config and first == ".git"):
+                if first not in absent:
+                    absent.append(first)
+            elif (present is None or "/" in name) and not os.path.lexists(root + "/" + name):
+                missing.add(root + "/" + name)  # roots are absolute and never "/"
+        if absent:
+            tops.append((root, tuple(absent)))
     # Nested repositories: the .git dirs found above; protect their inner entries.
     for git in sorted(gits):
         if not os.path.isdir(git):
@@ -698,13 +819,14 @@ def protected_paths(scans: dict[str, RootScan], write_roots: list[str], depth: i
     # quarantine refuses to follow it (runner.quarantine).
     parents: dict[str, str] = {}  # the same few parents (each root, its .git) recur
     for m in missing:
-        d = os.path.dirname(m)
+        d = parent_dir(m)
         if d not in parents:
-            parents[d] = os.path.realpath(d)
-    missing = {os.path.join(parents[os.path.dirname(m)], os.path.basename(m)) for m in missing}
+            parents[d] = realpath_cached(d)
+    missing = {(parents[d] if parents[d] != "/" else "") + m[len(d):]
+               for m in missing for d in (parent_dir(m),)}
     seen = {("git", g) for g in gits if os.path.basename(g) != ".git"} | {("admin", a) for a in admins}
     return Protected(existing=sorted(existing - set(git_dirs)), missing=sorted(missing - existing),
-                     known=sorted(seen),
+                     known=sorted(seen), tops=tops,
                      sealed=sealed, git_dirs=git_dirs, links=sorted(links.items()))
 
 
@@ -804,9 +926,10 @@ def _git_config_paths(gits: set[str], dotgit_files: set[str], write_roots: list[
     from safebox.builder.gitconfig import ConfigRefs, config_refs
 
     common = config_refs(globals_, home=home, cache=cache)
+    roots = Nearest(write_roots)
 
     def under_a_root(p: str) -> bool:
-        return any(_is_under(p, w) for w in write_roots)
+        return roots.at_or_above(p) is not None
 
     hooks: set[str] = set()
     includes: set[str] = set(common.includes)
@@ -948,14 +1071,21 @@ def pin_ancestors(paths: list[str], write_roots: list[str]) -> list[str]:
     themselves, and a mount point cannot be renamed (EBUSY); found in review.
     """
     pins: set[str] = set()
+    roots = Nearest(write_roots)
     for p in paths:
-        for w in write_roots:
-            if p == w or not _is_under(p, w):
-                continue
-            a = os.path.dirname(p)
-            while a != w and _is_under(a, w) and a not in pins:
-                pins.add(a)
-                a = os.path.dirname(a)
+        # Up to the outermost write root above p: the directories between p
+        # and an inner root are renamable within the outer one too.
+        outer = None
+        a = roots.above(p)
+        while a is not None:
+            outer = a
+            a = roots.above(a)
+        if outer is None:
+            continue
+        a = parent_dir(p)
+        while a != outer and a not in pins:
+            pins.add(a)
+            a = parent_dir(a)
     return sorted(pins, key=lambda p: (p.count("/"), p))
 
 
@@ -1044,11 +1174,21 @@ def landlock_rules(*, layers: Layers, write_roots: list[str], mask_dirs: list[st
     for a in regions.allows:
         rules += grant("read", a, regions.denies_in(a))
     rules += [("dev", d) for d in (*HELPER_ONLY_DEVICES, *own_terminals()) if os.path.exists(d)]
+    own_near = Nearest(write_exclude)
+    roots = Nearest(write_roots)
+    # Which of safebox's own paths lie strictly inside each root: walking up
+    # from each, not testing every pair (the denied ones are regions').
+    inside: dict[str, set[str]] = {}
+    for d in own_near.paths:
+        a = roots.above(d)
+        while a is not None:
+            inside.setdefault(a, set()).add(d)
+            a = roots.above(a)
     for root in write_roots:
-        if not regions.readable(root) or any(_is_under(root, x) for x in write_exclude):
+        if not regions.readable(root) or own_near.at_or_above(root) is not None:
             continue  # the write root itself is denied or safebox's own: grant nothing there
         for top in (root, *regions.allows_in(root)):
-            own = [x for x in write_exclude if _is_under(x, top) and x != top]
+            own = [x for x in inside.get(root, ()) if x != top and _is_under(x, top)]
             rules += grant("write", top, [*regions.denies_in(top), *own])
     return rules
 
@@ -1084,6 +1224,10 @@ def _walk_excluding(access: str, top: str, denied: list[str],
     # Every directory above a denied path: walked into rather than granted.
     above = frozenset(a for x in denied for a in _ancestors(x))
     out: list[tuple[str, str]] = []
+    denied_near = Nearest(denied)
+    denied_set = denied_near.paths
+    # Every directory above a denied path: walked into rather than granted.
+    above = frozenset(a for d in denied for a in ancestors(d)[1:])
     stack = [top]
     while stack:
         d = stack.pop()
@@ -1113,7 +1257,7 @@ def _walk_excluding(access: str, top: str, denied: list[str],
                 # get no grant of their own; what they point at is decided by
                 # the target's own place in the walk.
                 target = os.path.realpath(child)
-                if any(_is_under(target, x) or _is_under(x, target) for x in links_denied):
+                if links_near.at_or_above(target) is not None or target in links_above:
                     continue
             out.append((access, child))
     return out
@@ -1150,8 +1294,12 @@ class Scan:
         for w in policy.allow_write:
             if w == "/tmp" and layers is not Layers.HELPER_ONLY:
                 continue  # private tmpfs, not the host's /tmp
-            real = os.path.realpath(w)
-            if not os.path.isdir(real) and not os.path.isfile(real):
+            real = realpath_cached(w)  # memoised: path_outside resolved the same entries
+            try:
+                mode = os.stat(real).st_mode
+            except (OSError, ValueError):
+                mode = 0
+            if not stat.S_ISDIR(mode) and not stat.S_ISREG(mode):
                 notes.append(f"allow-write {w} does not exist; skipped")
                 continue
             if real == "/":
@@ -1237,8 +1385,10 @@ def _resolve(policy: EffectivePolicy, *, layers: Layers, cwd: str, home: str, ho
              bridges: tuple[Bridge, ...], scan: Scan, extra_exclude: tuple[str, ...] = ()) -> ResolvedPolicy:
     notes = list(scan.notes)
     write_roots = scan.write_roots
+    roots = Nearest(write_roots)
     scans = scan.procs
-    mask_dirs, mask_files, regions, n = read_regions(policy.deny_read, policy.allow_read)
+    realpaths = RealPaths()
+    mask_dirs, mask_files, regions, n = read_regions(policy.deny_read, policy.allow_read, realpaths)
     notes += n
     for w in write_roots:
         d = regions.deny_over(w)
@@ -1256,9 +1406,10 @@ def _resolve(policy: EffectivePolicy, *, layers: Layers, cwd: str, home: str, ho
     # safebox/__init__.py there). build.py's launcher runs Python with -I,
     # which ignores PYTHONPATH.
     imports: list[str] = []
+    sorted_roots = sorted(write_roots)
     for p in host.import_paths:
         real = os.path.realpath(p)
-        holds = [w for w in write_roots if _is_under(w, real)]
+        holds = at_or_beneath(sorted_roots, real)
         if holds:
             raise BuildError(f"Python's import path has {real}, which holds the write root {holds[0]}: "
                              "the command could plant code that safebox itself would run next time",
@@ -1270,8 +1421,12 @@ def _resolve(policy: EffectivePolicy, *, layers: Layers, cwd: str, home: str, ho
         if p in UNMASKABLE_DEVICES or any(_is_under(p, d) for d in ("/dev/pts", "/dev/fd")):
             raise BuildError(f"filesystem.denyRead {p}: cannot be masked: every sandbox needs this device "
                              "(the command's terminal, /dev/null, randomness); remove it from the policy")
+    # A denied path inside a denied directory needs no mount of its own (nor
+    # a Landlock exclusion): read_regions kept only the denies that change
+    # something, which keeps a deny inside a carve-out (collapsing them by
+    # ancestry would drop it and leave it readable).
     refuse_hard_links([p for p in (os.path.realpath(f) for f in host.run_files)
-                       if any(_is_under(p, w) for w in write_roots)])
+                       if roots.at_or_above(p) is not None])
     own = tuple(sorted({os.path.realpath(p) for p in (*host.self_paths, *host.run_files, host.state_dir)
                         if os.path.lexists(p)}
                        | set(imports)))
@@ -1281,8 +1436,18 @@ def _resolve(policy: EffectivePolicy, *, layers: Layers, cwd: str, home: str, ho
     # protected files. Before issue 11 both were silently not enforced.
     # Host caches a preset redirected (extra_exclude) are kept out of the
     # write grants too, so that they stay read-only without bwrap as well.
-    deny_write_real = sorted({os.path.realpath(p) for p in policy.deny_write})
-    deny_write_existing = [p for p in deny_write_real if os.path.lexists(p)]
+    realpaths.prefetch(policy.deny_write)
+    deny_write: dict[str, bool] = {}  # resolved path -> exists
+    for p in policy.deny_write:
+        try:
+            target, kind = realpaths.resolve(p)
+            there = kind is not None and (kind != "link" or os.path.lexists(target))
+        except OSError:  # as os.path.lexists: a path that cannot be looked at is not there
+            target = os.path.realpath(p)
+            there = os.path.lexists(target)
+        deny_write[target] = deny_write.get(target, False) or there
+    deny_write_real = sorted(deny_write)
+    deny_write_existing = [p for p in deny_write_real if deny_write[p]]
     excl = {*own, *deny_write_existing, *(os.path.realpath(p) for p in extra_exclude if os.path.lexists(p))}
     rules = landlock_rules(layers=layers, write_roots=write_roots, mask_dirs=mask_dirs, mask_files=mask_files,
                            write_exclude=tuple(sorted(excl)), carve_outs=regions.allows)
@@ -1303,7 +1468,7 @@ def _resolve(policy: EffectivePolicy, *, layers: Layers, cwd: str, home: str, ho
     read_only: set[str] = set(existing)
     read_only.update(deny_write_existing)
     for p in deny_write_real:
-        if not os.path.lexists(p) and any(_is_under(p, w) for w in write_roots):
+        if not deny_write[p] and roots.at_or_above(p) is not None:
             missing.append(p)
     warnings: list[str] = []
     path_links: list[tuple[str, str]] = []
@@ -1331,23 +1496,28 @@ def _resolve(policy: EffectivePolicy, *, layers: Layers, cwd: str, home: str, ho
             read_only.add(os.path.realpath(p))
     read_only.update(imports)
     # Only what lies beneath a write root needs re-binding; outside, / is read-only already.
-    read_only_list = sorted((p for p in read_only
-                             if any(_is_under(p, w) for w in write_roots)
-                             and regions.readable(p)),
-                            key=lambda p: (p.count("/"), p))
+    read_only_list = [p for p in read_only
+                      if roots.at_or_above(p) is not None and regions.readable(p)]
     sealed_set = {d for d, _ in sealed}
+    sealed_near = Nearest(sealed_set)
     # The parents of protected symlinks too: renaming one would carry the link
     # away from where it is checked after the run.
     pins = pin_ancestors([*read_only_list, *sealed_set, *git_dirs, *mask_dirs, *mask_files,
                           *(link for link, _ in (*prot.links, *path_links))], write_roots)
     pins = [p for p in pins if p not in sealed_set and p not in read_only
             and regions.readable(p)
-            and not any(_is_under(p, d) and p != d for d in sealed_set)]
+            and sealed_near.above(p) is None]
+    # A read-only bind is recursive: one beneath another (a protected .git
+    # inside a denyWrite directory) adds a mount and nothing else, and so
+    # does a pin beneath one (nothing can be renamed in a read-only mount).
+    read_only_list = sorted(collapse(read_only_list), key=lambda p: (p.count("/"), p))
+    ro = Nearest(read_only_list)
+    pins = [p for p in pins if ro.above(p) is None]
     # Deny-read paths that do not exist yet but lie under a write root: the
     # command could create them (say ~/.config/safebox/policy.toml for the
     # next run); they are watched and quarantined like protected files.
     for p in policy.deny_read:
-        if not os.path.lexists(p) and any(_is_under(p, w) for w in write_roots):
+        if roots.at_or_above(p) is not None and not os.path.lexists(p):
             missing.append(p)
     net = NetKind.PROXY if bridges else NetKind.NONE
     private_tmp = ("/tmp",) if layers is not Layers.HELPER_ONLY else ()
@@ -1363,7 +1533,7 @@ def _resolve(policy: EffectivePolicy, *, layers: Layers, cwd: str, home: str, ho
                               sealed=sealed_set, helper=host.helper_path),
         net=net, bridges=bridges, helper_path=host.helper_path, policy_path=host.policy_path,
         socket_binds=tuple(socket_binds),
-        run_dir=host.run_dir, watch_missing=tuple(sorted(set(missing))),
+        run_dir=host.run_dir, watch_missing=tuple(sorted(set(missing))), watch_tops=tuple(prot.tops),
         watch_links=tuple([*prot.links, *path_links]),
         landlock_rules=tuple(rules),
         notes=tuple(notes), warnings=tuple(warnings))

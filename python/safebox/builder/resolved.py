@@ -79,6 +79,9 @@ class ResolvedPolicy(Frozen):
     run_dir: str = ""
     # Protected paths that did not exist when the run started; checked afterwards.
     watch_missing: tuple[str, ...] = ()
+    # And compactly, the protected names absent at the top of each write root:
+    # (root, their absent first components); see resolve.top_candidates.
+    watch_tops: tuple[tuple[str, tuple[str, ...]], ...] = ()
     # Protected symlinks (path, target text): restored after the run if replaced.
     watch_links: tuple[tuple[str, str], ...] = ()
     # Sandbox-private tool caches (presets): bound read-write onto themselves

@@ -25,9 +25,11 @@ from __future__ import annotations
 
 import functools
 import ipaddress
+import re
 from dataclasses import dataclass
 
-from safebox.domains import DENY_ALL, HostError, IPAddress, check_pattern, normalize_host, parse_ip_literal
+from safebox.domains import (DENY_ALL, MAX_NAME_LENGTH, HostError, IPAddress, check_pattern, normalize_host,
+                             parse_ip_literal)
 from safebox.hostport import split_port
 
 __all__ = [
@@ -43,6 +45,7 @@ __all__ = [
     "parse_ip_literal",
     "validate_entry",
     "validate_pattern",
+    "validate_patterns",
 ]
 
 #: Policy keys a refusal points at: the key the user would change.
@@ -106,6 +109,74 @@ def validate_entry(entry: str, *, denied: bool = False) -> str:
     """:func:`validate_pattern`, by its ``host:port`` name: the canonical
     entry with its optional port (``Example.COM:443`` → ``example.com:443``)."""
     return check_pattern(entry, denied=denied)
+
+
+# An entry already in canonical form that check_pattern returns unchanged:
+# lower-case LDH(+_) labels of at most 63 characters, at least two, the last
+# beginning with a letter or "_" (so it cannot read as a number), after an
+# optional "*."; no port. With no "xn--" (IDNA) and at most 253 characters,
+# check_pattern would return it as it is. One C-level match over the joined
+# list of 10,000 entries replaces 10,000 calls (36 ms measured).
+_CANONICAL_ENTRY = (r"(?:\*\.)?(?:[a-z0-9_](?:[a-z0-9_-]{0,61}[a-z0-9_])?\.)+"
+                    r"[a-z_](?:[a-z0-9_-]{0,61}[a-z0-9_])?")
+_CANONICAL_ENTRY_RE = re.compile(_CANONICAL_ENTRY)
+_CANONICAL_LIST_RE = re.compile(f"{_CANONICAL_ENTRY}(?:\n{_CANONICAL_ENTRY})*")
+
+
+def _already_canonical(p: str) -> bool:
+    return len(p) <= MAX_NAME_LENGTH and "xn--" not in p and _CANONICAL_ENTRY_RE.fullmatch(p) is not None
+
+
+def validate_patterns(patterns: tuple[str, ...] | list[str], *, denied: bool = False) -> tuple[str, ...]:
+    """``validate_pattern`` of each entry, in order; a list that is already
+    canonical (the usual case) is checked in one pass, the others entry by
+    entry with a quick test first. Raises HostError for the first bad one."""
+    if not patterns:
+        return ()
+    try:
+        joined = "\n".join(patterns)
+    except TypeError:  # not all strings: check_pattern says which
+        joined = ""
+    if (joined and joined.count("\n") == len(patterns) - 1 and "xn--" not in joined
+            and max(map(len, patterns)) <= MAX_NAME_LENGTH and _CANONICAL_LIST_RE.fullmatch(joined)):
+        return tuple(patterns)
+    return tuple(p if isinstance(p, str) and _already_canonical(p) else check_pattern(p, denied=denied)
+                 for p in patterns)
+
+
+class _Index:
+    """A list of canonical entries by what they match, in list order, so that
+    a lookup costs a few dict probes (one per label of the name) instead of
+    a pass over the list (1.6 ms a request with 10,000 entries)."""
+
+    def __init__(self, entries: tuple[str, ...]) -> None:
+        self.exact: dict[str, list[tuple[int, int | None, str]]] = {}
+        self.suffix: dict[str, list[tuple[int, int | None, str]]] = {}  # ".example.com" for "*.example.com"
+        self.anything: list[tuple[int, int | None, str]] = []  # DENY_ALL, with or without a port
+        self.ips: list[tuple[IPAddress, int | None]] = []
+        for i, e in enumerate(entries):
+            pattern, port = _entry(e)
+            item = (i, port, e)
+            if pattern == DENY_ALL:
+                self.anything.append(item)
+            elif pattern.startswith("*."):
+                self.suffix.setdefault(pattern[1:], []).append(item)
+            else:
+                self.exact.setdefault(pattern, []).append(item)
+                if pattern[-1:].isdigit() or ":" in pattern:
+                    try:
+                        self.ips.append((ipaddress.ip_address(pattern), port))
+                    except ValueError:
+                        pass
+
+    def matching(self, name: str) -> list[tuple[int, int | None, str]]:
+        """Every entry whose pattern ``_matches`` the canonical ``name``, in list order."""
+        found = [*self.anything, *self.exact.get(name, ())]
+        dot = name.find(".")
+        while dot >= 0:
+            found += self.suffix.get(name[dot:], ())
+            dot = name.find(".", dot + 1)
+        return sorted(found)
 
 
 @functools.lru_cache(maxsize=1024)
@@ -223,6 +294,10 @@ class NetworkRules:
     ) -> NetworkRules:
         """Canonicalise the entries; raises :class:`HostError` naming a bad one."""
         def compiled(key: str, patterns: tuple[str, ...] | list[str]) -> tuple[str, ...]:
+            try:
+                return validate_patterns(patterns, denied=key == RULE_DENIED)
+            except HostError:
+                pass  # say which entry: the slow way
             out = []
             for p in patterns:
                 try:
@@ -238,32 +313,30 @@ class NetworkRules:
             learn=learn,
         )
 
+    @functools.cached_property
+    def _allowed_index(self) -> _Index:
+        return _Index(self.allowed)
+
+    @functools.cached_property
+    def _denied_index(self) -> _Index:
+        return _Index(self.denied)
+
     def _literal_ips(self, patterns: tuple[str, ...], port: int | None = None, *,
                      deny: bool = False) -> set[IPAddress]:
-        """The IP literals among canonical ``patterns`` whose port covers ``port``."""
-        found: set[IPAddress] = set()
-        for p in patterns:
-            pattern, entry_port = _entry(p)
-            if not pattern.startswith("*") and _port_ok(entry_port, port, deny=deny):
-                try:
-                    found.add(ipaddress.ip_address(pattern))
-                except ValueError:
-                    pass
-        return found
+        """The IP literals among canonical ``patterns`` (``allowed`` or
+        ``denied``) whose port covers ``port``."""
+        index = self._denied_index if patterns is self.denied else self._allowed_index
+        return {ip for ip, entry_port in index.ips if _port_ok(entry_port, port, deny=deny)}
 
     def _deny_all(self, port: int | None) -> str | None:
         """The ``*`` (or ``*:port``) entry of ``deniedDomains`` covering ``port``."""
-        for p in self.denied:
-            pattern, entry_port = _entry(p)
-            if pattern == DENY_ALL and _port_ok(entry_port, port, deny=True):
-                return p
-        return None
+        return next((p for _, entry_port, p in self._denied_index.anything
+                     if _port_ok(entry_port, port, deny=True)), None)
 
     def _other_ports(self, name: str) -> str:
         """The ``allowedDomains`` entries naming ``name`` with a port, for a
         refusal that says which ports are allowed (empty when none)."""
-        hits = [p for p in self.allowed if _entry(p)[1] is not None and _matches(name, _entry(p)[0])]
-        return ", ".join(repr(p) for p in hits)
+        return ", ".join(repr(p) for _, entry_port, p in self._allowed_index.matching(name) if entry_port is not None)
 
     def check_host(self, host: str, port: int | None = None) -> Decision:
         """Decide on the host a client asked for, before any resolution.
@@ -299,13 +372,11 @@ class NetworkRules:
                 False, RULE_ALLOWED,
                 f"IP address {name} is not listed literally in {RULE_ALLOWED}",
             )
-        for p in self.denied:
-            pattern, entry_port = _entry(p)
-            if _matches(name, pattern) and _port_ok(entry_port, port, deny=True):
+        for _, entry_port, p in self._denied_index.matching(name):
+            if _port_ok(entry_port, port, deny=True):
                 return Decision(False, RULE_DENIED, f"{name} matches {p!r} in {RULE_DENIED}")
-        for p in self.allowed:
-            pattern, entry_port = _entry(p)
-            if _matches(name, pattern) and _port_ok(entry_port, port, deny=False):
+        for _, entry_port, p in self._allowed_index.matching(name):
+            if _port_ok(entry_port, port, deny=False):
                 return Decision(True, RULE_ALLOWED, f"{name} matches {p!r} in {RULE_ALLOWED}")
         if self.learn:
             return Decision(True, RULE_LEARN, f"{name} is allowed while learning (--learn)")

@@ -1,0 +1,240 @@
+"""The mounts of a big policy, made inside the sandbox before the command starts.
+
+``builder/bulk.py`` decides which mounts bubblewrap leaves to safebox (and
+why: bubblewrap's cost per mount grows with the mount table). Here a forked
+child of safebox enters the sandbox's user and mount namespaces, which
+bubblewrap created as the same user (``setns``, as ``nsenter`` does), and
+makes them with ``mount(2)`` and ``mount_setattr(2)``: one or two system
+calls per entry, whatever the table holds.
+
+The sandbox is held at a handshake while this runs: the first program inside
+(a ``/bin/sh`` stanza in front of the helper or the command) writes ``R`` on
+a socket and waits for ``G``; nothing of the command exists yet. A failure
+ends the run (exit 125) before ``G``: the command never starts with a mount
+missing.
+
+Every entry is bound from a copy of the sandbox's tree (``open_tree``,
+attached over the run dir meanwhile, then detached), not from the live tree:
+a bind copies the mounts beneath its source, and a source that gained a child
+with every entry would make the binds quadratic again (the kernel walks the
+source's children). Write roots come first, from a copy taken before them;
+pins, read-only entries and masks then come from a copy taken after the
+write roots and before any of them (and read-only ones from a read-only copy
+of it, one bind each). The plan lists ancestors first, so what a bind
+carries is what bubblewrap mounted beneath it, as if bubblewrap had made this
+mount itself.
+"""
+
+from __future__ import annotations
+
+import os
+
+from safebox.builder.bulk import BulkOp, BulkPlan
+from safebox.errors import BuildError
+
+# Linux UAPI constants (include/uapi/linux/mount.h, sched.h, nsfs.h); the
+# system-call numbers are the same on every architecture since 5.x.
+_SYS_OPEN_TREE, _SYS_MOVE_MOUNT, _SYS_MOUNT_SETATTR = 428, 429, 442
+_MS_RDONLY, _MS_NOSUID, _MS_NODEV, _MS_BIND, _MS_REC = 1, 2, 4, 4096, 16384
+_MNT_DETACH = 2
+_AT_FDCWD, _AT_EMPTY_PATH, _AT_RECURSIVE = -100, 0x1000, 0x8000
+_OPEN_TREE_CLONE, _OPEN_TREE_CLOEXEC = 1, os.O_CLOEXEC
+_MOVE_MOUNT_F_EMPTY_PATH = 4
+_MOUNT_ATTR_RDONLY, _MOUNT_ATTR_NOSUID, _MOUNT_ATTR_NODEV = 1, 2, 4
+_CLONE_NEWNS, _CLONE_NEWUSER = 0x20000, 0x10000000
+_NS_GET_USERNS = 0xB701
+
+
+class _Libc:
+    """The few libc entry points the mounter calls, bound once (ctypes is
+    imported only when a policy is big enough to need the mounter)."""
+
+    def __init__(self) -> None:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        self.ctypes = ctypes
+        self.mount = libc.mount
+        self.mount.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong, ctypes.c_char_p]
+        self.umount2 = libc.umount2
+        self.umount2.argtypes = [ctypes.c_char_p, ctypes.c_int]
+        self.setns = libc.setns
+        self.setns.argtypes = [ctypes.c_int, ctypes.c_int]
+        self.ioctl = libc.ioctl
+        self.ioctl.argtypes = [ctypes.c_int, ctypes.c_ulong]
+        self.syscall = libc.syscall
+        self.syscall.restype = ctypes.c_long
+
+        class MountAttr(ctypes.Structure):
+            _fields_ = [("attr_set", ctypes.c_uint64), ("attr_clr", ctypes.c_uint64),
+                        ("propagation", ctypes.c_uint64), ("userns_fd", ctypes.c_uint64)]
+
+        self.MountAttr = MountAttr
+
+    def errno(self) -> int:
+        """errno of the last failed call."""
+        return int(self.ctypes.get_errno())
+
+    def setattr(self, path: bytes, flags: int, attr: object) -> int:
+        """mount_setattr(AT_FDCWD, path, flags, attr, sizeof attr)."""
+        c = self.ctypes
+        return int(self.syscall(c.c_long(_SYS_MOUNT_SETATTR), c.c_int(_AT_FDCWD), c.c_char_p(path),
+                                c.c_uint(flags), c.byref(attr), c.c_size_t(c.sizeof(attr))))
+
+
+def supported() -> bool:
+    """Whether this kernel has ``mount_setattr`` (5.12): without it bubblewrap
+    makes every mount, as for a small policy."""
+    lib = _Libc()
+    c = lib.ctypes
+    r = lib.syscall(c.c_long(_SYS_MOUNT_SETATTR), c.c_int(-1), c.c_char_p(b""), c.c_uint(0), c.c_void_p(0),
+                    c.c_size_t(0))
+    return not (r < 0 and lib.errno() == 38)  # ENOSYS
+
+
+class _Failed(Exception):
+    pass
+
+
+def _run(lib: _Libc, pid: int, plan: BulkPlan) -> None:
+    """In the forked child: enter the sandbox and make every mount."""
+
+    def check(r: int, what: str, path: bytes = b"") -> None:
+        if r < 0:
+            err = lib.errno()
+            where = f" {os.fsdecode(path)}" if path else ""
+            raise _Failed(f"{what}{where}: {os.strerror(err)}")
+
+    try:
+        mnt = os.open(f"/proc/{pid}/ns/mnt", os.O_RDONLY | os.O_CLOEXEC)
+    except OSError as e:
+        raise _Failed(f"cannot open the sandbox's mount namespace: {e.strerror}") from None
+    # The user namespace that owns the mount namespace (bubblewrap's first;
+    # the command's may be a second one inside it): mounting needs
+    # CAP_SYS_ADMIN there, which its creator's user has from outside.
+    user = lib.ioctl(mnt, _NS_GET_USERNS)
+    check(user, "cannot find the sandbox's user namespace")
+    check(lib.setns(user, _CLONE_NEWUSER), "cannot enter the sandbox's user namespace")
+    check(lib.setns(mnt, _CLONE_NEWNS), "cannot enter the sandbox's mount namespace")
+    c = lib.ctypes
+    ro = lib.MountAttr(_MOUNT_ATTR_RDONLY | _MOUNT_ATTR_NOSUID | _MOUNT_ATTR_NODEV, 0, 0, 0)
+    rw = lib.MountAttr(_MOUNT_ATTR_NOSUID | _MOUNT_ATTR_NODEV, _MOUNT_ATTR_RDONLY, 0, 0)
+
+    def snapshot() -> int:
+        tree = int(lib.syscall(c.c_long(_SYS_OPEN_TREE), c.c_int(_AT_FDCWD), c.c_char_p(b"/"),
+                               c.c_uint(_OPEN_TREE_CLONE | _OPEN_TREE_CLOEXEC | _AT_RECURSIVE)))
+        check(tree, "cannot copy the sandbox's mount tree")
+        return tree
+
+    def attach(tree: int, where: bytes) -> None:
+        check(int(lib.syscall(c.c_long(_SYS_MOVE_MOUNT), c.c_int(tree), c.c_char_p(b""), c.c_int(_AT_FDCWD),
+                              c.c_char_p(where), c.c_uint(_MOVE_MOUNT_F_EMPTY_PATH))), "cannot attach a copy at",
+              where)
+
+    scratch = os.fsencode(plan.scratch)
+    mount, setattr = lib.mount, lib.setattr
+    # The write roots first, from a copy of the tree taken before them.
+    writes = [os.fsencode(p) for op, p in plan.ops if op is BulkOp.WRITE]
+    if writes:
+        attach(snapshot(), scratch)
+        for path in writes:
+            check(mount(scratch + path, path, None, _MS_BIND | _MS_REC, None), "cannot bind write root", path)
+            # As bubblewrap's --bind: the mount itself read-write, what lies
+            # beneath it (masks, read-only re-binds) as it was.
+            if setattr(path, 0, rw) < 0 and lib.errno() != 1:  # EPERM: read-only on the host, stays so
+                check(-1, "cannot make write root writable", path)
+        check(lib.umount2(scratch, _MNT_DETACH), "cannot detach the copy from", scratch)
+    # Then two copies that have them, both taken before any other mount: as
+    # it is (pins), and read-only through and through, so a read-only entry
+    # is one bind (the copy carries the flags) instead of a bind and a
+    # mount_setattr.
+    others = [(op, os.fsencode(p)) for op, p in plan.ops if op is not BulkOp.WRITE]
+    if not others:
+        return
+    tree = snapshot()
+    ro_tree = snapshot() if any(op is BulkOp.READ_ONLY for op, _ in others) else -1
+    if ro_tree >= 0:
+        check(int(lib.syscall(c.c_long(_SYS_MOUNT_SETATTR), c.c_int(ro_tree), c.c_char_p(b""),
+                              c.c_uint(_AT_EMPTY_PATH | _AT_RECURSIVE), c.byref(ro), c.c_size_t(c.sizeof(ro)))),
+              "cannot make the copy read-only")
+    attach(tree, scratch)
+    ro_base = scratch + scratch  # the run dir inside the first copy: no entry lies beneath it
+    if ro_tree >= 0:
+        attach(ro_tree, ro_base)
+    first_dir: bytes | None = None
+    first_file: bytes | None = None
+    for op, path in others:
+        match op:
+            case BulkOp.WRITE:
+                raise AssertionError("write roots are made above")
+            case BulkOp.PIN:
+                check(mount(scratch + path, path, None, _MS_BIND | _MS_REC, None), "cannot pin", path)
+            case BulkOp.READ_ONLY:
+                check(mount(ro_base + path, path, None, _MS_BIND | _MS_REC, None), "cannot bind read-only", path)
+            case BulkOp.MASK_DIR:
+                if first_dir is None:
+                    check(mount(b"tmpfs", path, b"tmpfs", _MS_RDONLY | _MS_NOSUID | _MS_NODEV, b"mode=0755"),
+                          "cannot mask", path)
+                    first_dir = path
+                else:  # the same empty read-only tmpfs: it has no child mount to copy
+                    check(mount(first_dir, path, None, _MS_BIND, None), "cannot mask", path)
+            case BulkOp.MASK_FILE:
+                if first_file is None:
+                    check(mount(scratch + b"/dev/null", path, None, _MS_BIND, None), "cannot mask", path)
+                    check(setattr(path, 0, ro), "cannot make read-only", path)
+                    first_file = path
+                else:
+                    check(mount(first_file, path, None, _MS_BIND, None), "cannot mask", path)
+    # Both copies go (the read-only one is mounted inside the other); the
+    # mounts made from them are copies of their own.
+    check(lib.umount2(scratch, _MNT_DETACH), "cannot detach the copies from", scratch)
+
+
+def apply(pid: int, plan: BulkPlan) -> None:
+    """Make ``plan``'s mounts in the mount namespace of ``pid`` (bubblewrap's
+    sandbox). Raises BuildError naming the entry that could not be mounted."""
+    import _signal
+
+    from safebox import _signals
+
+    lib = _Libc()  # before the fork: the child only makes system calls
+    r, w = os.pipe()
+    # The child is in safebox's process group: a group's SIGINT or SIGTERM
+    # must not run safebox's handlers (they forward to the sandbox) in it,
+    # nor kill it half-way. Blocked across the fork, it stays blocked in the
+    # child; safebox takes what came meanwhile when it unblocks, and its
+    # relay hands it to the command once that exists (_signals).
+    old = _signal.pthread_sigmask(_signal.SIG_BLOCK, _signals.FORWARDED)
+    try:
+        child = os.fork()
+    except OSError as e:
+        _signal.pthread_sigmask(_signal.SIG_SETMASK, old)
+        os.close(r)
+        os.close(w)
+        raise BuildError(f"cannot fork the mounter: {e.strerror}") from None
+    if child != 0:
+        _signal.pthread_sigmask(_signal.SIG_SETMASK, old)
+    if child == 0:  # pragma: no cover - runs in the forked child, reported through the pipe
+        code = 0
+        try:
+            os.close(r)
+            _run(lib, pid, plan)
+        except _Failed as e:
+            os.write(w, str(e).encode(errors="replace")[:4000])
+            code = 1
+        except BaseException as e:  # noqa: BLE001 -- the child must never return into safebox
+            os.write(w, f"{type(e).__name__}: {e}".encode(errors="replace")[:4000])
+            code = 1
+        os._exit(code)
+    os.close(w)
+    try:
+        chunks = []
+        while chunk := os.read(r, 4096):
+            chunks.append(chunk)
+    finally:
+        os.close(r)
+        _, status = os.waitpid(child, 0)
+    if status != 0:
+        msg = b"".join(chunks).decode(errors="replace") or f"mounter exited with status {status}"
+        raise BuildError(f"cannot make the policy's {len(plan.ops)} mounts inside the sandbox: {msg}",
+                         hint="see docs/layers.md, \"Big policies\"; `safebox doctor` checks the kernel")
