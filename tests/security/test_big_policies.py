@@ -219,10 +219,11 @@ def test_a_mount_the_mounter_cannot_make_stops_the_run_before_the_command(fresh_
     victim = dirs[-1]
     # A bwrap that lets a denied directory vanish after safebox looked at it
     # and before the mounter binds it (outside every write root, as safebox
-    # takes no tool from one).
+    # takes no tool from one); only the run that builds the sandbox (--args),
+    # not a probe of bwrap before it.
     bindir = fresh_home.root.parent / f"bin-{fresh_home.root.name}"
     bindir.mkdir()
-    for name, extra in (("control", ""), ("vanish", f"rmdir {victim}\n")):
+    for name, extra in (("control", ""), ("vanish", f'case " $* " in *" --args "*) rmdir {victim};; esac\n')):
         (bindir / name).mkdir()
         (bindir / name / "bwrap").write_text(f"#!/bin/sh\n{extra}exec {real} \"$@\"\n")
         (bindir / name / "bwrap").chmod(0o755)
