@@ -1193,15 +1193,6 @@ def landlock_rules(*, layers: Layers, write_roots: list[str], mask_dirs: list[st
     return rules
 
 
-def _ancestors(path: str) -> list[str]:
-    """The directories strictly above ``path`` (absolute, normalised), up to ``/``."""
-    out = []
-    while path != "/":
-        path = os.path.dirname(path)
-        out.append(path)
-    return out
-
-
 class _TooManyRules(Exception):
     """A walk passed the budget of Landlock rules."""
 
@@ -1219,15 +1210,15 @@ def _walk_excluding(access: str, top: str, denied: list[str],
     (default: ``denied``) gets no rule. ``budget`` (a one-item list, shared
     by the walks of one policy) is decreased per rule; below zero the walk
     stops with _TooManyRules instead of listing on."""
-    links_denied = denied if links_denied is None else links_denied
     denied_set = frozenset(denied)
     # Every directory above a denied path: walked into rather than granted.
-    above = frozenset(a for x in denied for a in _ancestors(x))
-    out: list[tuple[str, str]] = []
-    denied_near = Nearest(denied)
-    denied_set = denied_near.paths
-    # Every directory above a denied path: walked into rather than granted.
     above = frozenset(a for d in denied for a in ancestors(d)[1:])
+    if links_denied is None:
+        links_near, links_above = Nearest(denied), above
+    else:
+        links_near = Nearest(links_denied)
+        links_above = frozenset(a for d in links_denied for a in ancestors(d)[1:])
+    out: list[tuple[str, str]] = []
     stack = [top]
     while stack:
         d = stack.pop()
