@@ -242,3 +242,24 @@ def test_a_mount_the_mounter_cannot_make_stops_the_run_before_the_command(fresh_
     assert len(lines) == 1 and f"{victim}: No such file or directory" in lines[0], r.stderr
     assert not ran.exists()  # the command never started
     shutil.rmtree(bindir)
+
+
+@pytest.mark.parametrize("mode", ALL_MODES)
+def test_a_carve_out_inside_one_of_many_denied_dirs_stays_readable(fresh_home: FakeHome, mode: str) -> None:
+    # More masks than BULK_MIN, so most are made by the mounter after
+    # bubblewrap's mounts; the one holding an allowRead carve-out must stay
+    # with bubblewrap, which binds the carve-out back over it (a mask made
+    # later by the mounter would hide the carve-out again).
+    n = 2 * BULK_MIN
+    dirs = _tree(fresh_home.root / "deny", n, files=False, filled=set(range(n)))
+    for d in dirs:
+        (d / "g").write_text("secret\n")
+    carve, beside, other = dirs[7] / "f", dirs[7] / "g", dirs[8] / "f"
+    pol = _policy_file(fresh_home, {"filesystem": {"denyRead": [str(d) for d in dirs],
+                                                   "allowRead": [str(carve)]}})
+    ops = [["read", str(carve)], ["read", str(beside)], ["read", str(other)]]
+    assert _ops(fresh_home, ops, mode=mode, opts=[]) == [0, 0, 0]  # control: all readable without the policy
+
+    got = _ops(fresh_home, ops, mode=mode, opts=["-p", pol])
+    want = EACCES if mode == HELPER_ONLY else ENOENT
+    assert got == [0, want, want]
