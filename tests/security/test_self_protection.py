@@ -110,6 +110,41 @@ def test_an_import_path_that_holds_a_write_root_is_a_refusal(fresh_home: FakeHom
             f"{fresh_home.work}") in r.stderr, r.stderr
 
 
+def _launcher_with_prefix(where: Path, prefix: Path) -> Path:
+    """A copy of build.py's launcher whose interpreter reports ``prefix`` as
+    its base installation, as a Python installed in /usr does for a work dir
+    in /usr/src/app (the sandbox itself is real; only the reported prefix is
+    set)."""
+    real = (SAFEBOX_BIN).read_text().splitlines()
+    i = real.index("import sys") + 1
+    script = where / "safebox-with-prefix"
+    script.write_text("\n".join([*real[:i], f"sys.base_prefix = sys.base_exec_prefix = {str(prefix)!r}",
+                                  *real[i:]]) + "\n")
+    script.chmod(0o755)
+    return script
+
+
+def test_a_work_dir_beneath_the_interpreters_prefix_runs_and_the_prefix_itself_is_refused(
+        fresh_home: FakeHome, tmp_path: Path) -> None:
+    """A container's /usr/src/app under a Python installed in /usr: the
+    prefix holds the work dir, but nothing of Python lives there (bin/ and
+    lib*/ do, and the sys.path entries are checked on their own). Refused
+    before: "Python's import path has /usr, which holds the write root"."""
+    marker = fresh_home.work / "ran"
+    launcher = _launcher_with_prefix(tmp_path, fresh_home.work.parent)
+    r = subprocess.run([str(launcher), "exec", "--", "touch", str(marker)], cwd=fresh_home.work,
+                       env=fresh_home.env(), capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0 and marker.exists(), r.stderr
+    marker.unlink()
+    # The write root is the prefix itself (or its lib/): refused as before.
+    launcher = _launcher_with_prefix(tmp_path, fresh_home.work)
+    r = subprocess.run([str(launcher), "exec", "--", "touch", str(marker)], cwd=fresh_home.work,
+                       env=fresh_home.env(), capture_output=True, text=True, timeout=60)
+    assert r.returncode == 125 and not marker.exists()
+    assert (f"safebox: Python's import path has {fresh_home.work}, which holds the write root "
+            f"{fresh_home.work}") in r.stderr, r.stderr
+
+
 def test_the_launcher_ignores_pythonpath_so_a_planted_safebox_package_never_runs(fresh_home: FakeHome) -> None:
     """build.py's launcher runs Python with -I: a `safebox` package planted
     in the work tree is not imported even with PYTHONPATH pointing there.

@@ -1398,9 +1398,19 @@ def _resolve(policy: EffectivePolicy, *, layers: Layers, cwd: str, home: str, ho
     # which ignores PYTHONPATH.
     imports: list[str] = []
     sorted_roots = sorted(write_roots)
+    prefixes = python_prefixes()
     for p in host.import_paths:
         real = os.path.realpath(p)
         holds = at_or_beneath(sorted_roots, real)
+        if holds and real in prefixes:
+            # An installation prefix above the work dir (/usr above
+            # /usr/src/app): outside its write roots it is read-only anyway.
+            # What of it runs at safebox's next start (the interpreter,
+            # libpython, the standard library) lives in bin/ and lib*/; the
+            # sys.path entries are checked on their own.
+            holds = [w for w in holds if w == real
+                     or any(w == real + "/" + d or w.startswith(real + "/" + d + "/")
+                            for d in ("bin", "lib", "lib64", "lib32", "libx32"))]
         if holds:
             raise BuildError(f"Python's import path has {real}, which holds the write root {holds[0]}: "
                              "the command could plant code that safebox itself would run next time",
@@ -1539,6 +1549,15 @@ def self_paths() -> tuple[str, ...]:
     pkg = os.path.dirname(os.path.realpath(safebox.__file__))
     out = {pkg, os.path.realpath(sys.prefix)}
     return tuple(sorted(out))
+
+
+def python_prefixes() -> frozenset[str]:
+    """The running interpreter's installation prefixes, resolved (a venv's
+    and the base installation behind it)."""
+    import sys
+
+    return frozenset(os.path.realpath(p) for p in (sys.prefix, sys.exec_prefix, sys.base_prefix,
+                                                    sys.base_exec_prefix))
 
 
 def import_paths() -> tuple[str, ...]:
