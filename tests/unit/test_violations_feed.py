@@ -195,3 +195,31 @@ def test_a_path_with_escape_sequences_reaches_the_terminal_as_question_marks() -
     lines = _feed([evil]).summary(verbose=True)
     assert all("\x1b" not in line for line in lines)
     assert "/etc/?[2Jx" in lines[0]
+
+
+def test_the_memoised_landlock_lookup_answers_as_the_walk_to_the_root_does() -> None:
+    # violations/table.py memoises (writable, creatable) per directory so a
+    # 10,000-entry policy costs a lookup per entry; the answer must be the
+    # walk's: a write grant at or above gives both, a dev grant files only.
+    import random
+
+    from safebox.violations import table
+
+    def walk(grants: dict[str, set[str]], path: str) -> tuple[bool, bool]:
+        w = False
+        for a in table._ancestors(path):
+            if "write" in grants.get(a, ()):
+                return True, True
+            w = w or "dev" in grants.get(a, ())
+        return w, False
+
+    rnd = random.Random(1)
+    names = ["/", "/a", "/a/b", "/a/b/c", "/a/d", "/e", "/e/f", "/a/b/c/g"]
+    for _ in range(300):
+        grants = {n: set(rnd.sample(["read", "write", "dev", "readdir"], rnd.randint(1, 2)))
+                  for n in rnd.sample(names, rnd.randint(0, 5))}
+        granted = table._Granted(grants)
+        queries = [*names, "/a/b/c/g/h", "/x/y"]
+        rnd.shuffle(queries)
+        for q in queries:
+            assert granted(q) == walk(grants, q), (grants, q)

@@ -1419,7 +1419,7 @@ def _resolve(policy: EffectivePolicy, *, layers: Layers, cwd: str, home: str, ho
         if os.path.isdir(real):
             imports.append(real)
     for p in (*mask_dirs, *mask_files):
-        if p in UNMASKABLE_DEVICES or any(_is_under(p, d) for d in ("/dev/pts", "/dev/fd")):
+        if p in UNMASKABLE_DEVICES or p in ("/dev/pts", "/dev/fd") or p.startswith(("/dev/pts/", "/dev/fd/")):
             raise BuildError(f"filesystem.denyRead {p}: cannot be masked: every sandbox needs this device "
                              "(the command's terminal, /dev/null, randomness); remove it from the policy")
     # A denied path inside a denied directory needs no mount of its own (nor

@@ -74,17 +74,73 @@ def _landlock_grants(rules: tuple[tuple[str, str], ...]) -> dict[str, set[str]]:
     return grants
 
 
+def _parent(path: str) -> str:
+    i = path.rfind("/")
+    return path[:i] if i > 0 else "/"
+
+
+class _Granted:
+    """(files writable, entries creatable) beneath a path under Landlock's
+    union of grants: a ``write`` grant at the path or any ancestor gives
+    both, a ``dev`` grant files only. Memoised per directory, so a table of
+    10,000 entries that share their parents costs a lookup each, not a walk
+    to ``/`` each (docs/benchmarks.md, "Big policies")."""
+
+    def __init__(self, grants: dict[str, set[str]]) -> None:
+        self._grants = grants
+        self._memo: dict[str, tuple[bool, bool]] = {}
+
+    def _local(self, path: str) -> tuple[bool, bool]:
+        classes = self._grants.get(path)
+        if not classes:
+            return False, False
+        return ("write" in classes or "dev" in classes), "write" in classes
+
+    def __call__(self, path: str) -> tuple[bool, bool]:
+        passed: list[str] = []
+        a = path
+        while a not in self._memo:
+            passed.append(a)
+            if a == "/":
+                w, c = False, False  # nothing above /
+                break
+            a = _parent(a)
+        else:
+            w, c = self._memo[a]
+        for q in reversed(passed):  # from the top down
+            lw, lc = self._local(q)
+            w, c = (True, True) if (lc or c) else (w or lw, False)
+            self._memo[q] = (w, c)
+        return self._memo[path]
+
+
 def _granted(grants: dict[str, set[str]], path: str) -> tuple[bool, bool]:
-    """(files writable, entries creatable) beneath ``path`` under Landlock's union of grants."""
-    w = c = False
-    for a in _ancestors(path):
-        classes = grants.get(a)
-        if classes:
-            if "write" in classes:
-                return True, True
-            if "dev" in classes:
-                w = True
-    return w, c
+    """(files writable, entries creatable) beneath ``path`` (one question; see _Granted)."""
+    return _Granted(grants)(path)
+
+
+class _NearestMount:
+    """The deepest mount at or above a path, memoised per directory."""
+
+    def __init__(self, mounts: dict[str, tuple[bool, int]]) -> None:
+        self._mounts = mounts
+        self._memo: dict[str, tuple[bool, int]] = {}
+
+    def __call__(self, path: str) -> tuple[bool, int]:
+        passed: list[str] = []
+        a = path
+        while True:
+            if a in self._mounts:
+                found = self._mounts[a]
+                break
+            if a in self._memo:
+                found = self._memo[a]
+                break
+            passed.append(a)
+            a = _parent(a)  # "/" is always a mount: the walk ends there
+        for q in passed:
+            self._memo[q] = found
+        return found
 
 
 def _mounts(rp: ResolvedPolicy) -> dict[str, tuple[bool, int]]:
@@ -120,23 +176,22 @@ def _mounts(rp: ResolvedPolicy) -> dict[str, tuple[bool, int]]:
 def build(rp: ResolvedPolicy, *, reads: bool, ports: tuple[int, ...] = ()) -> Table:
     """The table for ``rp`` (both layers, or Landlock alone on a helper-only run)."""
     grants = _landlock_grants(rp.landlock_rules)
+    granted = _Granted(grants)
     entries: list[tuple[str, int]] = []
     if rp.layers is Layers.HELPER_ONLY:
         masks = {d: MASK_DIR for d in rp.mask_dirs} | {f: MASK_FILE for f in rp.mask_files}
         for p in sorted({"/", *grants, *masks}):
-            w, c = _granted(grants, p)
+            w, c = granted(p)
             mask = masks.get(p, 0)
             bits = (W if w and not mask else 0) | (C if c and not mask else 0) | (M if mask else 0)
             # No mount layer: it never refuses, Landlock does (EACCES).
             entries.append((p, bits | MOUNT_W | MOUNT_C | mask))
         return Table(entries, reads=reads, ports=ports, layers=rp.layers)
     mounts = _mounts(rp)
+    nearest = _NearestMount(mounts)
     for p in sorted({*mounts, *grants, "/dev/shm"}):
-        for a in _ancestors(p):
-            if a in mounts:
-                rw, mask = mounts[a]
-                break
-        w, c = _granted(grants, p)
+        rw, mask = nearest(p)
+        w, c = granted(p)
         bits = (W if rw and w else 0) | (C if rw and c else 0) | (M if mask else 0) | (B if p in mounts else 0)
         entries.append((p, bits | (MOUNT_W | MOUNT_C if rw else 0) | mask))
     return Table(entries, reads=reads, ports=ports, layers=rp.layers)
