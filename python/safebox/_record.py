@@ -140,7 +140,7 @@ def which(name: str, path: str | None = None) -> str | None:
     return None
 
 
-def path_outside(roots: "list[str] | tuple[str, ...]") -> str:
+def path_outside(roots: list[str] | tuple[str, ...]) -> str:
     """$PATH without the entries a sandboxed command could have written to:
     relative or empty ones (the working directory) and any that lie in one
     of ``roots`` (an activated project venv, ~/.local/bin under a writable

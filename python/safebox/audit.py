@@ -42,7 +42,7 @@ class AuditLog:
     def event(self, kind: str, /, **fields: Any) -> None:
         """Append one event line; silently dropped after :meth:`close`."""
         record: dict[str, Any] = {
-            "time": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="milliseconds"),
+            "time": datetime.datetime.now(datetime.UTC).isoformat(timespec="milliseconds"),
             "event": kind,
         }
         if self.run is not None:

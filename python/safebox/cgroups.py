@@ -18,7 +18,6 @@ import os
 
 from safebox._record import Frozen
 
-
 # --------------------------------------------------------------- cgroups
 
 class CgroupSite(Frozen):

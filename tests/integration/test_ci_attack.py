@@ -37,10 +37,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from test_ci_github import FakeRunner
 
 from sbx import REPO, SAFEBOX, FakeHome, missing, token
-
-from test_ci_github import FakeRunner
 
 pytestmark = pytest.mark.needs_bwrap
 

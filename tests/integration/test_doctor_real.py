@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
+
 from safebox import doctor
 from safebox.doctor import Status
 

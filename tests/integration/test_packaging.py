@@ -22,6 +22,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
 from sbx import missing
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from netservers import ParentProxy, LocalCA, make_test_ca, pattern, start_origin, write_key
+from netservers import LocalCA, ParentProxy, make_test_ca, pattern, start_origin, write_key
 from sbx import BOTH, HELPER_ONLY, FakeHome, token
 
 pytestmark = pytest.mark.needs_bwrap

@@ -29,7 +29,7 @@ from pathlib import Path
 import pytest
 
 from safebox.builder.bulk import BULK_MIN
-from sbx import PATH, BOTH, BWRAP_ONLY, EACCES, EBUSY, ENOENT, EROFS, HELPER_ONLY, FakeHome, host, missing
+from sbx import BOTH, BWRAP_ONLY, EACCES, EBUSY, ENOENT, EROFS, HELPER_ONLY, PATH, FakeHome, host, missing
 
 N = 10_000
 SAMPLE = 25

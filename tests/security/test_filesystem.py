@@ -17,8 +17,20 @@ from pathlib import Path
 
 import pytest
 
-from sbx import (BOTH, BWRAP_ONLY, EACCES, EROFS, HELPER_ONLY, FakeHome, host, pids_with_arg, token,
-                 tree_listing, unique_sleep_arg, wait_for)
+from sbx import (
+    BOTH,
+    BWRAP_ONLY,
+    EACCES,
+    EROFS,
+    HELPER_ONLY,
+    FakeHome,
+    host,
+    pids_with_arg,
+    token,
+    tree_listing,
+    unique_sleep_arg,
+    wait_for,
+)
 
 ALL_MODES = [BOTH, BWRAP_ONLY, HELPER_ONLY]
 MOUNT_MODES = [BOTH, BWRAP_ONLY]  # the modes that have bubblewrap's mount namespace

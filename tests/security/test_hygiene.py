@@ -14,8 +14,17 @@ from pathlib import Path
 
 import pytest
 
-from sbx import (BOTH, BWRAP_ONLY, HELPER_ONLY, FakeHome, host, kill_tree_by_arg, pids_with_arg,
-                 unique_sleep_arg, wait_for)
+from sbx import (
+    BOTH,
+    BWRAP_ONLY,
+    HELPER_ONLY,
+    FakeHome,
+    host,
+    kill_tree_by_arg,
+    pids_with_arg,
+    unique_sleep_arg,
+    wait_for,
+)
 
 ALL_MODES = [BOTH, BWRAP_ONLY, HELPER_ONLY]
 SECRETS = {"GITHUB_TOKEN": "ghp_fake", "AWS_SECRET_ACCESS_KEY": "aws-fake", "FOO_PASSWORD": "pw-fake",

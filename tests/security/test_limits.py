@@ -26,8 +26,8 @@ from pathlib import Path
 
 import pytest
 
-from sbx import BOTH, BWRAP_ONLY, HELPER_ONLY, FakeHome, pids_with_arg, token, unique_sleep_arg, wait_for
 from safebox import cgroups, limits
+from sbx import BOTH, BWRAP_ONLY, HELPER_ONLY, FakeHome, pids_with_arg, token, unique_sleep_arg, wait_for
 
 ROOT = os.geteuid() == 0
 MiB = 1 << 20

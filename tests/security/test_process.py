@@ -16,8 +16,19 @@ from pathlib import Path
 
 import pytest
 
-from sbx import (BOTH, BWRAP_ONLY, EPERM, ESRCH, HELPER_ONLY, FakeHome, host, missing, pids_with_arg,
-                 unique_sleep_arg, wait_for)
+from sbx import (
+    BOTH,
+    BWRAP_ONLY,
+    EPERM,
+    ESRCH,
+    HELPER_ONLY,
+    FakeHome,
+    host,
+    missing,
+    pids_with_arg,
+    unique_sleep_arg,
+    wait_for,
+)
 
 ALL_MODES = [BOTH, BWRAP_ONLY, HELPER_ONLY]
 SECCOMP_MODES = [BOTH, HELPER_ONLY]  # the modes with the helper's seccomp filter

@@ -39,8 +39,7 @@ from pathlib import Path
 
 import pytest
 
-from sbx import (BOTH, BWRAP_ONLY, HELPER_ONLY, FakeHome, kill_tree_by_arg, pids_with_arg, unique_sleep_arg,
-                 wait_for)
+from sbx import BOTH, BWRAP_ONLY, HELPER_ONLY, FakeHome, kill_tree_by_arg, pids_with_arg, unique_sleep_arg, wait_for
 
 RUNS_PER_MODE = int(os.environ.get("SAFEBOX_SIGNAL_RUNS", "200"))
 POOL = 4

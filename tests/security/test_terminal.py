@@ -15,8 +15,18 @@ from pathlib import Path
 
 import pytest
 
-from sbx import (BOTH, BWRAP_ONLY, EPERM, HELPER_ONLY, FakeHome, kill_tree_by_arg, missing,
-                 pids_with_arg, unique_sleep_arg, wait_for)
+from sbx import (
+    BOTH,
+    BWRAP_ONLY,
+    EPERM,
+    HELPER_ONLY,
+    FakeHome,
+    kill_tree_by_arg,
+    missing,
+    pids_with_arg,
+    unique_sleep_arg,
+    wait_for,
+)
 
 ALL_MODES = [BOTH, BWRAP_ONLY, HELPER_ONLY]
 SECCOMP_MODES = [BOTH, HELPER_ONLY]

@@ -9,8 +9,16 @@ from pathlib import Path
 
 import pytest
 
-from safebox.ci import (ENV_DENY, CiRun, detect, env_refusal, parse_file_command, path_entry_refusal,
-                        render_entries, scrub_git_config)
+from safebox.ci import (
+    ENV_DENY,
+    CiRun,
+    detect,
+    env_refusal,
+    parse_file_command,
+    path_entry_refusal,
+    render_entries,
+    scrub_git_config,
+)
 
 
 def test_a_job_is_detected_from_the_ci_variables_and_can_be_opted_out() -> None:

@@ -14,6 +14,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+
 from safebox import __version__, doctor
 from safebox.doctor import Check, Status
 

@@ -31,7 +31,7 @@ def test_policy_renders_to_the_golden_bytes() -> None:
         b"listen 3128\n"
         b"listen 1080\n"
         b"socat 2f7573722f62696e2f736f636174\n"
-        b"publish 8080 " + "/r/pub/8080.sock".encode().hex().encode() + b"\n"
+        b"publish 8080 " + b"/r/pub/8080.sock".hex().encode() + b"\n"
         b"end\n"
     )
 
@@ -39,7 +39,7 @@ def test_policy_renders_to_the_golden_bytes() -> None:
 def test_paths_with_newlines_and_spaces_cannot_inject_a_record() -> None:
     hp = HelperPolicy(fs_rules=((FsAccess.WRITE, "/x\nfs write /"),), net=NetMode.OFF, scopes=(Scope.SIGNAL,))
     lines = render(hp).decode().splitlines()
-    assert [ln for ln in lines if ln.startswith("fs ")] == ["fs write " + "/x\nfs write /".encode().hex()]
+    assert [ln for ln in lines if ln.startswith("fs ")] == ["fs write " + b"/x\nfs write /".hex()]
 
 
 def test_published_ports_without_socat_are_rejected() -> None:
@@ -80,4 +80,4 @@ def test_the_dry_run_view_decodes_every_hex_path_and_changes_nothing_else() -> N
         "net proxy", "connect_port 3128", "bind none", "scope abstract_unix", "scope signal",
         "seccomp /r/s.bpf", "listen 3128", "socat /usr/bin/socat", "publish 8080 /r/pub/8080.sock", "end"]
     # Control: the file itself keeps hex.
-    assert b"fs write " + "/home/u/p q".encode().hex().encode() + b"\n" in raw
+    assert b"fs write " + b"/home/u/p q".hex().encode() + b"\n" in raw

@@ -13,10 +13,10 @@ from safebox import cgroups, limits
 from safebox.builder.bwrap import mount_args
 from safebox.builder.helper_policy import FsAccess, HelperPolicy, NetMode, render
 from safebox.builder.resolved import Layers, ResolvedPolicy
-from safebox.errors import BuildError, PolicyError
 from safebox.cgroups import CgroupSite
-from safebox.limits import GiB, KiB, MiB, HostFacts, LimitError
-from safebox.policy.load import Context, Flags, load, policy_document, validate_layer, Layer
+from safebox.errors import BuildError, PolicyError
+from safebox.limits import GiB, HostFacts, KiB, LimitError, MiB
+from safebox.policy.load import Context, Flags, Layer, load, policy_document, validate_layer
 
 # ------------------------------------------------------------------ value syntax
 

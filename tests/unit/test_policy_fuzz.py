@@ -7,11 +7,10 @@ import json
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from test_policy import PYDANTIC_PHRASES
 
 from safebox.errors import PolicyError
 from safebox.policy.load import Layer, parse_document, validate_layer
-
-from test_policy import PYDANTIC_PHRASES
 
 KEYS = ["network", "filesystem", "env", "strict", "trustProjectFiles", "mandatoryDenySearchDepth",
         "allowedDomains", "deniedDomains", "allowUnixSockets", "allowLocalBinding", "allowLocalDestinations",

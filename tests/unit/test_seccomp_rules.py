@@ -16,14 +16,13 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pyseccomp  # noqa: E402  (a runtime dependency: missing is a failure, not a skip)
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from safebox.builder import seccomp
 from safebox.builder.seccomp import Action, InetMode, Op
-
-import pyseccomp  # noqa: E402  (a runtime dependency: missing is a failure, not a skip)
 
 AUDIT_ARCH_X86_64 = 0xC000003E
 AUDIT_ARCH_I386 = 0x40000003

@@ -191,7 +191,7 @@ def test_nothing_refused_is_no_summary() -> None:
 
 
 def test_a_path_with_escape_sequences_reaches_the_terminal_as_question_marks() -> None:
-    evil = REC.replace(b"/etc/x".hex().encode(), "/etc/\x1b[2Jx".encode().hex().encode())
+    evil = REC.replace(b"/etc/x".hex().encode(), b"/etc/\x1b[2Jx".hex().encode())
     lines = _feed([evil]).summary(verbose=True)
     assert all("\x1b" not in line for line in lines)
     assert "/etc/?[2Jx" in lines[0]

@@ -6,7 +6,6 @@
 
 from __future__ import annotations
 
-
 from safebox._record import Frozen, StrEnum
 
 

@@ -98,7 +98,7 @@ LIST_VARIABLES: frozenset[str] = frozenset({"KUBECONFIG"})
 CREDENTIAL_ENV_VARIABLES: tuple[str, ...] = tuple(dict.fromkeys(v for v, _ in CREDENTIAL_ENV))
 
 
-def credential_env(environ: "Mapping[str, str]") -> tuple[tuple[str, str], ...]:
+def credential_env(environ: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
     """The caller's non-empty values of the variables in CREDENTIAL_ENV."""
     return tuple((v, environ[v]) for v in CREDENTIAL_ENV_VARIABLES if environ.get(v))
 

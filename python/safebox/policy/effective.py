@@ -104,7 +104,7 @@ class EffectivePolicy(Frozen):
         return {k: (list(v) if isinstance(v, tuple) else v) for k, v in self.asdict().items()}
 
     @classmethod
-    def from_json_dict(cls, data: dict[str, Any]) -> "EffectivePolicy":
+    def from_json_dict(cls, data: dict[str, Any]) -> EffectivePolicy:
         """Inverse of ``to_json_dict``; unknown keys are an error (a stale cache is rebuilt)."""
         unknown = set(data) - set(cls.__fields__)
         if unknown:

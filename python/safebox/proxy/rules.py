@@ -28,8 +28,15 @@ import ipaddress
 import re
 from dataclasses import dataclass
 
-from safebox.domains import (DENY_ALL, MAX_NAME_LENGTH, HostError, IPAddress, check_pattern, normalize_host,
-                             parse_ip_literal)
+from safebox.domains import (
+    DENY_ALL,
+    MAX_NAME_LENGTH,
+    HostError,
+    IPAddress,
+    check_pattern,
+    normalize_host,
+    parse_ip_literal,
+)
 from safebox.hostport import split_port
 
 __all__ = [

@@ -107,7 +107,7 @@ def _pem_file(path: str, key: str, *, limit: int = 1 << 20) -> bytes:
 
 
 def _now() -> datetime.datetime:
-    return datetime.datetime.now(datetime.timezone.utc)
+    return datetime.datetime.now(datetime.UTC)
 
 
 class Mitm:

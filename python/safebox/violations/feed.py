@@ -16,9 +16,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from safebox.builder.resolved import Layers, ResolvedPolicy
-from safebox.policy.defaults import (CREDENTIAL_PATHS, PROTECTED_DIRS, PROTECTED_FILES, PROTECTED_IN_GIT_DIR)
+from safebox.policy.defaults import CREDENTIAL_PATHS, PROTECTED_DIRS, PROTECTED_FILES, PROTECTED_IN_GIT_DIR
 from safebox.policy.effective import EffectivePolicy
-from safebox.violations.table import M, MASK_DIR, MASK_FILE, MOUNT_C, MOUNT_W, Table
+from safebox.violations.table import MASK_DIR, MASK_FILE, MOUNT_C, MOUNT_W, M, Table
 
 #: Version of the ``denied`` event's fields (docs/violations.md).
 EVENT_VERSION = 1
@@ -338,7 +338,7 @@ class Feed:
         for ev in self.events:
             extra: dict[str, Any] = {}
             if ev.time:
-                extra["time"] = datetime.datetime.fromtimestamp(ev.time, datetime.timezone.utc).isoformat(
+                extra["time"] = datetime.datetime.fromtimestamp(ev.time, datetime.UTC).isoformat(
                     timespec="milliseconds")
             audit.event("denied", v=EVENT_VERSION, **ev.fields, **({"fix": ev.fix} if ev.fix else {}), **extra)
         if self.dropped:
