@@ -199,7 +199,7 @@ def _tag_wheel(platform: str) -> None:
     """
     from setuptools.command.bdist_wheel import bdist_wheel
 
-    def platform_tag(self):
+    def platform_tag(_self: object) -> tuple[str, str, str]:
         return "py3", "none", platform
 
     bdist_wheel.get_tag = platform_tag

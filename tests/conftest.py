@@ -64,7 +64,7 @@ def bwrap_works() -> bool:
     return done.returncode == 0
 
 
-def pytest_configure(config: pytest.Config) -> None:
+def pytest_configure() -> None:
     """Refuse the run when ``SAFEBOX_TEST_LANDLOCK_ABI`` disagrees with the kernel.
 
     Hypothesis keeps no example database: the suite runs as root and then as
@@ -92,7 +92,7 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
 
 
 @pytest.hookimpl(hookwrapper=True)
-def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Generator[None, None, None]:
+def pytest_runtest_makereport() -> Generator[None, None, None]:
     """With ``SAFEBOX_MUST_WORK=1`` a skip (from a marker, fixture or test) is a failure."""
     outcome = yield
     report = outcome.get_result()

@@ -32,13 +32,13 @@ Imports nothing beyond the C signal module: it is on the exec hot path.
 
 from __future__ import annotations
 
-import _signal as signal  # the C module: `signal` wraps it in enums (~4.5 ms of import)
-
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    import signal  # the same functions and constants, as typeshed describes them
     import threading
     from collections.abc import Callable
-    from typing import Any
+else:
+    import _signal as signal  # the C module: `signal` wraps it in enums (~4.5 ms of import)
 
 FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT,
              signal.SIGUSR1, signal.SIGUSR2, signal.SIGWINCH, signal.SIGCONT)
@@ -65,7 +65,7 @@ class StartInterrupted(Exception):
         self.signum = signum
 
 
-def _handler(signum: int, frame: Any) -> None:
+def _handler(signum: int, _frame: object) -> None:
     """The one handler: runs in the main thread, between bytecodes; records or forwards."""
     global _before_command
     _received.add(signum)

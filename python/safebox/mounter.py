@@ -193,7 +193,10 @@ def _run(lib: _Libc, pid: int, plan: BulkPlan) -> None:
 def apply(pid: int, plan: BulkPlan) -> None:
     """Make ``plan``'s mounts in the mount namespace of ``pid`` (bubblewrap's
     sandbox). Raises BuildError naming the entry that could not be mounted."""
-    import _signal
+    if TYPE_CHECKING:
+        import signal as _signal  # typeshed's view of the same C functions
+    else:
+        import _signal  # the C module: `signal` wraps it in enums (~4.5 ms of import)
 
     from safebox import _signals
 

@@ -76,9 +76,9 @@ def _curl(url: str, *extra: str) -> str:
 def test_a_masked_variable_is_a_sentinel_inside(shared_home: FakeHome, ca: LocalCA) -> None:
     real = _secret()
     opts = _opts(shared_home, ca, {"envVars": [{"name": VAR, "mode": "mask"}]})
-    environ = ("import os; print(os.environ[%r]); "
+    environ = (f"import os; print(os.environ[{VAR!r}]); "
                "print([e.decode() for e in open('/proc/self/environ', 'rb').read().split(b'\\0') "
-               "if e.startswith(b'%s=')][0])" % (VAR, VAR))
+               f"if e.startswith(b'{VAR}=')][0])")
     r = shared_home.run(["python3", "-c", environ], opts=opts, env={VAR: real})
     lines = r.stdout.splitlines()
     assert SENTINEL.fullmatch(lines[0]) and lines[1] == f"{VAR}={lines[0]}", (r.stdout, r.stderr)
@@ -216,7 +216,7 @@ def test_socks5_connections_are_not_terminated_and_carry_the_sentinel(shared_hom
     assert real not in https.seen[-1].headers["authorization"]  # type: ignore[attr-defined]
 
 
-def test_a_denied_variable_is_absent_even_when_env_allow_lets_it_through(shared_home: FakeHome, ca: LocalCA) -> None:
+def test_a_denied_variable_is_absent_even_when_env_allow_lets_it_through(shared_home: FakeHome) -> None:
     path = shared_home.root / f"p-{token()}.json"
     path.write_text(json.dumps({"env": {"allow": [VAR]}, "credentials": {"envVars": [{"name": VAR, "mode": "deny"}]}}))
     r = shared_home.run(["sh", "-c", f'echo "[${{{VAR}-unset}}]"'], opts=["-p", str(path)], env={VAR: _secret()})

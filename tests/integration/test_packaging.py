@@ -179,7 +179,7 @@ def test_python_dash_m_build_in_the_checkout_runs_pypa_build_not_build_py() -> N
     assert own.returncode == 0 and "python3 build.py setup" in own.stdout
 
 
-def test_python_dash_m_build_without_pypa_build_says_how_to_get_it(tmp_path: Path) -> None:
+def test_python_dash_m_build_without_pypa_build_says_how_to_get_it() -> None:
     # An interpreter with no `build` package: the system one, isolated from
     # any site-packages (-S), the checkout being the current directory.
     r = subprocess.run(["/usr/bin/python3", "-S", "-m", "build", "--wheel"], cwd=ROOT, capture_output=True,

@@ -71,8 +71,8 @@ def test_tunnels_go_through_the_parent_proxy_as_connect_with_its_credentials(
     assert headers["proxy-authorization"] == parent.auth
 
 
-def test_plain_http_goes_to_the_parent_proxy_in_absolute_form(shared_home: FakeHome, parent: ParentProxy,
-                                                              origin: object) -> None:
+@pytest.mark.usefixtures("origin")
+def test_plain_http_goes_to_the_parent_proxy_in_absolute_form(shared_home: FakeHome, parent: ParentProxy) -> None:
     opts = _policy(shared_home, {"allowedDomains": [DEST], "parentProxy": {"http": _url(parent)}})
     r = _curl(shared_home, ["-H", "Proxy-Authorization: Basic c2FuZGJveDpzZWNyZXQ="], f"http://{DEST}:8080/plain",
               opts)
@@ -140,8 +140,9 @@ def test_the_502_body_names_the_parent_proxy_and_its_answer_but_not_its_password
     assert "wrong-password" not in r.stdout + r.stderr
 
 
+@pytest.mark.usefixtures("origin")
 def test_without_the_key_safebox_follows_its_own_https_proxy_variable_as_srt_does(
-        shared_home: FakeHome, parent: ParentProxy, origin: object) -> None:
+        shared_home: FakeHome, parent: ParentProxy) -> None:
     opts = _policy(shared_home, {"allowedDomains": [DEST]})
     r = _curl(shared_home, ["-p"], f"http://{DEST}:8080/env", opts, env={"HTTPS_PROXY": _url(parent)})
     assert r.stdout.endswith("GET /env"), r.stderr

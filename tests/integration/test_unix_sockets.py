@@ -57,7 +57,7 @@ def run(tmp_path: Path, policy: dict | None, *paths: str) -> dict[str, str]:
                                                                           "stderr": r.stderr}
 
 
-def test_without_the_sandbox_both_sockets_connect(listeners, tmp_path) -> None:
+def test_without_the_sandbox_both_sockets_connect(listeners) -> None:
     r = subprocess.run(["python3", "-c", CONNECT, *listeners], capture_output=True, text=True)
     assert r.stdout.split("\n")[:2] == [f"{listeners[0]} connected", f"{listeners[1]} connected"]
 

@@ -30,8 +30,7 @@ def test_a_link_to_slash_in_allow_write_is_refused_as_slash(fresh_home: FakeHome
     assert r.stderr.splitlines()[0] == f"safebox: --allow-write {link} (it resolves to /): {SLASH}", r.stderr
 
 
-def test_allow_write_slash_in_a_policy_file_is_refused_naming_the_key_and_file(fresh_home: FakeHome,
-                                                                               tmp_path: Path) -> None:
+def test_allow_write_slash_in_a_policy_file_is_refused_naming_the_key_and_file(fresh_home: FakeHome) -> None:
     pol = fresh_home.root / "p.json"
     pol.write_text(json.dumps({"filesystem": {"allowWrite": ["/"]}}))
     r = fresh_home.run(["true"], opts=["--policy", str(pol)])

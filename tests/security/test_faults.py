@@ -55,7 +55,7 @@ def test_a_working_run_leaves_nothing_behind_control(fresh_home: FakeHome) -> No
     assert r.returncode == 0 and _leftovers(fresh_home) == []
 
 
-def test_without_bwrap_on_path_the_helper_runs_alone_and_says_so(fresh_home: FakeHome, tmp_path: Path) -> None:
+def test_without_bwrap_on_path_the_helper_runs_alone_and_says_so(fresh_home: FakeHome) -> None:
     r = fresh_home.run(["cat", str(fresh_home.root / ".ssh" / "id_rsa")],
                        env={"PATH": _path_without(_outside(fresh_home), "bwrap")})
     assert r.returncode == 1 and fresh_home.secret not in r.stdout
@@ -63,7 +63,7 @@ def test_without_bwrap_on_path_the_helper_runs_alone_and_says_so(fresh_home: Fak
     assert "Permission denied" in r.stderr  # Landlock still keeps the credential unreadable
 
 
-def test_without_bwrap_strict_refuses_to_run(fresh_home: FakeHome, tmp_path: Path) -> None:
+def test_without_bwrap_strict_refuses_to_run(fresh_home: FakeHome) -> None:
     marker = fresh_home.work / "ran"
     r = fresh_home.run(["touch", str(marker)], opts=["--strict"], env={"PATH": _path_without(_outside(fresh_home), "bwrap")})
     assert r.returncode == 125 and not marker.exists()
@@ -75,7 +75,7 @@ def test_without_bwrap_strict_refuses_to_run(fresh_home: FakeHome, tmp_path: Pat
     ("rg", "safebox: ripgrep (rg) not found; it finds the files safebox must keep read-only"),
     ("find", "safebox: find not found; it finds symlinked files safebox must keep read-only"),
 ])
-def test_without_a_tool_that_finds_protected_files_the_command_never_runs(fresh_home: FakeHome, tmp_path: Path,
+def test_without_a_tool_that_finds_protected_files_the_command_never_runs(fresh_home: FakeHome,
                                                                           tool: str, message: str) -> None:
     # Without the walk, protected files under the write roots would go unprotected: fail closed.
     marker = fresh_home.work / "ran"
@@ -85,7 +85,7 @@ def test_without_a_tool_that_finds_protected_files_the_command_never_runs(fresh_
     assert _leftovers(fresh_home) == []
 
 
-def test_a_failing_bwrap_is_a_clear_error_and_the_command_never_runs(fresh_home: FakeHome, tmp_path: Path) -> None:
+def test_a_failing_bwrap_is_a_clear_error_and_the_command_never_runs(fresh_home: FakeHome) -> None:
     marker = fresh_home.work / "ran"
     path = _fake_bin(_outside(fresh_home), "bwrap", "echo 'bwrap: setting up uid map: Permission denied' >&2; exit 1")
     r = fresh_home.run(["touch", str(marker)], env={"PATH": path})

@@ -189,7 +189,7 @@ def test_background_children_die_with_the_command(fresh_home: FakeHome, mode: st
         kill_tree_by_arg(arg)
 
 
-def test_background_child_survives_without_safebox_control(scratch: Path) -> None:
+def test_background_child_survives_without_safebox_control() -> None:
     """Control for the test above: outside the sandbox the same child lives on."""
     arg = unique_sleep_arg()
     try:

@@ -107,7 +107,8 @@ def test_non_linux_platform_fails(monkeypatch):
 # ------------------------------------------------------------------------ bwrap
 
 
-def test_bwrap_that_creates_a_sandbox_is_ok(fp, tools, files):
+@pytest.mark.usefixtures('tools', 'files')
+def test_bwrap_that_creates_a_sandbox_is_ok(fp):
     _register_bwrap_ok(fp)
     check = doctor.check_bwrap()
     assert check.status is Status.OK
@@ -115,15 +116,16 @@ def test_bwrap_that_creates_a_sandbox_is_ok(fp, tools, files):
     assert fp.call_count(SMOKE) == 1
 
 
-def test_missing_bwrap_fails_with_the_package_to_install(fp, tools, files):
+@pytest.mark.usefixtures('fp', 'files')
+def test_missing_bwrap_fails_with_the_package_to_install(tools):
     del tools["bwrap"]
     check = doctor.check_bwrap()
     assert check.status is Status.FAIL
     assert "apt-get install bubblewrap" in check.fix
 
 
-def test_bwrap_blocked_by_apparmor_names_the_ubuntu_restriction_and_profile_fix(
-        fp, tools, files):
+@pytest.mark.usefixtures("tools")
+def test_bwrap_blocked_by_apparmor_names_the_ubuntu_restriction_and_profile_fix(fp, files):
     fp.register([BWRAP, "--version"], stdout="bubblewrap 0.9.0\n")
     fp.register(SMOKE, returncode=1, stderr=APPARMOR_STDERR)
     files["/proc/sys/user/max_user_namespaces"] = "63260\n"
@@ -137,7 +139,8 @@ def test_bwrap_blocked_by_apparmor_names_the_ubuntu_restriction_and_profile_fix(
     assert "apparmor_parser -r" in check.fix
 
 
-def test_bwrap_with_user_namespaces_disabled_gives_the_sysctl_fix(fp, tools, files):
+@pytest.mark.usefixtures('tools')
+def test_bwrap_with_user_namespaces_disabled_gives_the_sysctl_fix(fp, files):
     fp.register([BWRAP, "--version"], stdout="bubblewrap 0.8.0\n")
     fp.register(SMOKE, returncode=1,
                 stderr="bwrap: No permissions to creating new namespace, likely because "
@@ -149,7 +152,8 @@ def test_bwrap_with_user_namespaces_disabled_gives_the_sysctl_fix(fp, tools, fil
     assert "sysctl -w user.max_user_namespaces=15000" in check.fix
 
 
-def test_bwrap_blocked_by_the_debian_userns_knob_gives_its_sysctl_fix(fp, tools, files):
+@pytest.mark.usefixtures('tools')
+def test_bwrap_blocked_by_the_debian_userns_knob_gives_its_sysctl_fix(fp, files):
     fp.register([BWRAP, "--version"], stdout="bubblewrap 0.8.0\n")
     fp.register(SMOKE, returncode=1, stderr="bwrap: No permissions to creating new namespace\n")
     files["/proc/sys/user/max_user_namespaces"] = "63260"
@@ -159,7 +163,8 @@ def test_bwrap_blocked_by_the_debian_userns_knob_gives_its_sysctl_fix(fp, tools,
     assert "sysctl -w kernel.unprivileged_userns_clone=1" in check.fix
 
 
-def test_bwrap_failing_inside_a_container_suggests_unconfined_or_helper_only(fp, tools, files):
+@pytest.mark.usefixtures('tools')
+def test_bwrap_failing_inside_a_container_suggests_unconfined_or_helper_only(fp, files):
     fp.register([BWRAP, "--version"], stdout="bubblewrap 0.8.0\n")
     fp.register(SMOKE, returncode=1,
                 stderr="bwrap: Creating new namespace failed: Operation not permitted\n")
@@ -171,7 +176,8 @@ def test_bwrap_failing_inside_a_container_suggests_unconfined_or_helper_only(fp,
     assert "--without bwrap" in check.fix
 
 
-def test_bwrap_failing_for_an_unknown_reason_reports_its_message(fp, tools, files):
+@pytest.mark.usefixtures('tools', 'files')
+def test_bwrap_failing_for_an_unknown_reason_reports_its_message(fp):
     fp.register([BWRAP, "--version"], stdout="bubblewrap 0.8.0\n")
     fp.register(SMOKE, returncode=1, stderr="bwrap: something odd\n")
     check = doctor.check_bwrap()
@@ -179,8 +185,9 @@ def test_bwrap_failing_for_an_unknown_reason_reports_its_message(fp, tools, file
     assert "something odd" in check.found
 
 
-def test_bwrap_hanging_times_out_as_a_failure(fp, tools, files):
-    def hang(process):  # type: ignore[no-untyped-def]
+@pytest.mark.usefixtures('tools', 'files')
+def test_bwrap_hanging_times_out_as_a_failure(fp):
+    def hang(_process):  # type: ignore[no-untyped-def]
         raise subprocess.TimeoutExpired(SMOKE, doctor.SANDBOX_TIMEOUT)
 
     fp.register([BWRAP, "--version"], stdout="bubblewrap 0.8.0\n")
@@ -193,27 +200,31 @@ def test_bwrap_hanging_times_out_as_a_failure(fp, tools, files):
 # ------------------------------------------------------------------- socat, rg
 
 
-def test_missing_socat_fails(fp, tools):
+@pytest.mark.usefixtures('fp')
+def test_missing_socat_fails(tools):
     del tools["socat"]
     check = doctor.check_socat()
     assert check.status is Status.FAIL
     assert "apt-get install socat" in check.fix
 
 
-def test_socat_version_is_reported(fp, tools):
+@pytest.mark.usefixtures('tools')
+def test_socat_version_is_reported(fp):
     fp.register(["/usr/bin/socat", "-V"],
                 stdout="socat by Gerhard Rieger\nsocat version 1.7.4.4 on 06 Nov 2022\n")
     assert doctor.check_socat().found.startswith("socat version 1.7.4.4")
 
 
-def test_missing_ripgrep_fails(fp, tools):
+@pytest.mark.usefixtures('fp')
+def test_missing_ripgrep_fails(tools):
     del tools["rg"]
     check = doctor.check_ripgrep()
     assert check.status is Status.FAIL
     assert "apt-get install ripgrep" in check.fix
 
 
-def test_ripgrep_that_does_not_run_fails(fp, tools):
+@pytest.mark.usefixtures('tools')
+def test_ripgrep_that_does_not_run_fails(fp):
     fp.register(["/usr/bin/rg", "--version"], returncode=127, stderr="rg: broken\n")
     assert doctor.check_ripgrep().status is Status.FAIL
 
@@ -287,7 +298,7 @@ def test_seccomp_filters_supported_is_ok(files, monkeypatch):
     assert doctor.check_seccomp().status is Status.OK
 
 
-def test_kernel_without_config_seccomp_fails(files, monkeypatch):
+def test_kernel_without_config_seccomp_fails(files):
     files["/proc/self/status"] = "Name:\tpython\n"
     check = doctor.check_seccomp()
     assert check.status is Status.FAIL
@@ -346,7 +357,8 @@ def test_helper_missing_fails_for_safebox_doctor(tmp_path):
     assert check.status is Status.FAIL
 
 
-def test_helper_not_executable_fails(fp, helper, monkeypatch):
+@pytest.mark.usefixtures('fp')
+def test_helper_not_executable_fails(helper):
     helper.chmod(0o644)  # no x bit at all: not executable even for root
     assert doctor.check_helper(helper, standalone=False).status is Status.FAIL
 
@@ -442,7 +454,8 @@ def test_userns_reports_an_apparmor_restriction_as_a_non_required_warning(files)
     assert not check.required
 
 
-def test_userns_names_the_container(files, monkeypatch):
+@pytest.mark.usefixtures('files')
+def test_userns_names_the_container(monkeypatch):
     monkeypatch.setenv("container", "podman")
     assert "podman" in doctor.check_userns().found
 
@@ -500,9 +513,9 @@ def test_a_crashing_check_becomes_a_failure_not_a_traceback(monkeypatch):
     for name in ("check_linux", "check_kernel", "check_bwrap", "check_socat", "check_ripgrep",
                  "check_seccomp", "check_libseccomp", "check_userns", "check_limits"):
         monkeypatch.setattr(doctor, name, boom)
-    monkeypatch.setattr(doctor, "check_landlock", lambda helper: boom())
-    monkeypatch.setattr(doctor, "check_helper", lambda helper, standalone: boom())
-    monkeypatch.setattr(doctor, "check_violations", lambda helper: boom())
+    monkeypatch.setattr(doctor, "check_landlock", lambda _helper: boom())
+    monkeypatch.setattr(doctor, "check_helper", lambda _helper, **_kw: boom())
+    monkeypatch.setattr(doctor, "check_violations", lambda _helper: boom())
     checks = doctor.run_checks(helper_path=Path("/nonexistent"))
     assert [c.name for c in checks] == ["linux", "kernel", "bwrap", "socat", "ripgrep",
                                         "landlock", "seccomp", "libseccomp", "helper", "violations", "userns", "limits"]
@@ -512,7 +525,7 @@ def test_a_crashing_check_becomes_a_failure_not_a_traceback(monkeypatch):
 
 
 def test_main_prints_json_and_returns_the_exit_code(monkeypatch, capsys):
-    monkeypatch.setattr(doctor, "run_checks", lambda **kw: CANNED)
+    monkeypatch.setattr(doctor, "run_checks", lambda **_kw: CANNED)
     assert doctor.main(["--json"]) == 0
     assert json.loads(capsys.readouterr().out)["schema"] == 1
 
@@ -548,6 +561,6 @@ def test_the_violations_check_warns_once_a_listener_is_taken(monkeypatch: pytest
     monkeypatch.setattr(doctor, "listener_errno", lambda: errno.EBUSY)
     check = doctor.check_violations(Path("/nonexistent"))
     assert check.status is Status.WARN and "EBUSY" in check.found and "not reported" in check.found
-    monkeypatch.setattr(doctor, "_probe_helper", lambda helper: ({"landlock_abi": 7, "seccomp_notify": False}, ""))
+    monkeypatch.setattr(doctor, "_probe_helper", lambda _helper: ({"landlock_abi": 7, "seccomp_notify": False}, ""))
     check = doctor.check_violations(Path("/nonexistent"))
     assert check.status is Status.WARN and "no seccomp user notification" in check.found

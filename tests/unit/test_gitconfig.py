@@ -120,6 +120,6 @@ def test_a_config_that_mentions_neither_key_is_not_parsed(tmp_path: Path, monkey
     import safebox.builder.gitconfig as gc
 
     (tmp_path / "config").write_text("[core]\n\trepositoryformatversion = 0\n\tbare = false\n")
-    monkeypatch.setattr(gc, "entries", lambda text: pytest.fail("parsed"))
+    monkeypatch.setattr(gc, "entries", lambda _text: pytest.fail("parsed"))
     assert gc.config_refs([str(tmp_path / "config"), str(tmp_path / "missing")], home="/h").read == [
         str(tmp_path / "config")]

@@ -352,10 +352,10 @@ def test_cgroup_v2_without_the_controller_enabled_for_children_is_not_used_and_s
 def test_under_systemd_a_cgroup_that_was_not_delegated_is_left_alone(tmp_path, monkeypatch) -> None:
     _fake_host(tmp_path, monkeypatch, own={"": "/user.slice/s.scope"}, mounts={"": ("/cg", "/")},
                subtree={"/cg/user.slice": "pids memory", "/cg/user.slice/s.scope": ""}, systemd=True)
-    monkeypatch.setattr(cgroups, "_delegated", lambda path: False)
+    monkeypatch.setattr(cgroups, "_delegated", lambda _path: False)
     site, why = cgroups.find_cgroup("pids")
     assert site is None and "belongs to systemd (not delegated)" in why
-    monkeypatch.setattr(cgroups, "_delegated", lambda path: True)
+    monkeypatch.setattr(cgroups, "_delegated", lambda _path: True)
     assert cgroups.find_cgroup("pids")[0] == CgroupSite(version=2, parent=str(tmp_path / "cg" / "user.slice"))
 
 
@@ -416,7 +416,7 @@ def test_waiting_until_a_deadline_returns_none_at_it_and_the_status_before_it(mo
     import time
 
     if not pidfd:
-        def no_pidfd(pid: int) -> int:
+        def no_pidfd(_pid: int) -> int:
             raise OSError(38, "Function not implemented")
         monkeypatch.setattr(os, "pidfd_open", no_pidfd)
     pid = os.posix_spawn("/bin/sleep", ["sleep", "30"], os.environ)

@@ -114,7 +114,7 @@ def test_a_name_the_local_resolver_cannot_see_goes_to_the_parent_which_resolves_
     rules = NetworkRules.from_policy(["pkg.corp.example"])
     pp, _ = resolve_parent(http=None, https=f"http://127.0.0.1:{parent.port}", no_proxy=None, environ={})
 
-    async def no_dns(self: Gate, name: str, port: int) -> list[object]:
+    async def no_dns(_self: Gate, name: str, _port: int) -> list[object]:
         raise UpstreamError("resolve", f"cannot resolve {name}")
 
     async def go(gate: Gate) -> bytes:
@@ -145,7 +145,7 @@ def test_an_address_the_local_resolver_gives_is_still_checked_behind_a_parent() 
     rules = NetworkRules.from_policy(["intranet.example"])
     pp, _ = resolve_parent(http=None, https="http://127.0.0.1:9", no_proxy=None, environ={})
 
-    async def inward(self: Gate, name: str, port: int) -> list[object]:
+    async def inward(_self: Gate, _name: str, _port: int) -> list[object]:
         return [ipaddress.ip_address("10.1.2.3")]
 
     with pytest.MonkeyPatch.context() as mp:

@@ -460,7 +460,7 @@ def test_a_cache_hit_does_not_scan_the_cache_dir(tmp_path, monkeypatch) -> None:
     load_cached(ctx, policy_file=None, flags=Flags(), cache_dir=cache)
     from safebox.policy import load as load_mod
 
-    def boom(*a, **k):
+    def boom(*_a, **_k):
         raise AssertionError("evicted on a hit")
 
     monkeypatch.setattr(load_mod, "evict_policy_cache", boom)

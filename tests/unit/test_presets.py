@@ -229,7 +229,7 @@ def test_refusals_are_explained_once_per_host_and_port_and_then_capped() -> None
     assert lines[-1].startswith(f"safebox: more than {MAX_LINES} destinations refused")
 
 
-def test_the_hidden_tmp_hint_names_a_host_tmp_path_only_when_it_exists_and_is_not_bound(tmp_path: Path) -> None:
+def test_the_hidden_tmp_hint_names_a_host_tmp_path_only_when_it_exists_and_is_not_bound() -> None:
     import tempfile
 
     with tempfile.NamedTemporaryFile(dir="/tmp", prefix="sbx-hint-") as f:

@@ -43,7 +43,7 @@ def test_symlinked_and_empty_protected_names_are_found_and_resolved_to_their_tar
     (tmp_path / "p" / ".envrc").symlink_to("/nonexistent-target-of-a-dangling-link")
     (tmp_path / "p" / "src" / "hooks").mkdir(parents=True)  # not protected: no .git above
     root = str(tmp_path)
-    prot = protected_paths({root: _scan(tmp_path)}, [root], 6, root)
+    prot = protected_paths({root: _scan(tmp_path)}, [root], root)
     assert f"{root}/dotfiles/bashrc" in prot.existing
     assert f"{root}/p/.idea" in prot.existing
     assert not any(p.endswith("/src/hooks") for p in prot.existing)
@@ -62,7 +62,7 @@ def test_a_find_error_other_than_a_vanished_or_unreadable_entry_fails_closed(tmp
     root = str(tmp_path)
     scan = RootScan(rg="/usr/bin/rg", find=str(fake), root=root, depth=6)
     with pytest.raises(BuildError, match="find failed under .*Input/output error"):
-        protected_paths({root: scan}, [root], 6, root)
+        protected_paths({root: scan}, [root], root)
 
 
 def test_unreadable_or_vanished_entries_are_not_walk_failures(tmp_path: Path) -> None:
@@ -71,7 +71,7 @@ def test_unreadable_or_vanished_entries_are_not_walk_failures(tmp_path: Path) ->
                     "echo \"find: '/x/b': No such file or directory\" >&2\nexit 1\n")
     fake.chmod(0o755)
     root = str(tmp_path)
-    prot = protected_paths({root: RootScan(rg="/usr/bin/rg", find=str(fake), root=root, depth=6)}, [root], 6, root)
+    prot = protected_paths({root: RootScan(rg="/usr/bin/rg", find=str(fake), root=root, depth=6)}, [root], root)
     assert prot.links == []
 
 

@@ -97,7 +97,7 @@ def test_quarantining_below_the_bound_removes_nothing_and_says_nothing(tmp_path:
 
 
 def test_the_same_path_quarantined_twice_in_one_second_keeps_both(tmp_path: Path, monkeypatch) -> None:
-    monkeypatch.setattr(time, "strftime", lambda fmt, *a: "20260101T000000")
+    monkeypatch.setattr(time, "strftime", lambda _fmt, *_a: "20260101T000000")
     planted = tmp_path / ".envrc"
     planted.write_text("first\n")
     ((_, one),) = quarantine((str(planted),), str(tmp_path / "state"))

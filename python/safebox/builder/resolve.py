@@ -673,7 +673,7 @@ def top_candidates(tops: tuple[tuple[str, tuple[str, ...]], ...] | list[tuple[st
     return out
 
 
-def protected_paths(scans: dict[str, RootScan], write_roots: list[str], depth: int, home: str,
+def protected_paths(scans: dict[str, RootScan], write_roots: list[str], home: str,
                     known: tuple[tuple[str, str], ...] = (), *, allow_git_config: bool = False) -> Protected:
     """Decide every protected path under the write roots.
 
@@ -1454,7 +1454,7 @@ def _resolve(policy: EffectivePolicy, *, layers: Layers, cwd: str, home: str, ho
                            write_exclude=tuple(sorted(excl)), carve_outs=regions.allows)
     known_file = os.path.join(host.state_dir, KNOWN_GIT_DIRS)
     known_before = read_known_git_dirs(known_file)
-    prot = protected_paths(scans, write_roots, policy.search_depth, home, known=known_before,
+    prot = protected_paths(scans, write_roots, home, known=known_before,
                            allow_git_config=policy.allow_git_config)
     remember_git_dirs(known_file, known_before, tuple(prot.known))
     existing, missing, sealed, git_dirs = prot.existing, prot.missing, prot.sealed, prot.git_dirs

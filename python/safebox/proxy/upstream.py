@@ -266,7 +266,7 @@ class _Splicer:
         if self.up.done and self.down.done:
             self.close()
 
-    def fail(self, exc: OSError) -> None:
+    def fail(self, _exc: OSError) -> None:
         """An error on either side: drop both (closing an fd with unread data sends RST)."""
         self.close()
 
