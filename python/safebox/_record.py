@@ -14,9 +14,18 @@ import os
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Any
+    from typing import Any, Self, dataclass_transform
+else:
+    # The decorator only informs type checkers; at run time it would cost
+    # importing ``typing`` (~6 ms), so it is a no-op here.
+    def dataclass_transform(**_kw):
+        return lambda cls: cls
 
 
+# Type checkers treat every subclass as ``@dataclass(frozen=True, kw_only=True)``:
+# a synthesized keyword-only ``__init__`` over the annotated fields and no
+# assignment. tests/unit/test_record_parity.py holds the run-time side to that.
+@dataclass_transform(kw_only_default=True, frozen_default=True, eq_default=True)
 class Frozen:
     """Immutable record: fields are the annotated class attributes (a default
     is the class attribute's value); construction is keyword-only."""
@@ -59,7 +68,7 @@ class Frozen:
         return tuple(getattr(self, n) for n in self.__fields__)
 
     def __eq__(self, other: object) -> bool:
-        return type(other) is type(self) and self._values() == other._values()  # type: ignore[attr-defined]
+        return type(other) is type(self) and self._values() == other._values()
 
     def __hash__(self) -> int:
         return hash((type(self).__name__, self._values()))
@@ -68,7 +77,7 @@ class Frozen:
         inner = ", ".join(f"{n}={getattr(self, n)!r}" for n in self.__fields__)
         return f"{type(self).__name__}({inner})"
 
-    def replace(self, **changes: Any) -> Any:
+    def replace(self, **changes: Any) -> Self:
         """A copy with ``changes`` applied."""
         values = {n: getattr(self, n) for n in self.__fields__}
         values.update(changes)
@@ -79,7 +88,7 @@ class Frozen:
         return {n: getattr(self, n) for n in self.__fields__}
 
 
-class _StrEnumMeta(type):
+class _StrEnumMeta(type):  # (the run-time side of StrEnum below)
     """Turns each upper-case class attribute into an instance of the class."""
 
     def __new__(mcs, name: str, bases: tuple[type, ...], ns: dict[str, Any]) -> Any:
@@ -87,7 +96,8 @@ class _StrEnumMeta(type):
         members: dict[str, Any] = {}
         for key, value in list(ns.items()):
             if key.isupper() and isinstance(value, str):
-                member = str.__new__(cls, value)
+                # cls derives from str (StrEnum's base), which a metaclass cannot declare.
+                member: str = str.__new__(cls, value)  # type: ignore[arg-type]
                 object.__setattr__(member, "_name", key)
                 setattr(cls, key, member)
                 members[value] = member
@@ -104,29 +114,36 @@ class _StrEnumMeta(type):
         return iter(cls._members.values())  # type: ignore[attr-defined]
 
 
-class StrEnum(str, metaclass=_StrEnumMeta):
-    """``enum.StrEnum`` for the hot path: members are str instances with
-    ``.value`` and ``.name``; ``Cls("value")`` looks one up; iteration lists
-    them. Importing ``enum`` (with functools and collections) costs ~4.5 ms,
-    measured with ``python -X importtime`` — an eighth of the start-up budget."""
+if TYPE_CHECKING:
+    # Type checkers see the real enum (members, exhaustiveness, ``Literal``
+    # members); the run-time class below behaves the same for every way the
+    # package uses it (tests/unit/test_record_parity.py compares the two).
+    from enum import StrEnum as StrEnum
+else:
 
-    _name: str
+    class StrEnum(str, metaclass=_StrEnumMeta):
+        """``enum.StrEnum`` for the hot path: members are str instances with
+        ``.value`` and ``.name``; ``Cls("value")`` looks one up; iteration lists
+        them. Importing ``enum`` (with functools and collections) costs ~4.5 ms,
+        measured with ``python -X importtime`` — an eighth of the start-up budget."""
 
-    @property
-    def value(self) -> str:
-        """The member's string."""
-        return str.__str__(self)
+        _name: str
 
-    @property
-    def name(self) -> str:
-        """The attribute name."""
-        return self._name
+        @property
+        def value(self) -> str:
+            """The member's string."""
+            return str.__str__(self)
 
-    def __repr__(self) -> str:
-        return f"<{type(self).__name__}.{self._name}: {str.__repr__(self)}>"
+        @property
+        def name(self) -> str:
+            """The attribute name."""
+            return self._name
 
-    def __str__(self) -> str:
-        return str.__str__(self)
+        def __repr__(self) -> str:
+            return f"<{type(self).__name__}.{self._name}: {str.__repr__(self)}>"
+
+        def __str__(self) -> str:
+            return str.__str__(self)
 
 
 def which(name: str, path: str | None = None) -> str | None:
@@ -298,13 +315,16 @@ def read_small(path: str, limit: int) -> bytes | None:
 
 def sha256_hex(data: bytes) -> str:
     """sha256 without importing hashlib (its import pulls in more than the digest)."""
-    try:
-        from _sha256 import sha256  # CPython 3.11
-    except ImportError:  # pragma: no cover - 3.12+ renamed it
+    if TYPE_CHECKING:
+        from hashlib import sha256  # the same constructor, as typeshed describes it
+    else:
         try:
-            from _sha2 import sha256  # type: ignore[no-redef]
-        except ImportError:
-            from hashlib import sha256  # type: ignore[no-redef]
+            from _sha256 import sha256  # CPython 3.11
+        except ImportError:  # pragma: no cover - 3.12+ renamed it
+            try:
+                from _sha2 import sha256
+            except ImportError:
+                from hashlib import sha256
     return sha256(data).hexdigest()
 
 

@@ -31,7 +31,7 @@ class AuditLog:
     with ``str()``.
     """
 
-    def __init__(self, path: pathlib.Path | str, *, run: str | None = None) -> None:
+    def __init__(self, path: str | os.PathLike[str], *, run: str | None = None) -> None:
         self.path = pathlib.Path(path)
         self.run = run
         self._lock = threading.Lock()

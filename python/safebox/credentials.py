@@ -113,12 +113,12 @@ def plan_credentials(policy: EffectivePolicy, *, environ: Mapping[str, str], run
         except OSError as exc:
             raise PolicyError(f"credentials.files {path}: cannot read it: {exc.strerror}") from None
         ending = _line_ending(data)
-        real = data[: len(data) - len(ending)]
-        if not real:
+        secret = data[: len(data) - len(ending)]
+        if not secret:
             plan.notes.append(f"credentials.files {path}: empty, nothing to mask")
             continue
-        sentinel = mint_sentinel(real)
-        plan.credentials.append(Credential(f"file:{path}", sentinel, real,
+        sentinel = mint_sentinel(secret)
+        plan.credentials.append(Credential(f"file:{path}", sentinel, secret,
                                            tuple(hosts) if hosts is not None else policy.allowed_domains))
         fake = os.path.join(run_dir, f"credmask-{masked}") if run_dir is not None else f"<run dir>/credmask-{masked}"
         masked += 1

@@ -351,7 +351,7 @@ def probe(values: dict[str, tuple[float, bool]], *, bwrap: str | None, cache_dir
             site, why = find_cgroup(controller)
             cgroups.append((controller, site, why))
     return HostFacts(uid=os.getuid(), cgroups=tuple(cgroups),
-                     bwrap_size=bool(bwrap) and bool(values["tmpSize"][0]) and bwrap_has_size(bwrap, cache_dir))
+                     bwrap_size=bool(bwrap and values["tmpSize"][0] and bwrap_has_size(bwrap, cache_dir)))
 
 
 def bwrap_has_size(bwrap: str, cache_dir: str | None) -> bool:
@@ -405,7 +405,7 @@ def plan(values: dict[str, tuple[float, bool]], host: HostFacts, *, bwrap: bool,
     why_not = {c: w for c, s, w in host.cgroups if s is None}
     limits: list[Limit] = []
     warnings: list[str] = []
-    out: dict[str, object] = {}
+    out: dict[str, int] = {}  # Plan's integer fields this run sets
 
     def refuse(key: str, why: str, fix: str) -> None:
         flag = KEYS[key][0]
@@ -494,11 +494,10 @@ def plan(values: dict[str, tuple[float, bool]], host: HostFacts, *, bwrap: bool,
     value, explicit = values["wallTime"]
     limits.append(Limit(key="wallTime", value=value, explicit=explicit, scope="sandbox" if value else "",
                         how=f"safebox: SIGTERM, SIGKILL to the whole sandbox {TIMEOUT_GRACE:g} s later, exit 124"))
-    out["wall_time"] = float(value)
 
     used = {c for c in ("pids", "memory") if out.get(f"cgroup_{c}")}
     return Plan(limits=tuple(limits), cgroup_sites=tuple((c, sites[c]) for c in sorted(used)),
-                warnings=tuple(warnings), **out)  # type: ignore[arg-type]
+                warnings=tuple(warnings), wall_time=float(value), **out)
 
 
 # --------------------------------------------------------------- during the run

@@ -32,6 +32,8 @@ import os
 from safebox.builder.bulk import BulkOp, BulkPlan
 from safebox.errors import BuildError
 
+TYPE_CHECKING = False
+
 # Linux UAPI constants (include/uapi/linux/mount.h, sched.h, nsfs.h); the
 # system-call numbers are the same on every architecture since 5.x.
 _SYS_OPEN_TREE, _SYS_MOVE_MOUNT, _SYS_MOUNT_SETATTR = 428, 429, 442

@@ -155,12 +155,12 @@ def read_regions(deny_read: tuple[str, ...], allow_read: tuple[str, ...], real: 
     mask_dirs, mask_files, notes = classify_deny_read(deny_read, real)
     allows = []
     for a in allow_read:
-        real = os.path.realpath(a)
-        if not os.path.exists(real):
+        target = os.path.realpath(a)
+        if not os.path.exists(target):
             continue
-        if real != a and os.path.lexists(a):
-            notes.append(f"allow-read {a} is a symlink; re-allowing its target {real}")
-        allows.append(real)
+        if target != a and os.path.lexists(a):
+            notes.append(f"allow-read {a} is a symlink; re-allowing its target {target}")
+        allows.append(target)
     regions = Regions([*mask_dirs, *mask_files], allows)
     for a in regions.allows:
         if any(_is_under(a, d) for d in ("/proc", "/dev")):
@@ -721,6 +721,8 @@ def protected_paths(scans: dict[str, RootScan], write_roots: list[str], home: st
     tops: list[tuple[str, tuple[str, ...]]] = []
     names = tuple(n for n in TOP_NAMES if not (allow_git_config and n == ".git/config"))
     for root in write_roots:
+        found: list[str]
+        named: list[str]
         if id(scans[root]) in collected:
             found, named = [], []  # a batch already collected with an earlier root of it
         else:
@@ -907,11 +909,11 @@ def _git_config_paths(gits: set[str], dotgit_files: set[str], write_roots: list[
         if up is not None:
             dotgits.add(up)
     for f in dotgits:
-        g = os.path.realpath(f) if os.path.isdir(f) else _git_dir_of(f)  # a symlinked .git, or a gitdir: file
-        if g is None:
+        gd = os.path.realpath(f) if os.path.isdir(f) else _git_dir_of(f)  # a symlinked .git, or a gitdir: file
+        if gd is None:
             continue
-        c = _common_dir(g)
-        repos.append(([os.path.dirname(f), g, c], [os.path.join(c, "config"), os.path.join(g, "config.worktree")]))
+        c = _common_dir(gd)
+        repos.append(([os.path.dirname(f), gd, c], [os.path.join(c, "config"), os.path.join(gd, "config.worktree")]))
 
     globals_ = global_git_configs(home)
     cache: dict[str, str | None] = {}
@@ -1043,7 +1045,8 @@ def split_unix_sockets(allowed: tuple[str, ...], candidates: list[str]) -> tuple
     after the sandbox starts are not covered (docs/policy-reference.md).
     """
     allowed_real = {os.path.realpath(a) for a in allowed}
-    hide, keep = [], []
+    hide: list[str] = []
+    keep: list[str] = []
     for path in candidates:
         try:
             st = os.lstat(path)
@@ -1180,10 +1183,10 @@ def landlock_rules(*, layers: Layers, write_roots: list[str], mask_dirs: list[st
     # from each, not testing every pair (the denied ones are regions').
     inside: dict[str, set[str]] = {}
     for d in own_near.paths:
-        a = roots.above(d)
-        while a is not None:
-            inside.setdefault(a, set()).add(d)
-            a = roots.above(a)
+        up = roots.above(d)
+        while up is not None:
+            inside.setdefault(up, set()).add(d)
+            up = roots.above(up)
     for root in write_roots:
         if not regions.readable(root) or own_near.at_or_above(root) is not None:
             continue  # the write root itself is denied or safebox's own: grant nothing there

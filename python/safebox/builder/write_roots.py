@@ -89,9 +89,9 @@ def create_missing(paths: tuple[str, ...], *, skip: tuple[str, ...], never_under
             from safebox.builder.regions import Regions
 
             regions = Regions(deny_read, allow_read)
-            d = regions.deny_over(w) or regions.deny_over(target)
-            if d is not None:
-                raise _refuse(w, f"lies inside {d}, which the sandbox may not read (denyRead)",
+            denied = regions.deny_over(w) or regions.deny_over(target)
+            if denied is not None:
+                raise _refuse(w, f"lies inside {denied}, which the sandbox may not read (denyRead)",
                               hint="re-allow it with filesystem.allowRead, or correct the path")
         if not os.access(os.path.dirname(target), os.W_OK):
             raise _refuse(w, f"its parent {parent} is not writable by you")

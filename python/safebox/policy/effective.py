@@ -109,4 +109,6 @@ class EffectivePolicy(Frozen):
         unknown = set(data) - set(cls.__fields__)
         if unknown:
             raise ValueError(f"unknown keys {sorted(unknown)}")
-        return cls(**{k: (tuple(v) if isinstance(v, list) else v) for k, v in data.items()})
+        # JSON values: their types are checked by the cache's version, not here.
+        fields: dict[str, Any] = {k: (tuple(v) if isinstance(v, list) else v) for k, v in data.items()}
+        return cls(**fields)

@@ -32,7 +32,7 @@ MAX_POLICY_BYTES = 1 << 20
 # ship a project file; it may narrow the sandbox freely, but widening needs
 # `trustProjectFiles = true` in your user file or --policy (a cloned repo must
 # not grant itself the network or your home directory).
-_WIDENING = (
+_WIDENING: tuple[tuple[str, ...], ...] = (
     ("network", "allowedDomains"),
     ("network", "allowUnixSockets"),
     ("network", "allowAllUnixSockets"),
@@ -458,7 +458,8 @@ def merge(layers: list[tuple[Layer, dict[str, Any]]], ctx: Context) -> Effective
 
     if lists["allow_read"] or lists["allow_read_globs"]:
         sources = _apply_allow_read(lists, origin, sources)
-    merged = {k: dedupe(v) for k, v in lists.items()}
+    # Keyed by EffectivePolicy's list fields (named at run time by _LIST_KEYS).
+    merged: dict[str, Any] = {k: dedupe(v) for k, v in lists.items()}
     from safebox.policy.presets import active
 
     extras = _srt_extras(layers, ctx, trust=trust, sources=sources)
@@ -652,10 +653,10 @@ def policy_document(eff: EffectivePolicy) -> dict[str, Any]:
         }
     from safebox.limits import KEYS, policy_value
 
-    for key, (_, field) in KEYS.items():
+    for limit_key, (_, field) in KEYS.items():
         value = getattr(eff, field)
         if value is not None:  # None: the built-in default, which a document leaves out
-            out.setdefault("limits", {})[key] = policy_value(key, value)
+            out.setdefault("limits", {})[limit_key] = policy_value(limit_key, value)
     return out
 
 

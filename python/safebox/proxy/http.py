@@ -156,23 +156,23 @@ def parse_request_head(head: bytes) -> Request:
         raise BadRequest(400, "fragment ('#') in request target")
     if target.startswith("/"):
         raise BadRequest(400, "this is a proxy: the request target must be an absolute http:// URI")
-    scheme, sep, rest = target.partition("://")
-    if not sep or scheme.lower() != "http":
+    scheme, colon_slashes, rest = target.partition("://")
+    if not colon_slashes or scheme.lower() != "http":
         raise BadRequest(400, "only http:// URIs are proxied (use CONNECT for https)")
     cut = min((i for i in (rest.find("/"), rest.find("?")) if i >= 0), default=len(rest))
     authority, path = rest[:cut], rest[cut:]
     host, port = split_authority(authority, default_port=80)
     if not path.startswith("/"):
         path = "/" + path
-    for name, value in headers:
-        if name.lower() == "host":
+    for hname, hvalue in headers:
+        if hname.lower() == "host":
             try:
-                h_host, h_port = split_authority(value, default_port=80)
+                h_host, h_port = split_authority(hvalue, default_port=80)
             except BadRequest as exc:
                 raise BadRequest(400, f"bad Host header: {exc.message}") from None
             if (h_host, h_port) != (host, port):
                 raise BadRequest(
-                    400, f"Host header {value!r} disagrees with the request target {authority!r}"
+                    400, f"Host header {hvalue!r} disagrees with the request target {authority!r}"
                 )
     return Request(method, host, port, path, version, tuple(headers))
 

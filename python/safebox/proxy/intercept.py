@@ -32,6 +32,7 @@ from __future__ import annotations
 import asyncio
 import ssl
 
+from safebox.domains import IPAddress
 from safebox.proxy.http import (
     _BAD_VALUE_RE,
     _HOP_BY_HOP,
@@ -403,7 +404,7 @@ def _say(gate: Gate, message: str) -> None:
         gate.report(message)
 
 
-async def _forward(client: Stream, gate: Gate, name: str, addresses: list, port: int, via: object,
+async def _forward(client: Stream, gate: Gate, name: str, addresses: list[IPAddress], port: int, via: object,
                    *, tls: bool, protocol: str, head: bytes | None = None) -> None:
     """Read one request from ``client`` (or use ``head``), send it to the
     checked destination, relay the response."""
@@ -468,7 +469,7 @@ async def _forward(client: Stream, gate: Gate, name: str, addresses: list, port:
             assert gate.mitm is not None
             up = TLSStream(reader, writer, gate.mitm.upstream, server_side=False, server_hostname=name)
             try:
-                await asyncio.wait_for(up.handshake(), TLS_HANDSHAKE_TIMEOUT)  # type: ignore[attr-defined]
+                await asyncio.wait_for(up.handshake(), TLS_HANDSHAKE_TIMEOUT)
             except ssl.SSLCertVerificationError as exc:
                 why = exc.verify_message or exc.reason or str(exc)
                 msg = (f"the certificate of {display} port {port} did not verify: {why}. safebox checks upstream "

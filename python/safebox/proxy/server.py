@@ -388,7 +388,7 @@ class ProxyServer:
         async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
             task = asyncio.current_task()
             assert task is not None
-            self._tasks.add(task)  # type: ignore[arg-type]
+            self._tasks.add(task)
             try:
                 await handler(reader, writer, gate)
             except (OSError, asyncio.IncompleteReadError, TimeoutError):
@@ -400,7 +400,7 @@ class ProxyServer:
             except Exception:  # keep serving; a bug in one connection must not stop the proxy
                 log.exception("proxy connection failed")
             finally:
-                self._tasks.discard(task)  # type: ignore[arg-type]
+                self._tasks.discard(task)
                 writer.transport.close()
 
         return serve

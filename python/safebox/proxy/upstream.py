@@ -23,7 +23,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from safebox.proxy.rules import Decision, HostError, IPAddress, NetworkRules, normalize_host, parse_ip_literal
+from safebox.domains import IPAddress
+from safebox.proxy.rules import Decision, HostError, NetworkRules, normalize_host, parse_ip_literal
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -568,14 +569,14 @@ class Gate:
         return name, addresses, via
 
     async def _connect(self, addresses: list[IPAddress], port: int,
-                       factory: Callable[[], asyncio.BaseProtocol], **kw: object) -> asyncio.Transport:
+                       factory: Callable[[], asyncio.BaseProtocol]) -> asyncio.Transport:
         """Connect to the first of ``addresses`` that answers."""
         loop = asyncio.get_running_loop()
         last: UpstreamError | None = None
         for ip in addresses:
             try:
                 transport, _ = await asyncio.wait_for(
-                    loop.create_connection(factory, host=ip.compressed, port=port, **kw),  # type: ignore[arg-type]
+                    loop.create_connection(factory, host=ip.compressed, port=port),
                     self.connect_timeout,
                 )
                 assert isinstance(transport, asyncio.Transport)

@@ -17,6 +17,10 @@ import os
 
 from safebox.builder.resolved import Layers, ResolvedPolicy
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
 # Flags the supervisor reads (helper/notify.h).
 W, C, M, B = 1, 2, 4, 8
 # What only Python keeps, for the explanation.
@@ -29,7 +33,7 @@ def _under(path: str, root: str) -> bool:
     return path == root or path.startswith(root.rstrip("/") + "/")
 
 
-def _ancestors(path: str):
+def _ancestors(path: str) -> Iterator[str]:
     """``path`` and each of its ancestors, deepest first, ending with ``/``."""
     while True:
         yield path
