@@ -14,7 +14,7 @@ import os
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Any, Self, dataclass_transform
+    from typing import Any, ClassVar, Self, dataclass_transform
 else:
     # The decorator only informs type checkers; at run time it would cost
     # importing ``typing`` (~6 ms), so it is a no-op here.
@@ -30,8 +30,8 @@ class Frozen:
     """Immutable record: fields are the annotated class attributes (a default
     is the class attribute's value); construction is keyword-only."""
 
-    __fields__: tuple[str, ...] = ()
-    __defaults__: dict[str, Any] = {}
+    __fields__: ClassVar[tuple[str, ...]] = ()
+    __defaults__: ClassVar[dict[str, Any]] = {}
 
     def __init_subclass__(cls, **kw: Any) -> None:
         super().__init_subclass__(**kw)
@@ -150,7 +150,13 @@ def which(name: str, path: str | None = None) -> str | None:
     """``shutil.which`` for a bare command name."""
     if "/" in name:
         return name if os.access(name, os.X_OK) and not os.path.isdir(name) else None
-    for d in (path if path is not None else os.environ.get("PATH", os.defpath)).split(os.pathsep):
+    search = path if path is not None else os.environ.get("PATH", os.defpath)
+    if not search:
+        # As shutil.which: an empty search path finds nothing. "".split(":")
+        # is [""], which would have searched the working directory, a write
+        # root, when path_outside() had dropped every entry of $PATH.
+        return None
+    for d in search.split(os.pathsep):
         p = os.path.join(d or ".", name)
         if os.access(p, os.X_OK) and not os.path.isdir(p):
             return p
@@ -209,30 +215,53 @@ def realpath_cached(p: str, memo: dict[str, str] | None = None) -> str:
     return real
 
 
+_DIR_NOFOLLOW = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
 def rmtree(path: str) -> None:
-    """Remove ``path`` recursively without following symlinks; ignore errors."""
+    """Remove ``path`` recursively; ignore errors. A symlink is removed, never
+    followed, ``path`` itself included (``os.scandir`` of a link to a
+    directory would have emptied the directory). Like ``shutil.rmtree``, it
+    walks through directory descriptors opened with O_NOFOLLOW, so a
+    directory swapped for a link during the walk is not followed either."""
     try:
-        entries = list(os.scandir(path))
-    except NotADirectoryError:
+        fd = os.open(path, _DIR_NOFOLLOW)
+    except OSError:  # not a directory (a file, a symlink), gone, or unreadable
         try:
             os.unlink(path)
         except OSError:
             pass
         return
-    except OSError:
-        return
-    for e in entries:
-        try:
-            if e.is_dir(follow_symlinks=False):
-                rmtree(e.path)
-            else:
-                os.unlink(e.path)
-        except OSError:
-            pass
+    try:
+        _rmtree_at(fd)
+    finally:
+        os.close(fd)
     try:
         os.rmdir(path)
     except OSError:
         pass
+
+
+def _rmtree_at(dir_fd: int) -> None:
+    """Remove everything in the directory open at ``dir_fd``; ignore errors."""
+    try:
+        with os.scandir(dir_fd) as it:
+            entries = [(e.name, e.is_dir(follow_symlinks=False)) for e in it]
+    except OSError:
+        return
+    for name, is_dir in entries:
+        try:
+            if is_dir:
+                fd = os.open(name, _DIR_NOFOLLOW, dir_fd=dir_fd)
+                try:
+                    _rmtree_at(fd)
+                finally:
+                    os.close(fd)
+                os.rmdir(name, dir_fd=dir_fd)
+            else:
+                os.unlink(name, dir_fd=dir_fd)
+        except OSError:
+            pass
 
 
 def glob_match(name: str, pattern: str) -> bool:
