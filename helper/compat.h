@@ -106,15 +106,15 @@ struct safebox_net_port_attr {
 #define SB_RESTRICT_SELF_LOG_SUBDOMAINS_OFF (1U << 2)
 
 #define SB_FS_ALL_ABI1                                                         \
-	(SB_FS_EXECUTE | SB_FS_WRITE_FILE | SB_FS_READ_FILE | SB_FS_READ_DIR |  \
-	 SB_FS_REMOVE_DIR | SB_FS_REMOVE_FILE | SB_FS_MAKE_CHAR |               \
-	 SB_FS_MAKE_DIR | SB_FS_MAKE_REG | SB_FS_MAKE_SOCK | SB_FS_MAKE_FIFO |  \
+	(SB_FS_EXECUTE | SB_FS_WRITE_FILE | SB_FS_READ_FILE | SB_FS_READ_DIR | \
+	 SB_FS_REMOVE_DIR | SB_FS_REMOVE_FILE | SB_FS_MAKE_CHAR |              \
+	 SB_FS_MAKE_DIR | SB_FS_MAKE_REG | SB_FS_MAKE_SOCK | SB_FS_MAKE_FIFO | \
 	 SB_FS_MAKE_BLOCK | SB_FS_MAKE_SYM)
 
 /* Rights that make sense on a file (not a directory): the kernel rejects the
  * others with EINVAL on a non-directory (samples/landlock/sandboxer.c). */
 #define SB_FS_FILE_RIGHTS                                                      \
-	(SB_FS_EXECUTE | SB_FS_WRITE_FILE | SB_FS_READ_FILE | SB_FS_TRUNCATE |  \
+	(SB_FS_EXECUTE | SB_FS_WRITE_FILE | SB_FS_READ_FILE | SB_FS_TRUNCATE | \
 	 SB_FS_IOCTL_DEV)
 
 #endif

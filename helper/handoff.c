@@ -49,10 +49,8 @@ static int ipv6_loopback_exists(void)
  * (the port in use inside is the likely cause, named in the message). */
 static int listen_loopback(int family, uint16_t port)
 {
-	struct sockaddr_in a4 = { .sin_family = AF_INET, .sin_port = htons(port),
-				  .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
-	struct sockaddr_in6 a6 = { .sin6_family = AF_INET6, .sin6_port = htons(port),
-				   .sin6_addr = IN6ADDR_LOOPBACK_INIT };
+	struct sockaddr_in a4 = { .sin_family = AF_INET, .sin_port = htons(port), .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	struct sockaddr_in6 a6 = { .sin6_family = AF_INET6, .sin6_port = htons(port), .sin6_addr = IN6ADDR_LOOPBACK_INIT };
 	const char *where = family == AF_INET ? "127.0.0.1" : "[::1]";
 	int one = 1;
 	int s = socket(family, SOCK_STREAM | SOCK_CLOEXEC, 0);
@@ -79,8 +77,7 @@ void handoff_send(int sock, char tag, const int *fds, size_t n)
 		char buf[CMSG_SPACE(sizeof(int) * MAX_LISTENERS)];
 		struct cmsghdr align;
 	} ctl;
-	struct msghdr msg = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl.buf,
-			      .msg_controllen = CMSG_SPACE(sizeof(int) * n) };
+	struct msghdr msg = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl.buf, .msg_controllen = CMSG_SPACE(sizeof(int) * n) };
 	struct cmsghdr *c;
 
 	memset(&ctl, 0, sizeof(ctl));

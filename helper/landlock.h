@@ -8,13 +8,13 @@
 #include <stdint.h>
 
 struct ll_plan {
-	int enabled;       /* 0: no ruleset at all (landlock off, or ABI 0) */
-	int kernel_abi;    /* 0 when unsupported */
-	int kernel_errno;  /* why kernel_abi is 0 */
-	int abi;           /* the ABI actually used */
+	int enabled;      /* 0: no ruleset at all (landlock off, or ABI 0) */
+	int kernel_abi;   /* 0 when unsupported */
+	int kernel_errno; /* why kernel_abi is 0 */
+	int abi;          /* the ABI actually used */
 	uint64_t handled_fs, handled_net, scoped;
 	uint32_t restrict_flags;
-	int ruleset;       /* built by landlock_prepare, -1 when not enabled */
+	int ruleset; /* built by landlock_prepare, -1 when not enabled */
 	size_t n_rules;
 	const uint16_t *ports; /* connect rules (net proxy) */
 	size_t n_ports;

@@ -35,7 +35,7 @@
 #endif
 
 #define USAGE "usage: safebox-helper --policy-file PATH [--status-fd N] [--handoff-fd N] " \
-	      "-- COMMAND [ARGS]... " \
+	      "-- COMMAND [ARGS]... "                                                      \
 	      "| --supervise --table PATH --events-fd N --listener-sock N | --probe | --version"
 
 struct args {
@@ -349,6 +349,8 @@ int main(int argc, char **argv)
 	parse_args(argc, argv, &a);
 	setup_status_fd(a.status_fd);
 
+	/* The numbered sequence docs/layers.md quotes, its numbers in one column. */
+	/* clang-format off */
 	refuse_setuid();                                 /* 1 */
 	die_with_parent(parent);
 	load_policy(a.policy_path, &pol);                /* 2: parse, */
@@ -382,4 +384,5 @@ int main(int argc, char **argv)
 		close(a.status_fd);
 	}
 	exec_command(a.command);                         /* 9 */
+	/* clang-format on */
 }

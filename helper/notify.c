@@ -98,8 +98,10 @@ static int key_entry(struct nt_table *t, size_t *cap, const char *v, size_t vlen
 		flags = 0;
 	} else {
 		for (i = 0; i < (size_t)(sp - v); i++) {
-			unsigned bit = v[i] == 'w' ? NT_W : v[i] == 'c' ? NT_C : v[i] == 'm' ? NT_M
-				     : v[i] == 'b' ? NT_B : 0;
+			unsigned bit = v[i] == 'w' ? NT_W : v[i] == 'c' ? NT_C
+						    : v[i] == 'm'       ? NT_M
+						    : v[i] == 'b'       ? NT_B
+									: 0;
 
 			if (bit == 0 || (flags & bit))
 				return tfail(err, errlen, lineno, "bad flags (letters w, c, m, b, once each, or '-')");
@@ -407,7 +409,7 @@ int nt_decode_sockaddr(const unsigned char *buf, size_t len, struct nt_addr *out
 	if (len < 2)
 		return -1;
 	family = (unsigned)buf[0] | (unsigned)buf[1] << 8; /* sa_family_t, little-endian hosts */
-	if (family == 1) { /* AF_UNIX: sun_path follows, up to 108 bytes */
+	if (family == 1) {                                 /* AF_UNIX: sun_path follows, up to 108 bytes */
 		size_t plen = len - 2 > 108 ? 108 : len - 2;
 		const unsigned char *p = buf + 2;
 		size_t n;
@@ -560,10 +562,10 @@ static int may_be_absent(int x)
 /* open(2) and friends: see nt_decide().  Never fails. */
 static int decide_open(const struct nt_table *t, const struct nt_call *c, struct nt_verdict *v)
 {
-	unsigned long acc = c->oflags & 3UL; /* O_ACCMODE */
+	unsigned long acc = c->oflags & 3UL;        /* O_ACCMODE */
 	int wr = acc != 0 || (c->oflags & 01000UL); /* O_WRONLY/O_RDWR, O_TRUNC */
-	int creat = (c->oflags & 0100UL) != 0;  /* O_CREAT */
-	int excl = creat && (c->oflags & 0200UL); /* O_EXCL */
+	int creat = (c->oflags & 0100UL) != 0;      /* O_CREAT */
+	int excl = creat && (c->oflags & 0200UL);   /* O_EXCL */
 	const struct nt_entry *e;
 
 	if (c->exists1 == NT_NO_PARENT)

@@ -27,14 +27,14 @@
 #define NT_B 8U /* the path itself is a mount point: unlink/rename of it fail */
 
 struct nt_entry {
-	char *path;   /* decoded, absolute, normalised, NUL-terminated */
-	size_t len;   /* strlen(path) */
+	char *path; /* decoded, absolute, normalised, NUL-terminated */
+	size_t len; /* strlen(path) */
 	unsigned flags;
 	uint32_t idx; /* line order in the file, reported in records */
 };
 
 struct nt_table {
-	int reads; /* 1: reads (opens without write intent) are observed too */
+	int reads;          /* 1: reads (opens without write intent) are observed too */
 	struct nt_entry *e; /* sorted by path bytes after parsing */
 	size_t n;
 	uint16_t ports[NT_MAX_PORTS]; /* loopback connects to these ports need no event */
@@ -76,7 +76,12 @@ int nt_parent(const char *path, char *out, size_t cap);
 long nt_cstring(const char *buf, size_t len);
 
 /* What a connect(2) address names. */
-enum nt_addr_kind { NT_ADDR_OTHER, NT_ADDR_UNIX_PATH, NT_ADDR_UNIX_ABSTRACT, NT_ADDR_INET };
+enum nt_addr_kind {
+	NT_ADDR_OTHER,
+	NT_ADDR_UNIX_PATH,
+	NT_ADDR_UNIX_ABSTRACT,
+	NT_ADDR_INET
+};
 
 struct nt_addr {
 	enum nt_addr_kind kind;
@@ -103,9 +108,9 @@ enum nt_op {
 
 /* Existence as far as the supervisor knows. */
 #define NT_EXISTS 1
-#define NT_ABSENT 0   /* the path does not exist, its parent does */
+#define NT_ABSENT 0     /* the path does not exist, its parent does */
 #define NT_NO_PARENT -1 /* an ancestor is missing: the call fails with ENOENT whatever the sandbox says */
-#define NT_UNKNOWN -2 /* not looked at (the lexical fast path) */
+#define NT_UNKNOWN -2   /* not looked at (the lexical fast path) */
 
 struct nt_call {
 	enum nt_op op;
@@ -116,10 +121,10 @@ struct nt_call {
 };
 
 struct nt_verdict {
-	char kind;                  /* 'w' write, 'r' read, 'x' exec, 'u' unix socket */
-	char why;                   /* 'T' file not writable, 'P' directory refuses entries, 'B' mount point, 'M' masked */
-	const struct nt_entry *e;   /* the entry that decided (NULL: none) */
-	int which;                  /* 1: P1, 2: P2 */
+	char kind;                /* 'w' write, 'r' read, 'x' exec, 'u' unix socket */
+	char why;                 /* 'T' file not writable, 'P' directory refuses entries, 'B' mount point, 'M' masked */
+	const struct nt_entry *e; /* the entry that decided (NULL: none) */
+	int which;                /* 1: P1, 2: P2 */
 };
 
 /* Whether the sandbox refuses call C under table T.  With NT_UNKNOWN

@@ -13,16 +13,26 @@
 /* SAFEBOX_POLICY_MAX: largest file.  Room for SB_MAX_FS rules of paths
  * averaging 120 bytes (hex-encoded: twice that); 1 MiB held 4,000. */
 #define SB_POLICY_MAX (16 * 1024 * 1024)
-#define SB_POLICY_LINE_MAX 16384    /* longest line, without its '\n' */
-#define SB_PATH_MAX 4096            /* longest decoded path (PATH_MAX) */
+#define SB_POLICY_LINE_MAX 16384 /* longest line, without its '\n' */
+#define SB_PATH_MAX 4096         /* longest decoded path (PATH_MAX) */
 #define SB_MAX_FS 65536
 #define SB_MAX_PORTS 64
 #define SB_MAX_BRIDGES 8
 #define SB_RLIMIT_NPROC_MAX 4194304UL /* PID_MAX_LIMIT */
 #define SB_RLIMIT_BYTES_MAX (1UL << 62)
 
-enum fs_class { FS_READ, FS_READDIR, FS_DEV, FS_WRITE };
-enum net_mode { NET_UNSET, NET_OFF, NET_PROXY, NET_HOST };
+enum fs_class {
+	FS_READ,
+	FS_READDIR,
+	FS_DEV,
+	FS_WRITE
+};
+enum net_mode {
+	NET_UNSET,
+	NET_OFF,
+	NET_PROXY,
+	NET_HOST
+};
 
 #define SB_SCOPE_BIT_ABSTRACT_UNIX 1U
 #define SB_SCOPE_BIT_SIGNAL 2U

@@ -8,7 +8,8 @@
 /* The JSON spelling of T.  Never fails. */
 static const char *tri_str(enum tri t)
 {
-	return t == TRI_TRUE ? "true" : t == TRI_FALSE ? "false" : "null";
+	return t == TRI_TRUE ? "true" : t == TRI_FALSE ? "false"
+						       : "null";
 }
 
 /* The JSON spelling of B.  Never fails. */

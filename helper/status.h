@@ -5,7 +5,11 @@
 #include <stddef.h>
 
 /* Tri-state for "fs"/"net"/"scope": null when not requested. */
-enum tri { TRI_NULL = -1, TRI_FALSE = 0, TRI_TRUE = 1 };
+enum tri {
+	TRI_NULL = -1,
+	TRI_FALSE = 0,
+	TRI_TRUE = 1
+};
 
 struct status {
 	int abi;

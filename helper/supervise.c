@@ -54,17 +54,17 @@
 #define NO_ARG -1
 
 enum wop {
-	W_OPEN,       /* dirfd?, path, flags */
-	W_OPENAT2,    /* dirfd, path, struct open_how * (flags first) */
-	W_CREAT,      /* path: O_CREAT|O_WRONLY|O_TRUNC */
-	W_MODIFY,     /* dirfd?, path, at-flags? */
-	W_CREATE,     /* dirfd?, path */
-	W_REMOVE,     /* dirfd?, path */
-	W_RENAME,     /* dirfd?, path, dirfd2?, path2 */
-	W_NEWNAME,    /* dirfd2?, path2: the new name of link/symlink */
-	W_EXEC,       /* dirfd?, path */
-	W_CONNECT,    /* fd, addr, len */
-	W_CHDIR,      /* the cwd cache's invalidation: never a record */
+	W_OPEN,    /* dirfd?, path, flags */
+	W_OPENAT2, /* dirfd, path, struct open_how * (flags first) */
+	W_CREAT,   /* path: O_CREAT|O_WRONLY|O_TRUNC */
+	W_MODIFY,  /* dirfd?, path, at-flags? */
+	W_CREATE,  /* dirfd?, path */
+	W_REMOVE,  /* dirfd?, path */
+	W_RENAME,  /* dirfd?, path, dirfd2?, path2 */
+	W_NEWNAME, /* dirfd2?, path2: the new name of link/symlink */
+	W_EXEC,    /* dirfd?, path */
+	W_CONNECT, /* fd, addr, len */
+	W_CHDIR,   /* the cwd cache's invalidation: never a record */
 };
 
 struct watch {
@@ -660,8 +660,7 @@ static int receive_listener(int sock)
 		char buf[CMSG_SPACE(sizeof(int))];
 		struct cmsghdr align;
 	} ctl;
-	struct msghdr msg = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl.buf,
-			      .msg_controllen = sizeof(ctl.buf) };
+	struct msghdr msg = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl.buf, .msg_controllen = sizeof(ctl.buf) };
 	struct cmsghdr *c;
 	int fd;
 

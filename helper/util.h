@@ -51,13 +51,13 @@ ssize_t read_all(int fd, void *buf, size_t len);
 void *xcalloc(size_t n, size_t size);
 
 /* Retry EXPR while it fails with EINTR (glibc's TEMP_FAILURE_RETRY). */
-#define RETRY_EINTR(expr)                                                      \
-	({                                                                     \
-		long _rc;                                                      \
-		do                                                             \
-			_rc = (long)(expr);                                    \
-		while (_rc == -1L && errno == EINTR);                          \
-		_rc;                                                           \
+#define RETRY_EINTR(expr)                             \
+	({                                            \
+		long _rc;                             \
+		do                                    \
+			_rc = (long)(expr);           \
+		while (_rc == -1L && errno == EINTR); \
+		_rc;                                  \
 	})
 
 /* Cleanup attributes, as bubblewrap's cleanup_fd/cleanup_free. */

@@ -48,6 +48,8 @@
 /* Each probe returns 0 or -1 with errno set. */
 typedef long (*probe_fn)(char **args);
 
+/* The probes read as a table, one line each where they fit. */
+/* clang-format off */
 static long p_getpid(char **a) { (void)a; return getpid() > 0 ? 0 : -1; }
 /* ESRCH when allowed: no such pid. */
 static long p_ptrace(char **a) { (void)a; return syscall(SYS_ptrace, 12 /* PTRACE_GETREGS */, 0x7ffffff0, 0, 0); }
@@ -208,6 +210,7 @@ static long p_connect_abstract(char **a)
 /* Signal 0 by default: permission check only (Landlock scope signal). */
 static long p_kill(char **a) { return kill(atoi(a[0]), a[1] ? atoi(a[1]) : 0); }
 static long p_setuid0(char **a) { (void)a; return setuid(0); }
+/* clang-format on */
 static long p_status(char **a)
 {
 	static const char *const keys[] = { "CapInh:", "CapPrm:", "CapEff:", "CapBnd:", "CapAmb:",
@@ -230,8 +233,8 @@ static long p_status(char **a)
 static const struct {
 	const char *name;
 	probe_fn fn;
-	int nargs;     /* required arguments */
-	int opt_args;  /* optional arguments after them */
+	int nargs;    /* required arguments */
+	int opt_args; /* optional arguments after them */
 } probes[] = {
 	{ "getpid", p_getpid, 0, 0 },
 	{ "ptrace", p_ptrace, 0, 0 },

@@ -10,14 +10,14 @@
 #define E "end\n"
 /* entries: / (read-only), /w (write root), /w/.bashrc (protected, a bind),
  * /w/sealed (no new entries), /dev (write files only), /h/.ssh (masked) */
-#define T H "reads 1\n" \
-	"entry b 2f\n" \
-	"entry wcb 2f77\n" \
-	"entry b 2f772f2e626173687263\n" \
-	"entry wb 2f772f7365616c6564\n" \
-	"entry w 2f646576\n" \
-	"entry mb 2f682f2e737368\n" \
-	"port 3128\n" E
+#define T H "reads 1\n"                      \
+	    "entry b 2f\n"                   \
+	    "entry wcb 2f77\n"               \
+	    "entry b 2f772f2e626173687263\n" \
+	    "entry wb 2f772f7365616c6564\n"  \
+	    "entry w 2f646576\n"             \
+	    "entry mb 2f682f2e737368\n"      \
+	    "port 3128\n" E
 
 static int failures, test_no;
 
@@ -128,13 +128,14 @@ static void check_decide(void)
 	ok(nt_exact(&t, "/w/.bashrc") != NULL && nt_exact(&t, "/w/.bash") == NULL, "exact");
 	ok(nt_port_free(&t, 3128) && !nt_port_free(&t, 80), "ports");
 
-#define CALL(op_, flags_, p1_, p2_, x1_, x2_) \
+#define CALL(op_, flags_, p1_, p2_, x1_, x2_)                                                     \
 	(memset(&c, 0, sizeof(c)), c.op = (op_), c.oflags = (flags_), c.p1 = (p1_), c.p2 = (p2_), \
 	 c.exists1 = (x1_), c.exists2 = (x2_), nt_decide(&t, &c, &v))
 	/* open */
 	ok(CALL(NT_OP_OPEN, 01 | 0100, "/w/new", NULL, NT_ABSENT, 0) == 0, "create in a write root: allowed");
 	ok(CALL(NT_OP_OPEN, 01 | 0100, "/etc/x", NULL, NT_ABSENT, 0) == 1 && v.kind == 'w' && v.why == 'P' &&
-	   v.e->idx == 0, "create outside: refused by the directory");
+		   v.e->idx == 0,
+	   "create outside: refused by the directory");
 	ok(CALL(NT_OP_OPEN, 01 | 0100, "/etc/x", NULL, NT_NO_PARENT, 0) == 0, "missing parent: ENOENT, no event");
 	ok(CALL(NT_OP_OPEN, 01 | 0100 | 0200, "/etc/hostname", NULL, NT_EXISTS, 0) == 0,
 	   "O_EXCL on an existing file: EEXIST, no event");
@@ -190,15 +191,19 @@ static void check_sockaddr(void)
 	ok(nt_decode_sockaddr(un, sizeof(un), &a) == 0 && a.kind == NT_ADDR_UNIX_PATH && strcmp(a.text, "/run/s") == 0,
 	   "unix path without NUL");
 	ok(nt_decode_sockaddr(abs, sizeof(abs), &a) == 0 && a.kind == NT_ADDR_UNIX_ABSTRACT &&
-	   strcmp(a.text, "x@y") == 0, "abstract unix, NULs shown as @");
+		   strcmp(a.text, "x@y") == 0,
+	   "abstract unix, NULs shown as @");
 	ok(nt_decode_sockaddr(in4, sizeof(in4), &a) == 0 && a.kind == NT_ADDR_INET && a.port == 443 &&
-	   strcmp(a.text, "192.0.2.1:443") == 0 && !a.loopback, "inet");
+		   strcmp(a.text, "192.0.2.1:443") == 0 && !a.loopback,
+	   "inet");
 	ok(nt_decode_sockaddr(in4, 7, &a) < 0, "inet too short");
 	in6[23] = 1;
 	ok(nt_decode_sockaddr(in6, sizeof(in6), &a) == 0 && a.port == 3128 && a.loopback &&
-	   strcmp(a.text, "[0:0:0:0:0:0:0:1]:3128") == 0, "inet6 loopback");
+		   strcmp(a.text, "[0:0:0:0:0:0:0:1]:3128") == 0,
+	   "inet6 loopback");
 	ok(nt_decode_sockaddr(mapped, sizeof(mapped), &a) == 0 && a.loopback &&
-	   strcmp(a.text, "[::ffff:127.0.0.1]:80") == 0, "v4-mapped loopback");
+		   strcmp(a.text, "[::ffff:127.0.0.1]:80") == 0,
+	   "v4-mapped loopback");
 	ok(nt_decode_sockaddr(un, 2, &a) < 0 && nt_decode_sockaddr(un, 1, &a) < 0, "unnamed and truncated");
 }
 

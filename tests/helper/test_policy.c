@@ -25,10 +25,11 @@ static const struct row rows[] = {
 	/* valid files */
 	{ "minimal", H NET E, 0, NULL },
 	{ "full", H "strict 1\nabi_max 7\nlandlock on\nfs read 2f\nfs readdir 2f686f6d65\n"
-		  "fs dev 2f646576\nfs write 2f746d70\nnet proxy\nconnect_port 3128\n"
-		  "connect_port 1080\nbind any\nscope abstract_unix\nscope signal\n"
-		  "seccomp 2f782e627066\nsocat 2f7573722f62696e2f736f636174\n"
-		  "listen 3128\nlisten 1080\npublish 8080 2f72756e2f682e736f636b\n" E, 0, NULL },
+		    "fs dev 2f646576\nfs write 2f746d70\nnet proxy\nconnect_port 3128\n"
+		    "connect_port 1080\nbind any\nscope abstract_unix\nscope signal\n"
+		    "seccomp 2f782e627066\nsocat 2f7573722f62696e2f736f636174\n"
+		    "listen 3128\nlisten 1080\npublish 8080 2f72756e2f682e736f636b\n" E,
+	  0, NULL },
 	{ "abi_max 0", H "abi_max 0\n" NET E, 0, NULL },
 	{ "abi_max 255", H "abi_max 255\n" NET E, 0, NULL },
 	{ "path with newline and space", H "fs read 2f610a2062\n" NET E, 0, NULL },
