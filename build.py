@@ -14,7 +14,7 @@ Two roles in one file, both standard library only:
       python3 build.py test    # setup, then every test: C (ASan/UBSan, fuzz), pytest
                                # as this user and, when root, as an unprivileged user
       python3 build.py helper  # compile the helper only
-      python3 build.py lint    # ruff over the Python, -Werror build of the C (also part of `test`)
+      python3 build.py lint    # ruff, mypy --strict, clang-format check (also part of `test`, first)
       python3 build.py wheel   # dist/: sdist, and a manylinux wheel built from it, checked by auditwheel
 
 ``python -m build`` in this directory runs pypa/build, not this file (see
@@ -77,6 +77,8 @@ TEST_NEEDS = {
     "javac": ("default-jdk-headless", "java-devel", "jdk-openjdk"),
     # gitlab-ci-local's shell executor copies the work tree with rsync (tests/integration/test_ci_gitlab.py).
     "rsync": ("rsync", "rsync", "rsync"),
+    # `build.py lint` checks helper/'s format against .clang-format.
+    "clang-format": ("clang-format", "clang-tools-extra", "clang"),
 }
 # By path: a cargo the unprivileged test user can run (a rustup cargo under
 # /root/.cargo is on root's PATH but not theirs).
@@ -589,10 +591,43 @@ def c_tests() -> None:
         _run([sys.executable, str(script)])
 
 
+def c_format_sources() -> list[Path]:
+    """The C that .clang-format governs: the helper and its tests."""
+    return sorted([*HELPER_DIR.glob("*.[ch]"), *(ROOT / "tests" / "helper").glob("*.[ch]")])
+
+
 def lint(py: Path) -> None:
-    """ruff over python/, tests/, benchmarks/ and build.py (the C is linted by -Werror on every build)."""
-    _say("lint: ruff")
-    _run([str(py), "-m", "ruff", "check", "-q", "python", "tests", "benchmarks", "build.py"], cwd=ROOT)
+    """ruff over python/, tests/, benchmarks/ and build.py; mypy --strict over
+    python/safebox ([tool.mypy] in pyproject.toml); clang-format's check of
+    helper/ and tests/helper/ (the C is also built with -Werror). Every step
+    runs; then the failed ones are named. Offline, a few seconds when warm."""
+    steps: list[tuple[str, list[str]]] = [
+        ("ruff", [str(py), "-m", "ruff", "check", "-q", "python", "tests", "benchmarks", "build.py"]),
+        # The cache beside the venv: a warm run takes about a second.
+        ("mypy", [str(py), "-m", "mypy", "--cache-dir", str(VENV / ".mypy_cache")]),
+    ]
+    clang_format = shutil.which("clang-format")
+    if clang_format is None:
+        raise BuildError("clang-format not found; `build.py lint` checks helper/ with it "
+                         "(python3 build.py setup --tests installs it, or apt-get install clang-format)")
+    steps.append(("clang-format", [clang_format, "--dry-run", "--Werror", *map(str, c_format_sources())]))
+    failed = []
+    for name, cmd in steps:
+        _say(f"lint: {name}")
+        if subprocess.run(cmd, cwd=ROOT).returncode != 0:
+            failed.append(name)
+    if failed:
+        fixes = {"ruff": "`.venv/bin/ruff check --fix` fixes import order and pyupgrade findings",
+                 "mypy": "see the errors above ([tool.mypy] in pyproject.toml)",
+                 "clang-format": f"`clang-format -i` the files named above (.clang-format; this is "
+                                 f"{_clang_format_version(clang_format)})"}
+        raise BuildError("lint failed: " + "; ".join(f"{n}: {fixes[n]}" for n in failed))
+
+
+def _clang_format_version(clang_format: str) -> str:
+    """Another major version may format differently from the one .clang-format was tuned with (14)."""
+    out = subprocess.run([clang_format, "--version"], capture_output=True, text=True).stdout.strip()
+    return out or "clang-format of unknown version"
 
 
 def test(pytest_args: list[str]) -> int:
