@@ -104,6 +104,12 @@ def _normalize(host: str) -> str:
         raise HostError("maps to a numeric name")
     if len(name) > MAX_NAME_LENGTH:
         raise HostError(f"longer than {MAX_NAME_LENGTH} characters")
+    _check_labels(name)
+    return name
+
+
+def _check_labels(name: str) -> None:
+    """Raise HostError for the first label of ``name`` (lower-case ASCII) that DNS would refuse."""
     for label in name.split("."):
         if not label:
             raise HostError("an empty label")
@@ -116,7 +122,6 @@ def _normalize(host: str) -> str:
                 label.encode("ascii").decode("idna")
             except UnicodeError:
                 raise HostError(f"an invalid IDNA label {label!r}") from None
-    return name
 
 
 def parse_ip_literal(host: str) -> IPAddress | None:

@@ -101,27 +101,38 @@ def suggest(runs: list[Run], *, home: str) -> tuple[dict[str, Any], list[str]]:
                 used.add(host)
             else:
                 refused.setdefault(host, str(h.get("reason") or h.get("rule") or "refused"))
-        for ev in run.denied:
-            if ev.get("kind") == "write" and ev.get("rule") == RULE_ALLOW_WRITE and isinstance(ev.get("path"), str):
-                path = os.path.normpath(ev["path"])
-                if path.startswith("/"):
-                    writes.add(os.path.dirname(path) if path != "/" else path)
+        writes.update(_denied_write_dirs(run.denied))
     notes = []
     for host, why in sorted(refused.items()):
         if host not in used:
             notes.append(f"not suggested: {host} was refused ({why})")
-    # Nested directories: the shallowest covers the rest.
-    dirs = sorted(writes, key=lambda d: (d.count("/"), d))
-    kept: list[str] = []
-    for d in dirs:
-        if not any(d == k or d.startswith(k.rstrip("/") + "/") for k in kept):
-            kept.append(d)
+    kept = _shallowest(writes)
     doc: dict[str, Any] = {"network": {"allowedDomains": collapse(used)}}
     if kept:
         doc["filesystem"] = {"allowWrite": sorted(_tilde(d, home) for d in kept)}
     if presets:
         doc["presets"] = presets
     return doc, notes
+
+
+def _denied_write_dirs(denied: list[dict[str, Any]]) -> set[str]:
+    """The directories of the writes ``allowWrite`` would have let through."""
+    writes: set[str] = set()
+    for ev in denied:
+        if ev.get("kind") == "write" and ev.get("rule") == RULE_ALLOW_WRITE and isinstance(ev.get("path"), str):
+            path = os.path.normpath(ev["path"])
+            if path.startswith("/"):
+                writes.add(os.path.dirname(path) if path != "/" else path)
+    return writes
+
+
+def _shallowest(dirs: set[str]) -> list[str]:
+    """Nested directories: the shallowest covers the rest."""
+    kept: list[str] = []
+    for d in sorted(dirs, key=lambda d: (d.count("/"), d)):
+        if not any(d == k or d.startswith(k.rstrip("/") + "/") for k in kept):
+            kept.append(d)
+    return kept
 
 
 def write_policy(path: str, doc: dict[str, Any]) -> None:

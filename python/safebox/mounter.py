@@ -33,6 +33,8 @@ from safebox.builder.bulk import BulkOp, BulkPlan
 from safebox.errors import BuildError
 
 TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Sequence
 
 # Linux UAPI constants (include/uapi/linux/mount.h, sched.h, nsfs.h); the
 # system-call numbers are the same on every architecture since 5.x.
@@ -100,96 +102,119 @@ class _Failed(Exception):
 
 def _run(lib: _Libc, pid: int, plan: BulkPlan) -> None:
     """In the forked child: enter the sandbox and make every mount."""
-
-    def check(r: int, what: str, path: bytes = b"") -> None:
-        if r < 0:
-            err = lib.errno()
-            where = f" {os.fsdecode(path)}" if path else ""
-            raise _Failed(f"{what}{where}: {os.strerror(err)}")
-
-    try:
-        mnt = os.open(f"/proc/{pid}/ns/mnt", os.O_RDONLY | os.O_CLOEXEC)
-    except OSError as e:
-        raise _Failed(f"cannot open the sandbox's mount namespace: {e.strerror}") from None
-    # The user namespace that owns the mount namespace (bubblewrap's first;
-    # the command's may be a second one inside it): mounting needs
-    # CAP_SYS_ADMIN there, which its creator's user has from outside.
-    user = lib.ioctl(mnt, _NS_GET_USERNS)
-    check(user, "cannot find the sandbox's user namespace")
-    check(lib.setns(user, _CLONE_NEWUSER), "cannot enter the sandbox's user namespace")
-    check(lib.setns(mnt, _CLONE_NEWNS), "cannot enter the sandbox's mount namespace")
-    c = lib.ctypes
-    ro = lib.MountAttr(_MOUNT_ATTR_RDONLY | _MOUNT_ATTR_NOSUID | _MOUNT_ATTR_NODEV, 0, 0, 0)
-    rw = lib.MountAttr(_MOUNT_ATTR_NOSUID | _MOUNT_ATTR_NODEV, _MOUNT_ATTR_RDONLY, 0, 0)
-
-    def snapshot() -> int:
-        tree = int(lib.syscall(c.c_long(_SYS_OPEN_TREE), c.c_int(_AT_FDCWD), c.c_char_p(b"/"),
-                               c.c_uint(_OPEN_TREE_CLONE | _OPEN_TREE_CLOEXEC | _AT_RECURSIVE)))
-        check(tree, "cannot copy the sandbox's mount tree")
-        return tree
-
-    def attach(tree: int, where: bytes) -> None:
-        check(int(lib.syscall(c.c_long(_SYS_MOVE_MOUNT), c.c_int(tree), c.c_char_p(b""), c.c_int(_AT_FDCWD),
-                              c.c_char_p(where), c.c_uint(_MOVE_MOUNT_F_EMPTY_PATH))), "cannot attach a copy at",
-              where)
-
-    scratch = os.fsencode(plan.scratch)
-    mount, setattr = lib.mount, lib.setattr
+    m = _Mounts(lib, os.fsencode(plan.scratch))
+    m.enter(pid)
     # The write roots first, from a copy of the tree taken before them.
     writes = [os.fsencode(p) for op, p in plan.ops if op is BulkOp.WRITE]
     if writes:
-        attach(snapshot(), scratch)
+        m.write_roots(writes)
+    others = [(op, os.fsencode(p)) for op, p in plan.ops if op is not BulkOp.WRITE]
+    if others:
+        m.others(others)
+
+
+class _Mounts:
+    """The mount calls of :func:`_run`, each failure a :class:`_Failed` naming it."""
+
+    def __init__(self, lib: _Libc, scratch: bytes) -> None:
+        self.lib = lib
+        self.scratch = scratch
+        self.ro = lib.MountAttr(_MOUNT_ATTR_RDONLY | _MOUNT_ATTR_NOSUID | _MOUNT_ATTR_NODEV, 0, 0, 0)
+        self.rw = lib.MountAttr(_MOUNT_ATTR_NOSUID | _MOUNT_ATTR_NODEV, _MOUNT_ATTR_RDONLY, 0, 0)
+
+    def check(self, r: int, what: str, path: bytes = b"") -> None:
+        if r < 0:
+            err = self.lib.errno()
+            where = f" {os.fsdecode(path)}" if path else ""
+            raise _Failed(f"{what}{where}: {os.strerror(err)}")
+
+    def enter(self, pid: int) -> None:
+        """Enter the user and mount namespaces of ``pid``."""
+        lib, check = self.lib, self.check
+        try:
+            mnt = os.open(f"/proc/{pid}/ns/mnt", os.O_RDONLY | os.O_CLOEXEC)
+        except OSError as e:
+            raise _Failed(f"cannot open the sandbox's mount namespace: {e.strerror}") from None
+        # The user namespace that owns the mount namespace (bubblewrap's first;
+        # the command's may be a second one inside it): mounting needs
+        # CAP_SYS_ADMIN there, which its creator's user has from outside.
+        user = lib.ioctl(mnt, _NS_GET_USERNS)
+        check(user, "cannot find the sandbox's user namespace")
+        check(lib.setns(user, _CLONE_NEWUSER), "cannot enter the sandbox's user namespace")
+        check(lib.setns(mnt, _CLONE_NEWNS), "cannot enter the sandbox's mount namespace")
+
+    def snapshot(self) -> int:
+        c = self.lib.ctypes
+        tree = int(self.lib.syscall(c.c_long(_SYS_OPEN_TREE), c.c_int(_AT_FDCWD), c.c_char_p(b"/"),
+                                    c.c_uint(_OPEN_TREE_CLONE | _OPEN_TREE_CLOEXEC | _AT_RECURSIVE)))
+        self.check(tree, "cannot copy the sandbox's mount tree")
+        return tree
+
+    def attach(self, tree: int, where: bytes) -> None:
+        c = self.lib.ctypes
+        self.check(int(self.lib.syscall(c.c_long(_SYS_MOVE_MOUNT), c.c_int(tree), c.c_char_p(b""), c.c_int(_AT_FDCWD),
+                                        c.c_char_p(where), c.c_uint(_MOVE_MOUNT_F_EMPTY_PATH))),
+                   "cannot attach a copy at", where)
+
+    def write_roots(self, writes: list[bytes]) -> None:
+        lib, check, scratch = self.lib, self.check, self.scratch
+        self.attach(self.snapshot(), scratch)
         for path in writes:
-            check(mount(scratch + path, path, None, _MS_BIND | _MS_REC, None), "cannot bind write root", path)
+            check(lib.mount(scratch + path, path, None, _MS_BIND | _MS_REC, None), "cannot bind write root", path)
             # As bubblewrap's --bind: the mount itself read-write, what lies
             # beneath it (masks, read-only re-binds) as it was.
-            if setattr(path, 0, rw) < 0 and lib.errno() != 1:  # EPERM: read-only on the host, stays so
+            if lib.setattr(path, 0, self.rw) < 0 and lib.errno() != 1:  # EPERM: read-only on the host, stays so
                 check(-1, "cannot make write root writable", path)
         check(lib.umount2(scratch, _MNT_DETACH), "cannot detach the copy from", scratch)
-    # Then two copies that have them, both taken before any other mount: as
-    # it is (pins), and read-only through and through, so a read-only entry
-    # is one bind (the copy carries the flags) instead of a bind and a
-    # mount_setattr.
-    others = [(op, os.fsencode(p)) for op, p in plan.ops if op is not BulkOp.WRITE]
-    if not others:
-        return
-    tree = snapshot()
-    ro_tree = snapshot() if any(op is BulkOp.READ_ONLY for op, _ in others) else -1
-    if ro_tree >= 0:
-        check(int(lib.syscall(c.c_long(_SYS_MOUNT_SETATTR), c.c_int(ro_tree), c.c_char_p(b""),
-                              c.c_uint(_AT_EMPTY_PATH | _AT_RECURSIVE), c.byref(ro), c.c_size_t(c.sizeof(ro)))),
-              "cannot make the copy read-only")
-    attach(tree, scratch)
-    ro_base = scratch + scratch  # the run dir inside the first copy: no entry lies beneath it
-    if ro_tree >= 0:
-        attach(ro_tree, ro_base)
-    first_dir: bytes | None = None
-    first_file: bytes | None = None
-    for op, path in others:
-        match op:
-            case BulkOp.WRITE:
-                raise AssertionError("write roots are made above")
-            case BulkOp.PIN:
-                check(mount(scratch + path, path, None, _MS_BIND | _MS_REC, None), "cannot pin", path)
-            case BulkOp.READ_ONLY:
-                check(mount(ro_base + path, path, None, _MS_BIND | _MS_REC, None), "cannot bind read-only", path)
-            case BulkOp.MASK_DIR:
-                if first_dir is None:
-                    check(mount(b"tmpfs", path, b"tmpfs", _MS_RDONLY | _MS_NOSUID | _MS_NODEV, b"mode=0755"),
-                          "cannot mask", path)
-                    first_dir = path
-                else:  # the same empty read-only tmpfs: it has no child mount to copy
-                    check(mount(first_dir, path, None, _MS_BIND, None), "cannot mask", path)
-            case BulkOp.MASK_FILE:
-                if first_file is None:
-                    check(mount(scratch + b"/dev/null", path, None, _MS_BIND, None), "cannot mask", path)
-                    check(setattr(path, 0, ro), "cannot make read-only", path)
-                    first_file = path
-                else:
-                    check(mount(first_file, path, None, _MS_BIND, None), "cannot mask", path)
-    # Both copies go (the read-only one is mounted inside the other); the
-    # mounts made from them are copies of their own.
-    check(lib.umount2(scratch, _MNT_DETACH), "cannot detach the copies from", scratch)
+
+    def others(self, others: Sequence[tuple[BulkOp, bytes]]) -> None:
+        """Pins, read-only binds and masks. Two copies that have the write
+        roots, both taken before any other mount: as it is (pins), and
+        read-only through and through, so a read-only entry is one bind (the
+        copy carries the flags) instead of a bind and a mount_setattr."""
+        lib, check, scratch, ro = self.lib, self.check, self.scratch, self.ro
+        c = lib.ctypes
+        tree = self.snapshot()
+        ro_tree = self.snapshot() if any(op is BulkOp.READ_ONLY for op, _ in others) else -1
+        if ro_tree >= 0:
+            check(int(lib.syscall(c.c_long(_SYS_MOUNT_SETATTR), c.c_int(ro_tree), c.c_char_p(b""),
+                                  c.c_uint(_AT_EMPTY_PATH | _AT_RECURSIVE), c.byref(ro), c.c_size_t(c.sizeof(ro)))),
+                  "cannot make the copy read-only")
+        self.attach(tree, scratch)
+        ro_base = scratch + scratch  # the run dir inside the first copy: no entry lies beneath it
+        if ro_tree >= 0:
+            self.attach(ro_tree, ro_base)
+        self._entries(others, ro_base)
+        # Both copies go (the read-only one is mounted inside the other); the
+        # mounts made from them are copies of their own.
+        check(lib.umount2(scratch, _MNT_DETACH), "cannot detach the copies from", scratch)
+
+    def _entries(self, others: Sequence[tuple[BulkOp, bytes]], ro_base: bytes) -> None:
+        check, scratch, mount = self.check, self.scratch, self.lib.mount
+        first_dir: bytes | None = None
+        first_file: bytes | None = None
+        for op, path in others:
+            match op:
+                case BulkOp.WRITE:
+                    raise AssertionError("write roots are made above")
+                case BulkOp.PIN:
+                    check(mount(scratch + path, path, None, _MS_BIND | _MS_REC, None), "cannot pin", path)
+                case BulkOp.READ_ONLY:
+                    check(mount(ro_base + path, path, None, _MS_BIND | _MS_REC, None), "cannot bind read-only", path)
+                case BulkOp.MASK_DIR:
+                    if first_dir is None:
+                        check(mount(b"tmpfs", path, b"tmpfs", _MS_RDONLY | _MS_NOSUID | _MS_NODEV, b"mode=0755"),
+                              "cannot mask", path)
+                        first_dir = path
+                    else:  # the same empty read-only tmpfs: it has no child mount to copy
+                        check(mount(first_dir, path, None, _MS_BIND, None), "cannot mask", path)
+                case BulkOp.MASK_FILE:
+                    if first_file is None:
+                        check(mount(scratch + b"/dev/null", path, None, _MS_BIND, None), "cannot mask", path)
+                        check(self.lib.setattr(path, 0, self.ro), "cannot make read-only", path)
+                        first_file = path
+                    else:
+                        check(mount(first_file, path, None, _MS_BIND, None), "cannot mask", path)
 
 
 def apply(pid: int, plan: BulkPlan) -> None:

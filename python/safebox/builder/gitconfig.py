@@ -159,14 +159,7 @@ def entries(text: str) -> list[tuple[str, str | None]]:
             continue
         if not c.isascii() or not c.isalpha():
             return out
-        key = [c.lower()]
-        while True:
-            c = src.next()
-            if src.eof or not _is_key_char(c):
-                break
-            key.append(c.lower())
-        while c in " \t":
-            c = src.next()
+        key, c = _key(src, c)
         value = None
         if c != "\n":
             if c != "=":
@@ -174,9 +167,23 @@ def entries(text: str) -> list[tuple[str, str | None]]:
             value = _value(src)
             if value is None:
                 return out
-        out.append((stem + "".join(key), value))
+        out.append((stem + key, value))
         if src.eof:
             return out
+
+
+def _key(src: _Source, first: str) -> tuple[str, str]:
+    """The lower-cased key that starts with ``first``, and the character
+    after it and the blanks that follow."""
+    key = [first.lower()]
+    while True:
+        c = src.next()
+        if src.eof or not _is_key_char(c):
+            break
+        key.append(c.lower())
+    while c in " \t":
+        c = src.next()
+    return "".join(key), c
 
 
 def read_config(path: str) -> str | None:

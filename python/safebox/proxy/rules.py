@@ -241,18 +241,36 @@ def address_class(ip: IPAddress) -> str | None:
     IPv4 address are classed by the embedded address as well."""
     if isinstance(ip, ipaddress.IPv6Address):
         embedded = _embedded_ipv4(ip)
-        for v4 in embedded:
-            inner = address_class(v4)
-            if inner is not None:
-                return f"{inner} (embedded in {ip.compressed})"
         if embedded:
-            return None  # a translation of public IPv4 addresses: as public as they are
-        if ip in _NAT64_LOCAL:
-            return "local-use NAT64"
-        if ip in _UNIQUE_LOCAL:
-            return "private"
-        if ip in _SITE_LOCAL:
-            return "site-local"
+            return _embedded_class(ip, embedded)
+        v6 = _ipv6_class(ip)
+        if v6 is not None:
+            return v6
+    return _shared_class(ip)
+
+
+def _embedded_class(ip: ipaddress.IPv6Address, embedded: list[ipaddress.IPv4Address]) -> str | None:
+    """The class of an IPv6 address that embeds IPv4 ones: theirs."""
+    for v4 in embedded:
+        inner = address_class(v4)
+        if inner is not None:
+            return f"{inner} (embedded in {ip.compressed})"
+    return None  # a translation of public IPv4 addresses: as public as they are
+
+
+def _ipv6_class(ip: ipaddress.IPv6Address) -> str | None:
+    """The IPv6-only classes the ``is_*`` properties do not name."""
+    if ip in _NAT64_LOCAL:
+        return "local-use NAT64"
+    if ip in _UNIQUE_LOCAL:
+        return "private"
+    if ip in _SITE_LOCAL:
+        return "site-local"
+    return None
+
+
+def _shared_class(ip: IPAddress) -> str | None:
+    """The classes both families have, in the order that names the most specific one."""
     if ip.is_unspecified:
         return "unspecified"
     if ip.is_loopback:
