@@ -494,16 +494,11 @@ class CiRun:
         return render_entries(good)
 
 
-def prepare(environ: Mapping[str, str], *, kind: str, cwd: str, home: str, bwrap: bool,
-            dry_run: bool = False) -> CiRun:
-    """Decide what this CI job's run hides and where its file commands go;
-    creates the run's file-command directory (unless ``dry_run``)."""
-    ci = CiRun(kind=kind)
+def _git_credentials(ci: CiRun, environ: Mapping[str, str], *, cwd: str, home: str, bwrap: bool,
+                     scrubbed: list[tuple[str, str]]) -> list[str]:
+    """Git configs that hold credentials: scrubbed copies over them (added to
+    ``scrubbed``), or, without bubblewrap, returned to be made unreadable."""
     deny: list[str] = []
-    deny_write: list[str] = []
-    scrubbed: list[tuple[str, str]] = []
-
-    # -- git credentials
     starts = [cwd]
     for var in ("GITHUB_WORKSPACE", "CI_PROJECT_DIR"):
         v = environ.get(var, "")
@@ -534,8 +529,12 @@ def prepare(environ: Mapping[str, str], *, kind: str, cwd: str, home: str, bwrap
         else:
             deny.append(cfg)
             ci.notes.append(f"{cfg}: holds credentials; unreadable inside (no bubblewrap to show a scrubbed copy)")
+    return deny
 
-    # -- runner files
+
+def _runner_files(ci: CiRun, environ: Mapping[str, str], *, kind: str, home: str) -> list[str]:
+    """The CI runner's own secret files, to be made unreadable."""
+    deny: list[str] = []
     if kind == "github":
         for root in runner_roots(environ):
             found = [os.path.join(root, n) for n in RUNNER_SECRET_FILES if os.path.lexists(os.path.join(root, n))]
@@ -559,8 +558,14 @@ def prepare(environ: Mapping[str, str], *, kind: str, cwd: str, home: str, bwrap
         if proj.startswith("/") and os.path.isdir(proj.rstrip("/") + ".tmp"):
             deny.append(proj.rstrip("/") + ".tmp")
             ci.notes.append(f"{proj.rstrip('/')}.tmp: GitLab's file-type variables; hidden inside")
+    return deny
 
-    # -- file commands
+
+def _file_commands(ci: CiRun, environ: Mapping[str, str], *, dry_run: bool) -> list[str]:
+    """This run's own files for $GITHUB_ENV and the other file commands
+    (their directory created unless ``dry_run``); returns the runner's
+    files, which the sandbox may not write."""
+    deny_write: list[str] = []
     present = [(var, environ[var]) for var, _ in FILE_COMMANDS if environ.get(var, "").startswith("/")]
     if present and not dry_run:
         import tempfile
@@ -588,7 +593,18 @@ def prepare(environ: Mapping[str, str], *, kind: str, cwd: str, home: str, bwrap
             deny_write.append(theirs)
     if ci.commands_dir:
         ci.allow_write = (ci.commands_dir,)
+    return deny_write
 
+
+def prepare(environ: Mapping[str, str], *, kind: str, cwd: str, home: str, bwrap: bool,
+            dry_run: bool = False) -> CiRun:
+    """Decide what this CI job's run hides and where its file commands go;
+    creates the run's file-command directory (unless ``dry_run``)."""
+    ci = CiRun(kind=kind)
+    scrubbed: list[tuple[str, str]] = []
+    deny = _git_credentials(ci, environ, cwd=cwd, home=home, bwrap=bwrap, scrubbed=scrubbed)
+    deny += _runner_files(ci, environ, kind=kind, home=home)
+    deny_write = _file_commands(ci, environ, dry_run=dry_run)
     ci.deny_read = tuple(dict.fromkeys(deny))
     ci.deny_write = tuple(dict.fromkeys(deny_write))
     ci.scrubbed = tuple(scrubbed)

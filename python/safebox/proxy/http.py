@@ -115,7 +115,31 @@ def parse_request_head(head: bytes) -> Request:
     Raises :class:`BadRequest` naming what is wrong.
     """
     lines = head.split(b"\r\n")
-    parts = lines[0].split(b" ")
+    method, target, version = _request_line(lines[0])
+    headers = _header_fields(lines[1:])
+
+    if method == "CONNECT":
+        host, port = split_authority(target, default_port=None)
+        return Request(method, host, port, "", version, tuple(headers))
+    if "#" in target:
+        raise BadRequest(400, "fragment ('#') in request target")
+    if target.startswith("/"):
+        raise BadRequest(400, "this is a proxy: the request target must be an absolute http:// URI")
+    scheme, sep, rest = target.partition("://")
+    if not sep or scheme.lower() != "http":
+        raise BadRequest(400, "only http:// URIs are proxied (use CONNECT for https)")
+    cut = min((i for i in (rest.find("/"), rest.find("?")) if i >= 0), default=len(rest))
+    authority, path = rest[:cut], rest[cut:]
+    host, port = split_authority(authority, default_port=80)
+    if not path.startswith("/"):
+        path = "/" + path
+    _check_host_header(headers, host, port, authority)
+    return Request(method, host, port, path, version, tuple(headers))
+
+
+def _request_line(line: bytes) -> tuple[str, str, str]:
+    """(method, target, version) of a request line."""
+    parts = line.split(b" ")
     if len(parts) != 3:
         raise BadRequest(400, "malformed request line (want: METHOD TARGET HTTP/1.1)")
     method_b, target_b, version_b = parts
@@ -127,9 +151,13 @@ def parse_request_head(head: bytes) -> Request:
         raise BadRequest(400, "malformed HTTP version")
     if not _TARGET_RE.match(target_b):
         raise BadRequest(400, "malformed request target")
-    method, target, version = method_b.decode(), target_b.decode(), version_b.decode()
+    return method_b.decode(), target_b.decode(), version_b.decode()
+
+
+def _header_fields(lines: list[bytes]) -> list[tuple[str, str]]:
+    """The header fields, refusing what could be read two ways."""
     headers: list[tuple[str, str]] = []
-    for line in lines[1:]:
+    for line in lines:
         if line[:1] in (b" ", b"\t"):
             raise BadRequest(400, "obsolete header line folding is not supported")
         name, sep, value = line.partition(b":")
@@ -148,33 +176,21 @@ def parse_request_head(head: bytes) -> Request:
         raise BadRequest(400, "both Transfer-Encoding and Content-Length")
     if lower.count("content-length") > 1:
         raise BadRequest(400, "more than one Content-Length header")
+    return headers
 
-    if method == "CONNECT":
-        host, port = split_authority(target, default_port=None)
-        return Request(method, host, port, "", version, tuple(headers))
-    if "#" in target:
-        raise BadRequest(400, "fragment ('#') in request target")
-    if target.startswith("/"):
-        raise BadRequest(400, "this is a proxy: the request target must be an absolute http:// URI")
-    scheme, colon_slashes, rest = target.partition("://")
-    if not colon_slashes or scheme.lower() != "http":
-        raise BadRequest(400, "only http:// URIs are proxied (use CONNECT for https)")
-    cut = min((i for i in (rest.find("/"), rest.find("?")) if i >= 0), default=len(rest))
-    authority, path = rest[:cut], rest[cut:]
-    host, port = split_authority(authority, default_port=80)
-    if not path.startswith("/"):
-        path = "/" + path
-    for hname, hvalue in headers:
-        if hname.lower() == "host":
+
+def _check_host_header(headers: list[tuple[str, str]], host: str, port: int, authority: str) -> None:
+    """A Host header must name the request target's host and port."""
+    for name, value in headers:
+        if name.lower() == "host":
             try:
-                h_host, h_port = split_authority(hvalue, default_port=80)
+                h_host, h_port = split_authority(value, default_port=80)
             except BadRequest as exc:
                 raise BadRequest(400, f"bad Host header: {exc.message}") from None
             if (h_host, h_port) != (host, port):
                 raise BadRequest(
-                    400, f"Host header {hvalue!r} disagrees with the request target {authority!r}"
+                    400, f"Host header {value!r} disagrees with the request target {authority!r}"
                 )
-    return Request(method, host, port, path, version, tuple(headers))
 
 
 def _origin_head(req: Request, authority: str, *, via: ProxyURL | None = None) -> bytes:

@@ -49,6 +49,10 @@ from safebox.proxy.http import (
 from safebox.proxy.rules import HostError
 from safebox.proxy.upstream import Gate, Refused, Relay, UpstreamError, adopt_stream
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from safebox.proxy.parent import ProxyURL
+
 __all__ = ["SNIFF_TIMEOUT", "forward_plain", "terminate"]
 
 #: How long to wait for a client's first bytes after CONNECT before relaying
@@ -272,7 +276,7 @@ def _framing(headers: list[tuple[str, str]]) -> tuple[str, int]:
 
 def _upstream_head(method: str, target: str, headers: list[tuple[str, str]], authority: str,
                    header_pairs: list[tuple[bytes, bytes]], framing: str, length: int, *,
-                   via: object | None = None) -> bytes:
+                   via: ProxyURL | None = None) -> bytes:
     """The head sent upstream: ``Host`` the checked target, hop-by-hop and
     framing headers replaced, sentinels substituted, ``Connection: close``.
     Through a parent proxy (plain http only): absolute form and its credentials."""
@@ -285,8 +289,8 @@ def _upstream_head(method: str, target: str, headers: list[tuple[str, str]], aut
     if via is not None and target.startswith("/"):
         target = f"http://{authority}{target}"
     out = [f"{method} {target} HTTP/1.1", f"Host: {authority}"]
-    if via is not None and getattr(via, "auth", None):
-        out.append(f"Proxy-Authorization: {via.auth}")  # type: ignore[attr-defined]
+    if via is not None and via.auth:
+        out.append(f"Proxy-Authorization: {via.auth}")
     for name, value in headers:
         low = name.lower()
         if (low in _HOP_BY_HOP or low in named or low in ("host", "content-length", "transfer-encoding")
@@ -404,7 +408,7 @@ def _say(gate: Gate, message: str) -> None:
         gate.report(message)
 
 
-async def _forward(client: Stream, gate: Gate, name: str, addresses: list[IPAddress], port: int, via: object,
+async def _forward(client: Stream, gate: Gate, name: str, addresses: list[IPAddress], port: int, via: ProxyURL | None,
                    *, tls: bool, protocol: str, head: bytes | None = None) -> None:
     """Read one request from ``client`` (or use ``head``), send it to the
     checked destination, relay the response."""
@@ -413,37 +417,22 @@ async def _forward(client: Stream, gate: Gate, name: str, addresses: list[IPAddr
     display = f"[{name}]" if ":" in name else name
     default = 443 if tls else 80
     authority = display if port == default else f"{display}:{port}"
-    try:
-        if head is None:
-            head = await asyncio.wait_for(client.readuntil(b"\r\n\r\n", MAX_HEAD), HEAD_TIMEOUT)
-        method, target, headers = _parse_inner(head[:-4])
-        framing, length = _framing(headers)
-    except BadRequest as exc:
-        await client.send(error_response(exc.status, f"safebox: bad request: {exc.message}\n"))
+    request = await _read_request(client, head)
+    if request is None:
         return
-    except (_Closed, TimeoutError):
-        return
+    method, target, headers, framing, length = request
     injector: Injector | None = gate.injector
     creds = injector.for_host(name, port) if injector is not None and (tls or injector.allow_plaintext) else []
     hpairs = Injector.header_pairs(creds)
     encoded = any(n.lower() == "content-encoding" for n, _ in headers)
     bpairs = Injector.body_pairs(creds) if framing != "none" and not encoded else []
+    buffered: bytes | None = None
     if any(s != r and len(s) != len(r) for s, r in bpairs) and framing == "length":
         # The body's length changes with the substitution: buffer it (bounded) to frame it anew.
-        if length > MAX_BUFFERED_BODY:
-            await client.send(error_response(
-                413, f"safebox: request body of {length} bytes to {authority} carries masked credentials whose "
-                     f"real values change its length; at most {MAX_BUFFERED_BODY} bytes are buffered\n"))
+        buffered = await _substituted_body(client, length, bpairs, authority)
+        if buffered is None:
             return
-        try:
-            from safebox.proxy.inject import substitute
-
-            body = substitute(await client.readexactly(length), bpairs)
-        except _Closed:
-            return
-        framing, length, bpairs, buffered = "length", len(body), [], body
-    else:
-        buffered = None
+        framing, length, bpairs = "length", len(buffered), []
     from safebox.proxy.inject import HeaderUnsafe
 
     absolute = via if not tls and via is not None else None
@@ -456,9 +445,9 @@ async def _forward(client: Stream, gate: Gate, name: str, addresses: list[IPAddr
         await client.send(b"HTTP/1.1 100 Continue\r\n\r\n")
     try:
         if absolute is not None:
-            reader, writer = await gate.dial_parent(absolute)  # type: ignore[arg-type]
+            reader, writer = await gate.dial_parent(absolute)
         else:
-            reader, writer = await gate.open_stream(name, addresses, port, via)  # type: ignore[arg-type]
+            reader, writer = await gate.open_stream(name, addresses, port, via)
     except UpstreamError as exc:
         status = 504 if exc.kind == "timeout" else 502
         await client.send(error_response(status, f"safebox: upstream {display} port {port}: {exc}\n"))
@@ -467,25 +456,9 @@ async def _forward(client: Stream, gate: Gate, name: str, addresses: list[IPAddr
     try:
         if tls:
             assert gate.mitm is not None
-            up = TLSStream(reader, writer, gate.mitm.upstream, server_side=False, server_hostname=name)
-            try:
-                await asyncio.wait_for(up.handshake(), TLS_HANDSHAKE_TIMEOUT)
-            except ssl.SSLCertVerificationError as exc:
-                why = exc.verify_message or exc.reason or str(exc)
-                msg = (f"the certificate of {display} port {port} did not verify: {why}. safebox checks upstream "
-                       "certificates against the host's roots and network.tlsTerminate.extraCaCertPaths; add the "
-                       "issuing CA there, or list the host in network.tlsTerminate.excludeDomains to tunnel it "
-                       "untouched")
-                _say(gate, f"TLS: {msg}")
-                if gate.audit is not None:
-                    gate.audit("tls", host=name, port=port, protocol=protocol, verdict="deny",
-                               rule="network.tlsTerminate", reason=msg)
-                await client.send(error_response(502, f"safebox: {msg}\n", rule="network.tlsTerminate"))
-                return
-            except (ssl.SSLError, _Closed, TimeoutError, OSError) as exc:
-                msg = f"TLS handshake with {display} port {port} failed: {exc}"
-                _say(gate, f"TLS: {msg}")
-                await client.send(error_response(502, f"safebox: {msg}\n"))
+            tls_up = TLSStream(reader, writer, gate.mitm.upstream, server_side=False, server_hostname=name)
+            up = tls_up
+            if not await _upstream_handshake(tls_up, client, gate, name, port, protocol):
                 return
         await up.send(up_head)
         if buffered is not None:
@@ -501,6 +474,68 @@ async def _forward(client: Stream, gate: Gate, name: str, addresses: list[IPAddr
         pass
     finally:
         await up.close()
+
+
+async def _read_request(client: Stream, head: bytes | None
+                        ) -> tuple[str, str, list[tuple[str, str]], str, int] | None:
+    """(method, target, headers, framing, length) of the request from
+    ``client`` (or in ``head``); None when there is none (a bad one has been
+    answered)."""
+    try:
+        if head is None:
+            head = await asyncio.wait_for(client.readuntil(b"\r\n\r\n", MAX_HEAD), HEAD_TIMEOUT)
+        method, target, headers = _parse_inner(head[:-4])
+        framing, length = _framing(headers)
+    except BadRequest as exc:
+        await client.send(error_response(exc.status, f"safebox: bad request: {exc.message}\n"))
+        return None
+    except (_Closed, TimeoutError):
+        return None
+    return method, target, headers, framing, length
+
+
+async def _substituted_body(client: Stream, length: int, bpairs: list[tuple[bytes, bytes]],
+                            authority: str) -> bytes | None:
+    """The request body with the real credentials in, read whole (bounded);
+    None when it cannot be (the client has been answered, or went away)."""
+    if length > MAX_BUFFERED_BODY:
+        await client.send(error_response(
+            413, f"safebox: request body of {length} bytes to {authority} carries masked credentials whose "
+                 f"real values change its length; at most {MAX_BUFFERED_BODY} bytes are buffered\n"))
+        return None
+    try:
+        from safebox.proxy.inject import substitute
+
+        return substitute(await client.readexactly(length), bpairs)
+    except _Closed:
+        return None
+
+
+async def _upstream_handshake(up: TLSStream, client: Stream, gate: Gate, name: str, port: int,
+                              protocol: str) -> bool:
+    """The TLS handshake with the upstream; False when it failed (the client
+    has been answered and the failure reported)."""
+    display = f"[{name}]" if ":" in name else name
+    try:
+        await asyncio.wait_for(up.handshake(), TLS_HANDSHAKE_TIMEOUT)
+    except ssl.SSLCertVerificationError as exc:
+        why = exc.verify_message or exc.reason or str(exc)
+        msg = (f"the certificate of {display} port {port} did not verify: {why}. safebox checks upstream "
+               "certificates against the host's roots and network.tlsTerminate.extraCaCertPaths; add the "
+               "issuing CA there, or list the host in network.tlsTerminate.excludeDomains to tunnel it "
+               "untouched")
+        _say(gate, f"TLS: {msg}")
+        if gate.audit is not None:
+            gate.audit("tls", host=name, port=port, protocol=protocol, verdict="deny",
+                       rule="network.tlsTerminate", reason=msg)
+        await client.send(error_response(502, f"safebox: {msg}\n", rule="network.tlsTerminate"))
+        return False
+    except (ssl.SSLError, _Closed, TimeoutError, OSError) as exc:
+        msg = f"TLS handshake with {display} port {port} failed: {exc}"
+        _say(gate, f"TLS: {msg}")
+        await client.send(error_response(502, f"safebox: {msg}\n"))
+        return False
+    return True
 
 
 async def _sniff(reader: asyncio.StreamReader) -> bytes:
