@@ -40,6 +40,7 @@ from safebox.errors import BuildError
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable
+    from typing import NoReturn
 
     from safebox.policy.effective import EffectivePolicy
 
@@ -401,103 +402,113 @@ def plan(values: dict[str, tuple[float, bool]], host: HostFacts, *, bwrap: bool,
     """Decide the mechanism of every limit (pure). ``bwrap``/``helper``: the
     layers this run has. Raises LimitError for a limit that was set and
     cannot be enforced (or, with ``strict``, only per process or per user)."""
-    sites = {c: s for c, s, _ in host.cgroups if s is not None}
-    why_not = {c: w for c, s, w in host.cgroups if s is None}
-    limits: list[Limit] = []
-    warnings: list[str] = []
-    out: dict[str, int] = {}  # Plan's integer fields this run sets
-
-    def refuse(key: str, why: str, fix: str) -> None:
-        flag = KEYS[key][0]
-        raise LimitError(f"limits.{key} = {human(key, values[key][0])} cannot be enforced here: {why}",
-                         hint=f"{fix}; or remove limits.{key} / {flag} (`safebox doctor` shows what this host offers)")
-
-    def weaker(key: str, scope: str, why: str) -> None:
-        # Enforced, but not for the sandbox as a whole: said on every run,
-        # as the helper-only network hole is; --strict refuses.
-        if strict:
-            refuse(key, f"only per {scope} ({why}), and --strict asks for the whole sandbox",
-                   "give safebox a cgroup (docs/layers.md, \"Resource limits\")")
-        warnings.append(f"limits.{key} is enforced per {scope}, not for the sandbox as a whole: {why}")
-
-    # processes
-    value, explicit = values["processes"]
-    cg = "pids" in sites
-    if not value:
-        limits.append(Limit(key="processes", value=0, explicit=explicit))
-    elif cg:
-        limits.append(Limit(key="processes", value=value, explicit=explicit, scope="sandbox",
-                            how=f"cgroup v{sites['pids'].version} pids.max, the whole sandbox"))
-        out["cgroup_pids"] = int(value)
-    elif host.uid == 0:
-        why = f"RLIMIT_NPROC does not apply to root, and no cgroup: {why_not.get('pids', '')}"
-        if explicit:
-            refuse("processes", why, "run safebox as an unprivileged user, or give it a cgroup")
-        limits.append(Limit(key="processes", value=value, explicit=False, how=why))
-    elif not helper:
-        why = "--without helper: the helper sets RLIMIT_NPROC, and no cgroup"
-        if explicit:
-            refuse("processes", why, "run with the helper, or give safebox a cgroup")
-        limits.append(Limit(key="processes", value=value, explicit=False, how=why))
-    elif bwrap:
-        limits.append(Limit(key="processes", value=value, explicit=explicit, scope="sandbox",
-                            how="RLIMIT_NPROC in the sandbox's user namespace, the whole sandbox"))
-        out["rlimit_nproc"] = int(value)
-    elif explicit:
-        weaker("processes", "user", "without bubblewrap RLIMIT_NPROC counts all of your processes on the host")
-        limits.append(Limit(key="processes", value=value, explicit=True, scope="user",
-                            how="RLIMIT_NPROC, counting all of your processes on the host"))
-        out["rlimit_nproc"] = int(value)
-    else:
-        # The default must never stop a normal build: all of the user's
-        # processes (a desktop has thousands of threads) would count.
-        limits.append(Limit(key="processes", value=value, explicit=False,
-                            how="without bubblewrap RLIMIT_NPROC would count all of your processes"))
-
-    # memory
-    value, explicit = values["memory"]
-    if not value:
-        limits.append(Limit(key="memory", value=0, explicit=explicit))
-    elif "memory" in sites:
-        limits.append(Limit(key="memory", value=value, explicit=explicit, scope="sandbox",
-                            how=f"cgroup v{sites['memory'].version} memory limit, the whole sandbox"))
-        out["cgroup_memory"] = int(value)
-    elif not helper:
-        refuse("memory", f"--without helper (the helper sets RLIMIT_DATA), and no cgroup: {why_not.get('memory', '')}",
-               "run with the helper, or give safebox a cgroup")
-    else:
-        weaker("memory", "process", f"RLIMIT_DATA; no cgroup: {why_not.get('memory', '')}")
-        limits.append(Limit(key="memory", value=value, explicit=explicit, scope="process",
-                            how="RLIMIT_DATA, each process"))
-        out["rlimit_data"] = int(value)
-
-    # tmpSize
-    value, explicit = values["tmpSize"]
-    if not value:
-        limits.append(Limit(key="tmpSize", value=0, explicit=explicit))
-    elif not bwrap:
-        why = "without bubblewrap there is no private /tmp (the command's TMPDIR is on the host's /tmp)"
-        if explicit:
-            refuse("tmpSize", why, "run with bubblewrap")
-        limits.append(Limit(key="tmpSize", value=value, explicit=False, how=why))
-    elif not host.bwrap_size:
-        why = "this bubblewrap has no --size option (0.8.0 has it)"
-        if explicit:
-            refuse("tmpSize", why, "upgrade bubblewrap")
-        limits.append(Limit(key="tmpSize", value=value, explicit=False, how=why))
-    else:
-        limits.append(Limit(key="tmpSize", value=value, explicit=explicit, scope="sandbox",
-                            how="tmpfs size of /tmp and of /dev/shm, each"))
-        out["tmp_size"] = int(value)
-
+    p = _Planner(values, host, strict=strict)
+    p.processes(bwrap=bwrap, helper=helper)
+    p.memory(helper=helper)
+    p.tmp_size(bwrap=bwrap)
     # wallTime: safebox's own clock, on every host.
     value, explicit = values["wallTime"]
-    limits.append(Limit(key="wallTime", value=value, explicit=explicit, scope="sandbox" if value else "",
-                        how=f"safebox: SIGTERM, SIGKILL to the whole sandbox {TIMEOUT_GRACE:g} s later, exit 124"))
+    p.limits.append(Limit(key="wallTime", value=value, explicit=explicit, scope="sandbox" if value else "",
+                          how=f"safebox: SIGTERM, SIGKILL to the whole sandbox {TIMEOUT_GRACE:g} s later, exit 124"))
 
-    used = {c for c in ("pids", "memory") if out.get(f"cgroup_{c}")}
-    return Plan(limits=tuple(limits), cgroup_sites=tuple((c, sites[c]) for c in sorted(used)),
-                warnings=tuple(warnings), wall_time=float(value), **out)
+    used = {c for c in ("pids", "memory") if p.out.get(f"cgroup_{c}")}
+    return Plan(limits=tuple(p.limits), cgroup_sites=tuple((c, p.sites[c]) for c in sorted(used)),
+                warnings=tuple(p.warnings), wall_time=float(value), **p.out)
+
+
+class _Planner:
+    """The decisions of :func:`plan`, one method per limit."""
+
+    def __init__(self, values: dict[str, tuple[float, bool]], host: HostFacts, *, strict: bool) -> None:
+        self.values, self.host, self.strict = values, host, strict
+        self.sites = {c: s for c, s, _ in host.cgroups if s is not None}
+        self.why_not = {c: w for c, s, w in host.cgroups if s is None}
+        self.limits: list[Limit] = []
+        self.warnings: list[str] = []
+        self.out: dict[str, int] = {}  # Plan's integer fields this run sets
+
+    def refuse(self, key: str, why: str, fix: str) -> NoReturn:
+        flag = KEYS[key][0]
+        raise LimitError(f"limits.{key} = {human(key, self.values[key][0])} cannot be enforced here: {why}",
+                         hint=f"{fix}; or remove limits.{key} / {flag} (`safebox doctor` shows what this host offers)")
+
+    def weaker(self, key: str, scope: str, why: str) -> None:
+        # Enforced, but not for the sandbox as a whole: said on every run,
+        # as the helper-only network hole is; --strict refuses.
+        if self.strict:
+            self.refuse(key, f"only per {scope} ({why}), and --strict asks for the whole sandbox",
+                        "give safebox a cgroup (docs/layers.md, \"Resource limits\")")
+        self.warnings.append(f"limits.{key} is enforced per {scope}, not for the sandbox as a whole: {why}")
+
+    def processes(self, *, bwrap: bool, helper: bool) -> None:
+        value, explicit = self.values["processes"]
+        cg = "pids" in self.sites
+        if not value:
+            self.limits.append(Limit(key="processes", value=0, explicit=explicit))
+        elif cg:
+            self.limits.append(Limit(key="processes", value=value, explicit=explicit, scope="sandbox",
+                                     how=f"cgroup v{self.sites['pids'].version} pids.max, the whole sandbox"))
+            self.out["cgroup_pids"] = int(value)
+        elif self.host.uid == 0:
+            why = f"RLIMIT_NPROC does not apply to root, and no cgroup: {self.why_not.get('pids', '')}"
+            if explicit:
+                self.refuse("processes", why, "run safebox as an unprivileged user, or give it a cgroup")
+            self.limits.append(Limit(key="processes", value=value, explicit=False, how=why))
+        elif not helper:
+            why = "--without helper: the helper sets RLIMIT_NPROC, and no cgroup"
+            if explicit:
+                self.refuse("processes", why, "run with the helper, or give safebox a cgroup")
+            self.limits.append(Limit(key="processes", value=value, explicit=False, how=why))
+        elif bwrap:
+            self.limits.append(Limit(key="processes", value=value, explicit=explicit, scope="sandbox",
+                                     how="RLIMIT_NPROC in the sandbox's user namespace, the whole sandbox"))
+            self.out["rlimit_nproc"] = int(value)
+        elif explicit:
+            self.weaker("processes", "user", "without bubblewrap RLIMIT_NPROC counts all of your processes on the host")
+            self.limits.append(Limit(key="processes", value=value, explicit=True, scope="user",
+                                     how="RLIMIT_NPROC, counting all of your processes on the host"))
+            self.out["rlimit_nproc"] = int(value)
+        else:
+            # The default must never stop a normal build: all of the user's
+            # processes (a desktop has thousands of threads) would count.
+            self.limits.append(Limit(key="processes", value=value, explicit=False,
+                                     how="without bubblewrap RLIMIT_NPROC would count all of your processes"))
+
+    def memory(self, *, helper: bool) -> None:
+        value, explicit = self.values["memory"]
+        if not value:
+            self.limits.append(Limit(key="memory", value=0, explicit=explicit))
+        elif "memory" in self.sites:
+            self.limits.append(Limit(key="memory", value=value, explicit=explicit, scope="sandbox",
+                                     how=f"cgroup v{self.sites['memory'].version} memory limit, the whole sandbox"))
+            self.out["cgroup_memory"] = int(value)
+        elif not helper:
+            self.refuse("memory", f"--without helper (the helper sets RLIMIT_DATA), and no cgroup: {self.why_not.get('memory', '')}",
+                        "run with the helper, or give safebox a cgroup")
+        else:
+            self.weaker("memory", "process", f"RLIMIT_DATA; no cgroup: {self.why_not.get('memory', '')}")
+            self.limits.append(Limit(key="memory", value=value, explicit=explicit, scope="process",
+                                     how="RLIMIT_DATA, each process"))
+            self.out["rlimit_data"] = int(value)
+
+    def tmp_size(self, *, bwrap: bool) -> None:
+        value, explicit = self.values["tmpSize"]
+        if not value:
+            self.limits.append(Limit(key="tmpSize", value=0, explicit=explicit))
+        elif not bwrap:
+            why = "without bubblewrap there is no private /tmp (the command's TMPDIR is on the host's /tmp)"
+            if explicit:
+                self.refuse("tmpSize", why, "run with bubblewrap")
+            self.limits.append(Limit(key="tmpSize", value=value, explicit=False, how=why))
+        elif not self.host.bwrap_size:
+            why = "this bubblewrap has no --size option (0.8.0 has it)"
+            if explicit:
+                self.refuse("tmpSize", why, "upgrade bubblewrap")
+            self.limits.append(Limit(key="tmpSize", value=value, explicit=False, how=why))
+        else:
+            self.limits.append(Limit(key="tmpSize", value=value, explicit=explicit, scope="sandbox",
+                                     how="tmpfs size of /tmp and of /dev/shm, each"))
+            self.out["tmp_size"] = int(value)
 
 
 # --------------------------------------------------------------- during the run
