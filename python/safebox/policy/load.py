@@ -396,44 +396,11 @@ def merge(layers: list[tuple[Layer, dict[str, Any]]], ctx: Context) -> Effective
     scalars: dict[str, Any] = {}
     sources: list[tuple[str, Any, str]] = []
     origin: dict[tuple[str, str], str] = {}  # (field, entry) -> the first layer that named it
-    mapping = _LIST_KEYS
     scalar_map = _SCALAR_KEYS
     for layer, doc in layers:
         if layer.project and not trust:
-            # Scalars that weaken when lowered: a cloned repo must not turn
-            # off strict mode or shrink the protected-file search (review).
-            depth = _get(doc, ("mandatoryDenySearchDepth",))
-            if depth is not None and depth < scalars.get("search_depth", 0):
-                raise PolicyError(f"{layer.name}: mandatoryDenySearchDepth: a project file may not lower it",
-                                  hint="set trustProjectFiles = true in your user policy to allow it")
-            if _get(doc, ("strict",)) is False and scalars.get("strict"):
-                raise PolicyError(f"{layer.name}: strict: a project file may not turn strict mode off",
-                                  hint="set trustProjectFiles = true in your user policy to allow it")
-            for key in _WIDENING:
-                value = _get(doc, key)
-                if value:
-                    raise PolicyError(
-                        f"{layer.name}: {'.'.join(key)}: a project file may not widen the sandbox",
-                        hint="set trustProjectFiles = true in your user policy or pass the file with --policy",
-                    )
-        for key, (target, is_path) in mapping.items():
-            values = _get(doc, key)
-            if not values:
-                continue
-            dotted = ".".join(key)
-            for v in values:
-                field = target
-                if isinstance(v, dict):  # {"path": ..., "literal": true}: glob characters are plain
-                    item = expand_path(v["path"], ctx)
-                elif is_path:
-                    item = expand_path(v, ctx)
-                    if target in _GLOB_FIELDS and not _GLOB_CHARS.isdisjoint(v):
-                        field = _GLOB_FIELDS[target]
-                else:
-                    item = v
-                lists[field].append(item)
-                origin.setdefault((field, item), layer.name)
-                sources.append((dotted, item, layer.name))
+            _refuse_widening(layer, doc, scalars)
+        _merge_lists(layer, doc, ctx, lists, origin, sources)
         for name in _get(doc, ("presets",)) or ():
             # A preset expands where it is named: its domains join the
             # allowed list, each saying which preset and layer it came from.
@@ -465,6 +432,50 @@ def merge(layers: list[tuple[Layer, dict[str, Any]]], ctx: Context) -> Effective
     extras = _srt_extras(layers, ctx, trust=trust, sources=sources)
     return EffectivePolicy(**merged, **scalars, **extras, sources=tuple(sources),
                            cache_presets=active(merged["presets"], merged["allowed_domains"]))
+
+
+def _refuse_widening(layer: Layer, doc: dict[str, Any], scalars: dict[str, Any]) -> None:
+    """An untrusted project file may narrow the sandbox, never widen it."""
+    # Scalars that weaken when lowered: a cloned repo must not turn
+    # off strict mode or shrink the protected-file search (review).
+    depth = _get(doc, ("mandatoryDenySearchDepth",))
+    if depth is not None and depth < scalars.get("search_depth", 0):
+        raise PolicyError(f"{layer.name}: mandatoryDenySearchDepth: a project file may not lower it",
+                          hint="set trustProjectFiles = true in your user policy to allow it")
+    if _get(doc, ("strict",)) is False and scalars.get("strict"):
+        raise PolicyError(f"{layer.name}: strict: a project file may not turn strict mode off",
+                          hint="set trustProjectFiles = true in your user policy to allow it")
+    for key in _WIDENING:
+        value = _get(doc, key)
+        if value:
+            raise PolicyError(
+                f"{layer.name}: {'.'.join(key)}: a project file may not widen the sandbox",
+                hint="set trustProjectFiles = true in your user policy or pass the file with --policy",
+            )
+
+
+def _merge_lists(layer: Layer, doc: dict[str, Any], ctx: Context, lists: dict[str, list[str]],
+                 origin: dict[tuple[str, str], str], sources: list[tuple[str, Any, str]]) -> None:
+    """Append the list keys of one layer (paths expanded; a path with a glob
+    character to its glob field) to ``lists``, ``origin`` and ``sources``."""
+    for key, (target, is_path) in _LIST_KEYS.items():
+        values = _get(doc, key)
+        if not values:
+            continue
+        dotted = ".".join(key)
+        for v in values:
+            field = target
+            if isinstance(v, dict):  # {"path": ..., "literal": true}: glob characters are plain
+                item = expand_path(v["path"], ctx)
+            elif is_path:
+                item = expand_path(v, ctx)
+                if target in _GLOB_FIELDS and not _GLOB_CHARS.isdisjoint(v):
+                    field = _GLOB_FIELDS[target]
+            else:
+                item = v
+            lists[field].append(item)
+            origin.setdefault((field, item), layer.name)
+            sources.append((dotted, item, layer.name))
 
 
 def _merge_limit(layer: Layer, key: str, value: Any, scalars: dict[str, Any],
@@ -534,27 +545,12 @@ def _srt_extras(layers: list[tuple[Layer, dict[str, Any]]], ctx: Context, *, tru
     file_entries: dict[str, tuple[str, str, tuple[str, ...] | None]] = {}
 
     def note(key: str, value: Any, layer: Layer, *, scalar: bool = False) -> None:
-        nonlocal sources
-        if scalar:
-            sources[:] = [s for s in sources if s[0] != key]
-        sources.append((key, value, layer.name))
+        _note(sources, key, value, layer, scalar=scalar)
 
     for layer, doc in layers:
         tls = _get(doc, ("network", "tlsTerminate"))
         if tls is not None:
-            if not out.get("tls_terminate"):
-                note("network.tlsTerminate", True, layer, scalar=True)
-            out["tls_terminate"] = True
-            for key, field in (("caCertPath", "tls_ca_cert_path"), ("caKeyPath", "tls_ca_key_path")):
-                if tls.get(key) is not None:
-                    out[field] = expand_path(tls[key], ctx)
-                    note(f"network.tlsTerminate.{key}", out[field], layer, scalar=True)
-            for d in tls.get("excludeDomains") or ():
-                exclude.append(d)
-                note("network.tlsTerminate.excludeDomains", d, layer)
-            for pth in tls.get("extraCaCertPaths") or ():
-                extra_cas.append(expand_path(pth, ctx))
-                note("network.tlsTerminate.extraCaCertPaths", extra_cas[-1], layer)
+            _merge_tls(layer, tls, ctx, out, exclude, extra_cas, sources)
         parent = _get(doc, ("network", "parentProxy")) or {}
         for key, field in (("http", "parent_proxy_http"), ("https", "parent_proxy_https"),
                            ("noProxy", "parent_proxy_no_proxy")):
@@ -582,6 +578,31 @@ def _srt_extras(layers: list[tuple[Layer, dict[str, Any]]], ctx: Context, *, tru
     out["credential_env_vars"] = tuple(env_entries.values())
     out["credential_files"] = tuple(file_entries.values())
     return out
+
+
+def _note(sources: list[tuple[str, Any, str]], key: str, value: Any, layer: Layer, *, scalar: bool = False) -> None:
+    """Record where ``key``'s value came from; a scalar's later value replaces the earlier."""
+    if scalar:
+        sources[:] = [s for s in sources if s[0] != key]
+    sources.append((key, value, layer.name))
+
+
+def _merge_tls(layer: Layer, tls: dict[str, Any], ctx: Context, out: dict[str, Any], exclude: list[str],
+               extra_cas: list[str], sources: list[tuple[str, Any, str]]) -> None:
+    """One layer's ``network.tlsTerminate`` into ``out``, ``exclude`` and ``extra_cas``."""
+    if not out.get("tls_terminate"):
+        _note(sources, "network.tlsTerminate", True, layer, scalar=True)
+    out["tls_terminate"] = True
+    for key, field in (("caCertPath", "tls_ca_cert_path"), ("caKeyPath", "tls_ca_key_path")):
+        if tls.get(key) is not None:
+            out[field] = expand_path(tls[key], ctx)
+            _note(sources, f"network.tlsTerminate.{key}", out[field], layer, scalar=True)
+    for d in tls.get("excludeDomains") or ():
+        exclude.append(d)
+        _note(sources, "network.tlsTerminate.excludeDomains", d, layer)
+    for pth in tls.get("extraCaCertPaths") or ():
+        extra_cas.append(expand_path(pth, ctx))
+        _note(sources, "network.tlsTerminate.extraCaCertPaths", extra_cas[-1], layer)
 
 
 # Policy keys (as files spell them) → EffectivePolicy fields; lists also say
