@@ -218,13 +218,39 @@ def expand(patterns: Iterable[str]) -> Expansion:
     deny pattern: a name guessed inside could still be opened); one that
     vanished is skipped; any other error raises OSError, so that a deny
     pattern is never silently half-expanded."""
-    texts = list(dict.fromkeys(patterns))
-    pats = [Pattern(t) for t in texts]
-    out = Expansion(texts)
-    steps: dict[frozenset[tuple[int, int]], _Step] = {}
+    w = _Walk(patterns)
+    # (directory, states there); the root's states are every pattern's first component.
+    stack: list[tuple[str, frozenset[tuple[int, int]]]] = [("/", w.close((pid, 0) for pid in range(len(w.pats))))]
+    while stack:
+        d, states = stack.pop()
+        step = w.steps.get(states)
+        if step is None:
+            step = w.steps[states] = _Step(w.pats, states)
+            step.star_next = w.close(step.stars)
+        if step.only_literal:
+            # Only fixed names lead on from here: look them up, list nothing.
+            w.look_up(d, step, states, stack)
+        else:
+            w.list_dir(d, step, states, stack)
+    out = w.out
+    for t in w.texts:
+        out.matches[t].sort()
+    return out
 
-    def close(states: Iterable[tuple[int, int]]) -> frozenset[tuple[int, int]]:
+
+class _Walk:
+    """The state of one :func:`expand`: the patterns, the step of each set of
+    states, and what was found."""
+
+    def __init__(self, patterns: Iterable[str]) -> None:
+        self.texts = list(dict.fromkeys(patterns))
+        self.pats = [Pattern(t) for t in self.texts]
+        self.out = Expansion(self.texts)
+        self.steps: dict[frozenset[tuple[int, int]], _Step] = {}
+
+    def close(self, states: Iterable[tuple[int, int]]) -> frozenset[tuple[int, int]]:
         # A `**` may match no directory at all: its next component applies here too.
+        pats = self.pats
         done: set[tuple[int, int]] = set()
         todo = list(states)
         while todo:
@@ -237,55 +263,57 @@ def expand(patterns: Iterable[str]) -> Expansion:
                 todo.append((pid, i + 1))
         return frozenset(done)
 
-    def emit(path: str, reached: set[tuple[int, int]], is_dir: bool) -> set[tuple[int, int]]:
+    def emit(self, path: str, reached: set[tuple[int, int]], is_dir: bool) -> set[tuple[int, int]]:
         """Record ``path`` for every pattern it completes; the states that go on."""
+        pats = self.pats
         rest = set()
         for pid, i in reached:
             if i == len(pats[pid].comps):
                 if is_dir or not pats[pid].dirs_only:
-                    out.matches[texts[pid]].append(path)
+                    self.out.matches[self.texts[pid]].append(path)
             else:
                 rest.add((pid, i))
         return rest
 
-    # (directory, states there); the root's states are every pattern's first component.
-    listed = 0
-    stack: list[tuple[str, frozenset[tuple[int, int]]]] = [("/", close((pid, 0) for pid in range(len(pats))))]
-    while stack:
-        d, states = stack.pop()
-        step = steps.get(states)
-        if step is None:
-            step = steps[states] = _Step(pats, states)
-            step.star_next = close(step.stars)
+    def unreadable(self, d: str, states: frozenset[tuple[int, int]]) -> None:
+        self.out.unreadable.append((d, tuple(sorted({self.texts[pid] for pid, _ in states}))))
+
+    def look_up(self, d: str, step: _Step, states: frozenset[tuple[int, int]],
+                stack: list[tuple[str, frozenset[tuple[int, int]]]]) -> None:
+        """The fixed names of ``step`` in ``d``, without listing it."""
         prefix = d if d.endswith("/") else d + "/"
-        if step.only_literal:
-            # Only fixed names lead on from here: look them up, list nothing.
-            for name, reached in step.names.items():
-                child = prefix + name
-                try:
-                    st = os.stat(child)  # followed, as the kernel resolves a fixed path
-                except (FileNotFoundError, NotADirectoryError):
-                    if os.path.islink(child):  # a dangling link named by the pattern: a match as itself
-                        emit(child, reached, False)
-                    continue
-                except PermissionError:
-                    out.unreadable.append((d, tuple(sorted({texts[pid] for pid, _ in states}))))
-                    continue
-                is_dir = stat.S_ISDIR(st.st_mode)
-                rest = emit(child, reached, is_dir)
-                if rest and is_dir:
-                    stack.append((child, close(rest)))
-            continue
+        for name, reached in step.names.items():
+            child = prefix + name
+            try:
+                st = os.stat(child)  # followed, as the kernel resolves a fixed path
+            except (FileNotFoundError, NotADirectoryError):
+                if os.path.islink(child):  # a dangling link named by the pattern: a match as itself
+                    self.emit(child, reached, False)
+                continue
+            except PermissionError:
+                self.unreadable(d, states)
+                continue
+            is_dir = stat.S_ISDIR(st.st_mode)
+            rest = self.emit(child, reached, is_dir)
+            if rest and is_dir:
+                stack.append((child, self.close(rest)))
+
+    def list_dir(self, d: str, step: _Step, states: frozenset[tuple[int, int]],
+                 stack: list[tuple[str, frozenset[tuple[int, int]]]]) -> None:
+        """Match every entry of ``d`` against ``step``."""
+        prefix = d if d.endswith("/") else d + "/"
         try:
             it = os.scandir(d)
         except (FileNotFoundError, NotADirectoryError):
-            continue
+            return
         except PermissionError:
-            out.unreadable.append((d, tuple(sorted({texts[pid] for pid, _ in states}))))
-            continue
+            self.unreadable(d, states)
+            return
+        pats = self.pats
         stars = step.stars
         names_get = step.names.get
         rx = step.regex.fullmatch if step.regex is not None else None
+        listed = 0
         with it:
             for e in it:
                 listed += 1
@@ -303,17 +331,14 @@ def expand(patterns: Iterable[str]) -> Expansion:
                     is_dir = e.is_dir(follow_symlinks=False) or (is_link and e.is_dir())
                 except OSError:
                     is_link, is_dir = False, False
-                rest = emit(child, extra | stars, is_dir)
+                rest = self.emit(child, extra | stars, is_dir)
                 if not rest or not is_dir:
                     continue
-                nxt = close(rest)
+                nxt = self.close(rest)
                 if is_link and any(pats[pid].comps[i] == STAR for pid, i in nxt):
                     continue  # no `**` through a symlink (see the docstring)
                 stack.append((child, nxt))
-    out.listed = listed
-    for t in texts:
-        out.matches[t].sort()
-    return out
+        self.out.listed += listed
 
 
 def expand_policy(policy: EffectivePolicy) -> tuple[EffectivePolicy, list[str]]:
