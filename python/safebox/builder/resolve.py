@@ -694,32 +694,14 @@ def protected_paths(scans: dict[str, RootScan], write_roots: list[str], home: st
     against nor watched; its hooks and the files that redirect git stay
     protected.
     """
-    in_git_dir = tuple(e for e in defaults.PROTECTED_IN_GIT_DIR if not (allow_git_config and e == "config"))
-    seal_for = {"hooks"} if allow_git_config else {"hooks", "config"}
-    existing: set[str] = set()
-    missing: set[str] = set()
-    sealed: list[tuple[str, list[str]]] = []
-    gits: set[str] = set()
-    links: dict[str, str] = {}
-
-    roots = Nearest(write_roots)
-
-    def under_a_root(p: str) -> bool:
-        return roots.at_or_above(p) is not None
-
-    admins: set[str] = set()
+    f = _Finds(write_roots, allow_git_config=allow_git_config)
     # Recognised in an earlier run: a command that renamed objects/ away, or
     # made an objects/ in a worktree admin dir, must not have shed the
     # protection by the next run (found in review).
     for kind, p in known:
-        if under_a_root(p) and os.path.isdir(p) and not os.path.islink(p):
-            (admins if kind == "admin" else gits).add(p)
-    # `.git` files (gitdir: ...: linked worktrees, submodules) and `.git`
-    # symlinks: their work tree is where they are, not where the git dir is.
-    dotgit_files: set[str] = set()
+        if f.under_a_root(p) and os.path.isdir(p) and not os.path.islink(p):
+            (f.admins if kind == "admin" else f.gits).add(p)
     collected: set[int] = set()
-    tops: list[tuple[str, tuple[str, ...]]] = []
-    names = tuple(n for n in TOP_NAMES if not (allow_git_config and n == ".git/config"))
     for root in write_roots:
         found: list[str]
         named: list[str]
@@ -728,88 +710,15 @@ def protected_paths(scans: dict[str, RootScan], write_roots: list[str], home: st
         else:
             collected.add(id(scans[root]))
             found, named = scans[root].collect(root)
-        for p in found:
-            if p.endswith("/.git") and os.path.isfile(p):
-                dotgit_files.add(p)
-            if os.path.isdir(p) and os.path.isfile(os.path.join(p, "HEAD")):
-                if _is_worktree_admin_dir(p):
-                    admins.add(p)  # its own entries are protected below, not the whole dir
-                    continue
-                gits.add(p)
-            existing.add(p)
-        for p in named:
-            for path, is_git in link_candidates(p):
-                # `p` itself, or an entry below it (`.config/git`, `.git/hooks`),
-                # may be the link.
-                if os.path.islink(path) and path not in links:
-                    try:
-                        links[path] = os.readlink(path)
-                    except OSError:
-                        pass  # vanished since find listed it
-                real = os.path.realpath(path)
-                if not under_a_root(real):
-                    continue  # outside every write root: read-only already
-                if not os.path.lexists(real):
-                    missing.add(real)
-                elif is_git:
-                    gits.add(real)
-                    existing.add(real)
-                    if path != real:
-                        dotgit_files.add(path)
-                else:
-                    existing.add(real)
-        # Missing protected names at the top of the root (TOP_NAMES). One
-        # listing of the root instead of an lstat per name (thousands of write
-        # roots): a name whose first component is absent is watched compactly
-        # (``tops``); one under a present first component (`.config/git` in
-        # an existing `.config`, perhaps a symlink) as a path, as before.
-        try:
-            present: set[str] | None = set(os.listdir(root))
-        except OSError:
-            present = None  # a file, or unreadable: ask name by name
-        absent: list[str] = []
-        for name in names:
-            first = name.split("/", 1)[0]
-            # With allowGitConfig a new repository's .git/config is the
-            # command's to write: `.git` is not watched compactly (which
-            # expands to every .git name after the run), its other names
-            # (.git/hooks) are watched as paths.
-            if present is not None and first not in present and not (allow_git_config and first == ".git"):
-                if first not in absent:
-                    absent.append(first)
-            elif (present is None or "/" in name) and not os.path.lexists(root + "/" + name):
-                missing.add(root + "/" + name)  # roots are absolute and never "/"
-        if absent:
-            tops.append((root, tuple(absent)))
-    # Nested repositories: the .git dirs found above; protect their inner entries.
-    for git in sorted(gits):
-        if not os.path.isdir(git):
-            continue
-        absent = []
-        for entry in in_git_dir:
-            q = os.path.join(git, entry)
-            if os.path.lexists(q):
-                existing.add(q)
-            else:
-                absent.append(entry)
-        if seal_for & set(absent):
-            kids = sorted(os.listdir(git))
-            sealed.append((git, [os.path.join(git, k) for k in kids if k not in in_git_dir]))
-        else:
-            # Entries that cannot be mounted over because they do not
-            # exist yet are watched, and quarantined if the run creates them.
-            missing.update(os.path.join(git, e) for e in absent)
-    # A linked worktree's admin dir: git writes its HEAD, index and locks
-    # there, so it is neither read-only nor sealed; the files that point git
-    # elsewhere are (commondir: which git dir's config and hooks apply;
-    # config.worktree: per-worktree config; gitdir: where the worktree is).
-    for admin in sorted(admins):
-        for entry in defaults.PROTECTED_IN_WORKTREE_ADMIN_DIR:
-            q = os.path.join(admin, entry)
-            (existing if os.path.lexists(q) else missing).add(q)
+        f.found(found)
+        f.named(named)
+        f.top_names(root)
+    f.git_entries()
+    f.admin_entries()
+    existing, missing, gits, admins, links = f.existing, f.missing, f.gits, f.admins, f.links
     # What the git configs name: hooks directories (core.hooksPath) and
     # included config files, existing or not yet.
-    _git_config_paths(gits, dotgit_files, write_roots, home, existing=existing, missing=missing, links=links)
+    _git_config_paths(gits, f.dotgit_files, write_roots, home, existing=existing, missing=missing, links=links)
     # A git directory is bound onto itself read-write (git still works): a
     # mount point cannot be renamed, so `mv .git .git-old` cannot shed the
     # protection of the entries below it.
@@ -828,8 +737,125 @@ def protected_paths(scans: dict[str, RootScan], write_roots: list[str], home: st
                for m in missing for d in (parent_dir(m),)}
     seen = {("git", g) for g in gits if os.path.basename(g) != ".git"} | {("admin", a) for a in admins}
     return Protected(existing=sorted(existing - set(git_dirs)), missing=sorted(missing - existing),
-                     known=sorted(seen), tops=tops,
-                     sealed=sealed, git_dirs=git_dirs, links=sorted(links.items()))
+                     known=sorted(seen), tops=f.tops,
+                     sealed=f.sealed, git_dirs=git_dirs, links=sorted(links.items()))
+
+
+class _Finds:
+    """What :func:`protected_paths` has found so far, and the steps that add to it."""
+
+    def __init__(self, write_roots: list[str], *, allow_git_config: bool) -> None:
+        self.allow_git_config = allow_git_config
+        self.in_git_dir = tuple(e for e in defaults.PROTECTED_IN_GIT_DIR
+                                if not (allow_git_config and e == "config"))
+        self.seal_for = {"hooks"} if allow_git_config else {"hooks", "config"}
+        self.names = tuple(n for n in TOP_NAMES if not (allow_git_config and n == ".git/config"))
+        self.roots = Nearest(write_roots)
+        self.existing: set[str] = set()
+        self.missing: set[str] = set()
+        self.sealed: list[tuple[str, list[str]]] = []
+        self.gits: set[str] = set()
+        self.admins: set[str] = set()
+        self.links: dict[str, str] = {}
+        # `.git` files (gitdir: ...: linked worktrees, submodules) and `.git`
+        # symlinks: their work tree is where they are, not where the git dir is.
+        self.dotgit_files: set[str] = set()
+        self.tops: list[tuple[str, tuple[str, ...]]] = []
+
+    def under_a_root(self, p: str) -> bool:
+        return self.roots.at_or_above(p) is not None
+
+    def found(self, found: list[str]) -> None:
+        """The protected paths ripgrep found."""
+        for p in found:
+            if p.endswith("/.git") and os.path.isfile(p):
+                self.dotgit_files.add(p)
+            if os.path.isdir(p) and os.path.isfile(os.path.join(p, "HEAD")):
+                if _is_worktree_admin_dir(p):
+                    self.admins.add(p)  # its own entries are protected below, not the whole dir
+                    continue
+                self.gits.add(p)
+            self.existing.add(p)
+
+    def named(self, named: list[str]) -> None:
+        """The symlinks and directories find listed."""
+        for p in named:
+            for path, is_git in link_candidates(p):
+                # `p` itself, or an entry below it (`.config/git`, `.git/hooks`),
+                # may be the link.
+                if os.path.islink(path) and path not in self.links:
+                    try:
+                        self.links[path] = os.readlink(path)
+                    except OSError:
+                        pass  # vanished since find listed it
+                real = os.path.realpath(path)
+                if not self.under_a_root(real):
+                    continue  # outside every write root: read-only already
+                if not os.path.lexists(real):
+                    self.missing.add(real)
+                elif is_git:
+                    self.gits.add(real)
+                    self.existing.add(real)
+                    if path != real:
+                        self.dotgit_files.add(path)
+                else:
+                    self.existing.add(real)
+
+    def top_names(self, root: str) -> None:
+        """Missing protected names at the top of the root (TOP_NAMES). One
+        listing of the root instead of an lstat per name (thousands of write
+        roots): a name whose first component is absent is watched compactly
+        (``tops``); one under a present first component (`.config/git` in
+        an existing `.config`, perhaps a symlink) as a path, as before."""
+        try:
+            present: set[str] | None = set(os.listdir(root))
+        except OSError:
+            present = None  # a file, or unreadable: ask name by name
+        absent: list[str] = []
+        for name in self.names:
+            first = name.split("/", 1)[0]
+            # With allowGitConfig a new repository's .git/config is the
+            # command's to write: `.git` is not watched compactly (which
+            # expands to every .git name after the run), its other names
+            # (.git/hooks) are watched as paths.
+            if present is not None and first not in present and not (self.allow_git_config and first == ".git"):
+                if first not in absent:
+                    absent.append(first)
+            elif (present is None or "/" in name) and not os.path.lexists(root + "/" + name):
+                self.missing.add(root + "/" + name)  # roots are absolute and never "/"
+        if absent:
+            self.tops.append((root, tuple(absent)))
+
+    def git_entries(self) -> None:
+        """Nested repositories: the .git dirs found above; protect their inner entries."""
+        in_git_dir = self.in_git_dir
+        for git in sorted(self.gits):
+            if not os.path.isdir(git):
+                continue
+            absent = []
+            for entry in in_git_dir:
+                q = os.path.join(git, entry)
+                if os.path.lexists(q):
+                    self.existing.add(q)
+                else:
+                    absent.append(entry)
+            if self.seal_for & set(absent):
+                kids = sorted(os.listdir(git))
+                self.sealed.append((git, [os.path.join(git, k) for k in kids if k not in in_git_dir]))
+            else:
+                # Entries that cannot be mounted over because they do not
+                # exist yet are watched, and quarantined if the run creates them.
+                self.missing.update(os.path.join(git, e) for e in absent)
+
+    def admin_entries(self) -> None:
+        """A linked worktree's admin dir: git writes its HEAD, index and locks
+        there, so it is neither read-only nor sealed; the files that point git
+        elsewhere are (commondir: which git dir's config and hooks apply;
+        config.worktree: per-worktree config; gitdir: where the worktree is)."""
+        for admin in sorted(self.admins):
+            for entry in defaults.PROTECTED_IN_WORKTREE_ADMIN_DIR:
+                q = os.path.join(admin, entry)
+                (self.existing if os.path.lexists(q) else self.missing).add(q)
 
 
 def _git_dir_of(dotgit: str) -> str | None:
@@ -897,24 +923,7 @@ def _git_config_paths(gits: set[str], dotgit_files: set[str], write_roots: list[
     BuildError when a hooks directory holds a write root: it cannot be read-only
     without taking the write root away.
     """
-    # (places relative hooks paths are taken from, that repository's configs)
-    repos: list[tuple[list[str], list[str]]] = []
-    for g in gits:
-        c = _common_dir(g)
-        top = os.path.dirname(g) if os.path.basename(g) == ".git" else g
-        repos.append(([top, g, c], [os.path.join(c, "config"), os.path.join(g, "config.worktree")]))
-    dotgits = set(dotgit_files)
-    for root in write_roots:
-        up = _enclosing_repo(root)
-        if up is not None:
-            dotgits.add(up)
-    for f in dotgits:
-        gd = os.path.realpath(f) if os.path.isdir(f) else _git_dir_of(f)  # a symlinked .git, or a gitdir: file
-        if gd is None:
-            continue
-        c = _common_dir(gd)
-        repos.append(([os.path.dirname(f), gd, c], [os.path.join(c, "config"), os.path.join(gd, "config.worktree")]))
-
+    repos = _repo_configs(gits, dotgit_files, write_roots)
     globals_ = global_git_configs(home)
     cache: dict[str, str | None] = {}
     named = False
@@ -925,36 +934,12 @@ def _git_config_paths(gits: set[str], dotgit_files: set[str], write_roots: list[
             named = named or (raw is not None and (b"hookspath" in (low := raw.lower()) or b"include" in low))
     if not named:
         return  # the common case: no config names a hooks dir or an include; the parser is not even loaded
-    from safebox.builder.gitconfig import ConfigRefs, config_refs
-
-    common = config_refs(globals_, home=home, cache=cache)
+    hooks, includes = _hooks_and_includes(globals_, repos, home, cache)
     roots = Nearest(write_roots)
 
     def under_a_root(p: str) -> bool:
         return roots.at_or_above(p) is not None
 
-    hooks: set[str] = set()
-    includes: set[str] = set(common.includes)
-
-    def add_hooks(value: str, bases: list[str]) -> None:
-        rel = os.path.normpath(value)
-        # husky (>= 9) sets core.hooksPath to DIR/_, whose stubs run the
-        # user's scripts one level up (DIR/pre-commit): DIR is protected too.
-        values = [rel, os.path.dirname(rel)] if os.path.basename(rel) == "_" and os.path.dirname(rel) else [rel]
-        for v in values:
-            if os.path.isabs(v):
-                hooks.add(v)
-            else:
-                hooks.update(os.path.normpath(os.path.join(b, v)) for b in bases)
-
-    for value in common.hooks:
-        if os.path.isabs(value):
-            add_hooks(value, [])
-    for bases, files in repos:
-        own = config_refs(files, home=home, refs=ConfigRefs(), cache=cache)
-        includes.update(own.includes)
-        for value in (*common.hooks, *own.hooks):
-            add_hooks(value, bases)
     for p in (*hooks, *includes):
         if os.path.islink(p) and under_a_root(p) and p not in links:
             try:
@@ -977,6 +962,63 @@ def _git_config_paths(gits: set[str], dotgit_files: set[str], write_roots: list[
         if not under_a_root(real) or os.path.isdir(real):
             continue
         (existing if os.path.lexists(real) else missing).add(real)
+
+
+def _repo_configs(gits: set[str], dotgit_files: set[str], write_roots: list[str]
+                  ) -> list[tuple[list[str], list[str]]]:
+    """For each repository: the places a relative hooks path is taken from,
+    and its configs."""
+    repos: list[tuple[list[str], list[str]]] = []
+    for g in gits:
+        c = _common_dir(g)
+        top = os.path.dirname(g) if os.path.basename(g) == ".git" else g
+        repos.append(([top, g, c], [os.path.join(c, "config"), os.path.join(g, "config.worktree")]))
+    dotgits = set(dotgit_files)
+    for root in write_roots:
+        up = _enclosing_repo(root)
+        if up is not None:
+            dotgits.add(up)
+    for f in dotgits:
+        gd = os.path.realpath(f) if os.path.isdir(f) else _git_dir_of(f)  # a symlinked .git, or a gitdir: file
+        if gd is None:
+            continue
+        c = _common_dir(gd)
+        repos.append(([os.path.dirname(f), gd, c], [os.path.join(c, "config"), os.path.join(gd, "config.worktree")]))
+    return repos
+
+
+def _hooks_and_includes(globals_: list[str], repos: list[tuple[list[str], list[str]]], home: str,
+                        cache: dict[str, str | None]) -> tuple[set[str], set[str]]:
+    """(hooks directories, included files) the configs name, absolute."""
+    from safebox.builder.gitconfig import ConfigRefs, config_refs
+
+    common = config_refs(globals_, home=home, cache=cache)
+    hooks: set[str] = set()
+    includes: set[str] = set(common.includes)
+    for value in common.hooks:
+        if os.path.isabs(value):
+            hooks.update(_hooks_dirs(value, []))
+    for bases, files in repos:
+        own = config_refs(files, home=home, refs=ConfigRefs(), cache=cache)
+        includes.update(own.includes)
+        for value in (*common.hooks, *own.hooks):
+            hooks.update(_hooks_dirs(value, bases))
+    return hooks, includes
+
+
+def _hooks_dirs(value: str, bases: list[str]) -> set[str]:
+    """The directories a ``core.hooksPath`` value names, a relative one taken from each of ``bases``."""
+    hooks: set[str] = set()
+    rel = os.path.normpath(value)
+    # husky (>= 9) sets core.hooksPath to DIR/_, whose stubs run the
+    # user's scripts one level up (DIR/pre-commit): DIR is protected too.
+    values = [rel, os.path.dirname(rel)] if os.path.basename(rel) == "_" and os.path.dirname(rel) else [rel]
+    for v in values:
+        if os.path.isabs(v):
+            hooks.add(v)
+        else:
+            hooks.update(os.path.normpath(os.path.join(b, v)) for b in bases)
+    return hooks
 
 
 def refuse_hard_links(paths: list[str]) -> None:
@@ -1399,32 +1441,8 @@ def _resolve(policy: EffectivePolicy, *, layers: Layers, cwd: str, home: str, ho
     # safebox refuses to run at all (found in review: the command planted
     # safebox/__init__.py there). build.py's launcher runs Python with -I,
     # which ignores PYTHONPATH.
-    imports: list[str] = []
-    sorted_roots = sorted(write_roots)
-    prefixes = python_prefixes()
-    for p in host.import_paths:
-        real = os.path.realpath(p)
-        holds = at_or_beneath(sorted_roots, real)
-        if holds and real in prefixes:
-            # An installation prefix above the work dir (/usr above
-            # /usr/src/app): outside its write roots it is read-only anyway.
-            # What of it runs at safebox's next start (the interpreter,
-            # libpython, the standard library) lives in bin/ and lib*/; the
-            # sys.path entries are checked on their own.
-            holds = [w for w in holds if w == real
-                     or any(w == real + "/" + d or w.startswith(real + "/" + d + "/")
-                            for d in ("bin", "lib", "lib64", "lib32", "libx32"))]
-        if holds:
-            raise BuildError(f"Python's import path has {real}, which holds the write root {holds[0]}: "
-                             "the command could plant code that safebox itself would run next time",
-                             hint="unset PYTHONPATH, and start safebox by its `safebox` script, "
-                                  "not `python -m safebox` from the work tree")
-        if os.path.isdir(real):
-            imports.append(real)
-    for p in (*mask_dirs, *mask_files):
-        if p in UNMASKABLE_DEVICES or p in ("/dev/pts", "/dev/fd") or p.startswith(("/dev/pts/", "/dev/fd/")):
-            raise BuildError(f"filesystem.denyRead {p}: cannot be masked: every sandbox needs this device "
-                             "(the command's terminal, /dev/null, randomness); remove it from the policy")
+    imports = _import_dirs(host.import_paths, write_roots)
+    _refuse_unmaskable([*mask_dirs, *mask_files])
     # A denied path inside a denied directory needs no mount of its own (nor
     # a Landlock exclusion): read_regions kept only the denies that change
     # something, which keeps a deny inside a carve-out (collapsing them by
@@ -1440,16 +1458,7 @@ def _resolve(policy: EffectivePolicy, *, layers: Layers, cwd: str, home: str, ho
     # protected files. Before issue 11 both were silently not enforced.
     # Host caches a preset redirected (extra_exclude) are kept out of the
     # write grants too, so that they stay read-only without bwrap as well.
-    realpaths.prefetch(policy.deny_write)
-    deny_write: dict[str, bool] = {}  # resolved path -> exists
-    for p in policy.deny_write:
-        try:
-            target, kind = realpaths.resolve(p)
-            there = kind is not None and (kind != "link" or os.path.lexists(target))
-        except OSError:  # as os.path.lexists: a path that cannot be looked at is not there
-            target = os.path.realpath(p)
-            there = os.path.lexists(target)
-        deny_write[target] = deny_write.get(target, False) or there
+    deny_write = _resolve_deny_write(policy.deny_write, realpaths)
     deny_write_real = sorted(deny_write)
     deny_write_existing = [p for p in deny_write_real if deny_write[p]]
     excl = {*own, *deny_write_existing, *(os.path.realpath(p) for p in extra_exclude if os.path.lexists(p))}
@@ -1485,12 +1494,7 @@ def _resolve(policy: EffectivePolicy, *, layers: Layers, cwd: str, home: str, ho
             notes.append("kept read-only as directories of PATH inside a write root "
                          f"(filesystem.allowWritePathDirs): {', '.join(pdirs.existing)}")
         if layers is not Layers.HELPER_ONLY:
-            for w in write_roots:
-                d = next((d for d in pdirs.existing if _is_under(w, d)), None)
-                if d is not None:
-                    warnings.append(f"the write root {w} is {'a directory on PATH' if d == w else f'inside {d}, on PATH'}"
-                                    ": it stays read-only so that nothing can be planted for your shell to run; "
-                                    "set filesystem.allowWritePathDirs = true in a policy file to write there")
+            warnings += _path_dir_warnings(pdirs.existing, write_roots)
     # Self-protection: safebox's installation, its state dir (policy cache,
     # seccomp cache, run dirs) and the policy files of this run stay
     # read-only even beneath a write root: a command that could change them
@@ -1541,6 +1545,69 @@ def _resolve(policy: EffectivePolicy, *, layers: Layers, cwd: str, home: str, ho
         watch_links=tuple([*prot.links, *path_links]),
         landlock_rules=tuple(rules),
         notes=tuple(notes), warnings=tuple(warnings))
+
+
+def _refuse_unmaskable(masks: list[str]) -> None:
+    """BuildError for a denied path every sandbox needs."""
+    for p in masks:
+        if p in UNMASKABLE_DEVICES or p in ("/dev/pts", "/dev/fd") or p.startswith(("/dev/pts/", "/dev/fd/")):
+            raise BuildError(f"filesystem.denyRead {p}: cannot be masked: every sandbox needs this device "
+                             "(the command's terminal, /dev/null, randomness); remove it from the policy")
+
+
+def _import_dirs(import_paths: tuple[str, ...], write_roots: list[str]) -> list[str]:
+    """The directories of Python's import path, resolved; BuildError when one
+    holds a write root."""
+    imports: list[str] = []
+    sorted_roots = sorted(write_roots)
+    prefixes = python_prefixes()
+    for p in import_paths:
+        real = os.path.realpath(p)
+        holds = at_or_beneath(sorted_roots, real)
+        if holds and real in prefixes:
+            # An installation prefix above the work dir (/usr above
+            # /usr/src/app): outside its write roots it is read-only anyway.
+            # What of it runs at safebox's next start (the interpreter,
+            # libpython, the standard library) lives in bin/ and lib*/; the
+            # sys.path entries are checked on their own.
+            holds = [w for w in holds if w == real
+                     or any(w == real + "/" + d or w.startswith(real + "/" + d + "/")
+                            for d in ("bin", "lib", "lib64", "lib32", "libx32"))]
+        if holds:
+            raise BuildError(f"Python's import path has {real}, which holds the write root {holds[0]}: "
+                             "the command could plant code that safebox itself would run next time",
+                             hint="unset PYTHONPATH, and start safebox by its `safebox` script, "
+                                  "not `python -m safebox` from the work tree")
+        if os.path.isdir(real):
+            imports.append(real)
+    return imports
+
+
+def _resolve_deny_write(paths: tuple[str, ...], realpaths: RealPaths) -> dict[str, bool]:
+    """The ``denyWrite`` paths resolved, each saying whether it exists."""
+    realpaths.prefetch(paths)
+    deny_write: dict[str, bool] = {}  # resolved path -> exists
+    for p in paths:
+        try:
+            target, kind = realpaths.resolve(p)
+            there = kind is not None and (kind != "link" or os.path.lexists(target))
+        except OSError:  # as os.path.lexists: a path that cannot be looked at is not there
+            target = os.path.realpath(p)
+            there = os.path.lexists(target)
+        deny_write[target] = deny_write.get(target, False) or there
+    return deny_write
+
+
+def _path_dir_warnings(path_dirs: list[str], write_roots: list[str]) -> list[str]:
+    """A warning for each write root that a directory on PATH keeps read-only."""
+    warnings = []
+    for w in write_roots:
+        d = next((d for d in path_dirs if _is_under(w, d)), None)
+        if d is not None:
+            warnings.append(f"the write root {w} is {'a directory on PATH' if d == w else f'inside {d}, on PATH'}"
+                            ": it stays read-only so that nothing can be planted for your shell to run; "
+                            "set filesystem.allowWritePathDirs = true in a policy file to write there")
+    return warnings
 
 
 def self_paths() -> tuple[str, ...]:
