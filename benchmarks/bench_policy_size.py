@@ -119,6 +119,36 @@ def timed(cmd: list[str], cwd: Path) -> tuple[float, float]:
     return dt, _cpu() - c
 
 
+Key = tuple[str, str]  # (tool, variant)
+
+
+def measure(tools: dict[str, str], policies: dict[str, Path], work: Path, *, runs: int, slow: float
+            ) -> tuple[dict[Key, float], dict[Key, str], dict[Key, list[float]], dict[Key, list[float]]]:
+    """(first run's time, why a compared safebox refused, wall-time samples,
+    CPU-time samples) of every tool and variant, in interleaved rounds."""
+    first: dict[Key, float] = {}
+    failed: dict[Key, str] = {}
+    for tool, exe in tools.items():  # the first run fills the policy and seccomp caches
+        for name, pol in policies.items():
+            try:
+                first[(tool, name)] = timed([exe, "exec", "-p", str(pol), "--", "true"], work)[0]
+            except Failed as e:
+                if tool == "this":
+                    raise SystemExit(f"{name}: {e}") from None
+                failed[(tool, name)] = str(e)  # the other safebox may refuse what this one runs
+    samples: dict[Key, list[float]] = {k: [] for k in first}
+    cpu: dict[Key, list[float]] = {k: [] for k in first}
+    for _ in range(runs):
+        for name, pol in policies.items():
+            for tool, exe in tools.items():
+                if (tool, name) in failed or (tool != "this" and first[(tool, name)] > slow):
+                    continue  # a compared run this slow is timed once (first run) only
+                wall, used = timed([exe, "exec", "-p", str(pol), "--", "true"], work)
+                samples[(tool, name)].append(wall)
+                cpu[(tool, name)].append(used)
+    return first, failed, samples, cpu
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runs", type=int, default=15)
@@ -135,26 +165,7 @@ def main() -> int:
     try:
         work, policies = make_policies(top, sizes, kinds)
         tools = {"this": SAFEBOX, **({"compare": args.compare} if args.compare else {})}
-        first: dict[tuple[str, str], float] = {}
-        failed: dict[tuple[str, str], str] = {}
-        for tool, exe in tools.items():  # the first run fills the policy and seccomp caches
-            for name, pol in policies.items():
-                try:
-                    first[(tool, name)] = timed([exe, "exec", "-p", str(pol), "--", "true"], work)[0]
-                except Failed as e:
-                    if tool == "this":
-                        raise SystemExit(f"{name}: {e}") from None
-                    failed[(tool, name)] = str(e)  # the other safebox may refuse what this one runs
-        samples: dict[tuple[str, str], list[float]] = {k: [] for k in first}
-        cpu: dict[tuple[str, str], list[float]] = {k: [] for k in first}
-        for _ in range(args.runs):
-            for name, pol in policies.items():
-                for tool, exe in tools.items():
-                    if (tool, name) in failed or (tool != "this" and first[(tool, name)] > args.slow):
-                        continue  # a compared run this slow is timed once (first run) only
-                    wall, used = timed([exe, "exec", "-p", str(pol), "--", "true"], work)
-                    samples[(tool, name)].append(wall)
-                    cpu[(tool, name)].append(used)
+        first, failed, samples, cpu = measure(tools, policies, work, runs=args.runs, slow=args.slow)
     finally:
         shutil.rmtree(top, ignore_errors=True)
 
