@@ -91,6 +91,8 @@ class Frozen:
 class _StrEnumMeta(type):  # (the run-time side of StrEnum below)
     """Turns each upper-case class attribute into an instance of the class."""
 
+    _members: dict[str, Any]
+
     def __new__(mcs, name: str, bases: tuple[type, ...], ns: dict[str, Any]) -> Any:
         cls = super().__new__(mcs, name, bases, ns)
         members: dict[str, Any] = {}
@@ -101,17 +103,17 @@ class _StrEnumMeta(type):  # (the run-time side of StrEnum below)
                 object.__setattr__(member, "_name", key)
                 setattr(cls, key, member)
                 members[value] = member
-        cls._members = members  # type: ignore[attr-defined]
+        cls._members = members
         return cls
 
     def __call__(cls, value: Any) -> Any:
         try:
-            return cls._members[value]  # type: ignore[attr-defined]
+            return cls._members[value]
         except KeyError:
             raise ValueError(f"{value!r} is not a valid {cls.__name__}") from None
 
     def __iter__(cls) -> Any:
-        return iter(cls._members.values())  # type: ignore[attr-defined]
+        return iter(cls._members.values())
 
 
 if TYPE_CHECKING:

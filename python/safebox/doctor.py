@@ -435,6 +435,7 @@ def check_landlock(helper: Path) -> Check:
 
     data, why = _probe_helper(helper)
     if data is not None:
+        # The probe's JSON is untyped (object); int() refuses what is not a number.
         abi = int(data["landlock_abi"])  # type: ignore[call-overload]
         err_name = str(data.get("landlock_errno") or "")
         source = "helper --probe"

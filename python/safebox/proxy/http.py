@@ -300,6 +300,7 @@ async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, gat
             writer.write(b"HTTP/1.1 200 Connection established\r\n\r\n")
         else:
             head_up = _origin_head(req, authority, via=relay.via)
+        # StreamWriter.transport is typed WriteTransport; a stream server's is a full Transport.
         relay.start(writer.transport, leftover=leftover, client_eof=eof, head=head_up)  # type: ignore[arg-type]
         await relay.done
     finally:

@@ -51,6 +51,8 @@ from safebox.proxy.upstream import Gate, Refused, Relay, UpstreamError, adopt_st
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from collections.abc import AsyncIterator
+
     from safebox.proxy.parent import ProxyURL
 
 __all__ = ["SNIFF_TIMEOUT", "forward_plain", "terminate"]
@@ -320,7 +322,7 @@ async def _copy_length(src: Stream, dst: Stream, n: int, sub: object | None) -> 
             await dst.send(tail)
 
 
-async def _chunks(src: Stream):  # type: ignore[no-untyped-def]
+async def _chunks(src: Stream) -> AsyncIterator[bytes | None]:
     """The data of a chunked body, then None (trailer lines are read and dropped)."""
     while True:
         line = await src.readuntil(b"\r\n", MAX_CHUNK_LINE)
@@ -590,6 +592,8 @@ async def terminate(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, 
             return
         try:
             leftover, eof = adopt_stream(reader)
+            # StreamWriter.transport is typed WriteTransport; a stream server's
+            # transport is a full (read and write) Transport.
             relay.start(writer.transport, leftover=first + leftover, client_eof=eof or not first)  # type: ignore[arg-type]
             await relay.done
         finally:

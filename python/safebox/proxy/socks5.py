@@ -113,6 +113,7 @@ async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, gat
         bound = sock.getsockname() if isinstance(sock, socket.socket) or sock is not None else None
         writer.write(reply(REPLY["succeeded"], bound[:2] if bound else ("0.0.0.0", 0)))
         leftover, eof = adopt_stream(reader)
+        # StreamWriter.transport is typed WriteTransport; a stream server's is a full Transport.
         relay.start(writer.transport, leftover=leftover, client_eof=eof)  # type: ignore[arg-type]
         await relay.done
     finally:

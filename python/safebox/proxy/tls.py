@@ -40,7 +40,7 @@ try:
     from cryptography.hazmat.primitives.asymmetric import ec, rsa
     from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 except ImportError:  # pragma: no cover - the message is tested through a fake absence
-    x509 = None  # type: ignore[assignment]
+    x509 = None  # type: ignore[assignment]  # the marker Mitm checks to say how to install it
 
 __all__ = ["TRUST_VARIABLES", "Mitm", "TlsSetupError", "host_roots"]
 
@@ -193,7 +193,8 @@ class Mitm:
         return cert, key
 
     @staticmethod
-    def _load_ca(cert_path: str, key_path: str) -> tuple[x509.Certificate, object]:
+    def _load_ca(cert_path: str, key_path: str
+                 ) -> tuple[x509.Certificate, ec.EllipticCurvePrivateKey | rsa.RSAPrivateKey]:
         cert_key, key_key = "network.tlsTerminate.caCertPath", "network.tlsTerminate.caKeyPath"
         try:
             cert = x509.load_pem_x509_certificate(_pem_file(cert_path, cert_key))
@@ -205,6 +206,7 @@ class Mitm:
             raise TlsSetupError(key_key, f"{key_path} is not an unencrypted PEM private key ({exc})") from None
         if not isinstance(key, (ec.EllipticCurvePrivateKey, rsa.RSAPrivateKey)):
             raise TlsSetupError(key_key, f"{key_path}: only RSA and EC keys are supported")
+        # cert's key may be of any type cryptography knows; an unlike type compares unequal, as it should.
         if key.public_key().public_numbers() != cert.public_key().public_numbers():  # type: ignore[union-attr]
             raise TlsSetupError(key_key, f"{key_path} is not the key of the certificate {cert_path}")
         try:
@@ -250,8 +252,8 @@ class Mitm:
                 .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
                 .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
                 .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(
-                    self._ca_key.public_key()), critical=False)  # type: ignore[attr-defined]
-                .sign(self._ca_key, hashes.SHA256()))  # type: ignore[arg-type]
+                    self._ca_key.public_key()), critical=False)
+                .sign(self._ca_key, hashes.SHA256()))
         return cert.public_bytes(serialization.Encoding.PEM) + self.ca_pem + self._leaf_key_pem
 
     def server_context(self, host: str) -> ssl.SSLContext:
@@ -279,6 +281,7 @@ class Mitm:
             except HostError:
                 asked = ""
             if asked != name:
+                # A mark on the SSLObject for the handshake's error message (intercept reads it).
                 obj.safebox_sni_refused = server_name  # type: ignore[attr-defined]
                 return ssl.ALERT_DESCRIPTION_UNRECOGNIZED_NAME
             return None

@@ -34,7 +34,7 @@ def ensure_asyncio_ssl() -> None:
     for name in ("asyncio.base_events", "asyncio.selector_events"):
         mod = sys.modules.get(name)
         if mod is not None and getattr(mod, "ssl", ssl) is None:
-            mod.ssl = ssl  # type: ignore[attr-defined]
+            mod.ssl = ssl  # type: ignore[attr-defined]  # asyncio's module global, not in its stub
     sslproto = sys.modules.get("asyncio.sslproto")
     if sslproto is not None and getattr(sslproto, "ssl", ssl) is None:
         importlib.reload(sslproto)

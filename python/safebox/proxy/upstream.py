@@ -426,10 +426,10 @@ def adopt_stream(reader: asyncio.StreamReader) -> tuple[bytes, bool]:
     client sent right after its request (TLS ClientHello pipelined behind a
     CONNECT, a POST body).
     """
-    buffer: bytearray = reader._buffer  # type: ignore[attr-defined]
+    buffer: bytearray = reader._buffer  # type: ignore[attr-defined]  # private, see above
     leftover = bytes(buffer)
     buffer.clear()
-    return leftover, bool(reader._eof)  # type: ignore[attr-defined]
+    return leftover, bool(reader._eof)  # type: ignore[attr-defined]  # private, see above
 
 
 _UNREACHABLE = {errno.ENETUNREACH, errno.EHOSTUNREACH, errno.EHOSTDOWN, errno.ENETDOWN}
