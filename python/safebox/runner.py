@@ -44,7 +44,7 @@ if TYPE_CHECKING:
 
     from safebox.builder.bulk import BulkPlan
     from safebox.limits import Plan
-    from safebox.proxy import ProxyServer
+    from safebox.proxy.deferred import DeferredProxy
     from safebox.violations.observer import Observer
 
 # Ports the bridges listen on inside the sandbox's own network namespace
@@ -947,9 +947,11 @@ def run(req: ExecRequest, *, prescan: dict[tuple[str, int], Any] | None = None) 
                 raise BuildError("socat not found; without the helper it bridges the proxy into the sandbox",
                                  hint="install socat (apt-get install socat)")
             if not req.dry_run:
-                from safebox.proxy import ProxyConfig, ProxyServer
+                from safebox.proxy.config import ProxyConfig
+                from safebox.proxy.deferred import DeferredProxy
 
-                proxy = ProxyServer(ProxyConfig(
+                # Listeners now, the proxy itself at the first client (proxy/deferred.py).
+                proxy = DeferredProxy(ProxyConfig(
                     allowed_domains=policy.allowed_domains, denied_domains=policy.denied_domains,
                     allow_local_destinations=policy.allow_local_destinations,
                     audit_log=req.audit_log or None, explain=not req.quiet, learn=bool(req.learn),
@@ -1266,7 +1268,7 @@ def _enforced(status: Any) -> dict[str, Any]:
 
 
 def _execute(rp: ResolvedPolicy, req: ExecRequest, env: dict[str, str], *, bwrap: str | None,
-             socat: str, strict: bool, proxy: ProxyServer | None = None, filter_id: str = "",
+             socat: str, strict: bool, proxy: DeferredProxy | None = None, filter_id: str = "",
              forwarders: list[Any] | None = None, status_out: list[Any] | None = None,
              limits: Plan | None = None, limits_hit: list[str] | None = None,
              make_observer: Callable[[], Observer] | None = None) -> int:
@@ -1282,12 +1284,12 @@ def _execute(rp: ResolvedPolicy, req: ExecRequest, env: dict[str, str], *, bwrap
     sync: tuple[Any, Any] | None = None
     try:
         if rp.layers is Layers.BOTH and ((proxy is not None and rp.bridges) or forwarders):
-            import socket
+            import _socket  # `socket` imports enum and selectors (~4 ms): not for one pair
 
             # The helper listens on the proxy ports inside and sends the
             # listeners back over this pair, then the published sockets
             # (helper/handoff.c, helper/publish.c).
-            handoff = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+            handoff = _socket.socketpair(_socket.AF_UNIX, _socket.SOCK_STREAM)
         elif make_observer is not None:
             import _socket  # `socket` imports enum and selectors: not for one pair
 

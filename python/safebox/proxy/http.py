@@ -10,10 +10,10 @@ malformed requests get 400 (431 for an over-long head, 408 for a slow one).
 
 from __future__ import annotations
 
-import asyncio
 import re
 from dataclasses import dataclass
 
+from safebox.proxy._asyncio import asyncio
 from safebox.proxy.rules import RULE_REQUEST, HostError, normalize_host
 from safebox.proxy.upstream import Gate, Refused, Relay, UpstreamError, adopt_stream
 

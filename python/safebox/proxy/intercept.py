@@ -29,10 +29,10 @@ asyncio's TLS transports are not needed.
 
 from __future__ import annotations
 
-import asyncio
 import ssl
 
 from safebox.domains import IPAddress
+from safebox.proxy._asyncio import asyncio
 from safebox.proxy.http import (
     _BAD_VALUE_RE,
     _HOP_BY_HOP,

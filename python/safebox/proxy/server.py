@@ -4,8 +4,6 @@ helper created inside the sandbox and handed over (:meth:`ProxyServer.adopt`).""
 
 from __future__ import annotations
 
-import array
-import asyncio
 import contextlib
 import logging
 import os
@@ -13,12 +11,14 @@ import socket
 import stat
 import threading
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from safebox import _signals
 from safebox.errors import ProxyError
 from safebox.proxy import http, socks5
+from safebox.proxy._asyncio import asyncio
+from safebox.proxy.config import ProxyConfig
+from safebox.proxy.deferred import HANDOFF_TIMEOUT, check_listeners, receive_fds
 from safebox.proxy.rules import Decision, HostError, NetworkRules
 from safebox.proxy.upstream import Gate
 
@@ -35,94 +35,8 @@ log = logging.getLogger("safebox.proxy")
 #: Listen backlog; the kernel clamps it to net.core.somaxconn (4096 by default).
 BACKLOG = 4096
 START_TIMEOUT = 10.0
-#: How long :meth:`ProxyServer.adopt` waits for the helper: bwrap's mounts
-#: and the helper's preparation (opening every Landlock path) come first.
-HANDOFF_TIMEOUT = 30.0
-#: Two listeners (127.0.0.1 and ::1) per port, eight ports at most (helper-protocol.md).
-MAX_HANDOFF_FDS = 16
 
 Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter, Gate], Awaitable[None]]
-
-
-@dataclass(frozen=True)
-class ProxyConfig:
-    """The network part of a policy, as the proxy needs it."""
-
-    allowed_domains: tuple[str, ...]
-    denied_domains: tuple[str, ...] = ()
-    allow_local_destinations: bool = False
-    audit_log: str | os.PathLike[str] | None = None
-    #: Print one ``safebox:`` line on stderr per refused host and port
-    #: (proxy/explain.py); ``safebox exec`` turns it off with --quiet.
-    explain: bool = False
-    #: ``network.parentProxy`` resolved (``proxy/parent.py: resolve_parent``); None: connect directly.
-    parent: ParentProxy | None = None
-    #: ``network.tlsTerminate`` (``proxy/tls.py: Mitm``); None: CONNECT stays a byte tunnel.
-    mitm: Mitm | None = None
-    #: Masked credentials (``proxy/inject.py: Injector``); None: nothing is substituted.
-    injector: Injector | None = None
-    #: ``safebox exec --learn``: any public destination passes (rules.py).
-    learn: bool = False
-    #: Written into every audit event as ``run`` (docs/audit-log.md), so a
-    #: log shared by several runs keeps each run's decisions apart.
-    run_id: str | None = None
-    #: Called with (host, port, protocol, decision) for every refusal, from
-    #: the proxy's thread: the violations feed's network events.
-    denied: Callable[..., None] | None = field(default=None, compare=False)
-
-
-def _receive_fds(handoff: socket.socket) -> tuple[bytes, list[int]]:
-    """One message from the helper: its tag byte and the descriptors sent
-    with it (close-on-exec from the start).  Raises OSError, TimeoutError;
-    ProxyError (descriptors closed) when the kernel truncated the list."""
-    fds: list[int] = []
-    msg, anc, flags, _ = handoff.recvmsg(16, socket.CMSG_SPACE(MAX_HANDOFF_FDS * 4), socket.MSG_CMSG_CLOEXEC)
-    for level, kind, data in anc:
-        if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
-            fds += array.array("i", data[: len(data) - len(data) % 4]).tolist()
-    if flags & (socket.MSG_CTRUNC | socket.MSG_TRUNC):
-        for fd in fds:
-            os.close(fd)
-        raise ProxyError("the helper sent more than the proxy ports (message truncated)")
-    return msg, fds
-
-
-def _check_listeners(tag: bytes, fds: list[int], ports: dict[int, str]) -> list[socket.socket]:
-    """Each descriptor must be a listening TCP socket on 127.0.0.1 or ::1
-    bound to one of ``ports``, one per address family and port, with an IPv4
-    one for every port.  Returns them as sockets; on any mismatch closes all
-    and raises :class:`ProxyError` naming what was wrong."""
-    socks: list[socket.socket] = []
-    try:
-        if tag != b"L":
-            raise ProxyError(f"unexpected proxy-port message from the helper: {tag!r}")
-        seen: set[tuple[int, int]] = set()
-        while fds:
-            fd = fds.pop(0)
-            try:
-                s = socket.socket(fileno=fd)
-            except OSError:
-                os.close(fd)
-                raise ProxyError(f"the helper handed over descriptor {fd}, which is not a socket") from None
-            socks.append(s)
-            if s.family not in (socket.AF_INET, socket.AF_INET6) or s.type != socket.SOCK_STREAM:
-                raise ProxyError(f"the helper handed over a socket that is not TCP ({s.family!r}, {s.type!r})")
-            host, port = s.getsockname()[:2]
-            if not s.getsockopt(socket.SOL_SOCKET, socket.SO_ACCEPTCONN):
-                raise ProxyError(f"the helper handed over a socket on {host} port {port} that is not listening")
-            if host not in ("127.0.0.1", "::1") or port not in ports or (s.family, port) in seen:
-                raise ProxyError(f"the helper handed over an unexpected listener on {host} port {port}")
-            seen.add((s.family, port))
-        missing = sorted(p for p in ports if (socket.AF_INET, p) not in seen)
-        if missing:
-            raise ProxyError(f"the helper did not hand over 127.0.0.1 port {missing[0]}")
-    except BaseException:
-        for s in socks:
-            s.close()
-        for fd in fds:
-            os.close(fd)
-        raise
-    return socks
 
 
 def _explain_on_first_refusal() -> Callable[[str, int, str, Decision], None]:
@@ -202,15 +116,18 @@ class ProxyServer:
 
     # -- lifecycle ---------------------------------------------------------
 
-    def start(self) -> None:
+    def start(self, *, audit: AuditLog | None = None) -> None:
         """Start listening; returns once both listeners accept connections.
 
+        ``audit``: the audit log already opened (``proxy/deferred.py`` opens it
+        before the command runs); the server closes it on :meth:`stop`.
         Raises :class:`ProxyError` if a socket cannot be created or the loop fails.
         """
         if self._thread is not None:
             raise ProxyError("proxy already started")
+        self._audit = audit
         try:
-            if self.config.audit_log is not None:
+            if self.config.audit_log is not None and audit is None:
                 from safebox.audit import AuditLog  # json, datetime: only with --audit-log
 
                 self._audit = AuditLog(self.config.audit_log, run=self.config.run_id)
@@ -330,26 +247,40 @@ class ProxyServer:
             raise ProxyError("proxy not started")
         handoff.settimeout(timeout)
         try:
-            tag, fds = _receive_fds(handoff)
+            tag, fds = receive_fds(handoff)
         except TimeoutError:
             raise ProxyError(f"the helper did not hand over the proxy ports within {timeout:.0f} s") from None
         except OSError as exc:
             raise ProxyError(f"cannot receive the proxy ports from the helper: {exc.strerror or exc}") from None
         if not tag and not fds:
             return 0
-        socks = _check_listeners(tag, fds, ports)  # closes every fd on failure
-        handlers = {"http": http.handle, "socks5h": socks5.handle}
-        fut = asyncio.run_coroutine_threadsafe(
-            self._serve_on([(s, handlers[ports[s.getsockname()[1]]]) for s in socks], self._gate), self._loop)
-        try:
-            fut.result(START_TIMEOUT)
-        except BaseException as exc:
-            for s in socks:
-                s.close()
-            raise ProxyError(f"cannot serve on the handed-over proxy ports: {exc}") from None
+        socks = check_listeners(tag, fds, ports)  # closes every fd on failure
+        self.serve_listeners([(s, ports[s.getsockname()[1]]) for s in socks])
         with contextlib.suppress(OSError):  # the helper gone: its status line tells why
             handoff.sendall(b"k")
         return len(socks)
+
+    def serve_listeners(self, listeners: list[tuple[Any, str]]) -> None:
+        """Serve on listening sockets made elsewhere (``proxy/deferred.py``,
+        the helper's handed-over ports): each with its front end, ``"http"``
+        or ``"socks5h"``. Connections already waiting in their backlogs are
+        served like any later one. Takes ownership of the sockets (closed on
+        failure); raises :class:`ProxyError`."""
+        if self._loop is None or self._gate is None:
+            for s, _ in listeners:
+                s.close()
+            raise ProxyError("proxy not started")
+        handlers = {"http": http.handle, "socks5h": socks5.handle}
+        # asyncio needs socket.socket (accept()); deferred.py keeps to _socket.
+        socks = [(s if isinstance(s, socket.socket) else socket.socket(fileno=s.detach()), handlers[kind])
+                 for s, kind in listeners]
+        fut = asyncio.run_coroutine_threadsafe(self._serve_on(socks, self._gate), self._loop)
+        try:
+            fut.result(START_TIMEOUT)
+        except BaseException as exc:
+            for s, _ in socks:
+                s.close()
+            raise ProxyError(f"cannot serve on the proxy ports: {exc}") from None
 
     async def _serve_on(self, socks: list[tuple[socket.socket, Handler]], gate: Gate) -> None:
         for sock, handler in socks:

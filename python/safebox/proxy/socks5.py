@@ -10,11 +10,11 @@ unreachable: resolution failed or no route), 0x05 (connection refused),
 
 from __future__ import annotations
 
-import asyncio
 import ipaddress
 import socket
 import struct
 
+from safebox.proxy._asyncio import asyncio
 from safebox.proxy.upstream import Gate, Refused, Relay, UpstreamError, adopt_stream
 
 __all__ = ["HANDSHAKE_TIMEOUT", "REPLY", "handle"]

@@ -13,7 +13,6 @@ write-buffer pressure on one side pausing reading on the other.
 
 from __future__ import annotations
 
-import asyncio
 import errno
 import fcntl
 import ipaddress
@@ -24,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from safebox.domains import IPAddress
+from safebox.proxy._asyncio import asyncio
 from safebox.proxy.rules import Decision, HostError, NetworkRules, normalize_host, parse_ip_literal
 
 TYPE_CHECKING = False

@@ -1,0 +1,420 @@
+"""The proxy's front doors, open before the command runs; the proxy behind
+them loaded when the first client knocks.
+
+Why (issue 12, start-up): the proxy is an asyncio server, and importing
+asyncio and the proxy's modules cost about 35 ms of CPU, more than the rest of
+a ``safebox exec -- true`` (docs/benchmarks.md, "Start-up"). Most commands
+that may use the network either make no connection at all (``git status``
+with a remote allowed, ``true``) or make their first one well after start.
+So the listening sockets are made (or received from the helper) here,
+synchronously and with nothing but ``_socket``, ``select`` and ``threading``;
+a small watcher thread polls them, and only when one has a client waiting in
+its backlog does it import :mod:`safebox.proxy.server`, start the real
+:class:`~safebox.proxy.server.ProxyServer` and give it every listener.
+
+What this keeps, and how:
+
+* The filtering is the server's, unchanged: the same ``ProxyConfig``, rules,
+  gate and front ends serve every connection. Nothing is accepted here: a
+  connection made before the server is up waits in the listener's backlog
+  (4096) and is then served (not refused, not passed unfiltered) -- the
+  kernel's accept queue is the only buffer.
+* Errors that must stop the command before it runs still do: the audit log
+  is opened and the sockets are bound in :meth:`DeferredProxy.start` and
+  :meth:`DeferredProxy.adopt`. The domain patterns were validated when the
+  policy was loaded (``policy/model.py`` and the proxy share
+  ``domains.check_pattern``).
+* Fail closed: if the server cannot start when a client arrives, every
+  listener is closed (the command's connections are refused, not left
+  hanging) and one ``safebox:`` line says why.
+* Signals: the watcher is started with the relayed signals blocked
+  (``_signals.start_thread``); the server's threads inherit the mask.
+* ``threading`` is imported on the caller's thread (here), never first on the
+  watcher: a ``threading`` first imported elsewhere than the main thread
+  takes that thread for the main one.
+
+The interface, for ``runner.py`` and ``safebox.Sandbox`` (one proxy for many
+commands): :meth:`~DeferredProxy.start`, :meth:`~DeferredProxy.adopt` (once
+per command), :meth:`~DeferredProxy.ready` (bring the server up now, e.g. to
+warm it before a burst of commands), :meth:`~DeferredProxy.stop` (alias
+``close``), :meth:`~DeferredProxy.destinations`. ``tests/unit/test_import_budget.py``
+pins what the start-up path imports, ``tests/integration/test_proxy_deferred.py``
+races a real client against the start.
+"""
+
+from __future__ import annotations
+
+import _socket
+import os
+import select
+import sys
+import threading
+
+from safebox import _signals
+from safebox.errors import ProxyError
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from safebox.audit import AuditLog
+    from safebox.proxy.config import ProxyConfig
+    from safebox.proxy.server import ProxyServer
+
+__all__ = ["HANDOFF_TIMEOUT", "DeferredProxy", "check_listeners", "receive_fds", "start_deferred"]
+
+#: Listen backlog; the kernel clamps it to net.core.somaxconn (4096 by default).
+BACKLOG = 4096
+#: How long :meth:`DeferredProxy.adopt` waits for the helper: bwrap's mounts
+#: and the helper's preparation (opening every Landlock path) come first.
+HANDOFF_TIMEOUT = 30.0
+#: How long :meth:`DeferredProxy.ready` and :meth:`DeferredProxy.stop` wait
+#: for the server to come up (it takes some 35 ms).
+START_TIMEOUT = 10.0
+#: Two listeners (127.0.0.1 and ::1) per port, eight ports at most (helper-protocol.md).
+MAX_HANDOFF_FDS = 16
+_FDS_SIZE = 4  # sizeof(int), the unit of SCM_RIGHTS
+
+
+def receive_fds(handoff: _socket.socket) -> tuple[bytes, list[int]]:
+    """One message from the helper: its tag byte and the descriptors sent
+    with it (close-on-exec from the start).  Raises OSError, TimeoutError;
+    ProxyError (descriptors closed) when the kernel truncated the list."""
+    fds: list[int] = []
+    msg, anc, flags, _ = handoff.recvmsg(16, _socket.CMSG_SPACE(MAX_HANDOFF_FDS * _FDS_SIZE),
+                                         _socket.MSG_CMSG_CLOEXEC)
+    for level, kind, data in anc:
+        if level == _socket.SOL_SOCKET and kind == _socket.SCM_RIGHTS:
+            whole = len(data) - len(data) % _FDS_SIZE
+            fds += [int.from_bytes(data[i:i + _FDS_SIZE], sys.byteorder, signed=True)
+                    for i in range(0, whole, _FDS_SIZE)]
+    if flags & (_socket.MSG_CTRUNC | _socket.MSG_TRUNC):
+        for fd in fds:
+            os.close(fd)
+        raise ProxyError("the helper sent more than the proxy ports (message truncated)")
+    return msg, fds
+
+
+def check_listeners(tag: bytes, fds: list[int], ports: dict[int, str]) -> list[_socket.socket]:
+    """Each descriptor must be a listening TCP socket on 127.0.0.1 or ::1
+    bound to one of ``ports``, one per address family and port, with an IPv4
+    one for every port.  Returns them as sockets; on any mismatch closes all
+    and raises :class:`ProxyError` naming what was wrong."""
+    socks: list[_socket.socket] = []
+    try:
+        if tag != b"L":
+            raise ProxyError(f"unexpected proxy-port message from the helper: {tag!r}")
+        seen: set[tuple[int, int]] = set()
+        while fds:
+            fd = fds.pop(0)
+            try:
+                s = _socket.socket(fileno=fd)
+            except OSError:
+                os.close(fd)
+                raise ProxyError(f"the helper handed over descriptor {fd}, which is not a socket") from None
+            socks.append(s)
+            if s.family not in (_socket.AF_INET, _socket.AF_INET6) or s.type != _socket.SOCK_STREAM:
+                raise ProxyError(f"the helper handed over a socket that is not TCP (family {s.family}, "
+                                 f"type {s.type})")
+            host, port = s.getsockname()[:2]
+            if not s.getsockopt(_socket.SOL_SOCKET, _socket.SO_ACCEPTCONN):
+                raise ProxyError(f"the helper handed over a socket on {host} port {port} that is not listening")
+            if host not in ("127.0.0.1", "::1") or port not in ports or (s.family, port) in seen:
+                raise ProxyError(f"the helper handed over an unexpected listener on {host} port {port}")
+            seen.add((s.family, port))
+        missing = sorted(p for p in ports if (_socket.AF_INET, p) not in seen)
+        if missing:
+            raise ProxyError(f"the helper did not hand over 127.0.0.1 port {missing[0]}")
+    except BaseException:
+        for s in socks:
+            s.close()
+        for fd in fds:
+            os.close(fd)
+        raise
+    return socks
+
+
+def _unix_listener(path: str) -> _socket.socket:
+    """Listen on a unix socket at ``path``, mode 0600 before anyone can connect.
+
+    A stale socket file (a killed earlier run) is replaced; any other
+    existing file is an error, never overwritten."""
+    import stat
+
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        pass
+    else:
+        if not stat.S_ISSOCK(st.st_mode):
+            raise ProxyError(f"{path} exists and is not a socket")
+        os.unlink(path)
+    sock = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
+    try:
+        sock.bind(path)
+        # Not yet listening: nobody can connect before the mode is 0600.
+        os.chmod(path, 0o600)
+        sock.listen(BACKLOG)
+    except OSError as exc:
+        sock.close()
+        raise ProxyError(f"cannot create proxy socket {path}: {exc.strerror}") from None
+    return sock
+
+
+def _tcp_listener() -> _socket.socket:
+    """Listen on a free 127.0.0.1 port."""
+    sock = _socket.socket(_socket.AF_INET, _socket.SOCK_STREAM)
+    try:
+        sock.bind(("127.0.0.1", 0))
+        sock.listen(BACKLOG)
+    except OSError as exc:
+        sock.close()
+        raise ProxyError(f"cannot listen on 127.0.0.1: {exc.strerror}") from None
+    return sock
+
+
+class DeferredProxy:
+    """The proxy, started on its first client (module docstring).
+
+    Attributes as :class:`~safebox.proxy.server.ProxyServer`'s:
+    :attr:`http_socket`, :attr:`socks_socket` (with ``unix=True``, the
+    socat bridges of ``--without helper``), :attr:`http_port`,
+    :attr:`socks_port` (with ``tcp=True``: ``--without bwrap``).
+    """
+
+    def __init__(self, config: ProxyConfig, *, run_dir: str | os.PathLike[str], tcp: bool = False,
+                 unix: bool = True) -> None:
+        self.config = config
+        self.run_dir = os.fspath(run_dir)
+        self.http_socket = os.path.join(self.run_dir, "http-proxy.sock")
+        self.socks_socket = os.path.join(self.run_dir, "socks-proxy.sock")
+        self.http_port: int | None = None
+        self.socks_port: int | None = None
+        self._tcp = tcp
+        self._unix = unix
+        self._lock = threading.Lock()
+        #: Listeners not yet served, with their front end ("http", "socks5h").
+        self._pending: list[tuple[_socket.socket, str]] = []
+        self._server: ProxyServer | None = None
+        self._failure: BaseException | None = None
+        self._audit: AuditLog | None = None  # ours until the server takes it
+        self._want_up = False
+        self._started = False
+        self._stopped = False
+        self._up = threading.Event()  # the server serves, or failed to start
+        self._wake_r = self._wake_w = -1
+        self._thread: threading.Thread | None = None
+
+    # -- the caller's side -------------------------------------------------
+
+    def start(self) -> None:
+        """Open the audit log and the listeners of ``unix``/``tcp``, start the
+        watcher. Raises :class:`ProxyError` (nothing left open)."""
+        if self._started:
+            raise ProxyError("proxy already started")
+        self._started = True
+        try:
+            if self.config.audit_log is not None:
+                from safebox.audit import AuditLog  # json, datetime: only with --audit-log
+
+                try:
+                    self._audit = AuditLog(self.config.audit_log, run=self.config.run_id)
+                except OSError as exc:
+                    raise ProxyError(f"cannot open audit log {self.config.audit_log}: {exc.strerror}") from None
+            if self._unix:
+                self._pending.append((_unix_listener(self.http_socket), "http"))
+                self._pending.append((_unix_listener(self.socks_socket), "socks5h"))
+            if self._tcp:
+                for attr, kind in (("http_port", "http"), ("socks_port", "socks5h")):
+                    sock = _tcp_listener()
+                    self._pending.append((sock, kind))
+                    setattr(self, attr, sock.getsockname()[1])
+            self._wake_r, self._wake_w = os.pipe()  # close-on-exec, as every descriptor Python makes
+            os.set_blocking(self._wake_r, False)
+            self._thread = threading.Thread(target=self._watch, name="safebox-proxy-watch", daemon=True)
+            _signals.start_thread(self._thread)
+        except BaseException:
+            self.stop()
+            raise
+
+    def adopt(self, handoff: _socket.socket, *, ports: dict[int, str], timeout: float = HANDOFF_TIMEOUT) -> int:
+        """Receive the proxy ports the helper listens on inside the sandbox
+        (``helper/handoff.c``), check them, take them into service and
+        acknowledge, which lets the helper go on to the command.
+
+        ``ports`` maps each port to its front end (``"http"`` or
+        ``"socks5h"``). Returns how many listeners were adopted, or 0 when
+        the helper closed the socket without sending (it failed; its status
+        line says why). Raises :class:`ProxyError` on anything else: the
+        runner then refuses to start the command."""
+        if not self._started or self._stopped:
+            raise ProxyError("proxy not started")
+        handoff.settimeout(timeout)
+        try:
+            tag, fds = receive_fds(handoff)
+        except TimeoutError:
+            raise ProxyError(f"the helper did not hand over the proxy ports within {timeout:.0f} s") from None
+        except OSError as exc:
+            raise ProxyError(f"cannot receive the proxy ports from the helper: {exc.strerror or exc}") from None
+        if not tag and not fds:
+            return 0
+        socks = check_listeners(tag, fds, ports)  # closes every fd on failure
+        batch = [(s, ports[s.getsockname()[1]]) for s in socks]
+        with self._lock:
+            server, failure = self._server, self._failure
+            if server is None and failure is None:
+                self._pending += batch
+        if failure is not None:
+            for s, _ in batch:
+                s.close()
+            raise ProxyError(f"the network proxy could not start: {failure}")
+        if server is not None:
+            server.serve_listeners(batch)  # closes them on failure
+        else:
+            self._wake()
+        try:
+            handoff.sendall(b"k")
+        except OSError:
+            pass  # the helper gone: its status line tells why
+        return len(socks)
+
+    def ready(self, timeout: float = START_TIMEOUT) -> None:
+        """Bring the server up now instead of at the first client, and wait
+        for it. Raises :class:`ProxyError` if it cannot start."""
+        if not self._started or self._stopped:
+            raise ProxyError("proxy not started")
+        self._want_up = True
+        self._wake()
+        if not self._up.wait(timeout):
+            raise ProxyError(f"the network proxy did not start within {timeout:.0f} s")
+        if self._failure is not None:
+            raise ProxyError(f"the network proxy could not start: {self._failure}")
+
+    @property
+    def serving(self) -> bool:
+        """Whether the server is up (for tests and ``-v``)."""
+        return self._server is not None
+
+    def destinations(self) -> list[dict[str, object]]:
+        """Every destination decided so far (``Gate.destinations``); none if
+        no client ever came."""
+        return self._server.destinations() if self._server is not None else []
+
+    def stop(self) -> None:
+        """Close every listener and connection, remove the socket files; idempotent.
+
+        Returns at once when no client came (the watcher only polls); when
+        one did, waits for the server it started, then stops it."""
+        with self._lock:
+            if self._stopped:
+                return
+            self._stopped = True
+        self._wake()
+        if self._thread is not None:
+            self._thread.join(START_TIMEOUT)
+        with self._lock:
+            server, pending, self._pending = self._server, self._pending, []
+        if server is not None:
+            server.stop()  # and the audit log it took
+        for s, _ in pending:
+            s.close()
+        if self._audit is not None:
+            self._audit.close()
+        for fd in (self._wake_r, self._wake_w):
+            if fd >= 0:
+                os.close(fd)
+        self._wake_r = self._wake_w = -1
+        for path in (self.http_socket, self.socks_socket) if self._unix else ():
+            try:
+                os.unlink(path)
+            except FileNotFoundError:
+                pass
+
+    close = stop
+
+    def __enter__(self) -> DeferredProxy:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def _wake(self) -> None:
+        if self._wake_w >= 0:
+            try:
+                os.write(self._wake_w, b"w")
+            except OSError:  # full (already woken) or closed
+                pass
+
+    # -- the watcher thread ------------------------------------------------
+
+    def _watch(self) -> None:
+        try:
+            if self._wait_for_client():
+                self._upgrade()
+        except BaseException as exc:  # fail closed: no listener left for a client to wait on
+            with self._lock:
+                self._failure = exc
+                pending, self._pending = self._pending, []
+            for s, _ in pending:
+                s.close()
+            if not self._stopped:
+                _say(f"the network proxy could not start ({exc}); the command's connections are refused")
+        finally:
+            self._up.set()
+
+    def _wait_for_client(self) -> bool:
+        """Block until a listener has a client waiting (True), or the proxy
+        is asked up (True) or stopped (False)."""
+        poll = select.poll()
+        poll.register(self._wake_r, select.POLLIN)
+        watched: set[int] = set()
+        while True:
+            with self._lock:
+                if self._stopped:
+                    return False
+                for s, _ in self._pending:
+                    if s.fileno() not in watched:
+                        watched.add(s.fileno())
+                        poll.register(s.fileno(), select.POLLIN)
+            if self._want_up:
+                return True
+            events = poll.poll()
+            if any(fd != self._wake_r for fd, _ in events):
+                return True  # a client (or an error, which the server then meets)
+            try:
+                os.read(self._wake_r, 64)
+            except BlockingIOError:
+                pass
+
+    def _upgrade(self) -> None:
+        from safebox.proxy.server import ProxyServer
+
+        server = ProxyServer(self.config, run_dir=self.run_dir, tcp=False, unix=False)
+        audit, self._audit = self._audit, None  # the server closes it from now on, even if start fails
+        server.start(audit=audit)
+        with self._lock:
+            late = self._stopped
+            if not late:
+                self._server = server
+            batch, self._pending = self._pending, []
+        if late:  # stop() came while the server started: nobody is left to serve
+            for s, _ in batch:
+                s.close()
+            server.stop()
+            return
+        server.serve_listeners(batch)  # the waiting clients are accepted from here
+
+
+def _say(message: str) -> None:
+    try:
+        sys.stderr.write(f"safebox: {message}\n")
+        sys.stderr.flush()
+    except (OSError, ValueError):
+        pass
+
+
+def start_deferred(config: ProxyConfig, *, run_dir: str | os.PathLike[str], tcp: bool = False,
+                   unix: bool = True) -> DeferredProxy:
+    """A started :class:`DeferredProxy` (see there)."""
+    proxy = DeferredProxy(config, run_dir=run_dir, tcp=tcp, unix=unix)
+    proxy.start()
+    return proxy
