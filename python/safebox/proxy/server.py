@@ -24,9 +24,6 @@ from safebox.proxy.upstream import Gate
 
 if TYPE_CHECKING:
     from safebox.audit import AuditLog
-    from safebox.proxy.inject import Injector
-    from safebox.proxy.parent import ParentProxy
-    from safebox.proxy.tls import Mitm
 
 __all__ = ["ProxyConfig", "ProxyServer"]
 
