@@ -135,6 +135,19 @@ def received(signum: int) -> bool:
     return signum in _received
 
 
+def start_new_thread(fn: Callable[[], object]) -> int:
+    """:func:`_thread.start_new_thread` with the forwarded signals blocked in
+    the new thread, as :func:`start_thread`; returns at once, without waiting
+    for it to run (``threading.Thread.start`` waits)."""
+    import _thread
+
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, FORWARDED)
+    try:
+        return _thread.start_new_thread(fn, ())
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
+
+
 def start_thread(thread: threading.Thread) -> None:
     """Start ``thread`` with the forwarded signals blocked in it (and in the
     threads it starts: the mask is inherited), so that the kernel delivers
@@ -147,4 +160,4 @@ def start_thread(thread: threading.Thread) -> None:
 
 
 __all__ = ["FORWARDED", "TERMINATING", "StartInterrupted", "catch", "check", "command_started",
-           "forward_to", "interrupted_before_command", "start_thread", "stop_forwarding"]
+           "forward_to", "interrupted_before_command", "start_new_thread", "start_thread", "stop_forwarding"]

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from sbx import FakeHome, token
+from sbx import FakeHome, token, wait_for
 
 from safebox.errors import ProxyError
 from safebox.proxy.config import ProxyConfig
@@ -198,8 +198,8 @@ def test_the_watcher_and_the_server_threads_block_the_relayed_signals(proxy: Def
     port, _ = origin
     proxy.start()
     term = 1 << (_signal.SIGTERM - 1)
-    watcher = [t for t in threading.enumerate() if t.name == "safebox-proxy-watch"]
-    assert watcher and watcher[0].native_id and _blocked(watcher[0].native_id) & term
+    assert wait_for(lambda: proxy.watcher_tid)
+    assert _blocked(proxy.watcher_tid) & term
     assert not _blocked(threading.main_thread().native_id or 0) & term  # control
     assert _curl(proxy.http_port or 0, f"http://localhost:{port}/").returncode == 0
     server = [t for t in threading.enumerate() if t.name == "safebox-proxy"]

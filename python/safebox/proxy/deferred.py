@@ -7,7 +7,7 @@ a ``safebox exec -- true`` (docs/benchmarks.md, "Start-up"). Most commands
 that may use the network either make no connection at all (``git status``
 with a remote allowed, ``true``) or make their first one well after start.
 So the listening sockets are made (or received from the helper) here,
-synchronously and with nothing but ``_socket``, ``select`` and ``threading``;
+synchronously and with nothing but ``_socket``, ``select`` and ``_thread``;
 a small watcher thread polls them, and only when one has a client waiting in
 its backlog does it import :mod:`safebox.proxy.server`, start the real
 :class:`~safebox.proxy.server.ProxyServer` and give it every listener.
@@ -28,10 +28,15 @@ What this keeps, and how:
   listener is closed (the command's connections are refused, not left
   hanging) and one ``safebox:`` line says why.
 * Signals: the watcher is started with the relayed signals blocked
-  (``_signals.start_thread``); the server's threads inherit the mask.
-* ``threading`` is imported on the caller's thread (here), never first on the
+  (``_signals.start_new_thread``); the server's threads inherit the mask.
+* Overlap: with the helper's handed-over ports (the default), the watcher is
+  started in :meth:`DeferredProxy.adopt`, after bwrap was spawned and while
+  it builds the sandbox, not before. It is a bare ``_thread``, whose start
+  does not wait for the new thread to run (``threading.Thread.start`` does:
+  a context switch, milliseconds on a busy host).
+* ``threading`` is still imported on the caller's thread, never first on the
   watcher: a ``threading`` first imported elsewhere than the main thread
-  takes that thread for the main one.
+  takes that thread for the main one (and the server needs it).
 
 The interface, for ``runner.py`` and ``safebox.Sandbox`` (one proxy for many
 commands): :meth:`~DeferredProxy.start`, :meth:`~DeferredProxy.adopt` (once
@@ -46,9 +51,9 @@ from __future__ import annotations
 
 import _socket
 import os
+import _thread
 import select
 import sys
-import threading
 
 from safebox import _signals
 from safebox.errors import ProxyError
@@ -190,7 +195,7 @@ class DeferredProxy:
         self.socks_port: int | None = None
         self._tcp = tcp
         self._unix = unix
-        self._lock = threading.Lock()
+        self._lock = _thread.allocate_lock()
         #: Listeners not yet served, with their front end ("http", "socks5h").
         self._pending: list[tuple[_socket.socket, str]] = []
         self._server: ProxyServer | None = None
@@ -199,9 +204,15 @@ class DeferredProxy:
         self._want_up = False
         self._started = False
         self._stopped = False
-        self._up = threading.Event()  # the server serves, or failed to start
+        # Held until the server serves or failed to start; then until the watcher has ended.
+        self._up = _thread.allocate_lock()
+        self._up.acquire()
+        self._done = _thread.allocate_lock()
+        self._done.acquire()
+        self._watching = False
+        #: The watcher's thread id (gettid), for tests of its signal mask.
+        self.watcher_tid = 0
         self._wake_r = self._wake_w = -1
-        self._thread: threading.Thread | None = None
 
     # -- the caller's side -------------------------------------------------
 
@@ -229,8 +240,8 @@ class DeferredProxy:
                     setattr(self, attr, sock.getsockname()[1])
             self._wake_r, self._wake_w = os.pipe()  # close-on-exec, as every descriptor Python makes
             os.set_blocking(self._wake_r, False)
-            self._thread = threading.Thread(target=self._watch, name="safebox-proxy-watch", daemon=True)
-            _signals.start_thread(self._thread)
+            if self._pending:  # else at the first adopt(): after bwrap was spawned
+                self._start_watcher()
         except BaseException:
             self.stop()
             raise
@@ -247,6 +258,7 @@ class DeferredProxy:
         runner then refuses to start the command."""
         if not self._started or self._stopped:
             raise ProxyError("proxy not started")
+        self._start_watcher()  # while the helper makes the listeners
         handoff.settimeout(timeout)
         try:
             tag, fds = receive_fds(handoff)
@@ -282,9 +294,11 @@ class DeferredProxy:
         if not self._started or self._stopped:
             raise ProxyError("proxy not started")
         self._want_up = True
+        self._start_watcher()
         self._wake()
-        if not self._up.wait(timeout):
+        if not self._up.acquire(timeout=timeout):
             raise ProxyError(f"the network proxy did not start within {timeout:.0f} s")
+        self._up.release()  # stays free: later calls return at once
         if self._failure is not None:
             raise ProxyError(f"the network proxy could not start: {self._failure}")
 
@@ -308,8 +322,8 @@ class DeferredProxy:
                 return
             self._stopped = True
         self._wake()
-        if self._thread is not None:
-            self._thread.join(START_TIMEOUT)
+        if self._watching:
+            self._done.acquire(timeout=START_TIMEOUT)
         with self._lock:
             server, pending, self._pending = self._server, self._pending, []
         if server is not None:
@@ -337,6 +351,14 @@ class DeferredProxy:
     def __exit__(self, *exc: object) -> None:
         self.stop()
 
+    def _start_watcher(self) -> None:
+        if self._watching:
+            return
+        import threading  # noqa: F401  # first on this thread, not on the watcher (module docstring)
+
+        self._watching = True
+        _signals.start_new_thread(self._watch)
+
     def _wake(self) -> None:
         if self._wake_w >= 0:
             try:
@@ -347,6 +369,7 @@ class DeferredProxy:
     # -- the watcher thread ------------------------------------------------
 
     def _watch(self) -> None:
+        self.watcher_tid = _thread.get_native_id()
         try:
             if self._wait_for_client():
                 self._upgrade()
@@ -359,7 +382,8 @@ class DeferredProxy:
             if not self._stopped:
                 _say(f"the network proxy could not start ({exc}); the command's connections are refused")
         finally:
-            self._up.set()
+            self._up.release()
+            self._done.release()
 
     def _wait_for_client(self) -> bool:
         """Block until a listener has a client waiting (True), or the proxy
