@@ -227,7 +227,7 @@ class DeferredProxy:
                 from safebox.audit import AuditLog  # json, datetime: only with --audit-log
 
                 try:
-                    self._audit = AuditLog(self.config.audit_log, run=self.config.run_id)
+                    self._audit = AuditLog(os.fspath(self.config.audit_log), run=self.config.run_id)
                 except OSError as exc:
                     raise ProxyError(f"cannot open audit log {self.config.audit_log}: {exc.strerror}") from None
             if self._unix:

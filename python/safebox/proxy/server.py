@@ -267,7 +267,7 @@ class ProxyServer:
             for s, _ in listeners:
                 s.close()
             raise ProxyError("proxy not started")
-        handlers = {"http": http.handle, "socks5h": socks5.handle}
+        handlers: dict[str, Handler] = {"http": http.handle, "socks5h": socks5.handle}
         # asyncio needs socket.socket (accept()); deferred.py keeps to _socket.
         socks = [(s if isinstance(s, socket.socket) else socket.socket(fileno=s.detach()), handlers[kind])
                  for s, kind in listeners]
