@@ -23,11 +23,10 @@ from pathlib import Path
 
 import pytest
 
-from sbx import FakeHome, token, wait_for
-
 from safebox.errors import ProxyError
 from safebox.proxy.config import ProxyConfig
 from safebox.proxy.deferred import DeferredProxy
+from sbx import FakeHome, token, wait_for
 
 CURL = shutil.which("curl")
 
@@ -148,7 +147,7 @@ def test_a_proxy_that_cannot_start_refuses_the_waiting_client_and_says_why(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]) -> None:
     from safebox.proxy import server
 
-    def broken(self: object, **kw: object) -> None:
+    def broken(_self: object, **_kw: object) -> None:
         raise ProxyError("injected start failure")
 
     monkeypatch.setattr(server.ProxyServer, "start", broken)

@@ -50,8 +50,8 @@ races a real client against the start.
 from __future__ import annotations
 
 import _socket
-import os
 import _thread
+import os
 import select
 import sys
 
