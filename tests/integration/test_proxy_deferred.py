@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import _signal
 import http.server
+import os
 import shutil
 import socket
 import subprocess
@@ -20,6 +21,7 @@ import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -228,3 +230,100 @@ def test_a_sandboxed_command_that_connects_at_once_is_served(shared_home: FakeHo
     assert r.returncode == 0, r.stderr
     assert r.stdout.splitlines() == [body, body, "403"], r.stdout
 
+
+
+# -- adopt(): the helper's handed-over ports, as runner.py and Sandbox use them
+
+def _listener() -> socket.socket:
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    s.listen(16)
+    return s
+
+
+def _hand_over(p: DeferredProxy, fds: list[int], ports: dict[int, str], *, key: object = None,
+               tag: bytes = b"L") -> tuple[int, bytes]:
+    """Send ``fds`` as the helper does; (adopt's result, the helper's answer)."""
+    ours, theirs = socket.socketpair()
+    with ours, theirs:
+        socket.send_fds(ours, [tag], fds)
+        n = p.adopt(theirs, ports=ports, timeout=5, key=key)
+        ours.settimeout(0.5)
+        try:
+            answer = ours.recv(1)
+        except TimeoutError:
+            answer = b""
+        return n, answer
+
+
+@pytest.fixture
+def handoff_proxy(tmp_path: Path) -> Iterator[DeferredProxy]:
+    p = DeferredProxy(ProxyConfig(("localhost",), allow_local_destinations=True), run_dir=tmp_path, unix=False)
+    p.start()
+    yield p
+    p.stop()
+
+
+def test_adopted_ports_are_served_from_their_first_client(handoff_proxy: DeferredProxy,
+                                                          origin: tuple[int, str]) -> None:
+    port, body = origin
+    http_l, socks_l = _listener(), _listener()
+    hp, sp = http_l.getsockname()[1], socks_l.getsockname()[1]
+    with http_l, socks_l:
+        assert _hand_over(handoff_proxy, [http_l.fileno(), socks_l.fileno()], {hp: "http", sp: "socks5h"}) \
+            == (2, b"k")
+    assert not handoff_proxy.serving
+    assert (_curl(hp, f"http://localhost:{port}/").stdout, handoff_proxy.serving) == (body, True)
+    r = subprocess.run([CURL or "curl", "-sS", "--max-time", "20", "-x", f"socks5h://127.0.0.1:{sp}",
+                        f"http://localhost:{port}/"], capture_output=True, text=True, timeout=30)
+    assert (r.returncode, r.stdout) == (0, body), r.stderr
+
+
+def _bound(kind: int) -> socket.socket:
+    s = socket.socket(socket.AF_INET, kind)
+    s.bind(("127.0.0.1", 0))
+    return s
+
+
+@pytest.mark.parametrize("make, message", [
+    (lambda: [os.pipe()[0]], "is not a socket"),
+    (lambda: [_bound(socket.SOCK_DGRAM)], "is not TCP"),
+    (lambda: [_bound(socket.SOCK_STREAM)], "is not listening"),
+    (lambda: [_listener(), _listener()], "unexpected listener"),
+])
+def test_adopt_refuses_anything_but_the_expected_listeners(handoff_proxy: DeferredProxy, make: Any,
+                                                           message: str) -> None:
+    objs = make()
+    fds = [o if isinstance(o, int) else o.fileno() for o in objs]
+    port = objs[0].getsockname()[1] if isinstance(objs[0], socket.socket) else 1
+    try:
+        with pytest.raises(ProxyError, match=message):
+            _hand_over(handoff_proxy, fds, {port: "http"})
+    finally:
+        for o in objs:
+            o.close() if isinstance(o, socket.socket) else os.close(o)
+
+
+def test_released_listeners_refuse_before_and_after_the_server_is_up(handoff_proxy: DeferredProxy,
+                                                                     origin: tuple[int, str]) -> None:
+    """A Sandbox adopts two listeners per command: once the command is gone,
+    release() closes them, whether or not a client ever came."""
+    port, body = origin
+    first, second, third = _listener(), _listener(), _listener()
+    p1, p2, p3 = (s.getsockname()[1] for s in (first, second, third))
+    with first:
+        assert _hand_over(handoff_proxy, [first.fileno()], {p1: "http"}, key="one") == (1, b"k")
+    with second:
+        assert _hand_over(handoff_proxy, [second.fileno()], {p2: "http"}, key="two") == (1, b"k")
+    handoff_proxy.release("one")  # never served
+    with pytest.raises(ConnectionRefusedError):
+        socket.create_connection(("127.0.0.1", p1), timeout=5)
+    assert not handoff_proxy.serving  # the released port woke nothing
+    assert _curl(p2, f"http://localhost:{port}/").stdout == body  # control: the other one serves
+    with third:
+        assert _hand_over(handoff_proxy, [third.fileno()], {p3: "http"}, key="three") == (1, b"k")
+    assert _curl(p3, f"http://localhost:{port}/").stdout == body
+    handoff_proxy.release("two")  # served
+    with pytest.raises(ConnectionRefusedError):
+        socket.create_connection(("127.0.0.1", p2), timeout=5)
+    assert _curl(p3, f"http://localhost:{port}/").stdout == body

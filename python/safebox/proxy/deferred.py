@@ -40,7 +40,9 @@ What this keeps, and how:
 
 The interface, for ``runner.py`` and ``safebox.Sandbox`` (one proxy for many
 commands): :meth:`~DeferredProxy.start`, :meth:`~DeferredProxy.adopt` (once
-per command), :meth:`~DeferredProxy.ready` (bring the server up now, e.g. to
+per command) and :meth:`~DeferredProxy.release` (when that command's sandbox
+is gone, so that its listeners, and the network namespace they hold, do not
+pile up), :meth:`~DeferredProxy.ready` (bring the server up now, e.g. to
 warm it before a burst of commands), :meth:`~DeferredProxy.stop` (alias
 ``close``), :meth:`~DeferredProxy.destinations`. ``tests/unit/test_import_budget.py``
 pins what the start-up path imports, ``tests/integration/test_proxy_deferred.py``
@@ -198,6 +200,8 @@ class DeferredProxy:
         self._lock = _thread.allocate_lock()
         #: Listeners not yet served, with their front end ("http", "socks5h").
         self._pending: list[tuple[_socket.socket, str]] = []
+        #: The descriptors each adopt() took, by the caller's key (release()).
+        self._adopted: dict[object, list[int]] = {}
         self._server: ProxyServer | None = None
         self._failure: BaseException | None = None
         self._audit: AuditLog | None = None  # ours until the server takes it
@@ -246,13 +250,15 @@ class DeferredProxy:
             self.stop()
             raise
 
-    def adopt(self, handoff: _socket.socket, *, ports: dict[int, str], timeout: float = HANDOFF_TIMEOUT) -> int:
+    def adopt(self, handoff: _socket.socket, *, ports: dict[int, str], timeout: float = HANDOFF_TIMEOUT,
+              key: object = None) -> int:
         """Receive the proxy ports the helper listens on inside the sandbox
         (``helper/handoff.c``), check them, take them into service and
         acknowledge, which lets the helper go on to the command.
 
         ``ports`` maps each port to its front end (``"http"`` or
-        ``"socks5h"``). Returns how many listeners were adopted, or 0 when
+        ``"socks5h"``). ``key``: names these listeners for :meth:`release`
+        (None: kept until :meth:`stop`). Returns how many listeners were adopted, or 0 when
         the helper closed the socket without sending (it failed; its status
         line says why). Raises :class:`ProxyError` on anything else: the
         runner then refuses to start the command."""
@@ -274,6 +280,8 @@ class DeferredProxy:
             server, failure = self._server, self._failure
             if server is None and failure is None:
                 self._pending += batch
+            if failure is None and key is not None:
+                self._adopted.setdefault(key, []).extend(s.fileno() for s in socks)
         if failure is not None:
             for s, _ in batch:
                 s.close()
@@ -287,6 +295,20 @@ class DeferredProxy:
         except OSError:
             pass  # the helper gone: its status line tells why
         return len(socks)
+
+    def release(self, key: object) -> None:
+        """Close the listeners adopted under ``key`` (the command's sandbox
+        is gone); connections already accepted on them run to their end."""
+        with self._lock:
+            fds = set(self._adopted.pop(key, ()))
+            server = self._server
+            mine = [p for p in self._pending if p[0].fileno() in fds]
+            self._pending = [p for p in self._pending if p[0].fileno() not in fds]
+            for s, _ in mine:  # under the lock: the watcher re-reads the list before it polls again
+                s.close()
+        self._wake()
+        if server is not None and fds:
+            server.close_listeners(fds)
 
     def ready(self, timeout: float = START_TIMEOUT) -> None:
         """Bring the server up now instead of at the first client, and wait
@@ -395,14 +417,18 @@ class DeferredProxy:
             with self._lock:
                 if self._stopped:
                     return False
-                for s, _ in self._pending:
-                    if s.fileno() not in watched:
-                        watched.add(s.fileno())
-                        poll.register(s.fileno(), select.POLLIN)
+                current = {s.fileno() for s, _ in self._pending}
+                # poll(2) takes the numbers afresh on every call: a released
+                # listener's number is dropped here, a reused one is the new socket.
+                for fd in watched - current:
+                    poll.unregister(fd)
+                for fd in current - watched:
+                    poll.register(fd, select.POLLIN)
+                watched = current
             if self._want_up:
                 return True
             events = poll.poll()
-            if any(fd != self._wake_r for fd, _ in events):
+            if any(fd in watched and not ev & select.POLLNVAL for fd, ev in events):
                 return True  # a client (or an error, which the server then meets)
             try:
                 os.read(self._wake_r, 64)
@@ -415,17 +441,20 @@ class DeferredProxy:
         server = ProxyServer(self.config, run_dir=self.run_dir, tcp=False, unix=False)
         audit, self._audit = self._audit, None  # the server closes it from now on, even if start fails
         server.start(audit=audit)
-        with self._lock:
+        with self._lock:  # held while serving: release() must find each listener pending or served
             late = self._stopped
-            if not late:
-                self._server = server
             batch, self._pending = self._pending, []
+            if not late:
+                try:
+                    server.serve_listeners(batch)  # the waiting clients are accepted from here
+                except BaseException:
+                    server.stop()
+                    raise
+                self._server = server
         if late:  # stop() came while the server started: nobody is left to serve
             for s, _ in batch:
                 s.close()
             server.stop()
-            return
-        server.serve_listeners(batch)  # the waiting clients are accepted from here
 
 
 def _say(message: str) -> None:

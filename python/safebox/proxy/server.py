@@ -108,6 +108,8 @@ class ProxyServer:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._servers: list[asyncio.AbstractServer] = []
+        #: The server of each listener given to serve_listeners, by descriptor.
+        self._by_fd: dict[int, asyncio.AbstractServer] = {}
         self._tasks: set[asyncio.Task[None]] = set()
         self._stopped = False
 
@@ -281,9 +283,28 @@ class ProxyServer:
 
     async def _serve_on(self, socks: list[tuple[socket.socket, Handler]], gate: Gate) -> None:
         for sock, handler in socks:
-            self._servers.append(
-                await asyncio.start_server(self._client(handler, gate), sock=sock,
-                                           limit=http.MAX_HEAD, backlog=BACKLOG))
+            fd = sock.fileno()
+            server = await asyncio.start_server(self._client(handler, gate), sock=sock,
+                                                limit=http.MAX_HEAD, backlog=BACKLOG)
+            self._servers.append(server)
+            self._by_fd[fd] = server
+
+    def close_listeners(self, fds: set[int]) -> None:
+        """Stop accepting on the listeners with these descriptors (given to
+        :meth:`serve_listeners`) and close them; their connections go on."""
+        if self._loop is None or self._stopped:
+            return
+
+        async def close() -> None:
+            for fd in fds:
+                server = self._by_fd.pop(fd, None)
+                if server is not None:
+                    server.close()
+                    self._servers.remove(server)
+
+        fut = asyncio.run_coroutine_threadsafe(close(), self._loop)
+        with contextlib.suppress(Exception):
+            fut.result(START_TIMEOUT)
 
     @staticmethod
     def _unix_socket(path: str) -> socket.socket:
