@@ -10,9 +10,10 @@ the no-network and the networked start: issue 12's targets are a networked
 start at most 1.5x the no-network one, and 10 networked starts at once under
 0.3 s on 2 cores.
 
---launcher adds `PATH exec -- true` for another installed `safebox` (a pip
-or pipx install: their console-script launcher against build.py's -IS one,
-docs/index.md "As a Python tool").
+--launcher adds `PATH exec -- true` (and the networked start, alone and in
+bursts) for another installed `safebox`: a pip or pipx install (their
+console-script launcher against build.py's -IS one, docs/index.md "As a
+Python tool"), or another commit's venv to compare against in the same run.
 
 Interleaves the variants (so drift affects all alike), reports medians and
 the ratio to the bare-bwrap baseline, and with --write replaces the section
@@ -81,6 +82,8 @@ def main() -> int:
     for spec in args.launcher:
         name, _, path = spec.partition("=")
         variants[f"{name}: safebox exec -- true"] = [path, "exec", "--", "true"]
+        variants[f"{name}: safebox exec --allow-domain example.com -- true"] = [
+            path, "exec", "--allow-domain", "example.com", "--", "true"]
     for cmd in variants.values():  # warm caches (policy, seccomp program, page cache)
         timed(cmd, work)
     samples: dict[str, list[float]] = {k: [] for k in variants}
@@ -90,6 +93,10 @@ def main() -> int:
     networked = [SAFEBOX, "exec", "--allow-domain", "example.com", "--", "true"]
     bursts = {"bare bwrap": BARE, "safebox exec -- true": [SAFEBOX, "exec", "--", "true"],
               "safebox exec --allow-domain example.com -- true": networked}
+    for spec in args.launcher:
+        name, _, path = spec.partition("=")
+        bursts[f"{name}: safebox exec --allow-domain example.com -- true"] = [
+            path, "exec", "--allow-domain", "example.com", "--", "true"]
     burst_samples: dict[str, list[float]] = {k: [] for k in bursts}
     for _ in range(max(5, args.runs // 4)):
         for name, cmd in bursts.items():
