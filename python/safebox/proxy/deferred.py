@@ -44,7 +44,7 @@ per command) and :meth:`~DeferredProxy.release` (when that command's sandbox
 is gone, so that its listeners, and the network namespace they hold, do not
 pile up), :meth:`~DeferredProxy.ready` (bring the server up now, e.g. to
 warm it before a burst of commands), :meth:`~DeferredProxy.stop` (alias
-``close``), :meth:`~DeferredProxy.destinations`. ``tests/unit/test_import_budget.py``
+``close``), :meth:`~DeferredProxy.destinations`. ``tests/integration/test_import_budget.py``
 pins what the start-up path imports, ``tests/integration/test_proxy_deferred.py``
 races a real client against the start.
 """
