@@ -339,7 +339,7 @@ def _click_app():
 
         from safebox.learn import suggest, write_policy
         from safebox.report import read_events, runs_from_events
-        from safebox.runner import _home
+        from safebox.run.host import home as _host_home
 
         def run() -> int:
             runs = runs_from_events(read_events(logs))
@@ -347,7 +347,7 @@ def _click_app():
                 from safebox.report import ReportError
 
                 raise ReportError(f"no run found in {', '.join(logs)} (was it written by safebox exec --audit-log?)")
-            doc, notes = suggest(runs, home=_home())
+            doc, notes = suggest(runs, home=_host_home(os.environ))
             for note in notes:
                 click.echo(f"safebox: {note}", err=True)
             if output:
@@ -372,10 +372,10 @@ def _click_app():
         from safebox.policy.defaults import credential_env
         from safebox.policy.load import Context, Flags, load, policy_document, state_dir
         from safebox.policy.presets import describe
-        from safebox.runner import _home
+        from safebox.run.host import home as _host_home
 
         def show() -> int:
-            home = _home()
+            home = _host_home(os.environ)
             eff = load(Context(cwd=os.path.realpath(os.getcwd()), home=home,
                                credential_env=credential_env(os.environ)),
                        policy_file=policy_file, flags=Flags(presets=presets))

@@ -25,6 +25,12 @@ class SafeboxError(Exception):
 class PolicyError(SafeboxError):
     """A policy file or flag is invalid; the message names the file and key path."""
 
+    def __init__(self, message: str, *, hint: str | None = None, key_path: str | None = None) -> None:
+        super().__init__(message, hint=hint)
+        #: The offending key, dotted (``network.allowedDomains[0]``), when
+        #: the error is about one key of a policy document; else None.
+        self.key_path = key_path
+
 
 class BuildError(SafeboxError):
     """The sandbox cannot be built as the policy asks (e.g. a deny path that cannot be masked)."""

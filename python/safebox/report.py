@@ -457,8 +457,10 @@ class Recorder:
     ``stop`` events, and at the end the step summary and the learned policy.
     The runner creates one only when one of those is asked for."""
 
-    def __init__(self, *, audit_log: str | None, summary: str | None, learn: str | None) -> None:
-        self.run = os.urandom(8).hex()
+    def __init__(self, *, audit_log: str | None, summary: str | None, learn: str | None,
+                 run: str | None = None) -> None:
+        # The session's run id: the proxy's events carry the same one.
+        self.run = run or os.urandom(8).hex()
         self.t0 = 0.0
         self.summary = _checked_parent(summary) if summary else None
         if self.summary is not None:

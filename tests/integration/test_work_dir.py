@@ -65,7 +65,7 @@ def test_a_work_dir_of_etc_is_warned_about_without_verbose(shared_home: FakeHome
 
 
 def test_every_warned_system_dir_is_listed_in_the_guide() -> None:
-    from safebox.runner import SYSTEM_DIRS
+    from safebox.run.host import SYSTEM_DIRS
 
     guide = (Path(__file__).resolve().parents[2] / "docs" / "index.md").read_text()
     section = guide[guide.index("### The work dir is a write root"):]

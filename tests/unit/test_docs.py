@@ -76,7 +76,7 @@ def test_every_credential_path_is_in_the_reference(path: str) -> None:
 def test_the_state_dir_bounds_in_the_guide_are_the_codes() -> None:
     from safebox.builder import resolve
     from safebox.policy.load import POLICY_CACHE_MAX_BYTES, POLICY_CACHE_MAX_ENTRIES
-    from safebox.runner import QUARANTINE_MAX_ENTRIES
+    from safebox.run.protect import QUARANTINE_MAX_ENTRIES
 
     assert f"| {POLICY_CACHE_MAX_ENTRIES} entries and {POLICY_CACHE_MAX_BYTES >> 20} MiB |" in GUIDE
     assert f"| the newest {QUARANTINE_MAX_ENTRIES} entries |" in GUIDE

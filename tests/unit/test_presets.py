@@ -21,7 +21,7 @@ from safebox.policy.model import _check_domain_pattern
 from safebox.policy.presets import PRESETS, active, describe, presets_for_host
 from safebox.proxy.explain import MAX_LINES, Explainer, refusal_line
 from safebox.proxy.rules import NetworkRules
-from safebox.runner import hidden_tmp_hint
+from safebox.run.host import hidden_tmp_hint
 
 CTX = Context(cwd="/work/proj", home="/home/u")
 

@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from safebox.builder.resolve import read_known_git_dirs, remember_git_dirs
-from safebox.runner import QUARANTINE_MAX_ENTRIES, bound_quarantine, quarantine, sweep_stale
+from safebox.run.protect import QUARANTINE_MAX_ENTRIES, bound_quarantine, quarantine
+from safebox.run.rundir import sweep_stale
 
 # ------------------------------------------------------------------ run dirs
 
@@ -197,7 +198,7 @@ def test_a_watched_symlink_whose_directory_vanished_does_not_stop_the_next_start
     # tree that is gone by the next start (seen with pytest's /tmp trees in
     # helper-only runs). Nothing can stand at such a path: the sweep settles
     # it instead of failing every later start with 125.
-    from safebox.runner import restore_links
+    from safebox.run.protect import restore_links
 
     gone = tmp_path / "gone"
     state = tmp_path / "state"
@@ -208,7 +209,7 @@ def test_a_watched_symlink_whose_directory_vanished_does_not_stop_the_next_start
 
 def test_a_removed_watched_symlink_is_still_restored_when_its_directory_exists(tmp_path: Path) -> None:
     # The control: the directory is there, the link is gone, so it is put back.
-    from safebox.runner import restore_links
+    from safebox.run.protect import restore_links
 
     state = tmp_path / "state"
     state.mkdir()

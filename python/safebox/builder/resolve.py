@@ -39,6 +39,9 @@ class HostFacts(Frozen):
     policy_path: str
     rg_path: str | None
     import_paths: tuple[str, ...] = ()  # sys.path and the base prefixes; see resolve()
+    # The API's harness started from its own repo: an import path entry that
+    # holds a write root is left writable instead of refused (docs/api.md).
+    allow_import_roots: bool = False
     path_dirs: tuple[str, ...] = ()  # the caller's $PATH entries; see path_dirs_in_write_roots
     # This run's own files given on the command line (--policy, --audit-log):
     # read-only inside like safebox's installation, and refused with a second
@@ -1441,7 +1444,7 @@ def _resolve(policy: EffectivePolicy, *, layers: Layers, cwd: str, home: str, ho
     # safebox refuses to run at all (found in review: the command planted
     # safebox/__init__.py there). build.py's launcher runs Python with -I,
     # which ignores PYTHONPATH.
-    imports = _import_dirs(host.import_paths, write_roots)
+    imports = _import_dirs(host.import_paths, write_roots, allow_roots=host.allow_import_roots, notes=notes)
     _refuse_unmaskable([*mask_dirs, *mask_files])
     # A denied path inside a denied directory needs no mount of its own (nor
     # a Landlock exclusion): read_regions kept only the denies that change
@@ -1555,9 +1558,11 @@ def _refuse_unmaskable(masks: list[str]) -> None:
                              "(the command's terminal, /dev/null, randomness); remove it from the policy")
 
 
-def _import_dirs(import_paths: tuple[str, ...], write_roots: list[str]) -> list[str]:
+def _import_dirs(import_paths: tuple[str, ...], write_roots: list[str], *, allow_roots: bool = False,
+                 notes: list[str] | None = None) -> list[str]:
     """The directories of Python's import path, resolved; BuildError when one
-    holds a write root."""
+    holds a write root (with ``allow_roots``, the API's harness started from
+    its own repo: left writable, with a note; docs/api.md)."""
     imports: list[str] = []
     sorted_roots = sorted(write_roots)
     prefixes = python_prefixes()
@@ -1573,6 +1578,11 @@ def _import_dirs(import_paths: tuple[str, ...], write_roots: list[str]) -> list[
             holds = [w for w in holds if w == real
                      or any(w == real + "/" + d or w.startswith(real + "/" + d + "/")
                             for d in ("bin", "lib", "lib64", "lib32", "libx32"))]
+        if holds and allow_roots:
+            if notes is not None:
+                notes.append(f"Python's import path has {real}, which holds the write root {holds[0]}: "
+                             "left writable (Sandbox(allow_import_roots=True), docs/api.md)")
+            continue
         if holds:
             raise BuildError(f"Python's import path has {real}, which holds the write root {holds[0]}: "
                              "the command could plant code that safebox itself would run next time",

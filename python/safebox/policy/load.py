@@ -355,7 +355,8 @@ def _format_validation_error(layer: Layer, exc: Any) -> PolicyError:
     msg = _message(first).replace("\n", " ")
     more = len(errors) - 1
     tail = f" (and {more} more error{'s' if more > 1 else ''})" if more else ""
-    return PolicyError(f"{_where(layer, first)}: {msg}{tail}")
+    key_path = ".".join(_key_part(p) for p in first["loc"]).replace(".[", "[") or None
+    return PolicyError(f"{_where(layer, first)}: {msg}{tail}", key_path=key_path)
 
 
 def validate_layer(layer: Layer) -> dict[str, Any]:

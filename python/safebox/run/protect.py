@@ -1,0 +1,234 @@
+"""Protected names: what a command may not leave behind.
+
+Before the command runs, :func:`write_watch` records in its run dir what
+the end of the run must check (protected names that did not exist, the
+first components absent at the top of each write root, protected
+symlinks). After it, :func:`settle` quarantines what the command created
+there and restores the links it replaced. A run whose safebox was
+SIGKILLed is settled by the next start's sweep (:func:`settle_watch`, from
+``rundir.sweep_stale``) instead of leaving a planted ``~/.bashrc`` for good.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+from safebox._record import realpath_cached, rmtree
+from safebox.errors import RunError
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from safebox.builder.resolved import ResolvedPolicy
+
+WATCH = "watch"
+
+# The quarantine keeps the newest QUARANTINE_MAX_ENTRIES entries (one
+# directory per second in which something was moved there); older ones are
+# removed when a new entry is made, and safebox says so in one line. What a
+# command planted is kept for the user to look at, but a harness whose tasks
+# keep planting must not fill the disk (docs/policy-reference.md).
+QUARANTINE_MAX_ENTRIES = 100
+
+
+def _stderr(msg: str) -> None:
+    import sys
+
+    sys.stderr.write(f"safebox: {msg}\n")
+    sys.stderr.flush()
+
+
+def write_watch(run_dir: str, rp: ResolvedPolicy) -> None:
+    """Record what the end of the run must check. Hex paths, one record a
+    line: ``missing HEX``, ``top HEXROOT HEXNAMES`` or ``link HEX HEXTARGET``."""
+    if not rp.watch_missing and not rp.watch_links and not rp.watch_tops:
+        return
+    from safebox.builder.helper_policy import write_policy_file
+
+    lines = [f"missing {os.fsencode(p).hex()}" for p in rp.watch_missing]
+    # `top HEXROOT HEXNAMES`: the protected names whose first component
+    # (NAMES, comma-separated) was absent at the top of ROOT.
+    lines += [f"top {os.fsencode(r).hex()} {','.join(firsts).encode().hex()}" for r, firsts in rp.watch_tops]
+    lines += [f"link {os.fsencode(p).hex()} {os.fsencode(t).hex()}" for p, t in rp.watch_links]
+    write_policy_file(os.path.join(run_dir, WATCH), ("\n".join(lines) + "\n").encode())
+
+
+def settle_watch(run_dir: str, state: str) -> list[str]:
+    """Quarantine and restore what a dead run's watch file names; returns messages."""
+    try:
+        with open(os.path.join(run_dir, WATCH), "rb") as f:
+            raw = f.read()
+    except FileNotFoundError:
+        return []
+    missing: list[str] = []
+    links: list[tuple[str, str]] = []
+    tops: list[tuple[str, tuple[str, ...]]] = []
+    for line in raw.decode("ascii", "replace").splitlines():
+        kind, *hexes = line.split(" ")
+        try:
+            paths = [os.fsdecode(bytes.fromhex(h)) for h in hexes]
+        except ValueError:
+            continue  # our own file, 0600 in a private dir: a torn write at most
+        if kind == "missing" and len(paths) == 1:
+            missing.append(paths[0])
+        elif kind == "link" and len(paths) == 2:
+            links.append((paths[0], paths[1]))
+        elif kind == "top" and len(paths) == 2:
+            tops.append((paths[0], tuple(paths[1].split(","))))
+    if tops:
+        from safebox.builder.resolve import top_candidates
+
+        missing += top_candidates(tops)
+    out = [f"a killed earlier run's command created protected file {src}; moved it to {dest}"
+           for src, dest in quarantine(tuple(missing), state)]
+    for link, replaced in restore_links(tuple(links), state):
+        what = f"replaced it; moved the replacement to {replaced}" if replaced else "removed it"
+        out.append(f"protected symlink {link}: a killed earlier run's command {what}; the link is restored")
+    return out
+
+
+def settle(rp: ResolvedPolicy, state: str, *, say: Callable[[str], None]) -> tuple[list[str], list[str]]:
+    """After the command: quarantine the protected files it created and
+    restore the protected links it replaced; say each. Returns (quarantined
+    paths, restored links) for the run record."""
+    if rp.watch_tops:
+        from safebox.builder.resolve import top_candidates
+
+        moved = quarantine((*rp.watch_missing, *top_candidates(rp.watch_tops)), state, say=say)
+    else:
+        moved = quarantine(rp.watch_missing, state, say=say)
+    for src, dest in moved:
+        say(f"the command created protected file {src}; moved it to {dest}")
+    relinked = restore_links(rp.watch_links, state, say=say)
+    for link, replaced in relinked:
+        what = f"replaced it; moved the replacement to {replaced}" if replaced else "removed it"
+        say(f"protected symlink {link}: the command {what}; the link is restored")
+    return [m[0] for m in moved], [link for link, _ in relinked]
+
+
+def _is_quarantine_entry(name: str) -> bool:
+    """``YYYYmmddTHHMMSS``: the names ``quarantine`` makes (nothing else there is touched)."""
+    return len(name) == 15 and name[8] == "T" and name[:8].isdigit() and name[9:].isdigit()
+
+
+def bound_quarantine(qdir: str, *, keep: str, max_entries: int = QUARANTINE_MAX_ENTRIES) -> list[str]:
+    """Remove the oldest quarantine entries beyond ``max_entries`` (never
+    ``keep``, the one just filled); returns their names. Called only when
+    something was quarantined, so runs that plant nothing pay nothing."""
+    try:
+        names = sorted(n for n in os.listdir(qdir) if _is_quarantine_entry(n))
+    except OSError:
+        return []
+    excess = len(names) - max_entries
+    removed = []
+    for name in names:
+        if excess <= 0:
+            break
+        path = os.path.join(qdir, name)
+        if path == keep:
+            continue
+        rmtree(path)
+        if not os.path.lexists(path):
+            removed.append(name)
+            excess -= 1
+    return removed
+
+
+def _move(p: str, qdir: str) -> tuple[str, str]:
+    """Move ``p`` into this second's quarantine entry; (entry dir, destination)."""
+    dest_dir = os.path.join(qdir, time.strftime("%Y%m%dT%H%M%S"))
+    os.makedirs(dest_dir, mode=0o700, exist_ok=True)
+    base = os.path.join(dest_dir, p.strip("/").replace("/", "%"))
+    dest, n = base, 1
+    while os.path.lexists(dest):
+        # The same path quarantined twice in one second (two runs, or a
+        # restored link replaced again): rename(2) would replace the first,
+        # and that is the user's evidence.
+        dest, n = f"{base}.{n}", n + 1
+    try:
+        os.rename(p, dest)
+    except OSError:
+        import shutil
+
+        shutil.move(p, dest)
+    return dest_dir, dest
+
+
+def quarantine(paths: tuple[str, ...], state: str, *,
+               say: Callable[[str], None] = _stderr) -> list[tuple[str, str]]:
+    """Move protected files the command created (they did not exist before) out of the tree.
+
+    The paths were resolved before the run; a parent the command replaced
+    with a symlink (``proj/.config -> ~/.config``) would make the move land
+    on whatever the link names, the user's own ``~/.config/git/config``
+    (found in review). Such a path is left alone and reported instead.
+    """
+    moved = []
+    qdir = os.path.join(state, "quarantine")
+    dest_dir = ""
+    real: dict[str, str] = {}  # resolved now, after the run; each parent once
+    listed: dict[str, set[str] | None] = {}
+    for p in paths:
+        parent = os.path.dirname(p)
+        if realpath_cached(parent, real) != parent:
+            say(f"a directory on the way to protected path {p} was replaced by a symlink during the run; "
+                "nothing moved there (check it by hand)")
+            continue
+        # One listing per parent, not an lstat per watched name (forty
+        # names at the top of each write root).
+        if parent not in listed:
+            try:
+                listed[parent] = set(os.listdir(parent))
+            except OSError:
+                listed[parent] = None
+        names = listed[parent]
+        if (os.path.basename(p) in names) if names is not None else os.path.lexists(p):
+            dest_dir, dest = _move(p, qdir)
+            moved.append((p, dest))
+    if moved:
+        removed = bound_quarantine(qdir, keep=dest_dir)
+        if removed:
+            shown = ", ".join(removed[:3]) + (f" and {len(removed) - 3} more" if len(removed) > 3 else "")
+            say(f"the quarantine keeps the newest {QUARANTINE_MAX_ENTRIES} entries: removed "
+                f"{len(removed)} older one{'s' if len(removed) > 1 else ''} from {qdir} ({shown})")
+    return moved
+
+
+def restore_links(links: tuple[tuple[str, str], ...], state: str, *,
+                  say: Callable[[str], None] = _stderr) -> list[tuple[str, str | None]]:
+    """Put back protected symlinks the command removed or replaced.
+
+    A symlink named like a protected file (``~/.bashrc -> dotfiles/bashrc``)
+    lives in a writable directory and is no mount point, so the command can
+    unlink it and plant a file of its own there. Whatever now stands at the
+    path is quarantined and the original link recreated. Returns (path,
+    quarantine destination or None when nothing replaced the link).
+    """
+    restored: list[tuple[str, str | None]] = []
+    for path, target in links:
+        try:
+            if os.readlink(path) == target:
+                continue
+        except FileNotFoundError:
+            pass
+        except OSError:
+            pass  # no longer a symlink (EINVAL): a replacement
+        if not os.path.isdir(os.path.dirname(path)):
+            # Its directory is gone, and everything in it: nothing stands at
+            # the path, and nothing can until someone outside the sandbox
+            # recreates the directory. Raising here would make one vanished
+            # temporary tree (a killed run's watch list) stop every later start.
+            continue
+        try:
+            dest = quarantine((path,), state, say=say)
+            os.symlink(target, path)
+        except OSError as e:
+            raise RunError(f"cannot restore protected symlink {path} -> {target}: {e.strerror or e}") from None
+        restored.append((path, dest[0][1] if dest else None))
+    return restored
+
+
+__all__ = ["QUARANTINE_MAX_ENTRIES", "WATCH", "bound_quarantine", "quarantine", "restore_links", "settle",
+           "settle_watch", "write_watch"]

@@ -1,0 +1,646 @@
+"""The run path: a sandbox (:class:`Session`) and each command run in it
+(:class:`Command`). ``safebox exec`` is one session with one command;
+:class:`safebox.Sandbox` is one session with as many commands as the
+caller runs. docs/layers.md ("The run path") quotes both sequences.
+
+What a session decides once: the policy (loaded and merged), the layers,
+the limits plan, the tools (found outside the write roots), the helper's
+checks, the run dir, the proxy, the seccomp programs. What each command
+decides again: everything that looks at the work tree (planted links, the
+write roots' scan, the resolve with its lstat/realpath), since a command
+run before it may have changed the tree; the protected-name watch; its
+environment; its run records.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+from safebox import limits as _limits
+from safebox._record import Frozen, path_outside, rmtree
+from safebox.builder.resolved import Layers, NetKind, ResolvedPolicy
+from safebox.errors import BuildError, HelperError, PolicyError
+from safebox.policy.defaults import credential_env
+from safebox.policy.load import Context, state_dir, user_config_dir
+from safebox.run import host as _host
+from safebox.run import plan as _plan
+from safebox.run.protect import settle, write_watch
+from safebox.run.rundir import RunDir, make_run_tmp, private_dir, sweep_stale
+from safebox.run.supervise import Launch, Stdio, checkpoint
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Callable, Mapping
+    from typing import Any
+
+    from safebox.builder.resolve import HostFacts, Scan
+    from safebox.policy.effective import EffectivePolicy
+    from safebox.proxy.deferred import DeferredProxy
+    from safebox.publish import PublishForwarder
+    from safebox.violations.observer import Observer
+
+class Options(Frozen):
+    """How a session runs; everything but the policy and the command."""
+
+    strict: bool = False
+    without: _plan.Without | None = None
+    dry_run: bool = False
+    audit_log: str | None = None
+    verbose: bool = False
+    publish: tuple[str, ...] = ()  # ports as given on the command line
+    quiet: bool = False  # no refused-host lines, no hints
+    learn: str | None = None  # --learn OUT: any public host; the suggested policy goes to OUT
+    summary: str | None = None  # --summary FILE: append this run's Markdown report
+    observe: str | None = None  # --observe: off, writes, all; None: writes, or all with --audit-log
+    policy_file: str | None = None  # protected like the user's policy files (read-only inside)
+    #: ``safebox exec``: take over the process's signals, mark its
+    #: descriptors, become the child subreaper, reap every child. False
+    #: (the API): touch nothing process-wide.
+    cli: bool = True
+    #: The caller's import path may hold a write root (a harness started
+    #: from its own repo); see docs/api.md for what that costs.
+    allow_import_roots: bool = False
+
+
+class Session:
+    """One sandbox: a policy, its layers, its run dir and proxy. Close it (or
+    use it as a context manager) to stop the proxy and remove the run dir."""
+
+    def __init__(self, load: Callable[[Context, str], EffectivePolicy], *, opts: Options,
+                 say: Callable[[str], None], cwd: str | None = None, environ: Mapping[str, str] | None = None,
+                 network_event: Callable[[tuple[Any, ...]], None] | None = None) -> None:
+        self.opts, self.say = opts, say
+        self.environ: Mapping[str, str] = environ if environ is not None else os.environ
+        self.run_dir: RunDir | None = None
+        self.proxy: DeferredProxy | None = None
+        self.network_event = network_event
+        #: The proxy's refusals (host, port, protocol, decision), for the feed.
+        self.feed_network: list[tuple[Any, ...]] = []
+        try:
+            self._open(load, cwd)
+        except BaseException:
+            self.close()
+            raise
+
+    def _open(self, load: Callable[[Context, str], EffectivePolicy], cwd: str | None) -> None:
+        # 1. Where: the work dir, home, the private state dir.
+        self.cwd = os.path.realpath(cwd if cwd is not None else os.getcwd())
+        self.home = _host.home(self.environ)
+        self.ctx = Context(cwd=self.cwd, home=self.home, credential_env=credential_env(self.environ))
+        self.state = state_dir(self.home)
+        self.cache_dir = os.path.join(self.state, "cache")
+        private_dir(self.state)
+        # 2. Runs whose safebox died (SIGKILL) are settled before anything
+        # looks at the tree: protected files their commands planted are
+        # quarantined now, and a walk started earlier (the cli's prescan)
+        # saw them, so it is dropped (`settled`).
+        notes = sweep_stale(os.path.join(self.state, "run"))
+        for note in notes:
+            self.say(note)
+        self.settled = bool(notes)
+        # safebox's own config dir is created (0700, empty) so that it exists
+        # to be masked: a missing one under a write root could otherwise be
+        # created by the command, planting the user policy of the next run.
+        private_dir(user_config_dir(self.home))
+        # 3. The policy.
+        self.policy = load(self.ctx, self.cache_dir)
+        self.warning = _host.check_write_roots(self.policy, cwd=self.cwd, home=self.home)
+        self.strict = self.policy.strict or self.opts.strict
+        self.ports = _plan.publish_ports(self.opts.publish, self.policy)
+        # 4. Tools and layers. bwrap, socat, ripgrep and find run on the host:
+        # never from a PATH entry the sandboxed command can write (found in
+        # review: a planted .venv/bin/rg).
+        self.tools = path_outside([self.cwd, *self.policy.allow_write])
+        self.bwrap = _host.tool("bwrap", self.tools)
+        self.layers, layer_notes = _plan.decide_layers(self.opts.without, bwrap=self.bwrap)
+        if self.strict and self.layers is not Layers.BOTH:
+            raise BuildError(f"--strict: refusing to run with {self.layers.value} (every layer must be enforced)",
+                             hint="run `safebox doctor` to see why bubblewrap cannot run here")
+        for n in layer_notes:
+            self.say(n)
+        # 5. Limits.
+        self.limits = _limits.for_run(self.policy, bwrap=self.bwrap if self.layers is not Layers.HELPER_ONLY else None,
+                                      helper=self.layers is not Layers.BWRAP_ONLY, strict=self.strict,
+                                      cache_dir=self.cache_dir)
+        for w in self.limits.warnings:
+            self.say(w)
+        if self.opts.verbose:
+            self.say(self.limits.summary())
+        # 6. The helper.
+        self._check_helper()
+        self.socat = _host.tool("socat", self.tools)
+        # 7. The run dir, then the network: the plan for srt's network and
+        # credential keys (netplan.py), the proxy.
+        if not self.opts.dry_run:
+            self.run_dir = RunDir(os.path.join(self.state, "run"), say=self.say)
+        self.run_path = self.run_dir.path if self.run_dir else os.path.join(self.state, "run", "DRY-RUN")
+        self.net = NetKind.PROXY if self.policy.allowed_domains or self.opts.learn else NetKind.NONE
+        self._prepare_network()
+        # 8. The seccomp programs (cached on disk: builder/bpf_cache.py).
+        self._seccomp()
+
+    def _check_helper(self) -> None:
+        from safebox.helper import check_helper, find_helper, replaceable
+
+        self.helper = find_helper()
+        if self.layers is Layers.BWRAP_ONLY:
+            return
+        check_helper(self.helper)
+        # What `safebox doctor` fails on (a user's own venv): refused with
+        # --strict, said once on every other run, never silent.
+        exposed = replaceable(self.helper)
+        if exposed and self.strict:
+            raise HelperError(f"--strict: refusing a helper that a process other than root could replace: {exposed}",
+                              hint="install safebox as root, system-wide (`safebox doctor` shows the fix)")
+        if exposed:
+            self.say(f"warning: a process other than root could replace the helper ({exposed}); "
+                     "`safebox doctor` fails on this and --strict refuses to run")
+
+    def _prepare_network(self) -> None:
+        self.netplan = None
+        self.bridges: tuple[Any, ...] = ()
+        self.connect_ports: tuple[int, ...] = ()
+        self.run_id = os.urandom(8).hex()
+        if self.policy.needs_netplan(self.environ):  # srt's parentProxy, tlsTerminate, credentials
+            from safebox.netplan import prepare
+
+            self.netplan = prepare(self.policy, environ=self.environ, networked=self.net is NetKind.PROXY,
+                                   run_dir=None if self.opts.dry_run else self.run_path,
+                                   can_bind=self.layers is not Layers.HELPER_ONLY)
+            for note in (*self.netplan.warnings, *(self.netplan.notes if self.opts.verbose else ())):
+                self.say(note)
+            if self.netplan.deny_read:
+                self.policy = self.policy.replace(deny_read=(*self.policy.deny_read, *self.netplan.deny_read))
+        checkpoint("proxy")
+        if self.net is not NetKind.PROXY:
+            return
+        if self.layers is Layers.BWRAP_ONLY and self.socat is None:
+            raise BuildError("socat not found; without the helper it bridges the proxy into the sandbox",
+                             hint="install socat (apt-get install socat)")
+        if self.opts.dry_run:
+            socks = (os.path.join(self.run_path, "http.sock"), os.path.join(self.run_path, "socks.sock"))
+        else:
+            proxy = self.proxy = self._start_proxy()
+            socks = (str(proxy.http_socket), str(proxy.socks_socket))
+        tcp = (self.proxy.http_port or 0, self.proxy.socks_port or 0) if self.proxy else (0, 0)
+        self.bridges, self.connect_ports = _plan.bridges(self.layers, http_sock=socks[0], socks_sock=socks[1],
+                                                         tcp_ports=tcp)
+        if self.layers is Layers.HELPER_ONLY and self.connect_ports:
+            # Stated on every such run, not only with -v: it is a hole the
+            # user must know of (docs/threat-model.md).
+            self.say(f"without bubblewrap the command shares the host's network: Landlock limits its TCP "
+                     f"connections to ports {' and '.join(map(str, self.connect_ports))}, but on any address "
+                     "(Landlock port rules carry no address); use bwrap, or --strict to refuse")
+
+    def _denied(self, *refusal: Any) -> None:
+        self.feed_network.append(refusal)
+        if self.network_event is not None:
+            self.network_event(refusal)
+
+    def _start_proxy(self) -> DeferredProxy:
+        from safebox.proxy.config import ProxyConfig
+        from safebox.proxy.deferred import DeferredProxy
+
+        netplan = self.netplan
+        # Listeners now, the proxy itself at the first client (proxy/deferred.py).
+        proxy = DeferredProxy(ProxyConfig(
+            allowed_domains=self.policy.allowed_domains, denied_domains=self.policy.denied_domains,
+            allow_local_destinations=self.policy.allow_local_destinations,
+            audit_log=self.opts.audit_log or None, explain=not self.opts.quiet, learn=bool(self.opts.learn),
+            run_id=self.run_id if self._wants_records() else None,
+            parent=netplan.parent if netplan else None,
+            mitm=netplan.mitm if netplan else None, injector=netplan.injector if netplan else None,
+            denied=self._denied),
+            run_dir=self.run_path, tcp=self.layers is Layers.HELPER_ONLY,
+            # Unix sockets only for the socat bridges of --without helper;
+            # with the helper, the proxy serves on the listeners it hands over.
+            unix=self.layers is Layers.BWRAP_ONLY)
+        proxy.start()
+        return proxy
+
+    def _wants_records(self) -> bool:
+        return bool(self.opts.audit_log or self.summary or self.opts.learn) and not self.opts.dry_run
+
+    @property
+    def summary(self) -> str | None:
+        """``--summary`` or ``$GITHUB_STEP_SUMMARY``: where the Markdown report goes."""
+        return self.opts.summary or self.environ.get("GITHUB_STEP_SUMMARY") or None
+
+    def _seccomp(self) -> None:
+        from safebox.builder import bpf_cache
+
+        self.observe = _plan.observe_mode(self.opts.observe, layers=self.layers, dry_run=self.opts.dry_run,
+                                          audit_log=bool(self.opts.audit_log))
+        self.bpf = self.observe_bpf = b""
+        self.filter_id = ""
+        if self.layers is Layers.BWRAP_ONLY:
+            return
+        unix = bool(self.policy.allow_unix_sockets or self.policy.allow_all_unix_sockets)
+        inet = _plan.seccomp_inet(self.layers, self.net)
+        self.bpf, self.filter_id = bpf_cache.load(cache_dir=self.cache_dir, allow_unix_sockets=unix, inet=inet)
+        if self.observe != "off":
+            self.observe_bpf, _ = bpf_cache.load(cache_dir=self.cache_dir, allow_unix_sockets=unix, inet=inet,
+                                                 observe=self.observe)
+
+    def command(self, argv: tuple[str, ...], *, env: Mapping[str, str] | None = None, cwd: str | None = None,
+                prescan: dict[tuple[str, int], Any] | None = None) -> Command:
+        """Prepare ``argv`` to run in this sandbox (nothing runs yet)."""
+        return Command(self, argv, environ=env if env is not None else self.environ, cwd=cwd,
+                       prescan=None if self.settled else prescan)
+
+    def close(self) -> None:
+        """Stop the proxy and remove the run dir (idempotent)."""
+        if self.proxy is not None:
+            self.proxy.stop()
+        if self.run_dir is not None:
+            self.run_dir.remove()
+            self.run_dir = None
+
+    def __enter__(self) -> Session:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class Command:
+    """One command in a :class:`Session`: prepared by :meth:`prepare`,
+    started by :meth:`start`, ended by :meth:`finish` (which always cleans up)."""
+
+    def __init__(self, session: Session, argv: tuple[str, ...], *, environ: Mapping[str, str], cwd: str | None,
+                 prescan: dict[tuple[str, int], Any] | None) -> None:
+        self.s, self.argv, self.environ, self.cwd, self.prescan = session, argv, environ, cwd, prescan
+        self.policy = session.policy
+        self.recorder: Any = None
+        self.ci_run: Any = None
+        self.run_tmp: str | None = None
+        self.scan: Scan | None = None
+        self.dir: str | None = None
+        self.forwarders: list[PublishForwarder] = []
+        self.observers: list[Observer] = []
+        self.launch: Launch | None = None
+        self.rp: ResolvedPolicy | None = None
+        self.given: tuple[str, ...] = ()
+        self.network_from = 0
+        self.t0 = 0.0
+
+    # -- 1. prepare -----------------------------------------------------------
+
+    def prepare(self) -> str | None:
+        """Look at the tree and build everything; returns the ``--dry-run``
+        text for a dry run, else None. Raises (after cleaning up) on error."""
+        try:
+            return self._prepare()
+        except BaseException:
+            self.cleanup()
+            raise
+
+    def _prepare(self) -> str | None:
+        s = self.s
+        # 1. The write roots: no planted links, missing ones created or refused.
+        self._check_roots()
+        # 2. Run records, CI files, the helper-only TMPDIR.
+        self._records_and_ci()
+        # 3. ripgrep starts now and searches the write roots while the rest is prepared.
+        from safebox.builder.resolve import Scan
+
+        self.scan = Scan(self.policy, layers=s.layers, rg_path=_host.tool("rg", s.tools), prestarted=self.prescan)
+        self.dir = s.run_dir.command_dir() if s.run_dir is not None else s.run_path
+        checkpoint("bwrap")
+        # 4. Resolve: every mount and rule, host paths looked up.
+        rp = self._resolve()
+        # 5. Build: the helper policy, the seccomp files, the environment.
+        policy_bytes = self._helper_policy(rp)
+        self.env = self._environment(rp)
+        if s.opts.dry_run:
+            return self._dry_run(rp, policy_bytes)
+        self._write_files(rp, policy_bytes)
+        return None
+
+    def _check_roots(self) -> None:
+        from safebox.builder.resolve import WRITE_ROOTS, read_write_roots, refuse_planted_links
+
+        s = self.s
+        self.roots_file = os.path.join(s.state, WRITE_ROOTS)
+        self.earlier_roots = read_write_roots(self.roots_file)
+        refuse_planted_links(self.policy, layers=s.layers, cwd=s.cwd, pwd=self.environ.get("PWD"),
+                             earlier=self.earlier_roots)
+        # A missing write root the user asked for is created or refused, never
+        # skipped (builder/write_roots.py); after the symlink check, so that no
+        # directory is created through a link a sandbox planted.
+        missing_roots = [w for w in self.policy.allow_write if not os.path.lexists(w)]
+        if missing_roots:
+            from safebox.builder.write_roots import create_missing
+
+            for n in create_missing(tuple(missing_roots),
+                                    skip=("/tmp",) if s.layers is not Layers.HELPER_ONLY else (),
+                                    never_under=(s.state, user_config_dir(s.home)), deny_read=self.policy.deny_read,
+                                    allow_read=self.policy.allow_read, dry_run=s.opts.dry_run):
+                if not s.opts.quiet:
+                    s.say(n)
+
+    def _records_and_ci(self) -> None:
+        s = self.s
+        # Run records (report.py) only when a log, a summary or --learn wants
+        # them: the common run pays for one environment lookup.
+        if s._wants_records():
+            from safebox.report import Recorder
+
+            self.recorder = Recorder(audit_log=s.opts.audit_log, summary=s.summary, learn=s.opts.learn, run=s.run_id)
+        if self.environ.get("GITHUB_ACTIONS") == "true" or self.environ.get("GITLAB_CI") == "true":
+            from safebox import ci
+
+            kind = ci.detect(self.environ)
+            if kind is not None:
+                self.ci_run = ci.prepare(self.environ, kind=kind, cwd=s.cwd, home=s.home,
+                                         bwrap=s.layers is not Layers.HELPER_ONLY, dry_run=s.opts.dry_run)
+                deny = tuple(p for p in self.ci_run.deny_read if p not in self.policy.allow_read)
+                self.policy = self.policy.replace(deny_read=(*self.policy.deny_read, *deny),
+                                                  deny_write=(*self.policy.deny_write, *self.ci_run.deny_write),
+                                                  allow_write=(*self.policy.allow_write, *self.ci_run.allow_write))
+        if s.layers is Layers.HELPER_ONLY and not s.opts.dry_run:
+            # No private /tmp without bwrap. The command gets its own TMPDIR, a
+            # write root of its own: /tmp itself may refuse new entries when it
+            # lies on the way to safebox's installation (see landlock_rules).
+            self.run_tmp = make_run_tmp(self.environ.get("TMPDIR") or "/tmp")
+            self.policy = self.policy.replace(allow_write=(*self.policy.allow_write, self.run_tmp))
+
+    def _host_facts(self) -> HostFacts:
+        from safebox.builder.resolve import HostFacts, import_paths, self_paths
+        from safebox.policy.load import expand_path
+
+        s = self.s
+        assert self.dir is not None
+        # The --policy file is this run's input like the user and project
+        # files (those are protected by name): read-only inside. So are the
+        # --audit-log and --summary files: the command must not forge the
+        # record of its own run (the proxy and safebox append from the host).
+        self.given = tuple(expand_path(f, s.ctx) for f in (s.opts.policy_file, s.opts.audit_log, s.summary) if f)
+        return HostFacts(helper_path=s.helper, self_paths=(*self_paths(), s.helper), run_files=self.given,
+                         import_paths=import_paths(), allow_import_roots=s.opts.allow_import_roots,
+                         path_dirs=tuple(self.environ.get("PATH", "").split(":")),
+                         state_dir=s.state, run_dir=s.run_path,
+                         policy_path=os.path.join(self.dir, "policy"), rg_path=_host.tool("rg", s.tools))
+
+    def _resolve(self) -> ResolvedPolicy:
+        from safebox.builder.resolve import remember_write_roots, resolve
+
+        s = self.s
+        assert self.scan is not None
+        self.caches = None
+        if self.policy.cache_presets:
+            # Presets named, or whose registry is allowed anyway: their tools'
+            # caches go to sandbox-private dirs (builder/caches.py).
+            from safebox.builder.caches import prepare
+
+            self.caches = prepare(self.policy.cache_presets, state=s.state, home=s.home, create=not s.opts.dry_run)
+        rp = resolve(self.policy, layers=s.layers, cwd=s.cwd, home=s.home, host=self._host_facts(),
+                     bridges=s.bridges, scan=self.scan,
+                     **({"cache_dirs": self.caches.dirs, "cache_host_paths": self.caches.host_paths}
+                        if self.caches else {}))
+        if self.cwd is not None:
+            rp = rp.replace(cwd=os.path.realpath(self.cwd))
+        if s.netplan is not None and s.netplan.masked_files:
+            rp = rp.replace(masked_files=s.netplan.masked_files)  # credentials.files, mode "mask"
+        if not s.opts.dry_run:
+            # Remembered before the command exists: a link it plants in one
+            # of these is refused by later runs (refuse_planted_links).
+            remember_write_roots(self.roots_file, self.earlier_roots,
+                                 tuple(r for r in rp.write_roots if r != self.run_tmp), time.time())
+        rp = self._publish(rp)
+        if s.warning:
+            s.say(s.warning)  # now that the sandbox is built: a refusal stays one line
+        if self.ci_run is not None:
+            assert self.dir is not None
+            rp = rp.replace(overlays=self.ci_run.materialize(self.dir, dry_run=s.opts.dry_run))
+            if s.opts.verbose:
+                for n in self.ci_run.notes:
+                    s.say(n)
+        for w in rp.warnings:
+            s.say(w)
+        if s.opts.verbose:
+            for n in rp.notes:
+                s.say(n)
+        self.rp = rp = rp.replace(tmp_size=s.limits.tmp_size)
+        if s.run_dir is not None and self.dir is not None:
+            write_watch(self.dir, rp)
+        return rp
+
+    def _publish(self, rp: ResolvedPolicy) -> ResolvedPolicy:
+        s = self.s
+        if s.ports and s.layers is Layers.BWRAP_ONLY:
+            # The host relay connects only through a socket the helper pinned
+            # before the command existed (publish.py); without the helper
+            # nothing can pin it, and the name alone can be redirected.
+            raise PolicyError("--publish needs the helper: it cannot be used with --without helper")
+        if not s.ports or s.layers is Layers.HELPER_ONLY:
+            # Without bwrap the command shares the host's network: its port
+            # is reachable as it is, and --publish has nothing to do.
+            return rp
+        if s.socat is None:
+            raise BuildError("socat not found; --publish needs it", hint="install socat")
+        assert self.dir is not None
+        pub_dir = os.path.join(self.dir, "pub")
+        if not s.opts.dry_run:
+            os.mkdir(pub_dir, 0o700)
+            from safebox.publish import PublishForwarder
+
+            for port in s.ports:
+                self.forwarders.append(PublishForwarder(port, os.path.join(pub_dir, f"{port}.sock")))
+        return rp.replace(publish=tuple((p, os.path.join(pub_dir, f"{p}.sock")) for p in s.ports),
+                          publish_dir=pub_dir)
+
+    def _helper_policy(self, rp: ResolvedPolicy) -> bytes:
+        s = self.s
+        assert self.dir is not None
+        self.seccomp_path = os.path.join(self.dir, "seccomp.bpf") if s.layers is not Layers.BWRAP_ONLY else None
+        self.observe_path = os.path.join(self.dir, "observe.bpf") if s.observe_bpf else None
+        abi_max = self.environ.get("SAFEBOX_TEST_ABI_MAX")  # test-only: prove the down-level paths
+        return _plan.helper_policy_for(rp, self.policy, strict=s.strict, seccomp_path=self.seccomp_path,
+                                       connect_ports=s.connect_ports, socat=s.socat, limits=s.limits,
+                                       observe_path=self.observe_path, abi_max=int(abi_max) if abi_max else None)
+
+    def _environment(self, rp: ResolvedPolicy) -> dict[str, str]:
+        from safebox.builder.env import build_env
+
+        s = self.s
+        env, removed = build_env(self.environ, deny=self.policy.env_deny, allow=self.policy.env_allow,
+                                 bridges=rp.bridges if s.layers is not Layers.HELPER_ONLY else
+                                 tuple(b for b in rp.bridges if b.port),
+                                 private_tmp=s.layers is not Layers.HELPER_ONLY, tmpdir=self.run_tmp)
+        if s.netplan is not None:  # credentials.envVars; the TLS trust bundle variables
+            removed += [k for k in s.netplan.env_unset if env.pop(k, None) is not None]
+            env.update(s.netplan.env_set)
+            removed = [k for k in removed if k not in env]  # masked ones are there, as sentinels
+        if s.opts.verbose and removed:
+            s.say(f"removed from the environment: {', '.join(removed)}")
+        if self.caches is not None:
+            from safebox.builder.caches import cache_env
+
+            http = next((b for b in rp.bridges if b.scheme == "http" and b.port), None)
+            env.update(cache_env(self.caches, env, proxy=("127.0.0.1", http.port) if http else None))
+        if self.ci_run is not None:
+            env.update(self.ci_run.env)  # $GITHUB_ENV & co. name this run's own files
+        return env
+
+    def _dry_run(self, rp: ResolvedPolicy, policy_bytes: bytes) -> str:
+        s = self.s
+        mounts, bulk = (rp, None)
+        if s.bwrap and rp.layers is not Layers.HELPER_ONLY:
+            mounts, bulk = _host.bulk_plan(rp, s.bwrap)
+        return _plan.dry_run_text(rp, self.argv, policy_bytes, s.filter_id, socat=s.socat or "socat",
+                                  limits=s.limits, mounts=mounts, bulk=bulk)
+
+    def _write_files(self, rp: ResolvedPolicy, policy_bytes: bytes) -> None:
+        from safebox.builder.helper_policy import write_policy_file
+
+        s = self.s
+        if self.seccomp_path:
+            write_policy_file(self.seccomp_path, s.bpf)
+        if self.observe_path:
+            write_policy_file(self.observe_path, s.observe_bpf)
+        write_policy_file(rp.policy_path, policy_bytes)
+
+    def _make_observer(self) -> Observer:
+        # Called by the launch once bwrap (or the helper) is starting: these
+        # imports, the table and the supervisor's start overlap the
+        # sandbox's set-up instead of preceding it.
+        from safebox.violations.observer import Observer
+        from safebox.violations.table import build as build_table
+
+        assert self.rp is not None and self.dir is not None
+        obs = Observer(helper=self.s.helper, run_dir=self.dir,
+                       table=build_table(self.rp, reads=self.s.observe == "all", ports=self.s.connect_ports))
+        self.observers.append(obs)
+        return obs
+
+    # -- 2. start ---------------------------------------------------------------
+
+    def start(self, *, stdio: Stdio | None = None) -> Launch:
+        """Spawn the sandbox; returns once the command exists."""
+        s, rp = self.s, self.rp
+        assert rp is not None
+        if self.recorder is not None:
+            self.recorder.start(command=list(self.argv), layers=s.layers.value, cwd=s.cwd,
+                                mode="learn" if s.opts.learn else "enforce", policy=s.opts.policy_file,
+                                presets=list(self.policy.presets), ci=self.ci_run.kind if self.ci_run else None,
+                                observe=s.observe)
+        self.network_from = len(s.feed_network)
+        self.t0 = time.monotonic()
+        self.launch = Launch(rp, self.argv, self.env, bwrap=s.bwrap, socat=s.socat or "socat", cli=s.opts.cli,
+                             say=s.say, verbose=s.opts.verbose, proxy=s.proxy, filter_id=s.filter_id,
+                             forwarders=tuple(self.forwarders), limits=s.limits,
+                             make_observer=self._make_observer if self.observe_path else None, stdio=stdio,
+                             want_status=self.recorder is not None or not s.opts.cli)
+        try:
+            self.launch.start()
+        except BaseException:
+            self.cleanup()
+            raise
+        return self.launch
+
+    # -- 3. finish --------------------------------------------------------------
+
+    def finish(self, rc: int) -> list[Any]:
+        """After the command ended with ``rc``: explain refusals, settle
+        protected names, CI files, run records; clean up. Returns the
+        violations feed's events (empty when nothing was refused)."""
+        try:
+            return self._finish(rc)
+        finally:
+            self.cleanup()
+
+    def _finish(self, rc: int) -> list[Any]:
+        s, rp = self.s, self.rp
+        assert rp is not None
+        observer = self.observers.pop(0) if self.observers else None
+        records = observer.finish() if observer is not None else []
+        if rc != 0 and not s.opts.quiet and rp.private_tmp:
+            hint = _host.hidden_tmp_hint(self.argv, rp)
+            if hint:
+                s.say(hint)
+        network = s.feed_network[self.network_from:]
+        events: list[Any] = []
+        if observer is not None or network:
+            events = _explain(s, rp, self.policy, observer, records, network,
+                              audit=self.recorder.audit if self.recorder else None, own=self.given)
+        quarantined, restored = settle(rp, s.state, say=s.say)
+        refused = self.ci_run.finish((*rp.write_roots, *rp.cache_dirs)) if self.ci_run is not None else []
+        for r in refused:
+            s.say(f"refused {r.file} entry {r.name!r}: {r.reason} (not passed on to later steps; docs/ci.md)")
+        if self.recorder is not None:
+            if s.proxy is not None and s.opts.cli:
+                s.proxy.stop()  # every relay closed: the byte counts are final
+            launch = self.launch
+            status = launch.status if launch is not None else None
+            self.recorder.stop(exit=rc, limits=launch.limits_hit if launch else [], quarantined=quarantined,
+                               restored_links=restored,
+                               hosts=s.proxy.destinations() if s.proxy is not None else [],
+                               enforced=_enforced(status) if status else None,
+                               refused_entries=[{"file": r.file, "name": r.name, "reason": r.reason} for r in refused],
+                               learn_out=s.opts.learn)
+            for note in self.recorder.finish(home=s.home):
+                s.say(note)
+        return events
+
+    def cleanup(self) -> None:
+        """Release everything the command holds (idempotent)."""
+        if self.launch is not None:
+            self.launch.close()
+        for obs in self.observers:
+            obs.finish()  # idempotent: reaps the supervisor if the launch failed after starting it
+        self.observers = []
+        if self.scan is not None:
+            self.scan.abandon()
+        if self.ci_run is not None:
+            self.ci_run.cleanup()
+            self.ci_run = None
+        for fw in self.forwarders:
+            fw.close()
+        self.forwarders = []
+        if self.run_tmp is not None:
+            rmtree(self.run_tmp)
+            self.run_tmp = None
+        if self.dir is not None and self.s.run_dir is not None:
+            rmtree(self.dir)
+            self.dir = None
+
+
+def _enforced(status: Any) -> dict[str, Any]:
+    """The helper's status as the ``stop`` run record's ``enforced``."""
+    ll = status.landlock
+    return {"landlock": None if ll is None else {"abi": ll.abi, "kernel_abi": ll.kernel_abi, "fs": ll.fs,
+                                                  "net": ll.net, "scope": ll.scope},
+            "seccomp": status.seccomp, "caps": status.caps, "nnp": status.nnp}
+
+
+def _explain(s: Session, rp: ResolvedPolicy, policy: EffectivePolicy, observer: Observer | None,
+             records: list[bytes], network: list[tuple[Any, ...]], *, audit: Any,
+             own: tuple[str, ...] = ()) -> list[Any]:
+    """The feed's output: a line when observation was impossible, the
+    ``denied`` audit events, the summary (every event with -v). Returns the
+    feed's events."""
+    if observer is not None and observer.off is not None and not s.opts.quiet:
+        from safebox.violations.observer import WHY_OFF
+
+        s.say(f"refusals are not observed in this run: {WHY_OFF.get(observer.off, observer.off)} "
+              "(the sandbox is enforced as usual; `safebox doctor` checks this host)")
+    if not records and not network:
+        return []
+    from safebox.violations.feed import Feed  # only when there is something to explain
+
+    feed = Feed(rp, policy=policy, home=s.home, table=observer.table if observer else None,
+                status=observer.status if observer else None, own=tuple(os.path.realpath(p) for p in own))
+    feed.add_records(records)
+    feed.add_network(network)
+    if audit is not None:
+        feed.write_audit(audit)
+    if s.opts.quiet and not s.opts.verbose:
+        return list(feed.events)  # --quiet: the audit log keeps every refusal
+    for line in feed.summary(verbose=s.opts.verbose):
+        s.say(line)
+    return list(feed.events)
+
+
+__all__ = ["Command", "Options", "Session"]

@@ -1,0 +1,651 @@
+"""Supervision of one command: spawn bwrap (or the helper alone), read the
+helper's status, relay signals, wait, map the exit status.
+
+:class:`Launch` is one command's life: :meth:`Launch.start` spawns and
+returns once the helper has reported (the command exists, or start-up
+failed and the error is raised); :meth:`Launch.wait` waits and maps the
+status; :meth:`Launch.close` undoes everything (idempotent). Under
+``safebox exec`` (``cli=True``) the process's signals are taken over and
+relayed to the command (``_signals``); under the API nothing process-wide is
+touched: no signal handler, no close-on-exec marking of the caller's
+descriptors (the child closes them: :func:`spawn`), no working-directory
+change, no child subreaper.
+"""
+
+from __future__ import annotations
+
+import os
+import _signal as signal  # the C module: `signal` wraps it in enums (~4.5 ms of import)
+import time
+
+from safebox import _signals
+from safebox import limits as _limits
+from safebox._record import read_until
+from safebox.builder.resolved import Layers, ResolvedPolicy
+from safebox.errors import EXIT_TIMEOUT, HelperError, RunError
+from safebox.run import plan as _plan
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from typing import Any
+
+    from safebox.cgroups import Cgroup
+    from safebox.helper import HelperStatus
+    from safebox.limits import Plan
+    from safebox.proxy.deferred import DeferredProxy
+    from safebox.publish import PublishForwarder
+    from safebox.violations.observer import Observer
+
+FORWARDED_SIGNALS = _signals.FORWARDED
+
+
+def _close_actions(keep: set[int]) -> list[tuple[int, int]]:
+    """``posix_spawn`` actions closing, in the child only, every inheritable
+    descriptor above 2 that is not in ``keep``: the caller's descriptors stay
+    as they are in the caller (no close-on-exec marking), and the sandbox
+    gets none of them. A descriptor another thread makes inheritable after
+    this listing reaches bwrap at most; the helper closes everything but
+    its own before the command runs (``close_range``)."""
+    try:
+        fds = [int(n) for n in os.listdir("/proc/self/fd")]
+    except OSError:
+        fds = list(range(3, 1024))
+    out = []
+    for fd in fds:
+        if fd > 2 and fd not in keep:
+            try:
+                if os.get_inheritable(fd):
+                    out.append((os.POSIX_SPAWN_CLOSE, fd))
+            except OSError:
+                pass  # closed meanwhile (the listing's own descriptor among them)
+    return out
+
+
+def spawn(path: str, argv: list[str], env: dict[str, str], *, pass_fds: tuple[int, ...] = (),
+          dup_to: tuple[tuple[int, int], ...] = (), cwd: str | None = None, block_signals: bool = False) -> int:
+    """posix_spawn ``path`` in a process group of its own; ``pass_fds`` are
+    inherited as they are, each (fd, number) of ``dup_to`` as that number.
+
+    Thread-safe: nothing process-wide changes. Descriptors are passed with
+    ``dup2(fd, fd)`` actions, which clear close-on-exec in the child only
+    (POSIX 2018; glibc 2.29), instead of marking them inheritable in the
+    parent, where another thread's spawn would inherit them too. ``cwd``,
+    when it is not the process's own, is entered by ``/bin/sh`` before it
+    execs ``path`` (``posix_spawn`` has no chdir action in Python; a chdir
+    in the parent would move every thread)."""
+    # Python ignores SIGPIPE; the command must get the default dispositions back.
+    sigdef = (signal.SIGPIPE, signal.SIGXFSZ, *FORWARDED_SIGNALS)
+    # block_signals: the child starts with every signal blocked (the
+    # violations supervisor): a signal sent to safebox's process group while
+    # the child is still in it (before setpgid) stays pending, and the
+    # supervisor discards it (helper/supervise.c) instead of dying of it.
+    mask = signal.valid_signals() if block_signals else ()
+    actions = [(os.POSIX_SPAWN_DUP2, fd, fd) for fd in pass_fds]
+    actions += [(os.POSIX_SPAWN_DUP2, fd, n) for fd, n in dup_to]
+    actions += _close_actions({*pass_fds, *(n for _, n in dup_to)})
+    if cwd is not None and os.path.realpath(os.getcwd()) != cwd:
+        argv = ["/bin/sh", "-c", 'cd -- "$0" && exec "$@"', cwd, path, *argv[1:]]
+        path = "/bin/sh"
+    try:
+        return os.posix_spawn(path, argv, env, setpgroup=0, setsigdef=sigdef, setsigmask=mask,
+                              file_actions=actions)
+    except OSError as e:
+        raise RunError(f"cannot start {path}: {e.strerror}") from None
+
+
+def _become_subreaper() -> None:
+    """Without bwrap there is no pid namespace: make safebox the child
+    subreaper (prctl(2), PR_SET_CHILD_SUBREAPER), so descendants that detach
+    (``setsid cmd &``) are re-parented to safebox instead of init, and
+    ``_reap_descendants`` can end them when the command has exited. Only
+    under ``safebox exec``: in a harness it would re-parent the harness's
+    own orphans to it, and the reap would kill its other children."""
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    PR_SET_CHILD_SUBREAPER = 36
+    if libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
+        raise RunError(f"prctl(PR_SET_CHILD_SUBREAPER) failed: {os.strerror(ctypes.get_errno())}")
+
+
+def _children() -> list[int]:
+    out: list[int] = []
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            with open(f"/proc/self/task/{tid}/children") as f:
+                out += [int(x) for x in f.read().split()]
+        except OSError:
+            pass
+    return out
+
+
+def _reap_descendants(keep: int = -1) -> None:
+    """SIGKILL and reap every remaining child (orphans re-parented to us), until
+    none is left but ``keep`` (the violations supervisor, which exits by itself
+    once no sandboxed task is left)."""
+    for _ in range(100):
+        kids = [k for k in _children() if k != keep]
+        if not kids:
+            return
+        for k in kids:
+            try:
+                os.kill(k, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        for k in kids:
+            try:
+                os.waitpid(k, 0)
+            except ChildProcessError:
+                pass
+
+
+def _group_members(pgid: int) -> list[int]:
+    """Host pids whose process group is ``pgid`` (from /proc/*/stat field 5)."""
+    out = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        fields = stat[stat.rfind(b")") + 2:].split()
+        if len(fields) > 2 and int(fields[2]) == pgid:
+            out.append(int(name))
+    return out
+
+
+class Relay:
+    """Delivers signals to the command's process group: those safebox
+    receives (``cli``), and those the API's ``send_signal`` asks for."""
+
+    def __init__(self, *, cli: bool) -> None:
+        self.cli = cli
+        self.target_pgid: int | None = None
+        self.bwrap_child: int | None = None
+        self.spawned: int | None = None
+        self.got: list[int] = []
+        # Until the helper has reported (it is about to exec), there is no
+        # command to signal: signals are queued and replayed by ``ready``,
+        # never dropped, and never turned into a kill of bwrap.
+        self.is_ready = False
+        self.pending: list[int] = []
+
+    def ready(self) -> None:
+        """The command exists now: deliver what arrived before it did."""
+        self.is_ready = True
+        if self.cli:
+            _signals.command_started()
+        pending, self.pending = self.pending, []
+        for signum in pending:
+            self.handler(signum)
+
+    def _command_pgid(self) -> int | None:
+        if self.target_pgid:
+            return self.target_pgid
+        if self.bwrap_child:
+            # bwrap's pid 1 (reaper) has one child: the helper, which became the
+            # command; it leads its own session (--new-session), so its pid is its pgid.
+            try:
+                with open(f"/proc/{self.bwrap_child}/task/{self.bwrap_child}/children") as f:
+                    kids = f.read().split()
+                if kids:
+                    return int(kids[0])
+            except OSError:
+                return None
+        return None
+
+    def handler(self, signum: int) -> None:
+        """Deliver ``signum`` to the command (queued until it exists)."""
+        self.got.append(signum)
+        if not self.is_ready:
+            self.pending.append(signum)
+            return
+        pid = self._command_pgid()
+        try:
+            if pid is None:
+                if self.bwrap_child is None and self.spawned:
+                    # bwrap never said where the sandbox is: no way to reach
+                    # the command but through the whole sandbox.
+                    os.kill(self.spawned, signal.SIGKILL if signum != signal.SIGWINCH else 0)
+                # Otherwise bwrap's pid 1 has no child left: the command has
+                # ended and its status is on its way. A second signal (a
+                # SIGCONT after the SIGTERM, Ctrl-C twice) used to SIGKILL
+                # bwrap here and turn the command's 143 into 137.
+                return
+            pgid = os.getpgid(pid)
+            if self.bwrap_child and pgid == os.getpgid(self.bwrap_child):
+                # bwrap's --new-session puts its pid-1 reaper and the command in
+                # one group; signalling the group would kill the reaper and with
+                # it the whole namespace (SIGKILL instead of the signal). So the
+                # group's members other than the reaper are signalled one by one.
+                for member in _group_members(pgid):
+                    if member != self.bwrap_child:
+                        os.kill(member, signum)
+            else:
+                os.killpg(pgid, signum)
+        except ProcessLookupError:
+            pass
+
+    def install(self) -> None:
+        """Under ``safebox exec``, take the signals over just before the
+        sandbox is spawned: the last point where a terminating signal still
+        ends the start-up (:class:`_signals.StartInterrupted`); from here on
+        the command gets it. Nothing under the API."""
+        if not self.cli:
+            return
+        _signals.catch()
+        _signals.check()
+        self.pending = _signals.forward_to(self.handler) + self.pending
+
+
+def exit_status(wstatus: int) -> int:
+    """The shell's convention: the command's own status, 128+N on signal N."""
+    code = os.waitstatus_to_exitcode(wstatus)
+    return 128 - code if code < 0 else code
+
+
+def _wait(pid: int) -> int:
+    while True:
+        try:
+            _, st = os.waitpid(pid, 0)
+            return st
+        except ChildProcessError:
+            return 0
+        except InterruptedError:
+            continue
+
+
+def _read_bwrap_child(fd: int) -> int | None:
+    """bwrap's --json-status-fd: the first document holds "child-pid" once the
+    sandbox exists. A fixed key in a fixed document; read without a JSON parser
+    (``json`` costs ~5 ms of import on the hot path)."""
+    buf = read_until(fd, b"}")
+    if not buf:
+        return None
+    key = b'"child-pid":'
+    at = buf.find(key)
+    if at < 0:
+        return None
+    digits = buf[at + len(key):].lstrip(b" ").split(b",", 1)[0].split(b"}", 1)[0].strip()
+    return int(digits) if digits.isdigit() else None
+
+
+def test_pause(point: str) -> None:
+    """``SAFEBOX_TEST_PAUSE=POINT``: safebox stops itself (SIGSTOP) at the
+    point of start-up named ``POINT`` -- ``proxy`` (before the proxy
+    exists), ``bwrap`` (before the sandbox is spawned, ahead of resolving)
+    or ``command`` (spawned, before the command exists) -- so that the stress
+    test can land a signal exactly there and SIGCONT it
+    (tests/security/test_signal_stress.py). Harmless outside tests: it only
+    stops, as SIGSTOP from the caller could at any point, and the points lie
+    before anything is resolved or after the sandbox exists, so it widens no
+    window between a check and its use."""
+    if os.environ.get("SAFEBOX_TEST_PAUSE") == point:
+        os.kill(os.getpid(), signal.SIGSTOP)
+
+
+def checkpoint(before: str) -> None:
+    """A point of start-up where a terminating signal ends it (``_signals.check``)."""
+    _signals.check()
+    test_pause(before)
+    _signals.check()
+
+
+class Stdio:
+    """Descriptors to become the command's 0, 1 and 2 (None: safebox's own)."""
+
+    def __init__(self, stdin: int | None = None, stdout: int | None = None, stderr: int | None = None) -> None:
+        self.dup_to = tuple((fd, n) for n, fd in enumerate((stdin, stdout, stderr)) if fd is not None)
+
+
+class Launch:
+    """One command's life in the sandbox (see the module's docstring)."""
+
+    def __init__(self, rp: ResolvedPolicy, command: tuple[str, ...], env: dict[str, str], *,
+                 bwrap: str | None, socat: str, cli: bool, say: Callable[[str], None], verbose: bool = False,
+                 proxy: DeferredProxy | None = None, filter_id: str = "", forwarders: tuple[PublishForwarder, ...] = (),
+                 limits: Plan | None = None, make_observer: Callable[[], Observer] | None = None,
+                 stdio: Stdio | None = None, want_status: bool = False) -> None:
+        self.rp, self.command, self.env = rp, command, env
+        self.bwrap, self.socat, self.cli, self.say, self.verbose = bwrap, socat, cli, say, verbose
+        self.proxy, self.filter_id, self.forwarders = proxy, filter_id, forwarders
+        self.limits, self.make_observer = limits, make_observer
+        self.stdio = stdio or Stdio()
+        self.want_status = want_status  # parse the helper's status even when all is well (run records, API)
+        self.relay = Relay(cli=cli)
+        self.observer: Observer | None = None
+        self.cgroup: Cgroup | None = limits.cgroup() if limits is not None else None
+        self.limits_hit: list[str] = []
+        self.status: HelperStatus | None = None
+        self.line: bytes | None = None
+        self.pid = -1
+        self.started = 0.0
+        self.returncode: int | None = None
+        self._tmp_watch: list[tuple[str, int]] = []
+        self._fds: list[int] = []  # ours to close
+        self._ends: list[Any] = []  # socket ends to close
+
+    # -- start -----------------------------------------------------------------
+
+    def _pipe(self) -> tuple[int, int]:
+        r, w = os.pipe()
+        self._fds += [r, w]
+        return r, w
+
+    def _close_fd(self, fd: int) -> None:
+        if fd in self._fds:
+            self._fds.remove(fd)
+            os.close(fd)
+
+    def _handoff(self) -> tuple[Any, Any] | None:
+        """The pair over which the helper hands listeners back: the proxy
+        ports and published sockets (helper/handoff.c, helper/publish.c),
+        the observing filter's listener (main.c)."""
+        rp = self.rp
+        if not ((rp.layers is Layers.BOTH and ((self.proxy is not None and rp.bridges) or self.forwarders))
+                or self.make_observer is not None):
+            return None
+        import _socket  # `socket` imports enum and selectors (~4 ms): not for one pair
+
+        pair = _socket.socketpair(_socket.AF_UNIX, _socket.SOCK_STREAM)
+        self._ends += pair
+        return pair[0], pair[1]
+
+    def _start_observer(self) -> None:
+        if self.make_observer is not None:
+            self.observer = self.make_observer()
+            self.observer.start(lambda path, argv, pass_fds: spawn(path, argv, self.env, pass_fds=pass_fds,
+                                                                   block_signals=True))
+
+    def start(self) -> None:
+        """Spawn; return once the command exists. Raises (after undoing
+        everything) when start-up fails; the command then never ran."""
+        try:
+            self._start()
+        except BaseException:
+            self.close()
+            raise
+
+    def _start(self) -> None:
+        handoff = self._handoff()
+        status_r, status_w = self._pipe()
+        if self.cgroup is not None:
+            try:
+                self.cgroup.create()
+            except OSError as e:
+                raise RunError(f"cannot set up the sandbox's cgroup {self.cgroup.name}: {e.strerror or e}",
+                               hint="`safebox doctor` shows where safebox makes cgroups") from None
+        self.started = time.monotonic()  # limits.wallTime counts from here
+        if self.rp.layers is Layers.HELPER_ONLY:
+            self._spawn_helper(status_w, handoff)
+        else:
+            self._spawn_bwrap(status_w, handoff)
+        self._close_fd(status_w)
+        from safebox.helper import read_status_line, status_ok
+
+        self.line = read_status_line(status_r)
+        self._close_fd(status_r)
+        if self.observer is not None:
+            self.observer.status = self.line  # the feed reads the Landlock ABI from it
+        self.relay.ready()
+        if self.limits is not None and self.rp.layers is not Layers.HELPER_ONLY:
+            self._tmp_watch = _limits.open_tmp_watch(self.relay.bwrap_child, self.rp.tmp_size)
+        if self.line is None or not status_ok(self.line):
+            self.wait()  # raises: the sandbox's start failed, and the reason is known once it exited
+
+    def _spawn_helper(self, status_w: int, handoff: tuple[Any, Any] | None) -> None:
+        rp = self.rp
+        argv = [rp.helper_path, "--policy-file", rp.policy_path, "--status-fd", str(status_w)]
+        fds: tuple[int, ...] = (status_w,)
+        if handoff:
+            argv += ["--handoff-fd", str(handoff[1].fileno())]
+            fds += (handoff[1].fileno(),)
+        argv += ["--", *self.command]
+        self.relay.install()
+        if self.cli:
+            _become_subreaper()
+        path, argv = self.cgroup.wrap(rp.helper_path, argv) if self.cgroup else (rp.helper_path, argv)
+        self.pid = spawn(path, argv, self.env, pass_fds=fds, cwd=rp.cwd, dup_to=self.stdio.dup_to)
+        self.relay.spawned = self.pid
+        self.relay.target_pgid = self.pid  # setpgroup=0: the helper (then the command) leads its group
+        test_pause("command")  # a signal now is queued for the command
+        self._start_observer()
+        if handoff:
+            handoff[1].close()
+            if self.observer is not None:
+                self.observer.forward(handoff[0])
+
+    def _spawn_bwrap(self, status_w: int, handoff: tuple[Any, Any] | None) -> None:
+        from safebox.run.host import bulk_plan
+
+        rp, bwrap = self.rp, self.bwrap
+        assert bwrap is not None
+        bw_r, bw_w = self._pipe()
+        mounts, bulk = bulk_plan(rp, bwrap)
+        # bwrap reads its options from a descriptor: thousands of deny
+        # entries never hit E2BIG, and the argv stays short in `ps`.
+        args_fd = os.memfd_create("safebox-bwrap-args")
+        self._fds.append(args_fd)
+        handoff_fd = handoff[1].fileno() if handoff else None
+        fds = (args_fd, bw_w, status_w) + ((handoff_fd,) if handoff_fd else ())
+        sync = None
+        sync_fd = None
+        if bulk.ops:
+            import socket
+
+            # The sandbox's first program waits on this until the mounts
+            # are made (mounter.py); a single-digit number for dash.
+            sync = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+            self._ends += sync
+            sync_fd = next(n for n in range(3, 10) if n not in fds)
+        opts, tail = _plan.bwrap_argv(mounts, rp, self.command, bwrap_status_fd=bw_w, status_fd=status_w,
+                                      socat=self.socat, handoff_fd=handoff_fd, sync_fd=sync_fd)
+        os.write(args_fd, b"\0".join(os.fsencode(a) for a in opts) + b"\0")
+        os.lseek(args_fd, 0, os.SEEK_SET)
+        argv = ["bwrap", "--args", str(args_fd), *tail]
+        _plan.check_bwrap_limit(len(opts) + len(argv) - 1, mounts, moved=len(bulk.ops))
+        self.relay.install()
+        path, argv = self.cgroup.wrap(bwrap, argv) if self.cgroup else (bwrap, argv)
+        dup_to = self.stdio.dup_to + (((sync[1].fileno(), sync_fd),) if sync and sync_fd else ())
+        self.pid = spawn(path, argv, self.env, pass_fds=fds, dup_to=dup_to)
+        self.relay.spawned = self.pid
+        test_pause("command")  # a signal now is queued for the command
+        self._start_observer()  # while bwrap builds the sandbox
+        self._close_fd(bw_w)
+        self._close_fd(args_fd)
+        # bw_r stays open until close(): bwrap writes its exit document on
+        # it at the end, and would die of SIGPIPE (141) on a closed pipe.
+        self.relay.bwrap_child = _read_bwrap_child(bw_r)
+        if sync:
+            sync[1].close()
+            # Nothing (end of file): bubblewrap failed; its message and
+            # exit status are reported below.
+            if sync[0].recv(1) == b"R":
+                if self.relay.bwrap_child is None:
+                    raise RunError("bubblewrap did not report its sandbox's pid; cannot make the mounts")
+                from safebox import mounter
+
+                mounter.apply(self.relay.bwrap_child, bulk)
+                sync[0].sendall(b"G\n")
+            sync[0].close()
+        if handoff:
+            self._adopt(handoff[0], handoff[1])
+
+    def _adopt(self, ours: Any, theirs: Any) -> None:
+        theirs.close()  # only bwrap's copies remain: end of file once they are gone
+        adopted = 1
+        if self.proxy is not None and self.rp.bridges:
+            adopted = self.proxy.adopt(ours, ports={b.port: b.scheme for b in self.rp.bridges})
+        if self.forwarders and adopted:
+            from safebox.publish import receive_pinned
+
+            receive_pinned(ours, list(self.forwarders))
+        if self.observer is not None and adopted:
+            self.observer.forward(ours)
+
+    # -- signals ---------------------------------------------------------------
+
+    def send_signal(self, signum: int) -> None:
+        """Deliver ``signum`` to the command (as safebox relays its own)."""
+        if self.pid > 0:
+            self.relay.handler(signum)
+
+    def signal_all(self, signum: int) -> None:
+        """``signum`` to every process of the sandbox but bwrap's init (whose
+        death would SIGKILL them all): those in its pid namespace, or without
+        bwrap those in the command's process group."""
+        if self.pid <= 0:
+            return
+        child = self.relay.bwrap_child
+        if not child:
+            try:
+                os.killpg(self.relay.target_pgid or self.pid, signum)
+            except OSError:
+                pass
+            return
+        try:
+            ns = os.readlink(f"/proc/{child}/ns/pid")
+        except OSError:
+            return  # the sandbox is gone
+        for name in os.listdir("/proc"):
+            if not name.isdigit() or int(name) == child:
+                continue
+            try:
+                if os.readlink(f"/proc/{name}/ns/pid") == ns:
+                    os.kill(int(name), signum)
+            except OSError:
+                pass
+
+    def kill_tree(self) -> None:
+        """SIGKILL the whole sandbox: every process in it, at once."""
+        if self.pid > 0:
+            _limits.kill_sandbox(ns_init=self.relay.bwrap_child, pgid=self.relay.target_pgid, pid=self.pid,
+                                 cgroup=self.cgroup)
+
+    # -- wait ------------------------------------------------------------------
+
+    def wait(self, timeout: float | None = None) -> int | None:
+        """Wait for the command; its exit status, or None when ``timeout``
+        (seconds) passed first. Raises when the sandbox never started."""
+        if self.returncode is not None:
+            return self.returncode
+        wall = self.started + self.limits.wall_time if self.limits is not None and self.limits.wall_time else None
+        until = time.monotonic() + timeout if timeout is not None else None
+        timed_out = False
+        if wall is not None and (until is None or wall <= until):
+            got, timed_out = _limits.stop_at_deadline(self.pid, wall, terminate=lambda: self.relay.handler(
+                signal.SIGTERM), kill=self.kill_tree)
+            wstatus = _wait(self.pid) if got is None else got
+        elif until is not None:
+            done, got = os.waitpid(self.pid, os.WNOHANG)  # ended already: poll() must see it
+            got = got if done else _limits.wait_until(self.pid, until)
+            if got is None:
+                return None
+            wstatus = got
+        else:
+            wstatus = _wait(self.pid)
+        if self.rp.layers is Layers.HELPER_ONLY:
+            if self.cli:
+                _reap_descendants(keep=self.observer.pid if self.observer is not None else -1)
+            else:
+                # No subreaper under the API: what is left of the command's
+                # group goes with it (docs/api.md, "Helper-only hosts").
+                # The pid is reaped: only its group (which outlives it while
+                # members remain) is named, never the pid itself.
+                try:
+                    os.killpg(self.pid, signal.SIGKILL)
+                except OSError:
+                    pass
+                if self.cgroup is not None:
+                    self.cgroup.kill()
+        self.pid = -1
+        self.relay.spawned = None  # reaped: its pid may be anyone's now
+        if self.cli:
+            # Still caught, only recorded: a signal arriving while safebox
+            # cleans up must not kill it half-way (run dir, proxy, quarantine).
+            _signals.stop_forwarding()
+        rc = EXIT_TIMEOUT if timed_out else exit_status(wstatus)
+        self._explain_limits(timed_out)
+        self._check_status(rc, wstatus)
+        self.returncode = rc
+        return rc
+
+    def _explain_limits(self, timed_out: bool) -> None:
+        if self.limits is None:
+            return
+        for key, msg in _limits.explain(self.limits, timed_out=timed_out, cgroup=self.cgroup,
+                                        full=_limits.full_tmp(self._tmp_watch)):
+            self.say(msg)
+            self.limits_hit.append(key)
+        self._tmp_watch = []
+
+    def _check_status(self, rc: int, wstatus: int) -> None:
+        """Raise when the sandbox failed before the command ran; say what
+        was not enforced (and, with -v, what was)."""
+        from safebox.helper import parse_status, status_ok
+
+        rp, line = self.rp, self.line
+        # A part that could not be enforced appears as `false` in the line;
+        # only then (or with -v, or on failure) is the JSON parsed.
+        if line is not None and (self.verbose or not status_ok(line) or self.want_status
+                                 or (b":false" in line and rp.layers is not Layers.BWRAP_ONLY)):
+            self.status = parse_status(line)
+            if not self.status.ok:
+                raise HelperError(f"helper refused: {self.status.error}")
+            missing = self.status.unenforced() if rp.layers is not Layers.BWRAP_ONLY else []
+            if missing:
+                self.say("not enforced on this host: " + "; ".join(missing) + " (--strict refuses to run so)")
+        if line is None and self.cli and os.WIFSIGNALED(wstatus) and os.WTERMSIG(wstatus) in _signals.TERMINATING \
+                and _signals.received(os.WTERMSIG(wstatus)):
+            # posix_spawn moves the child into a group of its own only after
+            # clone: for that instant it is in safebox's group, and the
+            # group's signal, pending in it, kills it just before it execs
+            # bwrap (or the helper). The command never existed: the start-up
+            # ended by that signal, not by a failing bwrap.
+            raise _signals.StartInterrupted(os.WTERMSIG(wstatus))
+        if line is None and rp.layers is not Layers.HELPER_ONLY:
+            raise RunError(f"bubblewrap could not create the sandbox (exit {rc}; its message is above)",
+                           hint="run `safebox doctor`; on hosts without user namespaces use --without bwrap")
+        if line is None:
+            raise HelperError(f"the helper exited before reporting (exit {rc}; its message is above)")
+        if self.verbose:
+            summary = self.status.summary() if self.status else "helper not used"
+            if self.status and self.status.seccomp and self.filter_id:
+                summary += f" (filter {self.filter_id})"  # names the program in the cache and in docs/seccomp.md
+            self.say(f"layers: {rp.layers.value}; {summary}")
+
+    # -- close -----------------------------------------------------------------
+
+    def close(self) -> None:
+        """Kill what is left of the sandbox and release everything (idempotent)."""
+        if self.pid > 0:
+            try:
+                os.kill(self.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            _wait(self.pid)
+            self.pid = -1
+        for fd in self._fds:
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+        self._fds = []
+        for end in self._ends:
+            end.close()
+        self._ends = []
+        for _, fd in self._tmp_watch:
+            os.close(fd)
+        self._tmp_watch = []
+        if self.cgroup is not None:
+            self.cgroup.remove()
+        if self.cli:
+            # Still caught, only recorded: a signal arriving while safebox
+            # cleans up must not kill it half-way (run dir, proxy, quarantine).
+            _signals.stop_forwarding()
+
+
+__all__ = ["Launch", "Relay", "Stdio", "checkpoint", "exit_status", "spawn", "test_pause"]
