@@ -192,8 +192,8 @@ class Sandbox:
     # -- events ------------------------------------------------------------------
 
     def _emit(self, kind: str, *, args: tuple[str, ...] | None = None, pid: int | None = None,
-              **data: Any) -> Event:
-        ev = Event(kind=kind, time=time.time(), args=args, pid=pid, data=data)
+              data: Mapping[str, Any] | None = None, **more: Any) -> Event:
+        ev = Event(kind=kind, time=time.time(), args=args, pid=pid, data={**(data or {}), **more})
         sink = getattr(self._local, "sink", None)
         if sink is not None:
             sink.append(ev)
@@ -396,8 +396,8 @@ class Popen:
                 self.returncode = rc
                 self._command = None
                 for ev in violations:
-                    self._sandbox._emit("violation", args=self.args, pid=self.pid, rule=ev.rule, fix=ev.fix,
-                                        **ev.fields)
+                    self._sandbox._emit("violation", args=self.args, pid=self.pid,
+                                        data={**ev.fields, "rule": ev.rule, "fix": ev.fix})
                 self._sandbox._emit("stop", args=self.args, pid=self.pid, returncode=rc,
                                     duration=round(self.duration, 6))
             except SafeboxError:

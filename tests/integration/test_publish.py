@@ -121,7 +121,7 @@ def test_publish_without_the_helper_is_a_refusal(fresh_home: FakeHome) -> None:
 
 def test_a_replaced_publish_socket_cannot_redirect_the_relay_to_a_host_socket(fresh_home: FakeHome) -> None:
     """Started from $HOME, the state dir lies in the write root: the command
-    replaces run/*/pub/PORT.sock with a symlink to a host socket (an
+    replaces run/*/cmd-*/pub/PORT.sock with a symlink to a host socket (an
     ssh-agent, docker.sock), hoping the host relay follows the name (found
     in review). The relay connects through the socket the helper pinned."""
     port = free_port()
@@ -130,7 +130,7 @@ def test_a_replaced_publish_socket_cannot_redirect_the_relay_to_a_host_socket(fr
     srv.bind(str(host_sock))
     srv.listen(4)
     srv.settimeout(0.2)
-    attack = (f"d=$(ls -d {fresh_home.root}/.cache/safebox/run/*/pub) && rm -f $d/{port}.sock && "
+    attack = (f"d=$(ls -d {fresh_home.root}/.cache/safebox/run/*/cmd-*/pub) && rm -f $d/{port}.sock && "
               f"ln -s {host_sock} $d/{port}.sock && echo replaced $d/{port}.sock && "
               f"python3 -c \"{SERVER.format(port=port)}\"")
     proc = fresh_home.popen(["sh", "-c", attack], opts=[*policy(fresh_home, binding=True), "--publish", str(port)],

@@ -430,18 +430,29 @@ class Launch:
         args_fd = os.memfd_create("safebox-bwrap-args")
         self._fds.append(args_fd)
         handoff_fd = handoff[1].fileno() if handoff else None
-        fds = (args_fd, bw_w, status_w) + ((handoff_fd,) if handoff_fd else ())
+        fds = (args_fd, bw_w) + ((handoff_fd,) if handoff_fd else ())
         sync = None
-        sync_fd = None
         if bulk.ops:
             import socket
 
             # The sandbox's first program waits on this until the mounts
-            # are made (mounter.py); a single-digit number for dash.
+            # are made (mounter.py).
             sync = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
             self._ends += sync
-            sync_fd = next(n for n in range(3, 10) if n not in fds)
-        opts, tail = _plan.bwrap_argv(mounts, rp, self.command, bwrap_status_fd=bw_w, status_fd=status_w,
+        # The launcher shell (dash) of --without helper and the mounter's
+        # handshake name their descriptors in redirections, which take a
+        # single digit: those two get numbers 3-9 in the child, none that
+        # one of ours (a source of a dup: dups are made in order) or a
+        # passed one has.
+        ours = {*fds, status_w, *(fd for fd, _ in self.stdio.dup_to), *((sync[1].fileno(),) if sync else ())}
+        low = [n for n in range(3, 10) if n not in ours]
+        status_n = low[0]
+        dup_to = self.stdio.dup_to + ((status_w, status_n),)
+        sync_fd = None
+        if sync:
+            sync_fd = low[1]
+            dup_to += ((sync[1].fileno(), sync_fd),)
+        opts, tail = _plan.bwrap_argv(mounts, rp, self.command, bwrap_status_fd=bw_w, status_fd=status_n,
                                       socat=self.socat, handoff_fd=handoff_fd, sync_fd=sync_fd)
         os.write(args_fd, b"\0".join(os.fsencode(a) for a in opts) + b"\0")
         os.lseek(args_fd, 0, os.SEEK_SET)
@@ -449,7 +460,6 @@ class Launch:
         _plan.check_bwrap_limit(len(opts) + len(argv) - 1, mounts, moved=len(bulk.ops))
         self.relay.install()
         path, argv = self.cgroup.wrap(bwrap, argv) if self.cgroup else (bwrap, argv)
-        dup_to = self.stdio.dup_to + (((sync[1].fileno(), sync_fd),) if sync and sync_fd else ())
         self.pid = spawn(path, argv, self.env, pass_fds=fds, dup_to=dup_to)
         self.relay.spawned = self.pid
         test_pause("command")  # a signal now is queued for the command
