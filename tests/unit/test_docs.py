@@ -108,7 +108,7 @@ def test_every_file_the_docs_cite_exists() -> None:
     root = DOCS.parent
     path = re.compile(r"(?<![\w./-])((?:python/safebox|helper|tests|benchmarks|docs|examples|ci|\.ci)/"
                       r"[A-Za-z0-9_./-]*[A-Za-z0-9_])")
-    module = re.compile(r"(?<![\w./-])((?:safebox|builder|proxy|policy|violations)/[a-z_]+\.py)\b")
+    module = re.compile(r"(?<![\w./-])((?:safebox|builder|proxy|policy|violations|run)/[a-z_]+\.py)\b")
     missing = []
     for doc in [*sorted(DOCS.glob("*.md")), root / "README.md"]:
         text = doc.read_text()
