@@ -11,8 +11,20 @@ __version__ = "0.1.0"
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from safebox.api import (DEVNULL, PIPE, STDOUT, AsyncPopen, CompletedRun, Event, HostCheck, Policy, Popen,
-                             Sandbox, TimeoutExpired, check_host)
+    from safebox.api import (
+        DEVNULL,
+        PIPE,
+        STDOUT,
+        AsyncPopen,
+        CompletedRun,
+        Event,
+        HostCheck,
+        Policy,
+        Popen,
+        Sandbox,
+        TimeoutExpired,
+        check_host,
+    )
     from safebox.errors import PolicyError, SafeboxError
 
 #: name -> the module that defines it.

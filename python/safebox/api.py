@@ -85,8 +85,7 @@ class Policy:
 
     def _effective(self, ctx: Context, *, presets: Sequence[str], limits: Mapping[str, str | None],
                    strict: bool) -> EffectivePolicy:
-        from safebox.policy.load import (Flags, credential_env_layers, default_layer, flags_layer, merge,
-                                         validate_layer)
+        from safebox.policy.load import Flags, credential_env_layers, default_layer, flags_layer, merge, validate_layer
 
         flags = Flags(presets=tuple(presets), strict=strict, limit_processes=limits.get("processes"),
                       limit_memory=limits.get("memory"), limit_tmp_size=limits.get("tmpSize"),
@@ -179,7 +178,7 @@ class Sandbox:
         self._local = threading.local()
         self._env = env
 
-        def load(ctx: Context, cache_dir: str) -> EffectivePolicy:
+        def load(ctx: Context, _cache_dir: str) -> EffectivePolicy:  # no policy cache: loaded once per Sandbox
             return pol._effective(ctx, presets=presets, limits=limits, strict=strict)
 
         opts = Options(strict=strict, without=Without(without) if without else None,
@@ -210,7 +209,7 @@ class Sandbox:
 
     def _network(self, refusal: tuple[Any, ...]) -> None:
         names = ("host", "port", "protocol", "decision")
-        self._emit("network", **{n: str(v) if n == "decision" else v for n, v in zip(names, refusal, strict=False)})
+        self._emit("network", data={n: str(v) if n == "decision" else v for n, v in zip(names, refusal, strict=False)})
 
     def events(self) -> Iterator[Event]:
         """Every event from now on, until the sandbox is closed (a blocking
@@ -347,6 +346,8 @@ class Popen:
         try:
             in_fd, in_ours = _stdio_fd(stdin, mode="r", opened=opened)
             out_fd, out_ours = _stdio_fd(stdout, mode="w", opened=opened)
+            err_fd: int | None
+            err_ours: int | None
             if stderr == STDOUT:
                 err_fd, err_ours = (out_fd if out_fd is not None else 1), None
             else:
@@ -388,9 +389,10 @@ class Popen:
             assert command is not None
             self._sandbox._local.sink = self.events
             try:
-                rc = self._launch.wait(timeout)
-                if rc is None:
+                got = self._launch.wait(timeout)
+                if got is None:
                     raise subprocess.TimeoutExpired(list(self.args), timeout or 0.0)
+                rc = got
                 self.duration = time.monotonic() - self._t0
                 violations = command.finish(rc)
                 self.returncode = rc

@@ -4,16 +4,15 @@ their isolation, and one killed mid-run leaving nothing behind."""
 from __future__ import annotations
 
 import subprocess
-from pathlib import Path
 
 import pytest
+
 from sbx import REPO, FakeHome
 
 pytestmark = pytest.mark.needs_bwrap
 
 
-def test_the_agent_harness_example_runs_ten_isolated_agents_and_kills_one(fresh_home: FakeHome,
-                                                                         scratch: Path) -> None:
+def test_the_agent_harness_example_runs_ten_isolated_agents_and_kills_one(fresh_home: FakeHome) -> None:
     base = fresh_home.root / "agents"
     base.mkdir()
     r = subprocess.run([str(REPO / ".venv" / "bin" / "python"), str(REPO / "examples" / "agent_harness.py"),

@@ -19,9 +19,9 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
-from sbx import BWRAP_ONLY, HELPER_ONLY, REPO, FakeHome, host, pids_with_arg, unique_sleep_arg, wait_for
 
 import safebox
+from sbx import BWRAP_ONLY, HELPER_ONLY, REPO, FakeHome, host, pids_with_arg, unique_sleep_arg, wait_for
 
 pytestmark = pytest.mark.needs_bwrap
 

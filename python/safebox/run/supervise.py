@@ -15,7 +15,6 @@ change, no child subreaper.
 from __future__ import annotations
 
 import os
-import _signal as signal  # the C module: `signal` wraps it in enums (~4.5 ms of import)
 import time
 
 from safebox import _signals
@@ -27,6 +26,7 @@ from safebox.run import plan as _plan
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    import signal  # the same functions and constants, as typeshed describes them
     from collections.abc import Callable
     from typing import Any
 
@@ -36,6 +36,8 @@ if TYPE_CHECKING:
     from safebox.proxy.deferred import DeferredProxy
     from safebox.publish import PublishForwarder
     from safebox.violations.observer import Observer
+else:
+    import _signal as signal  # the C module: `signal` wraps it in enums (~4.5 ms of import)
 
 FORWARDED_SIGNALS = _signals.FORWARDED
 
@@ -81,7 +83,7 @@ def spawn(path: str, argv: list[str], env: dict[str, str], *, pass_fds: tuple[in
     # the child is still in it (before setpgid) stays pending, and the
     # supervisor discards it (helper/supervise.c) instead of dying of it.
     mask = signal.valid_signals() if block_signals else ()
-    actions = [(os.POSIX_SPAWN_DUP2, fd, fd) for fd in pass_fds]
+    actions: list[tuple[int, ...]] = [(os.POSIX_SPAWN_DUP2, fd, fd) for fd in pass_fds]
     actions += [(os.POSIX_SPAWN_DUP2, fd, n) for fd, n in dup_to]
     actions += _close_actions({*pass_fds, *(n for _, n in dup_to)})
     if cwd is not None and os.path.realpath(os.getcwd()) != cwd:
