@@ -287,34 +287,37 @@ def test_the_loaded_libseccomp_is_identified_by_its_file() -> None:
     assert (int(size), int(mtime), int(ino)) == (st.st_size, st.st_mtime_ns, st.st_ino)
 
 
-def test_load_or_compile_writes_a_0600_entry_and_returns_the_same_program(tmp_path: Path) -> None:
+def test_the_cache_writes_a_0600_entry_and_returns_the_same_program(tmp_path: Path) -> None:
+    from safebox.builder import bpf_cache
+
     cache = tmp_path / "cache"
-    program, fid, _ = seccomp.load_or_compile(cache_dir=cache, allow_unix_sockets=False, allow_inet=InetMode.NONE)
+    program, fid = bpf_cache.load(cache_dir=str(cache), allow_unix_sockets=False, inet="none")
     assert program == seccomp.compile_program(allow_unix_sockets=False, allow_inet=InetMode.NONE)
     assert fid == seccomp.filter_id(allow_unix_sockets=False, allow_inet=InetMode.NONE,
                                     libseccomp=seccomp.libseccomp_version())
-    entry = cache / f"seccomp-{fid}.bpf"
-    assert stat.S_IMODE(entry.stat().st_mode) == 0o600
+    (entry,) = cache.iterdir()  # one entry, no temp file left behind: the only cache
+    assert entry.name.startswith("bpf-") and stat.S_IMODE(entry.stat().st_mode) == 0o600
     assert stat.S_IMODE(cache.stat().st_mode) == 0o700
-    assert [p.name for p in cache.iterdir()] == [entry.name]  # no temp file left behind
-    assert b'"libseccomp": "' in entry.read_bytes()
-    again, fid2, _ = seccomp.load_or_compile(cache_dir=cache, allow_unix_sockets=False, allow_inet=InetMode.NONE)
-    assert (again, fid2) == (program, fid)
+    assert bpf_cache.load(cache_dir=str(cache), allow_unix_sockets=False, inet="none") == (program, fid)
 
 
 def test_corrupted_cache_entry_is_recompiled(tmp_path: Path) -> None:
-    program, fid, _ = seccomp.load_or_compile(cache_dir=tmp_path, allow_unix_sockets=True, allow_inet=InetMode.ANY)
-    entry = tmp_path / f"seccomp-{fid}.bpf"
+    from safebox.builder import bpf_cache
+
+    program, _ = bpf_cache.load(cache_dir=str(tmp_path), allow_unix_sockets=True, inet="any")
+    (entry,) = tmp_path.glob("bpf-*.bin")
     entry.write_bytes(entry.read_bytes()[:-8] + b"\x06\x00\x00\x00\x00\x00\xff\x7f")  # last insn: RET ALLOW
-    again, _, _ = seccomp.load_or_compile(cache_dir=tmp_path, allow_unix_sockets=True, allow_inet=InetMode.ANY)
+    assert bpf_cache._read(str(entry)) is None  # the program no longer matches its digest
+    again, _ = bpf_cache.load(cache_dir=str(tmp_path), allow_unix_sockets=True, inet="any")
     assert again == program
 
 
 def test_unwritable_cache_dir_still_returns_the_program(tmp_path: Path) -> None:
+    from safebox.builder import bpf_cache
+
     blocker = tmp_path / "file"
     blocker.write_bytes(b"")
-    program, _, _ = seccomp.load_or_compile(cache_dir=blocker / "sub", allow_unix_sockets=True,
-                                            allow_inet=InetMode.ANY)
+    program, _ = bpf_cache.load(cache_dir=str(blocker / "sub"), allow_unix_sockets=True, inet="any")
     assert len(program) % 8 == 0 and program
 
 

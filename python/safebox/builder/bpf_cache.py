@@ -1,12 +1,12 @@
-"""The exec hot path's view of the seccomp program cache.
+"""The seccomp program cache (the only one).
 
-``builder/seccomp.py`` owns the rule table and its own cache, keyed on the
-table's content; importing it costs ~20 ms (dataclasses, typing, json,
-hashlib, platform). This module answers the common case — nothing changed —
-from a second cache keyed on the safebox version, the seccomp module file's
-identity (size and mtime, as Python's own .pyc cache does) and the options,
-with the identity of the libseccomp file the entry was compiled with checked
-on read (one stat), and imports ``seccomp`` only on a miss.
+``builder/seccomp.py`` owns the rule table; importing it costs ~20 ms
+(dataclasses, typing, json, hashlib, platform). This cache answers the
+common case — nothing changed — from entries keyed on the safebox version,
+the seccomp module file's identity (size and mtime, as Python's own .pyc
+cache does) and the options, with the identity of the libseccomp file the
+entry was compiled with checked on read (one stat: an upgraded library is a
+miss), and imports ``seccomp`` only on a miss (``seccomp.compile_with_id``).
 
 The cache lives in the state dir, which the sandbox can never write
 (builder/resolve.py binds it read-only, Landlock grants it no write). Entries
@@ -61,7 +61,7 @@ def _read(path: str) -> tuple[bytes, str] | None:
 def _same_library(lib_hex: str) -> bool:
     """Whether the libseccomp the entry was compiled with is still the file
     at its path (size, mtime, inode): an upgraded library is a miss, and the
-    slow path recompiles keyed on the new version (seccomp.load_or_compile)."""
+    slow path recompiles, its filter id naming the new version (seccomp.compile_with_id)."""
     try:
         path, size, mtime, ino = bytes.fromhex(lib_hex).decode().rsplit(" ", 3)
         st = os.stat(path)
@@ -78,12 +78,10 @@ def load(*, cache_dir: str, allow_unix_sockets: bool, inet: str, observe: str = 
     hit = _read(path)
     if hit is not None:
         return hit
-    from pathlib import Path
+    from safebox.builder.seccomp import InetMode, Observe, compile_with_id
 
-    from safebox.builder.seccomp import InetMode, Observe, load_or_compile
-
-    program, fid, lib = load_or_compile(cache_dir=Path(cache_dir), allow_unix_sockets=allow_unix_sockets,
-                                        allow_inet=InetMode(inet), observe=Observe(observe))
+    program, fid, lib = compile_with_id(allow_unix_sockets=allow_unix_sockets, allow_inet=InetMode(inet),
+                                        observe=Observe(observe))
     try:
         os.makedirs(cache_dir, mode=0o700, exist_ok=True)
         tmp = f"{path}.{os.getpid()}.tmp"

@@ -22,17 +22,16 @@ TIOCSTI bypass, CVE-2019-10063). Where a rule compares the full 64 bits
 (``NE``, ``GT``, ``GE``) junk in the upper half makes the rule *match*, i.e. the
 call is denied: failing closed.
 
-Caching: :func:`load_or_compile` keys the program on data only (this module's
-table and options, the safebox version, the machine), so a cache hit never
-imports pyseccomp, which loads libseccomp through ctypes. See its docstring
-for why leaving the libseccomp version out of the key is safe.
+Caching: one cache, ``builder/bpf_cache.py``, keyed on this module file's
+identity, the options and the libseccomp file the program was compiled
+with, so that a hit imports neither this module nor pyseccomp (which loads
+libseccomp through ctypes). :func:`compile_with_id` is its miss path.
 """
 
 from __future__ import annotations
 
 import errno
 import hashlib
-import json
 import os
 import platform
 import struct
@@ -40,7 +39,6 @@ import sys
 import tempfile
 from dataclasses import dataclass
 from enum import StrEnum
-from pathlib import Path
 from typing import Any, assert_never
 
 from safebox import __version__
@@ -50,10 +48,9 @@ from safebox.errors import BuildError
 MAX_INSTRUCTIONS = 4096
 BPF_INSTRUCTION_SIZE = 8  # sizeof(struct sock_filter)
 
-# Bump when the meaning of the table or the cache file format changes without
-# a safebox version change (the key includes both).
+# Bump when the meaning of the table changes without a safebox version
+# change (the filter id includes both).
 CACHE_FORMAT = 1
-_CACHE_MAGIC = b"safebox-bpf 1\n"
 
 
 class InetMode(StrEnum):
@@ -623,97 +620,27 @@ def filter_id(*, allow_unix_sockets: bool, allow_inet: InetMode, libseccomp: str
                      observe=observe)[:16]
 
 
-def _read_cached(path: Path, key: str) -> bytes | None:
-    """The cached program if ``path`` holds a valid entry for ``key``, else None."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
-    except OSError:
-        return None
-    try:
-        with os.fdopen(fd, "rb") as f:
-            data = f.read(len(_CACHE_MAGIC) + 4096 + MAX_INSTRUCTIONS * BPF_INSTRUCTION_SIZE + 1)
-    except OSError:
-        return None
-    if not data.startswith(_CACHE_MAGIC):
-        return None
-    meta_line, sep, program = data[len(_CACHE_MAGIC):].partition(b"\n")
-    if not sep:
-        return None
-    try:
-        meta = json.loads(meta_line)
-    except ValueError:
-        return None
-    if not isinstance(meta, dict) or meta.get("key") != key:
-        return None
-    if meta.get("sha256") != hashlib.sha256(program).hexdigest():
-        return None  # truncated or corrupted: recompile
-    n, rem = divmod(len(program), BPF_INSTRUCTION_SIZE)
-    if n == 0 or rem or n > MAX_INSTRUCTIONS:
-        return None
-    return program
-
-
-def _write_cached(cache_dir: Path, path: Path, key: str, program: bytes, libseccomp: str) -> None:
-    """Atomically replace ``path`` (mode 0600) with an entry for ``program``."""
-    meta = {"key": key, "sha256": hashlib.sha256(program).hexdigest(),
-            "libseccomp": libseccomp, "safebox": __version__, "machine": platform.machine()}
-    blob = _CACHE_MAGIC + json.dumps(meta, sort_keys=True).encode() + b"\n" + program
-    cache_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=cache_dir, prefix=".seccomp-", suffix=".tmp")  # mode 0600
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(blob)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
-
-
-def load_or_compile(*, cache_dir: Path, allow_unix_sockets: bool,
-                    allow_inet: InetMode, observe: Observe = Observe.OFF) -> tuple[bytes, str, str]:
+def compile_with_id(*, allow_unix_sockets: bool, allow_inet: InetMode,
+                    observe: Observe = Observe.OFF) -> tuple[bytes, str, str]:
     """The program for these options, its filter id and the identity of the
-    libseccomp it is keyed on (:func:`libseccomp_identity`), from
-    ``cache_dir`` when possible.
+    libseccomp it was compiled with (:func:`libseccomp_identity`), for
+    ``builder/bpf_cache.py``, the one cache of programs.
 
-    The key (:func:`cache_key`) holds the rule table, the options, the
-    safebox version, the cache format, ``platform.machine()``, byte order and
-    the libseccomp version. The version is in the key because libseccomp's
-    output is not only a layout: its 64-bit argument comparisons were wrong
-    before 2.4 (CVE-2019-9893), so a program compiled by a buggy libseccomp
-    must not outlive the upgrade that fixes it. Getting the version imports
-    pyseccomp; the exec hot path avoids that with bpf_cache, which checks the
-    library file's identity instead. Entries are checked on read (magic, full
-    key, sha256 of the program, size) and recompiled when anything is off; a
-    cache that cannot be written is not an error (the program is returned
-    uncached).
-
-    The cache is trusted: ``cache_dir`` must be outside every path the sandbox
-    can write, or a sandboxed command could plant a weaker filter for the next
-    run (``docs/seccomp.md``).
+    The filter id (:func:`filter_id`) holds the libseccomp version because
+    libseccomp's output is not only a layout: its 64-bit argument
+    comparisons were wrong before 2.4 (CVE-2019-9893), so a program compiled
+    by a buggy libseccomp must not outlive the upgrade that fixes it; the
+    cache keys its entries on the library file's identity for the same
+    reason (an upgrade is a miss).
     """
     try:
         version, ident = libseccomp_identity()
     except (ImportError, RuntimeError, OSError) as exc:  # pyseccomp raises RuntimeError without libseccomp
         raise BuildError(f"seccomp: cannot load pyseccomp/libseccomp: {exc}",
                          hint="install libseccomp (Debian: libseccomp2) and pyseccomp") from exc
-    key = cache_key(allow_unix_sockets=allow_unix_sockets, allow_inet=allow_inet, libseccomp=version,
+    fid = filter_id(allow_unix_sockets=allow_unix_sockets, allow_inet=allow_inet, libseccomp=version,
                     observe=observe)
-    fid = key[:16]
-    path = cache_dir / f"seccomp-{fid}.bpf"
-    cached = _read_cached(path, key)
-    if cached is not None:
-        return cached, fid, ident
-    program = compile_program(allow_unix_sockets=allow_unix_sockets, allow_inet=allow_inet, observe=observe)
-    try:
-        _write_cached(cache_dir, path, key, program, version)
-    except OSError:
-        pass  # caching is an optimisation; the program itself is fine
-    return program, fid, ident
+    return compile_program(allow_unix_sockets=allow_unix_sockets, allow_inet=allow_inet, observe=observe), fid, ident
 
 
 def instructions(program: bytes) -> list[tuple[int, int, int, int]]:
