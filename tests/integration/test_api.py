@@ -165,6 +165,22 @@ def test_events_report_start_stop_a_refused_host_and_a_refused_write(fresh_home:
     assert (fresh_home.root / "outside.txt").read_text() == "outside\n"
 
 
+def test_one_proxy_serves_every_command_of_a_sandbox_without_a_listener_left_per_command(
+        shared_home: FakeHome) -> None:
+    def fds() -> int:
+        return len(os.listdir("/proc/self/fd"))
+
+    with sandbox(shared_home, {"network": {"allowedDomains": ["example.com"]}}) as sb:
+        proxy = sb._session.proxy
+        assert proxy is not None
+        sb.run(["true"])
+        before = fds()
+        for _ in range(20):
+            assert sb.run(["sh", "-c", 'test -n "$HTTPS_PROXY"']).returncode == 0
+        assert sb._session.proxy is proxy  # the same proxy for all of them
+        assert fds() <= before + 2, (before, fds())  # not 2-4 adopted listeners per command
+
+
 def test_a_policy_error_names_the_key_as_the_cli_does(shared_home: FakeHome) -> None:
     with pytest.raises(safebox.PolicyError) as e:
         safebox.Policy.from_dict({"network": {"allowedDomains": ["http://x.com"]}})

@@ -490,7 +490,7 @@ class Launch:
         theirs.close()  # only bwrap's copies remain: end of file once they are gone
         adopted = 1
         if self.proxy is not None and self.rp.bridges:
-            adopted = self.proxy.adopt(ours, ports={b.port: b.scheme for b in self.rp.bridges})
+            adopted = self.proxy.adopt(ours, ports={b.port: b.scheme for b in self.rp.bridges}, key=self)
         if self.forwarders and adopted:
             from safebox.publish import receive_pinned
 
@@ -652,6 +652,8 @@ class Launch:
         for _, fd in self._tmp_watch:
             os.close(fd)
         self._tmp_watch = []
+        if self.proxy is not None and not self.cli:
+            self.proxy.release(self)  # the sandbox's proxy outlives this command; its listeners go with it
         if self.cgroup is not None:
             self.cgroup.remove()
         if self.cli:
