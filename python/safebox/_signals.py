@@ -16,7 +16,8 @@ How, and why each part is needed:
   blocks, so cleanup runs whole.
 * The runner's relay takes over with :func:`forward_to` just before it
   spawns; what arrives before the command reports ready is queued and
-  replayed to it (runner ``_Relay``).
+  replayed to it (``run.supervise.Relay``). Only under ``safebox exec``: the
+  API (``safebox.Sandbox``) installs no handler and relays what it is asked.
 * :func:`start_thread` starts every thread of safebox's with these signals
   blocked. Python runs handlers in the main thread only; a process-directed
   signal the kernel hands to another thread (the proxy's event loop) sets a

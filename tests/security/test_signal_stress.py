@@ -44,7 +44,7 @@ from sbx import BOTH, BWRAP_ONLY, HELPER_ONLY, FakeHome, kill_tree_by_arg, pids_
 RUNS_PER_MODE = int(os.environ.get("SAFEBOX_SIGNAL_RUNS", "200"))
 POOL = 4
 SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
-#: The stop points of SAFEBOX_TEST_PAUSE (runner._test_pause).
+#: The stop points of SAFEBOX_TEST_PAUSE (run/supervise.py, test_pause).
 POINTS = ("proxy", "bwrap", "command")
 #: From the signal to safebox's exit. A lost signal lets `sleep 600.…` run on.
 DEADLINE = 15.0

@@ -172,7 +172,8 @@ class Session:
                 self.say(note)
             if self.netplan.deny_read:
                 self.policy = self.policy.replace(deny_read=(*self.policy.deny_read, *self.netplan.deny_read))
-        checkpoint("proxy")
+        if self.opts.cli:
+            checkpoint("proxy")
         if self.net is not NetKind.PROXY:
             return
         if self.layers is Layers.BWRAP_ONLY and self.socat is None:
@@ -307,7 +308,8 @@ class Command:
 
         self.scan = Scan(self.policy, layers=s.layers, rg_path=_host.tool("rg", s.tools), prestarted=self.prescan)
         self.dir = s.run_dir.command_dir() if s.run_dir is not None else s.run_path
-        checkpoint("bwrap")
+        if s.opts.cli:
+            checkpoint("bwrap")
         # 4. Resolve: every mount and rule, host paths looked up.
         rp = self._resolve()
         # 5. Build: the helper policy, the seccomp files, the environment.

@@ -413,7 +413,8 @@ class Launch:
         self.pid = spawn(path, argv, self.env, pass_fds=fds, cwd=rp.cwd, dup_to=self.stdio.dup_to)
         self.relay.spawned = self.pid
         self.relay.target_pgid = self.pid  # setpgroup=0: the helper (then the command) leads its group
-        test_pause("command")  # a signal now is queued for the command
+        if self.cli:
+            test_pause("command")  # a signal now is queued for the command
         self._start_observer()
         if handoff:
             handoff[1].close()
@@ -464,7 +465,8 @@ class Launch:
         path, argv = self.cgroup.wrap(bwrap, argv) if self.cgroup else (bwrap, argv)
         self.pid = spawn(path, argv, self.env, pass_fds=fds, dup_to=dup_to)
         self.relay.spawned = self.pid
-        test_pause("command")  # a signal now is queued for the command
+        if self.cli:
+            test_pause("command")  # a signal now is queued for the command
         self._start_observer()  # while bwrap builds the sandbox
         self._close_fd(bw_w)
         self._close_fd(args_fd)
