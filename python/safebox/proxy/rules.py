@@ -50,6 +50,7 @@ __all__ = [
     "NetworkRules",
     "normalize_host",
     "parse_ip_literal",
+    "validate_entry",
     "validate_pattern",
     "validate_patterns",
 ]
@@ -109,6 +110,12 @@ def validate_pattern(pattern: str, *, denied: bool = False) -> str:
     """The canonical form of one ``allowedDomains`` (or, with ``denied``,
     ``deniedDomains``) entry; :func:`safebox.domains.check_pattern`."""
     return check_pattern(pattern, denied=denied)
+
+
+def validate_entry(entry: str, *, denied: bool = False) -> str:
+    """:func:`validate_pattern`, by its ``host:port`` name: the canonical
+    entry with its optional port (``Example.COM:443`` → ``example.com:443``)."""
+    return check_pattern(entry, denied=denied)
 
 
 # An entry already in canonical form that check_pattern returns unchanged:
