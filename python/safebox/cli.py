@@ -18,7 +18,12 @@ from safebox.errors import EXIT_SAFEBOX_FAILED, SafeboxError
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from collections.abc import Callable
     from typing import Any, NoReturn
+
+    import click
+
+    from safebox.runner import ExecRequest
 
 
 class Opt(Frozen):
@@ -154,7 +159,7 @@ def fast_parse_exec(args: list[str]) -> dict[str, Any] | None:
     return out
 
 
-def _request(parsed: dict[str, Any]):  # -> ExecRequest
+def _request(parsed: dict[str, Any]) -> ExecRequest:
     from safebox.policy.load import Flags
     from safebox.runner import ExecRequest, Without
 
@@ -185,7 +190,7 @@ def fail(err: SafeboxError) -> NoReturn:
     sys.exit(err.exit_code)
 
 
-def _guarded(fn, *args: Any) -> int:
+def _guarded(fn: Callable[..., int], *args: Any) -> int:
     from safebox import _signals
 
     try:
@@ -250,7 +255,136 @@ def _run_exec(parsed: dict[str, Any]) -> int:
 
 # ------------------------------------------------------------------ click
 
-def _click_app():
+def _policy_show(policy_file: str | None, presets: tuple[str, ...], as_json: bool) -> int:
+    """``safebox policy show``: the merged policy, where each entry came from, the presets."""
+    import json
+
+    import click
+
+    from safebox.policy.defaults import credential_env
+    from safebox.policy.load import Context, Flags, load, policy_document, state_dir
+    from safebox.policy.presets import describe
+    from safebox.run.host import home as _host_home
+
+    home = _host_home(os.environ)
+    eff = load(Context(cwd=os.path.realpath(os.getcwd()), home=home,
+                       credential_env=credential_env(os.environ)),
+               policy_file=policy_file, flags=Flags(presets=presets))
+    expanded = describe(eff.presets, eff.cache_presets, state=state_dir(home), home=home)
+    sources = eff.sources or ()
+    try:
+        if as_json:
+            click.echo(json.dumps({
+                "policy": policy_document(eff),
+                "sources": [{"key": k, "value": v, "source": src} for k, v, src in sources],
+                "presets": expanded,
+            }, indent=2))
+            return 0
+        _show_sources(sources, patterns={*eff.deny_read_globs, *eff.allow_read_globs, *eff.deny_write_globs})
+        _show_presets(expanded)
+        if eff.allowed_domains:
+            click.echo(f"network: on, through safebox's proxy, to the {len(eff.allowed_domains)} "
+                       "allowed domain pattern(s) only")
+        else:
+            click.echo("network: off (no allowed domain: the command has no network at all; "
+                       "allow one with --allow-domain or network.allowedDomains)")
+    except BrokenPipeError:
+        # `safebox policy show | head`: the reader had enough. Quiet,
+        # as cat is; stdout goes to /dev/null so the exit flush cannot fail.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    return 0
+
+
+def _show_sources(sources: tuple[tuple[str, Any, str], ...] | list[tuple[str, Any, str]], *,
+                  patterns: set[str]) -> None:
+    """Each key, then each of its entries with the layer it came from."""
+    import json
+
+    import click
+
+    by_key: dict[str, list[tuple[object, str]]] = {}
+    for key, value, src in sources:
+        by_key.setdefault(key, []).append((value, src))
+    for key, entries in by_key.items():
+        click.echo(f"{key}:")
+        for value, src in entries:
+            # Values as a policy file spells them (true, 6), paths and names bare;
+            # a path with a glob character says whether it is a pattern.
+            shown = value if isinstance(value, str) else json.dumps(value)
+            if isinstance(value, str) and key.startswith("filesystem.") and any(c in value for c in "*?[]"):
+                shown += " (glob pattern)" if value in patterns else " (literal path)"
+            click.echo(f"  {shown}  <- {src}")
+
+
+def _show_presets(expanded: dict[str, Any]) -> None:
+    """What each preset expanded to: its domains and caches."""
+    import click
+
+    for name, info in expanded.items():
+        click.echo(f"preset {name} ({info['why']}):")
+        click.echo(f"  domains: {', '.join(info['domains'])}")
+        for cache in info["caches"]:
+            click.echo(f"  cache {cache['dir']}")
+            for var, value in cache["env"].items():
+                click.echo(f"    {var}={value}")
+            if cache["hostPaths"]:
+                click.echo(f"    read-only inside: {', '.join(cache['hostPaths'])}")
+
+
+def _policy_check(file: str) -> int:
+    """``safebox policy check``: validate one policy file."""
+    import click
+
+    from safebox.policy.load import Layer, _read_file, parse_document, validate_layer
+
+    try:
+        raw = _read_file(file)
+    except FileNotFoundError:
+        from safebox.errors import PolicyError
+
+        raise PolicyError(f"{file}: policy file not found") from None
+    validate_layer(Layer(name=file, data=parse_document(file, raw)))
+    click.echo(f"{file}: ok")
+    return 0
+
+
+def _policy_suggest(logs: tuple[str, ...], output: str | None) -> int:
+    """``safebox policy suggest``: one policy from the runs in audit logs."""
+    import json
+
+    import click
+
+    from safebox.learn import suggest, write_policy
+    from safebox.report import ReportError, read_events, runs_from_events
+    from safebox.run.host import home as _host_home
+
+    runs = runs_from_events(read_events(logs))
+    if not runs:
+        raise ReportError(f"no run found in {', '.join(logs)} (was it written by safebox exec --audit-log?)")
+    doc, notes = suggest(runs, home=_host_home(os.environ))
+    for note in notes:
+        click.echo(f"safebox: {note}", err=True)
+    if output:
+        write_policy(output, doc)
+        click.echo(f"safebox: {len(runs)} run(s) merged; policy written to {output}", err=True)
+    else:
+        click.echo(json.dumps(doc, indent=2))
+    return 0
+
+
+def _report(logs: tuple[str, ...], fmt: str) -> int:
+    """``safebox report``: each run in the audit logs."""
+    from safebox.report import read_events, render, runs_from_events
+
+    try:
+        sys.stdout.write(render(runs_from_events(read_events(logs)), fmt))
+        sys.stdout.flush()
+    except BrokenPipeError:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    return 0
+
+
+def _click_app() -> click.Group:
     import click
 
     from safebox import __version__
@@ -266,7 +400,7 @@ def _click_app():
         filtering proxy to the allowed domains.
         """
 
-    def exec_options(f):
+    def exec_options(f: Callable[..., None]) -> Callable[..., None]:
         for o in reversed(EXEC_OPTIONS):
             names = [n for n in (o.short, o.long) if n]
             if o.value is None:
@@ -313,20 +447,7 @@ def _click_app():
     @click.argument("file", type=click.Path(dir_okay=False))
     def policy_check(file: str) -> None:
         """Validate FILE (JSON or TOML); exit 125 naming the key on error."""
-        from safebox.policy.load import Layer, _read_file, parse_document, validate_layer
-
-        def check() -> int:
-            try:
-                raw = _read_file(file)
-            except FileNotFoundError:
-                from safebox.errors import PolicyError
-
-                raise PolicyError(f"{file}: policy file not found") from None
-            validate_layer(Layer(name=file, data=parse_document(file, raw)))
-            click.echo(f"{file}: ok")
-            return 0
-
-        sys.exit(_guarded(check))
+        sys.exit(_guarded(_policy_check, file))
 
     @policy_grp.command("suggest")
     @click.argument("logs", nargs=-1, required=True, type=click.Path(dir_okay=False))
@@ -335,29 +456,7 @@ def _click_app():
         """Merge the runs in audit LOGS into one suggested policy (JSON, srt-compatible):
         the hosts they reached (siblings collapsed to *.parent only when several were seen)
         and, with the violations feed, directories of refused writes."""
-        import json
-
-        from safebox.learn import suggest, write_policy
-        from safebox.report import read_events, runs_from_events
-        from safebox.run.host import home as _host_home
-
-        def run() -> int:
-            runs = runs_from_events(read_events(logs))
-            if not runs:
-                from safebox.report import ReportError
-
-                raise ReportError(f"no run found in {', '.join(logs)} (was it written by safebox exec --audit-log?)")
-            doc, notes = suggest(runs, home=_host_home(os.environ))
-            for note in notes:
-                click.echo(f"safebox: {note}", err=True)
-            if output:
-                write_policy(output, doc)
-                click.echo(f"safebox: {len(runs)} run(s) merged; policy written to {output}", err=True)
-            else:
-                click.echo(json.dumps(doc, indent=2))
-            return 0
-
-        sys.exit(_guarded(run))
+        sys.exit(_guarded(_policy_suggest, logs, output))
 
     @policy_grp.command("show")
     @click.option("-p", "--policy", "policy_file", metavar="FILE", help="Also layer FILE, as exec --policy does.")
@@ -367,64 +466,7 @@ def _click_app():
     def policy_show(policy_file: str | None, presets: tuple[str, ...], as_json: bool) -> None:
         """Print the effective merged policy, each entry with where it came from,
         and what each preset expanded to."""
-        import json
-
-        from safebox.policy.defaults import credential_env
-        from safebox.policy.load import Context, Flags, load, policy_document, state_dir
-        from safebox.policy.presets import describe
-        from safebox.run.host import home as _host_home
-
-        def show() -> int:
-            home = _host_home(os.environ)
-            eff = load(Context(cwd=os.path.realpath(os.getcwd()), home=home,
-                               credential_env=credential_env(os.environ)),
-                       policy_file=policy_file, flags=Flags(presets=presets))
-            expanded = describe(eff.presets, eff.cache_presets, state=state_dir(home), home=home)
-            sources = eff.sources or ()
-            try:
-                if as_json:
-                    click.echo(json.dumps({
-                        "policy": policy_document(eff),
-                        "sources": [{"key": k, "value": v, "source": src} for k, v, src in sources],
-                        "presets": expanded,
-                    }, indent=2))
-                    return 0
-                by_key: dict[str, list[tuple[object, str]]] = {}
-                for key, value, src in sources:
-                    by_key.setdefault(key, []).append((value, src))
-                patterns = {*eff.deny_read_globs, *eff.allow_read_globs, *eff.deny_write_globs}
-                for key, entries in by_key.items():
-                    click.echo(f"{key}:")
-                    for value, src in entries:
-                        # Values as a policy file spells them (true, 6), paths and names bare;
-                        # a path with a glob character says whether it is a pattern.
-                        shown = value if isinstance(value, str) else json.dumps(value)
-                        if isinstance(value, str) and key.startswith("filesystem.") and any(
-                                c in value for c in "*?[]"):
-                            shown += " (glob pattern)" if value in patterns else " (literal path)"
-                        click.echo(f"  {shown}  <- {src}")
-                for name, info in expanded.items():
-                    click.echo(f"preset {name} ({info['why']}):")
-                    click.echo(f"  domains: {', '.join(info['domains'])}")
-                    for cache in info["caches"]:
-                        click.echo(f"  cache {cache['dir']}")
-                        for var, value in cache["env"].items():
-                            click.echo(f"    {var}={value}")
-                        if cache["hostPaths"]:
-                            click.echo(f"    read-only inside: {', '.join(cache['hostPaths'])}")
-                if eff.allowed_domains:
-                    click.echo(f"network: on, through safebox's proxy, to the {len(eff.allowed_domains)} "
-                               "allowed domain pattern(s) only")
-                else:
-                    click.echo("network: off (no allowed domain: the command has no network at all; "
-                               "allow one with --allow-domain or network.allowedDomains)")
-            except BrokenPipeError:
-                # `safebox policy show | head`: the reader had enough. Quiet,
-                # as cat is; stdout goes to /dev/null so the exit flush cannot fail.
-                os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-            return 0
-
-        sys.exit(_guarded(show))
+        sys.exit(_guarded(_policy_show, policy_file, presets, as_json))
 
     @app.command("report")
     @click.argument("logs", nargs=-1, required=True, type=click.Path(dir_okay=False))
@@ -434,17 +476,7 @@ def _click_app():
         """Report each run in the audit LOGS: command, layers enforced, exit status and
         duration; hosts allowed and refused (rule, connections, bytes); refused writes,
         reads and system calls; quarantined files."""
-        from safebox.report import read_events, render, runs_from_events
-
-        def run() -> int:
-            try:
-                sys.stdout.write(render(runs_from_events(read_events(logs)), fmt))
-                sys.stdout.flush()
-            except BrokenPipeError:
-                os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-            return 0
-
-        sys.exit(_guarded(run))
+        sys.exit(_guarded(_report, logs, fmt))
 
     return app
 
