@@ -12,6 +12,7 @@ once.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -174,6 +175,7 @@ class Sandbox:
                   "tmpSize": tmp_size, "wallTime": wall_time}
         self._on_event = on_event
         self._subscribers: list[Any] = []
+        self._running: set[Popen] = set()  # killed and waited for by close()
         self._lock = threading.Lock()
         self._local = threading.local()
         self._env = env
@@ -236,7 +238,7 @@ class Sandbox:
 
     @property
     def layers(self) -> str:
-        """The layers in force: ``bwrap+helper``, ``helper-only`` or ``bwrap-only``."""
+        """The layers in force: ``both``, ``helper-only`` or ``bwrap-only``."""
         return self._session.layers.value
 
     def popen(self, args: Sequence[str], *, stdin: int | IO[Any] | None = None, stdout: int | IO[Any] | None = None,
@@ -286,13 +288,18 @@ class Sandbox:
     # -- lifetime ----------------------------------------------------------------
 
     def close(self) -> None:
-        """Stop the proxy and remove the run dir (idempotent). Commands still
-        running are not waited for: kill them first."""
+        """Kill the commands still running (their whole sandbox) and wait for
+        them, stop the proxy, remove the run dir (idempotent)."""
         with self._lock:
             if self._closed:
                 return
             self._closed = True
             subscribers, self._subscribers = self._subscribers, []
+            running, self._running = list(self._running), set()
+        for p in running:
+            p.kill()
+            with contextlib.suppress(SafeboxError):
+                p.wait()
         self._session.close()
         for q in subscribers:
             q.put(None)
@@ -370,6 +377,8 @@ class Popen:
         self.stdout: IO[bytes] | None = open(out_ours, "rb") if out_ours is not None else None  # noqa: SIM115
         self.stderr: IO[bytes] | None = open(err_ours, "rb") if err_ours is not None else None  # noqa: SIM115
         self.events.append(sandbox._emit("start", args=args, pid=self.pid, layers=sandbox.layers))
+        with sandbox._lock:
+            sandbox._running.add(self)
 
     def poll(self) -> int | None:
         """The exit status if the command has ended, else None."""
@@ -397,6 +406,8 @@ class Popen:
                 violations = command.finish(rc)
                 self.returncode = rc
                 self._command = None
+                with self._sandbox._lock:
+                    self._sandbox._running.discard(self)
                 for ev in violations:
                     self._sandbox._emit("violation", args=self.args, pid=self.pid,
                                         data={**ev.fields, "rule": ev.rule, "fix": ev.fix})
@@ -405,6 +416,8 @@ class Popen:
             except SafeboxError:
                 command.cleanup()
                 self._command = None
+                with self._sandbox._lock:
+                    self._sandbox._running.discard(self)
                 raise
             finally:
                 self._sandbox._local.sink = None

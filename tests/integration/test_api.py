@@ -71,6 +71,16 @@ def test_kill_ends_every_process_of_the_sandbox_mid_run(shared_home: FakeHome, m
     assert wait_for(lambda: not pids_with_arg(arg), 5), pids_with_arg(arg)
 
 
+def test_closing_a_sandbox_kills_the_commands_still_running_in_it(shared_home: FakeHome) -> None:
+    arg = unique_sleep_arg()
+    sb = sandbox(shared_home)
+    p = sb.popen(["sh", "-c", f"sleep {arg} & sleep {arg}; wait"])
+    assert wait_for(lambda: len(pids_with_arg(arg)) == 2, 10)  # control: they run
+    sb.close()
+    assert p.returncode == 137
+    assert wait_for(lambda: not pids_with_arg(arg), 5), pids_with_arg(arg)
+
+
 def test_terminate_reaches_a_process_that_left_the_commands_group(shared_home: FakeHome) -> None:
     arg = unique_sleep_arg()
     with sandbox(shared_home) as sb:
@@ -193,12 +203,13 @@ def test_a_policy_error_names_the_key_as_the_cli_does(shared_home: FakeHome) -> 
 def test_a_harness_started_from_its_own_repo_runs_and_the_cli_still_refuses(fresh_home: FakeHome) -> None:
     script = ("import safebox, sys; "
               f"sb = safebox.Sandbox(cwd={str(fresh_home.work)!r}, allow_import_roots=(sys.argv[1] == 'yes')); "
-              "print(sb.run(['true']).returncode)")
+              "r = sb.run(['true']); print(r.returncode, any('left writable' in e.data.get('text', '') "
+              "for e in r.events))")
     env = fresh_home.env({"PYTHONPATH": str(fresh_home.work)})
     py = str(REPO / ".venv" / "bin" / "python")
     ok = subprocess.run([py, "-c", script, "yes"], cwd=fresh_home.work, env=env, capture_output=True, text=True,
                         timeout=60, check=False)
-    assert ok.stdout == "0\n", ok.stderr
+    assert ok.stdout == "0 True\n", ok.stderr  # it ran, and said what it left writable
     refused = subprocess.run([py, "-c", script, "no"], cwd=fresh_home.work, env=env, capture_output=True,
                              text=True, timeout=60, check=False)
     assert "Python's import path has" in refused.stderr and refused.returncode == 1  # control

@@ -421,7 +421,7 @@ class Command:
                     s.say(n)
         for w in rp.warnings:
             s.say(w)
-        if s.opts.verbose:
+        if s.opts.verbose or not s.opts.cli:  # the API: every note is a `message` event
             for n in rp.notes:
                 s.say(n)
         self.rp = rp = rp.replace(tmp_size=s.limits.tmp_size)
