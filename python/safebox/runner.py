@@ -57,7 +57,7 @@ class ExecRequest(Frozen):
     quiet: bool = False  # no refused-host lines, no hints
     learn: str | None = None  # --learn OUT: any public host; the suggested policy goes to OUT
     summary: str | None = None  # --summary FILE: append this run's Markdown report
-    observe: str | None = None  # --observe: off, writes, all; None: writes, or all with --audit-log
+    observe: str | None = None  # --observe: off, calls, writes, all; None: calls, or all with --audit-log
 
 
 def say(msg: str) -> None:

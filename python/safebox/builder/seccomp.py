@@ -72,8 +72,11 @@ class Observe(StrEnum):
 
     OFF = "off"
     """Denied calls get their errno in the kernel (SECCOMP_RET_ERRNO); nothing is watched."""
+    CALLS = "calls"
+    """Denied calls, exec, connect and chdir notify the supervisor; no file call
+    does (the default without --audit-log: nothing per file call, see WATCH)."""
     WRITES = "writes"
-    """Denied calls and the watched calls (writes, exec, connect) notify the supervisor."""
+    """As CALLS, and the write-intent file calls (open for writing, mkdir, rename...)."""
     ALL = "all"
     """As WRITES, and every open (reads of masked paths are reported too)."""
 
@@ -348,7 +351,7 @@ pair reaches nothing outside the process tree."""
 
 
 # ------------------------------------------------------------- the watch list
-# Calls the observing program (Observe.WRITES/ALL) sends to the supervisor,
+# Calls the observing program (Observe.CALLS/WRITES/ALL) sends to the supervisor,
 # which always answers "continue": the kernel then runs them with every
 # layer's checks, exactly as without observation (docs/violations.md). The
 # supervisor knows where each one's arguments are (WATCHES in
@@ -359,19 +362,20 @@ O_WRONLY, O_RDWR, O_CREAT, O_TRUNC = 0o1, 0o2, 0o100, 0o1000
 
 @dataclass(frozen=True)
 class Watch:
-    """One watched call: ``syscall`` with all of ``conds`` notifies the supervisor."""
+    """One watched call: ``syscall`` with all of ``conds`` notifies the supervisor
+    under ``tier`` and every mode above it (CALLS < WRITES < ALL)."""
 
     syscall: str
     conds: tuple[Cond, ...]
     why: str
-    full: bool = False  # only under Observe.ALL (see WATCH)
+    tier: Observe = Observe.WRITES
 
 
 def _write_intent(name: str, flags_arg: int) -> tuple[Watch, ...]:
     """``open``-like calls: only those that may write (any of these flag bits set)."""
     bits = ((O_WRONLY, "O_WRONLY"), (O_RDWR, "O_RDWR"), (O_CREAT, "O_CREAT"), (O_TRUNC, "O_TRUNC"))
     return (*(Watch(name, (_bit(flags_arg, bit),), f"{label}: may write") for bit, label in bits),
-            Watch(name, (), "every open: reads of masked paths", full=True))
+            Watch(name, (), "every open: reads of masked paths", tier=Observe.ALL))
 
 
 WATCH: tuple[Watch, ...] = (
@@ -380,23 +384,31 @@ WATCH: tuple[Watch, ...] = (
     Watch("openat2", (), "flags sit in a struct seccomp cannot read: every call"),
     Watch("creat", (), "creates or truncates"),
     Watch("truncate", (), "truncates a file by path"),
-    *(Watch(n, (), "changes a file's mode or owner by path", full=True)
+    *(Watch(n, (), "changes a file's mode or owner by path", tier=Observe.ALL)
       for n in ("chmod", "fchmodat", "fchmodat2", "chown", "lchown", "fchownat")),
-    *(Watch(n, (), "changes a file's times by path", full=True) for n in ("utime", "utimes", "futimesat")),
+    *(Watch(n, (), "changes a file's times by path", tier=Observe.ALL) for n in ("utime", "utimes", "futimesat")),
     Watch("utimensat", (Cond(1, Op.NE, 0),), "changes a file's times by path (NULL: by descriptor, not watched)",
-          full=True),
+          tier=Observe.ALL),
     *(Watch(n, (), "creates a directory entry") for n in ("mkdir", "mkdirat", "mknod", "mknodat", "link",
                                                           "linkat", "symlink", "symlinkat")),
     *(Watch(n, (), "removes or renames a directory entry") for n in ("rmdir", "unlink", "unlinkat", "rename",
                                                                       "renameat", "renameat2")),
-    Watch("execve", (), "runs a file: exec of a masked path"),
-    Watch("execveat", (), "runs a file: exec of a masked path"),
-    Watch("connect", (), "unix sockets hidden by the policy; direct network connections"),
-    *(Watch(n, (), "changes the cwd: the supervisor's cwd cache is refreshed (never reported)")
-      for n in ("chdir", "fchdir")),
+    Watch("execve", (), "runs a file: exec of a masked path", tier=Observe.CALLS),
+    Watch("execveat", (), "runs a file: exec of a masked path", tier=Observe.CALLS),
+    Watch("connect", (), "unix sockets hidden by the policy; direct network connections", tier=Observe.CALLS),
+    *(Watch(n, (), "changes the cwd: the supervisor's cwd cache is refreshed (never reported)",
+            tier=Observe.CALLS) for n in ("chdir", "fchdir")),
 )
-"""``full`` entries are compiled only under Observe.ALL (``--observe all``,
-the default with ``--audit-log``): every open, and the metadata calls
+"""CALLS entries are what the default without ``--audit-log`` watches: calls
+a program makes a few of (an exec costs hundreds of microseconds by itself),
+never one per file. A watched call costs a round trip to the supervisor
+(5-7 µs on a 2-core VM, about 2 µs on an idle machine: two context
+switches), so a job that creates 20,000 files pays 0.1-0.2 s whatever the
+supervisor does; on tmpfs that is +30-50 % (docs/benchmarks.md). Write-intent
+file calls are therefore watched only under WRITES (``--observe writes``)
+and ALL (``--observe all``, the default with ``--audit-log``).
+
+ALL entries are compiled only under Observe.ALL: every open, and the metadata calls
 (chmod, chown, utimes), which Landlock does not restrict and bwrap refuses
 only where the create or open before them was refused, and reported, already.
 ``tar x`` makes one of each per file: watching them by default doubled the
@@ -413,8 +425,10 @@ def watched(observe: Observe) -> tuple[Watch, ...]:
     match observe:
         case Observe.OFF:
             return ()
+        case Observe.CALLS:
+            return tuple(w for w in WATCH if w.tier is Observe.CALLS)
         case Observe.WRITES:
-            return tuple(w for w in WATCH if not w.full)
+            return tuple(w for w in WATCH if w.tier is not Observe.ALL)
         case Observe.ALL:
             return WATCH
         case _:  # pragma: no cover

@@ -54,14 +54,17 @@ def decide_layers(without: Without | None, *, bwrap: str | None) -> tuple[Layers
 
 
 def observe_mode(requested: str | None, *, layers: Layers, dry_run: bool, audit_log: bool) -> str:
-    """``--observe``: off, writes or all (the default: writes, and all with
-    --audit-log, which is where reads of masked paths are recorded). Nothing
-    is observed without the helper, which installs the observing filter."""
+    """``--observe``: off, calls, writes or all. The default is calls (no
+    file call is watched: a watched call costs a round trip to the
+    supervisor, too much for a job that writes thousands of files), and all
+    with --audit-log, where every refusal is recorded (docs/violations.md,
+    "Cost and the default"). Nothing is observed without the helper, which
+    installs the observing filter."""
     if layers is Layers.BWRAP_ONLY or dry_run:
         return "off"
     if requested is not None:
         return requested
-    return "all" if audit_log else "writes"
+    return "all" if audit_log else "calls"
 
 
 def publish_ports(raw: tuple[str, ...], policy: EffectivePolicy) -> tuple[int, ...]:

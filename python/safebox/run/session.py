@@ -52,7 +52,7 @@ class Options(Frozen):
     quiet: bool = False  # no refused-host lines, no hints
     learn: str | None = None  # --learn OUT: any public host; the suggested policy goes to OUT
     summary: str | None = None  # --summary FILE: append this run's Markdown report
-    observe: str | None = None  # --observe: off, writes, all; None: writes, or all with --audit-log
+    observe: str | None = None  # --observe: off, calls, writes, all; None: calls, or all with --audit-log
     policy_file: str | None = None  # protected like the user's policy files (read-only inside)
     #: ``safebox exec``: take over the process's signals, mark its
     #: descriptors, become the child subreaper, reap every child. False
@@ -635,7 +635,7 @@ def _explain(s: Session, rp: ResolvedPolicy, policy: EffectivePolicy, observer: 
     feed = Feed(rp, policy=policy, home=s.home, table=observer.table if observer else None,
                 status=observer.status if observer else None, own=tuple(os.path.realpath(p) for p in own))
     feed.add_records(records)
-    feed.add_network(network)
+    feed.add_network(network, explained=not s.opts.quiet)  # the proxy printed a line per host unless --quiet
     if audit is not None:
         feed.write_audit(audit)
     if s.opts.quiet and not s.opts.verbose:

@@ -38,6 +38,15 @@ RULE_SELF = "self-protection"
 RULE_UNIX = "network.allowUnixSockets"
 RULE_DOMAINS = "network.allowedDomains"
 
+#: Directories a fix never makes writable: the system's. ``/var`` is one
+#: except for its caches (``/var/cache``, ``/var/tmp``); every top-level
+#: ``/lib*`` is one; so are ``/`` and every directory from the root down to
+#: the home itself (``Feed._never_writable``). Making one writable to let a
+#: command write a file hands the sandbox the host's configuration, programs
+#: or dotfiles: the commonest fix then names the rule and why instead.
+SYSTEM_DIRS = ("/etc", "/usr", "/bin", "/sbin", "/boot", "/proc", "/sys", "/dev", "/run", "/opt", "/srv", "/var")
+VAR_CACHES = ("/var/cache", "/var/tmp")
+
 
 @dataclass(frozen=True)
 class Record:
@@ -127,6 +136,8 @@ class Event:
     time: float = 0.0
     shown: str = ""  # the path, syscall or host, for the summary
     quiet: bool = False  # in the audit log and -v, not in the summary (see Feed.summary)
+    explained: bool = False  # its rule and fix were printed on a line of its own (the proxy's, per host)
+    by_design: bool = False  # no fix is suggested on purpose (a system directory), see SYSTEM_DIRS
 
 
 @dataclass
@@ -168,6 +179,20 @@ class Feed:
             return None
         return self.table.entries[idx]
 
+    def _never_writable(self, directory: str) -> str | None:
+        """Why a fix must not make ``directory`` writable ("/etc is a system
+        directory"; the root, the home or a directory above it), or None when
+        a fix may."""
+        d = os.path.normpath(directory)
+        if d == "/":
+            return "/ is the whole system"
+        if self.home and self.home != "/" and _under(self.home.rstrip("/"), d):
+            return "~ is the home itself, with its dotfiles" if _under(d, self.home) else f"{d} holds the home"
+        top = "/" + d.lstrip("/").split("/", 1)[0]
+        if top.startswith("/lib") or (top in SYSTEM_DIRS and not any(_under(d, c) for c in VAR_CACHES)):
+            return f"{d} is a system directory"
+        return None
+
     def _write_rule(self, path: str, entry: tuple[str, int] | None) -> tuple[str, str | None, str]:
         """(rule, fix, why nothing allows it) for a refused write to ``path``."""
         bits = entry[1] if entry else 0
@@ -183,7 +208,12 @@ class Feed:
         if (protected_by_name(path) or any(_under(path, p) for p in self.rp.read_only)
                 or (entry is not None and entry[0] in sealed)):
             return RULE_PROTECTED, None, "changing it could run code outside the sandbox (docs/policy-reference.md)"
-        return RULE_ALLOW_WRITE, f"--allow-write {self.tilde(self._write_root_for(path))}", ""
+        root = self._write_root_for(path)
+        why = self._never_writable(root)
+        if why is not None:
+            return RULE_ALLOW_WRITE, None, (f"writes outside the project are refused by design and {why}; "
+                                            "write under $TMPDIR or the work dir instead")
+        return RULE_ALLOW_WRITE, f"--allow-write {self.tilde(root)}", ""
 
     def _write_root_for(self, path: str) -> str:
         """The directory to suggest for --allow-write: the top directory under
@@ -242,7 +272,8 @@ class Feed:
                       "rule": rule, **base}
             if rec.path2:
                 fields["path2"] = rec.path2
-            return Event(kind, fields, rule, fix, note, rec.time, self.tilde(path))
+            return Event(kind, fields, rule, fix, note, rec.time, self.tilde(path),
+                         by_design=fix is None and rule == RULE_ALLOW_WRITE)
         # read, exec, unix socket: a masked path
         mask_dir = bool(bits & MASK_DIR)
         if not both:
@@ -317,10 +348,12 @@ class Feed:
                   "syscall": rec.name, "errno": _errno_name(err), "rule": rule, **base}
         return Event("network", fields, rule, fix, "", rec.time, f"{host}:{port}")
 
-    def add_network(self, refusals: list[tuple[Any, ...]]) -> None:
+    def add_network(self, refusals: list[tuple[Any, ...]], *, explained: bool = False) -> None:
         """The proxy's refusals: (host, port, protocol, decision). The fix is
         the one the proxy's own refusal line gives (proxy/explain.py), so the
-        two never disagree."""
+        two never disagree. ``explained``: those lines were printed (the
+        proxy prints one per host unless --quiet), so the summary does not
+        repeat their fix (see summary)."""
         from safebox.proxy.explain import fix_for
 
         for host, port, protocol, decision in refusals:
@@ -329,7 +362,7 @@ class Feed:
             fix = fix_for(str(host).lower(), decision)
             fields = {"kind": "network", "host": str(host), "port": int(port), "protocol": str(protocol),
                       "errno": None, "rule": rule, "reason": reason, "pid": None, "comm": None}
-            self.events.append(Event("network", fields, rule, fix, reason, 0.0, str(host)))
+            self.events.append(Event("network", fields, rule, fix, reason, 0.0, str(host), explained=explained))
 
     # ------------------------------------------------------------ output
 
@@ -348,6 +381,11 @@ class Feed:
         """The stderr lines (without ``safebox: ``): every event with -v, then
         one line of counts and one with the fix for the commonest.
 
+        Each refusal is explained once: a refusal the proxy explained on a
+        line of its own (host, rule, fix) is counted, marked "explained
+        above", and left out of the commonest's choice; when every refusal
+        was, nothing more is printed.
+
         A ``socket(AF_UNIX)`` refused without an address is left out of the
         two lines: glibc's name-service lookups (``getpwuid``: git, ls -l,
         id) try nscd's and systemd-userdb's sockets and fall back quietly,
@@ -362,7 +400,8 @@ class Feed:
                 err = f["errno"] or "no error (reads as empty)" if ev.kind == "read" else f["errno"] or "refused"
                 out.append(_printable(f"denied {ev.kind} {ev.shown}{who}: {err} ({ev.rule})"))
         loud = [ev for ev in self.events if not ev.quiet]
-        if not loud:
+        unexplained = [ev for ev in loud if not ev.explained]
+        if not unexplained:
             return out
         counts: dict[str, list[Event]] = {}
         for ev in loud:
@@ -377,13 +416,14 @@ class Feed:
                 if ev.shown not in shown:
                     shown.append(ev.shown)
             more = f" and {len(shown) - 3} more" if len(shown) > 3 else ""
+            above = "; explained above" if all(ev.explained for ev in evs) else ""
             one, many = _PLURAL[kind]
-            parts.append(f"{len(evs)} {one if len(evs) == 1 else many} ({', '.join(shown[:3])}{more})")
+            parts.append(f"{len(evs)} {one if len(evs) == 1 else many} ({', '.join(shown[:3])}{more}{above})")
         total = len(loud)
         dropped = f" (and {self.dropped} more not recorded)" if self.dropped else ""
         out.append(_printable(f"refused {total} operation{'s' if total != 1 else ''}{dropped}: "
                               + ", ".join(parts)))
-        out.append(_printable(self._commonest(loud)))
+        out.append(_printable(self._commonest(unexplained)))
         return out
 
     def _commonest(self, events: list[Event]) -> str:
@@ -397,6 +437,8 @@ class Feed:
         what = f"{len(evs)} {one if len(evs) == 1 else many} refused by {rule}"
         if fix:
             return f"to allow the commonest ({what}): {fix}"
+        if evs[0].by_design:
+            return f"the commonest ({what}) stays refused: {evs[0].fix_note}"
         return f"the commonest ({what}) cannot be allowed: {evs[0].fix_note}"
 
 
