@@ -101,9 +101,35 @@ def test_the_supervisor_knows_exactly_the_watched_calls() -> None:
     assert c_names == {w.syscall for w in seccomp.WATCH}
 
 
+def test_the_default_program_watches_no_file_call() -> None:
+    # --observe calls, the default without --audit-log: denied calls, exec,
+    # connect and chdir notify; no file call does (each would cost a round
+    # trip to the supervisor: docs/violations.md, "Cost and the default").
+    import pyseccomp  # noqa: F401  (a runtime dependency: missing is a failure, not a skip)
+    from test_seccomp_rules import RET_ALLOW, nr_of, run_bpf
+
+    notify = 0x7FC00000
+    calls = seccomp.compile_program(allow_unix_sockets=False, allow_inet=seccomp.InetMode.ANY,
+                                    observe=seccomp.Observe.CALLS)
+    writes = seccomp.compile_program(allow_unix_sockets=False, allow_inet=seccomp.InetMode.ANY,
+                                     observe=seccomp.Observe.WRITES)
+    assert {w.syscall for w in seccomp.watched(seccomp.Observe.CALLS)} == {"execve", "execveat", "connect", "chdir",
+                                                                            "fchdir"}
+    assert run_bpf(calls, nr=nr_of("unshare"), args=(0x1000_0000,)) == notify
+    for name in ("execve", "connect", "chdir"):
+        assert run_bpf(calls, nr=nr_of(name)) == notify
+    o_creat_wronly = 0o101
+    assert run_bpf(calls, nr=nr_of("openat"), args=(0, 0, o_creat_wronly)) == RET_ALLOW
+    assert run_bpf(writes, nr=nr_of("openat"), args=(0, 0, o_creat_wronly)) == notify  # control
+    for name in ("mkdir", "mkdirat", "unlinkat", "renameat2", "symlinkat", "linkat", "truncate", "creat"):
+        assert run_bpf(calls, nr=nr_of(name)) == RET_ALLOW, name
+        assert run_bpf(writes, nr=nr_of(name)) == notify, name
+
+
 def test_only_eperm_rules_notify_clone3_stays_in_the_kernel() -> None:
     for rule in seccomp.RULES:
         assert seccomp.notified(rule, seccomp.Observe.WRITES) is (rule.action is seccomp.Action.EPERM)
+        assert seccomp.notified(rule, seccomp.Observe.CALLS) is (rule.action is seccomp.Action.EPERM)
         assert not seccomp.notified(rule, seccomp.Observe.OFF)
 
 
@@ -175,15 +201,91 @@ def _feed(lines: list[bytes], layers: Layers = Layers.BOTH) -> feed.Feed:
     return f
 
 
+def _at(path: str) -> bytes:
+    """REC, a refused openat, on ``path``."""
+    return REC.replace(b"/etc/x".hex().encode(), path.encode().hex().encode())
+
+
 def test_the_summary_counts_by_kind_and_names_the_fix_for_the_commonest() -> None:
-    etc = REC
-    bashrc = REC.replace(b"/etc/x".hex().encode(), b"/h/.bashrc".hex().encode())
-    f = _feed([etc, bashrc, etc.replace(b"/etc/x".hex().encode(), b"/etc/y".hex().encode())])
+    f = _feed([_at("/h/.npm/x"), _at("/h/.bashrc"), _at("/h/.npm/y")])
     assert [e.fields["errno"] for e in f.events] == ["EROFS"] * 3
     assert [e.rule for e in f.events] == ["filesystem.allowWrite", "protected file", "filesystem.allowWrite"]
     assert f.summary(verbose=False) == [
-        "refused 3 operations: 3 writes (/etc/x, ~/.bashrc, /etc/y)",
-        "to allow the commonest (2 writes refused by filesystem.allowWrite): --allow-write /etc"]
+        "refused 3 operations: 3 writes (~/.npm/x, ~/.bashrc, ~/.npm/y)",
+        "to allow the commonest (2 writes refused by filesystem.allowWrite): --allow-write ~/.npm"]
+
+
+@pytest.mark.parametrize(("path", "why"), [
+    ("/etc/x", "/etc is a system directory"),
+    ("/etc/ssh/sshd_config.d/x", "/etc/ssh/sshd_config.d is a system directory"),
+    ("/usr/lib/node_modules/x/index.js", "/usr/lib/node_modules/x is a system directory"),
+    ("/bin/x", "/bin is a system directory"), ("/sbin/x", "/sbin is a system directory"),
+    ("/lib64/x", "/lib64 is a system directory"), ("/libx32/x", "/libx32 is a system directory"),
+    ("/boot/x", "/boot is a system directory"), ("/var/lib/dpkg/x", "/var/lib/dpkg is a system directory"),
+    ("/proc/sys/x", "/proc/sys is a system directory"), ("/sys/x", "/sys is a system directory"),
+    ("/dev/x", "/dev is a system directory"), ("/opt/tool/x", "/opt/tool is a system directory"),
+    ("/x", "/ is the whole system"), ("/h/new-file", "~ is the home itself, with its dotfiles"),
+])
+def test_a_refused_write_in_a_system_directory_never_suggests_making_it_writable(path: str, why: str) -> None:
+    f = _feed([_at(path)])
+    ev = f.events[0]
+    assert (ev.rule, ev.fix) == ("filesystem.allowWrite", None)
+    lines = f.summary(verbose=False)
+    assert "--allow-write" not in "\n".join(lines)
+    assert lines[1] == (f"the commonest (1 write refused by filesystem.allowWrite) stays refused: writes outside the "
+                        f"project are refused by design and {why}; write under $TMPDIR or the work dir instead")
+
+
+def test_a_directory_above_the_home_is_never_suggested_either() -> None:
+    rp = _rp()
+    f = feed.Feed(rp, policy=EffectivePolicy(), home="/home/u", table=table.build(rp, reads=True))
+    f.add_records([_at("/home/other")])
+    assert f.events[0].fix is None
+    assert "/home holds the home;" in f.summary(verbose=False)[1]
+
+
+@pytest.mark.parametrize(("path", "fix"), [("/h/.npm/_cacache/x", "--allow-write ~/.npm"),
+                                           ("/var/cache/apt/x", "--allow-write /var/cache/apt"),
+                                           ("/var/tmp/x", "--allow-write /var/tmp"),
+                                           ("/data/out/x", "--allow-write /data/out")])
+def test_a_refused_write_outside_system_directories_still_names_allow_write(path: str, fix: str) -> None:
+    # Control for the test above: the same refusal elsewhere gets its fix.
+    assert _feed([_at(path)]).events[0].fix == fix
+
+
+def _refused_host(f: feed.Feed, host: str, *, explained: bool) -> None:
+    from safebox.proxy.rules import Decision
+
+    f.add_network([(host, 443, "connect", Decision(False, "network.allowedDomains",
+                                                   f"{host} is not in network.allowedDomains"))],
+                  explained=explained)
+
+
+def test_a_host_the_proxy_explained_on_its_own_line_adds_no_summary() -> None:
+    f = _feed([])
+    _refused_host(f, "pypi.org", explained=True)
+    assert f.summary(verbose=False) == []
+    # -v still lists it, once
+    assert f.summary(verbose=True) == ["denied network pypi.org: refused (network.allowedDomains)"]
+
+
+def test_a_host_explained_above_is_counted_but_its_fix_is_not_repeated() -> None:
+    f = _feed([_at("/h/.npm/x")])
+    _refused_host(f, "pypi.org", explained=True)
+    _refused_host(f, "files.pythonhosted.org", explained=True)
+    assert f.summary(verbose=False) == [
+        "refused 3 operations: 1 write (~/.npm/x), 2 connections (pypi.org, files.pythonhosted.org; explained above)",
+        "to allow the commonest (1 write refused by filesystem.allowWrite): --allow-write ~/.npm"]
+
+
+def test_a_host_not_explained_on_its_own_line_gets_its_fix_in_the_summary() -> None:
+    # Control: with --quiet -v the proxy printed nothing, so the summary explains it.
+    f = _feed([])
+    _refused_host(f, "pypi.org", explained=False)
+    assert f.summary(verbose=False) == [
+        "refused 1 operation: 1 connection (pypi.org)",
+        "to allow the commonest (1 connection refused by network.allowedDomains): "
+        "--allow-domain pypi.org or --preset pip (network.allowedDomains in a policy file)"]
 
 
 def test_nothing_refused_is_no_summary() -> None:
