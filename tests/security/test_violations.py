@@ -213,14 +213,16 @@ def test_file_writes_are_not_watched_by_default_without_audit_log_and_still_refu
     assert f"safebox: refused 2 operations: 1 write ({target}), 1 system call (unshare)" in r.stderr
 
 
+@pytest.mark.parametrize("observe", ["all", "calls"])  # all: --audit-log's default; calls: the default without
 @pytest.mark.parametrize("mode", MODES)
-def test_running_a_program_from_a_masked_directory_is_an_exec_event(fresh_home: FakeHome, mode: str) -> None:
+def test_running_a_program_from_a_masked_directory_is_an_exec_event(fresh_home: FakeHome, mode: str,
+                                                                    observe: str) -> None:
     tool = fresh_home.root / ".ssh" / "tool"
     tool.write_text("#!/bin/sh\necho ran\n")
     tool.chmod(0o755)
     assert host([str(tool)]).stdout == "ran\n"  # control: it runs on the host
     r, evs = run_logged(fresh_home, [PY, "-c", f"import os\ntry: os.execv({str(tool)!r}, ['t'])\n"
-                                     "except OSError as e: print(e.errno)"], mode=mode)
+                                     "except OSError as e: print(e.errno)"], mode=mode, opts=("--observe", observe))
     want = "ENOENT" if mode == BOTH else "EACCES"
     assert r.stdout.strip() == ("2" if mode == BOTH else "13")
     assert one_event(evs) == {"event": "denied", "v": 1, "kind": "exec", "path": str(tool), "syscall": "execve",
