@@ -192,6 +192,27 @@ def test_reads_are_not_observed_by_default_without_audit_log(shared_home: FakeHo
     assert "safebox: refused 1 operation: 1 read (~/.ssh/id_rsa)" in r.stderr
 
 
+@pytest.mark.parametrize("verbose", [False, True], ids=["default", "control: -v lists them"])
+def test_a_run_refused_only_glibcs_name_service_probes_never_loads_the_feed(shared_home: FakeHome,
+                                                                             verbose: bool) -> None:
+    # `id` looks the user up: glibc tries nscd's socket, a refused
+    # socket(AF_UNIX) the summary leaves out. Explaining it anyway imported
+    # the feed and pyseccomp's syscall table, 50 ms added to every such run
+    # (docs/violations.md, "Records": the supervisor names socket()).
+    # The launcher ignores PYTHON* variables: -X importtime needs the
+    # interpreter by hand, isolated (-I) as the launcher is (safebox refuses
+    # a work dir on its own import path).
+    argv = [str(SAFEBOX.parent / "python"), "-I", "-X", "importtime", "-m", "safebox",
+            *shared_home.argv(["id", "-un"], opts=("-v",) if verbose else ())[1:]]
+    r = subprocess.run(argv, cwd=shared_home.work, env=shared_home.env(), capture_output=True, text=True,
+                       timeout=60, stdin=subprocess.DEVNULL)
+    assert r.returncode == 0, r.stderr
+    loaded = any(line.rstrip().endswith("safebox.violations.feed") for line in r.stderr.splitlines())
+    assert loaded is verbose
+    denied = [ln for ln in safebox_lines(r.stderr) if "denied unix-socket socket(AF_UNIX)" in ln]
+    assert bool(denied) is verbose  # control: the probe was refused, and -v says so
+
+
 @pytest.mark.parametrize("mode", MODES)
 def test_file_writes_are_not_watched_by_default_without_audit_log_and_still_refused(
         shared_home: FakeHome, mode: str) -> None:

@@ -288,6 +288,37 @@ def test_a_host_not_explained_on_its_own_line_gets_its_fix_in_the_summary() -> N
         "--allow-domain pypi.org or --preset pip (network.allowedDomains in a policy file)"]
 
 
+def _denied(name: bytes, nr: int, arg0: int) -> bytes:
+    """A record of a denied call, as the supervisor writes it."""
+    return (b"ev s " + name + b" %d - -1 1 12 1700000000.000001 %x,0,0,0,0,0 " % (nr, arg0)
+            + b"id".hex().encode() + b" - -")
+
+
+@pytest.mark.parametrize(("lines", "quiet"), [
+    ([], True),
+    ([_denied(b"socket", 41, 1)] * 3, True),
+    ([_denied(b"socket", 41, 0xFFFF_FFFF_0000_0001)], True),  # the kernel reads an int: the low 32 bits
+    ([_denied(b"socket", 41, 1), _denied(b"socket", 41, 2)], False),  # AF_INET: a network refusal
+    ([_denied(b"-", 41, 1)], False),  # unnamed (an older supervisor): the feed decides
+    ([_denied(b"socket", 41, 1), REC], False),
+    ([_denied(b"socket", 41, 1), b"dropped 3"], False),
+    ([b"ev s socket 41 - -1 1 12 1.0 zz,0,0,0,0,0 6964 - -"], False),
+])
+def test_only_glibcs_name_service_probes_are_quiet_without_the_feed(lines: list[bytes], quiet: bool) -> None:
+    from safebox.violations.quick import only_quiet
+
+    assert only_quiet(lines) is quiet
+    if quiet and lines:  # the feed agrees: nothing for the summary
+        f = _feed(lines)
+        assert f.events and all(e.quiet for e in f.events) and f.summary(verbose=False) == []
+
+
+def test_a_denied_call_the_supervisor_names_is_explained_by_that_name() -> None:
+    # nr 0 is read on x86_64: the name in the record wins (no syscall table loaded).
+    ev = _feed([_denied(b"socket", 0, 1)]).events[0]
+    assert (ev.kind, ev.fields["syscall"], ev.rule) == ("unix-socket", "socket", "network.allowUnixSockets")
+
+
 def test_nothing_refused_is_no_summary() -> None:
     assert _feed([]).summary(verbose=True) == []
 

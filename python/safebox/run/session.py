@@ -630,6 +630,12 @@ def _explain(s: Session, rp: ResolvedPolicy, policy: EffectivePolicy, observer: 
               "(the sandbox is enforced as usual; `safebox doctor` checks this host)")
     if not records and not network:
         return []
+    from safebox.violations.quick import only_quiet
+
+    if s.opts.cli and not network and audit is None and not s.opts.verbose and only_quiet(records):
+        # glibc's name-service probes only: nothing to print or record (the
+        # API still gets them as events).
+        return []
     from safebox.violations.feed import Feed  # only when there is something to explain
 
     feed = Feed(rp, policy=policy, home=s.home, table=observer.table if observer else None,

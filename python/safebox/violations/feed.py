@@ -295,7 +295,7 @@ class Feed:
     def _explain_syscall(self, rec: Record, base: dict[str, Any]) -> Event:
         from safebox.builder import seccomp
 
-        name = _syscall_name(rec.nr)
+        name = rec.name if rec.name != "-" else _syscall_name(rec.nr)  # the supervisor names socket()
         rule_why = "the seccomp denylist"
         for r in seccomp.RULES:
             if r.syscall == name and all(c.matches(rec.args) for c in r.conds):
