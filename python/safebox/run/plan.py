@@ -53,18 +53,22 @@ def decide_layers(without: Without | None, *, bwrap: str | None) -> tuple[Layers
             return Layers.BOTH, notes
 
 
-def observe_mode(requested: str | None, *, layers: Layers, dry_run: bool, audit_log: bool) -> str:
+def observe_mode(requested: str | None, *, layers: Layers, dry_run: bool, audit_log: bool,
+                 api: bool = False) -> str:
     """``--observe``: off, calls, writes or all. The default is calls (no
     file call is watched: a watched call costs a round trip to the
-    supervisor, too much for a job that writes thousands of files), and all
-    with --audit-log, where every refusal is recorded (docs/violations.md,
-    "Cost and the default"). Nothing is observed without the helper, which
-    installs the observing filter."""
+    supervisor, too much for a job that writes thousands of files), all
+    with --audit-log, where every refusal is recorded, and writes under the
+    API, whose ``violation`` events are what a harness reads
+    (docs/violations.md, "Cost and the default"). Nothing is observed
+    without the helper, which installs the observing filter."""
     if layers is Layers.BWRAP_ONLY or dry_run:
         return "off"
     if requested is not None:
         return requested
-    return "all" if audit_log else "calls"
+    if audit_log:
+        return "all"
+    return "writes" if api else "calls"
 
 
 def publish_ports(raw: tuple[str, ...], policy: EffectivePolicy) -> tuple[int, ...]:
