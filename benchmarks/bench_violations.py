@@ -118,7 +118,7 @@ def main() -> int:
         xs.sort()
         rows.append(f"| {mode} | {med[mode] * 1000:.1f} ms | {xs[int(len(xs) * 0.9) - 1] * 1000:.1f} ms | "
                     f"{(med[mode] - med['off']) * 1000:+.2f} ms |")
-    job_rows = ["| where | off | calls (default) | writes | all (reads, metadata; default with --audit-log) |",
+    job_rows = ["| where | off | calls | writes (default) | all (reads, metadata; default with --audit-log) |",
                 "|---|---|---|---|---|"]
     for label, samples in places.items():
         jm = {m: statistics.median(xs) for m, xs in samples.items()}

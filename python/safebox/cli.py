@@ -84,9 +84,9 @@ EXEC_OPTIONS: tuple[Opt, ...] = (
         help="Let the command reach any public host through the proxy, record what it used, and write a "
              "suggested policy (JSON) to OUT; file rules and local-address refusals still hold.", value="OUT"),
     Opt(long="--observe", dest="observe",
-        help="Which refusals to report: 'calls' (the default: denied system calls, sockets, exec, connections; "
-             "no file call, which costs nothing per file), 'writes' (also refused file writes), 'all' (also reads "
-             "of denied paths; the default with --audit-log) or 'off'.",
+        help="Which refusals to report: 'calls' (denied system calls, sockets, exec, connections; no file "
+             "call, which costs nothing per file), 'writes' (the default: also refused file writes), 'all' (also "
+             "reads of denied paths; the default with --audit-log) or 'off'.",
         value="MODE", choices=("off", "calls", "writes", "all")),
     Opt(long="--verbose", dest="verbose", help="Say which layers were enforced and what was adjusted; list every refusal.",
         short="-v"),

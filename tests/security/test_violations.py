@@ -214,27 +214,27 @@ def test_a_run_refused_only_glibcs_name_service_probes_never_loads_the_feed(shar
 
 
 @pytest.mark.parametrize("mode", MODES)
-def test_file_writes_are_not_watched_by_default_without_audit_log_and_still_refused(
+def test_with_observe_calls_file_writes_are_not_watched_and_still_refused(
         shared_home: FakeHome, mode: str) -> None:
-    # The default (--observe calls) watches no file call: a watched call
+    # --observe calls (the fast mode) watches no file call: a watched call
     # costs a round trip to the supervisor (docs/violations.md, "Cost and the
     # default"). The write is refused all the same; a denied system call is
     # still explained.
     target = f"/etc/safebox-{token()}"
     script = f"echo x > {target}; unshare -U true"
-    r = shared_home.run(["sh", "-c", script], mode=mode)
+    r = shared_home.run(["sh", "-c", script], mode=mode, opts=("--observe", "calls"))
     assert "Read-only file system" in r.stderr if mode == BOTH else "Permission denied" in r.stderr
     assert not os.path.exists(target)
     assert safebox_lines(r.stderr) == ["safebox: refused 1 operation: 1 system call (unshare)",
                                        "safebox: the commonest (1 system call refused by seccomp: CLONE_NEWUSER: a "
                                        "new namespace (user ns: full caps inside it)) cannot be allowed: denied in "
                                        "every sandbox (docs/seccomp.md)"]
-    # Control: --observe writes names the write too.
-    r = shared_home.run(["sh", "-c", script], mode=mode, opts=("--observe", "writes"))
+    # Control: the default (--observe writes, without --audit-log) names the write too.
+    r = shared_home.run(["sh", "-c", script], mode=mode)
     assert f"safebox: refused 2 operations: 1 write ({target}), 1 system call (unshare)" in r.stderr
 
 
-@pytest.mark.parametrize("observe", ["all", "calls"])  # all: --audit-log's default; calls: the default without
+@pytest.mark.parametrize("observe", ["all", "calls"])  # all: --audit-log's default; calls: the fast mode, without
 @pytest.mark.parametrize("mode", MODES)
 def test_running_a_program_from_a_masked_directory_is_an_exec_event(fresh_home: FakeHome, mode: str,
                                                                     observe: str) -> None:

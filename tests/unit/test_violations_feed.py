@@ -101,10 +101,10 @@ def test_the_supervisor_knows_exactly_the_watched_calls() -> None:
     assert c_names == {w.syscall for w in seccomp.WATCH}
 
 
-def test_the_default_program_watches_no_file_call() -> None:
-    # --observe calls, the default without --audit-log: denied calls, exec,
-    # connect and chdir notify; no file call does (each would cost a round
-    # trip to the supervisor: docs/violations.md, "Cost and the default").
+def test_the_calls_program_watches_no_file_call() -> None:
+    # --observe calls, the fast mode: denied calls, exec, connect and chdir
+    # notify; no file call does (each would cost a round trip to the
+    # supervisor: docs/violations.md, "Cost and the default").
     import pyseccomp  # noqa: F401  (a runtime dependency: missing is a failure, not a skip)
     from test_seccomp_rules import RET_ALLOW, nr_of, run_bpf
 

@@ -399,14 +399,15 @@ WATCH: tuple[Watch, ...] = (
     *(Watch(n, (), "changes the cwd: the supervisor's cwd cache is refreshed (never reported)",
             tier=Observe.CALLS) for n in ("chdir", "fchdir")),
 )
-"""CALLS entries are what the default without ``--audit-log`` watches: calls
+"""CALLS entries are what ``--observe calls`` (the fast mode) watches: calls
 a program makes a few of (an exec costs hundreds of microseconds by itself),
 never one per file. A watched call costs a round trip to the supervisor
 (5-7 µs on a 2-core VM, about 2 µs on an idle machine: two context
 switches), so a job that creates 20,000 files pays 0.1-0.2 s whatever the
 supervisor does; on tmpfs that is +30-50 % (docs/benchmarks.md). Write-intent
-file calls are therefore watched only under WRITES (``--observe writes``)
-and ALL (``--observe all``, the default with ``--audit-log``).
+file calls are watched under WRITES (``--observe writes``, the default: a
+refused write is explained) and ALL (``--observe all``, the default with
+``--audit-log``); CALLS leaves them out for file-heavy jobs on tmpfs.
 
 ALL entries are compiled only under Observe.ALL: every open, and the metadata calls
 (chmod, chown, utimes), which Landlock does not restrict and bwrap refuses

@@ -55,20 +55,21 @@ def decide_layers(without: Without | None, *, bwrap: str | None) -> tuple[Layers
 
 def observe_mode(requested: str | None, *, layers: Layers, dry_run: bool, audit_log: bool,
                  api: bool = False) -> str:
-    """``--observe``: off, calls, writes or all. The default is calls (no
-    file call is watched: a watched call costs a round trip to the
-    supervisor, too much for a job that writes thousands of files), all
-    with --audit-log, where every refusal is recorded, and writes under the
-    API, whose ``violation`` events are what a harness reads
-    (docs/violations.md, "Cost and the default"). Nothing is observed
-    without the helper, which installs the observing filter."""
+    """``--observe``: off, calls, writes or all. The default is writes (a
+    refused write is explained: which rule, which fix; the CLI and the API
+    alike), and all with --audit-log, where every refusal is recorded.
+    ``calls`` watches no file call, the fast mode for a file-heavy job on
+    tmpfs (docs/violations.md, "Cost and the default"); ``api`` is kept for
+    callers that pass it and changes nothing. Nothing is observed without
+    the helper, which installs the observing filter."""
     if layers is Layers.BWRAP_ONLY or dry_run:
         return "off"
     if requested is not None:
         return requested
     if audit_log:
         return "all"
-    return "writes" if api else "calls"
+    del api  # the same default for the CLI and the API
+    return "writes"
 
 
 def publish_ports(raw: tuple[str, ...], policy: EffectivePolicy) -> tuple[int, ...]:
