@@ -189,7 +189,10 @@ def test_one_proxy_serves_every_command_of_a_sandbox_without_a_listener_left_per
         for _ in range(20):
             assert sb.run(["sh", "-c", 'test -n "$HTTPS_PROXY"']).returncode == 0
         assert sb._session.proxy is proxy  # the same proxy for all of them
-        assert fds() <= before + 2, (before, fds())  # not 2-4 adopted listeners per command
+        # Not 2-4 adopted listeners per command (+40 to +80 here). The slack is
+        # for descriptors of the last command still being closed by the
+        # proxy's thread; a leak of one per command would be +20.
+        assert fds() < before + 10, (before, fds())
 
 
 def test_a_policy_error_names_the_key_as_the_cli_does(shared_home: FakeHome) -> None:
