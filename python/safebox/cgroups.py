@@ -193,13 +193,27 @@ class Cgroup:
                 _write(os.path.join(d, "memory.memsw.limit_in_bytes"), str(self.memory))
 
     def procs_files(self) -> list[str]:
-        """The ``cgroup.procs`` files the sandbox's first process writes itself into."""
-        return [os.path.join(d, "cgroup.procs") for d in dict.fromkeys(self.dirs.values())]
+        """The files the sandbox's first process writes itself ("0") into:
+        ``cgroup.procs`` on cgroup v2; on v1 the ``tasks`` file, which for a
+        single-threaded process (the shell of ``wrap``) is the same move.
+
+        Why ``tasks``: writing a pid to v1's ``cgroup.procs`` moves a thread
+        group, so the kernel takes ``cgroup_threadgroup_rwsem`` for writing
+        (``cgroup_procs_write_start``: ``*threadgroup_locked = pid ||
+        threadgroup``), and that percpu rwsem waits for an RCU grace period:
+        about 10 ms of every start here. Moving the current thread alone
+        ("0" to ``tasks``) skips the lock (kernel/cgroup/cgroup.c, "If we
+        migrate a single thread, we don't care about threadgroup
+        stability")."""
+        out: dict[str, None] = {}
+        for c, d in self.dirs.items():
+            out[os.path.join(d, "tasks" if self.version[c] == 1 else "cgroup.procs")] = None
+        return list(out)
 
     def wrap(self, path: str, argv: list[str]) -> tuple[str, list[str]]:
         """(path, argv) that runs ``argv`` (whose program is ``path``)
         inside the cgroup: a shell writes its own pid ("0") into each
-        ``cgroup.procs`` and execs, so bwrap and everything it starts is
+        ``procs_files`` entry and execs, so bwrap and everything it starts is
         inside from its first instruction (no window to fork outside)."""
         files = self.procs_files()
         script = ('n=$1; shift; while [ "$n" -gt 0 ]; do echo 0 > "$1" || '

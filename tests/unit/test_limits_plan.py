@@ -312,9 +312,17 @@ def test_the_cgroup_trampoline_enters_every_cgroup_then_execs_the_sandbox() -> N
                        pids=64, memory=GiB)
     path, argv = cg.wrap("/usr/bin/bwrap", ["bwrap", "--args", "5", "--", "cmd"])
     assert path == "/bin/sh"
-    assert argv[3:] == ["safebox-cgroup", "2", f"/sys/fs/cgroup/pids/{cg.name}/cgroup.procs",
-                        f"/sys/fs/cgroup/memory/x/{cg.name}/cgroup.procs", "/usr/bin/bwrap", "--args", "5", "--", "cmd"]
+    # v1: the shell moves itself (one thread) through `tasks`, which skips
+    # the thread-group lock and its RCU wait (cgroups.procs_files).
+    assert argv[3:] == ["safebox-cgroup", "2", f"/sys/fs/cgroup/pids/{cg.name}/tasks",
+                        f"/sys/fs/cgroup/memory/x/{cg.name}/tasks", "/usr/bin/bwrap", "--args", "5", "--", "cmd"]
     assert cg.name.startswith(f"safebox-{os.getpid()}-")
+
+
+def test_on_cgroup_v2_the_trampoline_writes_cgroup_procs() -> None:
+    cg = cgroups.Cgroup({"pids": CgroupSite(version=2, parent="/sys/fs/cgroup/d"),
+                         "memory": CgroupSite(version=2, parent="/sys/fs/cgroup/d")}, pids=64, memory=GiB)
+    assert cg.procs_files() == [f"/sys/fs/cgroup/d/{cg.name}/cgroup.procs"]  # one unified dir, once
 
 
 # ------------------------------------------------------------------ finding a cgroup (fake /proc and /sys)
