@@ -217,9 +217,32 @@ class _Mounts:
                         check(mount(first_file, path, None, _MS_BIND, None), "cannot mask", path)
 
 
-def apply(pid: int, plan: BulkPlan) -> None:
-    """Make ``plan``'s mounts in the mount namespace of ``pid`` (bubblewrap's
-    sandbox). Raises BuildError naming the entry that could not be mounted."""
+class Pending:
+    """A mounter at work in its forked child; ``wait`` collects it."""
+
+    def __init__(self, child: int, r: int, ops: int) -> None:
+        self._child, self._r, self._ops = child, r, ops
+
+    def wait(self) -> None:
+        """Wait for the child. Raises BuildError naming the entry that could
+        not be mounted. Safe to call once only."""
+        try:
+            chunks = []
+            while chunk := os.read(self._r, 4096):
+                chunks.append(chunk)
+        finally:
+            os.close(self._r)
+            _, status = os.waitpid(self._child, 0)
+        if status != 0:
+            msg = b"".join(chunks).decode(errors="replace") or f"mounter exited with status {status}"
+            raise BuildError(f"cannot make the policy's {self._ops} mounts inside the sandbox: {msg}",
+                             hint="see docs/layers.md, \"Big policies\"; `safebox doctor` checks the kernel")
+
+
+def start(pid: int, plan: BulkPlan) -> Pending:
+    """Start making ``plan``'s mounts in the mount namespace of ``pid``
+    (bubblewrap's sandbox) in a forked child, and return at once: the caller
+    does its own work meanwhile (the violations table) and then ``wait``s."""
     if TYPE_CHECKING:
         import signal as _signal  # typeshed's view of the same C functions
     else:
@@ -257,14 +280,10 @@ def apply(pid: int, plan: BulkPlan) -> None:
             code = 1
         os._exit(code)
     os.close(w)
-    try:
-        chunks = []
-        while chunk := os.read(r, 4096):
-            chunks.append(chunk)
-    finally:
-        os.close(r)
-        _, status = os.waitpid(child, 0)
-    if status != 0:
-        msg = b"".join(chunks).decode(errors="replace") or f"mounter exited with status {status}"
-        raise BuildError(f"cannot make the policy's {len(plan.ops)} mounts inside the sandbox: {msg}",
-                         hint="see docs/layers.md, \"Big policies\"; `safebox doctor` checks the kernel")
+    return Pending(child, r, len(plan.ops))
+
+
+def apply(pid: int, plan: BulkPlan) -> None:
+    """Make ``plan``'s mounts in the mount namespace of ``pid`` (bubblewrap's
+    sandbox). Raises BuildError naming the entry that could not be mounted."""
+    start(pid, plan).wait()

@@ -467,7 +467,8 @@ class Launch:
         self.relay.spawned = self.pid
         if self.cli:
             test_pause("command")  # a signal now is queued for the command
-        self._start_observer()  # while bwrap builds the sandbox
+        if not sync:
+            self._start_observer()  # while bwrap builds the sandbox
         self._close_fd(bw_w)
         self._close_fd(args_fd)
         # bw_r stays open until close(): bwrap writes its exit document on
@@ -482,8 +483,18 @@ class Launch:
                     raise RunError("bubblewrap did not report its sandbox's pid; cannot make the mounts")
                 from safebox import mounter
 
-                mounter.apply(self.relay.bwrap_child, bulk)
+                # The violations table of a big policy (one entry per mount)
+                # is built while the mounter's child makes the mounts: the
+                # helper, which hands the supervisor its listener, runs only
+                # after G.
+                pending = mounter.start(self.relay.bwrap_child, bulk)
+                try:
+                    self._start_observer()
+                finally:
+                    pending.wait()
                 sync[0].sendall(b"G\n")
+            else:
+                self._start_observer()  # as without the mounter; bubblewrap's failure is reported below
             sync[0].close()
         if handoff:
             self._adopt(handoff[0], handoff[1])
