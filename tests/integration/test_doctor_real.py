@@ -8,7 +8,6 @@ a failure.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -24,9 +23,8 @@ ALL_CHECKS = ["linux", "kernel", "bwrap", "socat", "ripgrep", "landlock", "secco
 
 
 def _skip_or_fail(reason: str) -> None:
-    if os.environ.get("SAFEBOX_MUST_WORK") == "1":
-        pytest.fail(f"{reason} (SAFEBOX_MUST_WORK=1)")
-    pytest.skip(reason)
+    # Never a skip: a host that cannot run the real doctor has not shown it works.
+    pytest.fail(reason)
 
 
 @pytest.fixture(scope="module")

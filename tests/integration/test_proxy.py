@@ -15,7 +15,6 @@ import http.server
 import json
 import os
 import pathlib
-import shutil
 import socket
 import subprocess
 import sys
@@ -27,10 +26,6 @@ from collections.abc import Iterator
 import pytest
 
 from safebox.proxy import ProxyConfig, ProxyServer
-
-pytestmark = pytest.mark.skipif(
-    shutil.which("curl") is None or shutil.which("socat") is None, reason="needs curl and socat"
-)
 
 BIG = 64 * 1024 * 1024
 _BLOCK = hashlib.sha256(b"safebox").digest() * (1024 * 1024 // 32)  # 1 MiB, deterministic
@@ -499,7 +494,6 @@ _METADATA_SCRIPT = textwrap.dedent(
 )
 
 
-@pytest.mark.skipif(shutil.which("unshare") is None, reason="needs unshare")
 def test_cloud_metadata_is_refused_by_the_proxy_inside_a_private_netns(tmp_path) -> None:
     hosts = tmp_path / "hosts"
     hosts.write_text("127.0.0.1 localhost\n169.254.169.254 metadata.test\n")

@@ -33,9 +33,6 @@ X32_SYSCALL_BIT = 0x4000_0000
 ALL_OPTIONS = [(u, m) for u in (True, False) for m in InetMode]
 U64 = st.integers(min_value=0, max_value=2**64 - 1)
 
-needs_x86_64 = pytest.mark.skipif(os.uname().machine != "x86_64", reason="x86_64 ABI details")
-
-
 def run_bpf(program: bytes, *, nr: int, args: tuple[int, ...] = (), arch: int = AUDIT_ARCH_X86_64) -> int:
     """Run a seccomp classic-BPF program on one seccomp_data; return the RET value."""
     padded = tuple(args) + (0,) * (6 - len(args))
@@ -201,7 +198,6 @@ def test_options_change_the_program(programs) -> None:
     assert len(set(programs.values())) == len(ALL_OPTIONS)
 
 
-@needs_x86_64
 @pytest.mark.parametrize(("unix", "inet"), ALL_OPTIONS)
 def test_compiled_program_agrees_with_the_table_for_every_entry(programs, unix: bool, inet: InetMode) -> None:
     program = programs[(unix, inet)]
@@ -218,7 +214,6 @@ def test_compiled_program_agrees_with_the_table_for_every_entry(programs, unix: 
         assert run_bpf(program, nr=nr, args=tuple(args)) == expected_ret(want), rule
 
 
-@needs_x86_64
 @settings(max_examples=300, deadline=None, database=None)  # no .hypothesis/ in the repo
 @given(name=st.sampled_from(["socket", "ioctl", "clone", "unshare", "personality", "sendto", "sendmsg",
                              "getpid", "clone3"]),
@@ -232,7 +227,6 @@ def test_compiled_program_agrees_with_the_table_on_arbitrary_arguments(name, arg
     assert run_bpf(program, nr=nr_of(name), args=args) == expected_ret(want)
 
 
-@needs_x86_64
 def test_junk_in_the_upper_32_bits_still_matches(programs) -> None:
     program = programs[(False, InetMode.TCP_ONLY)]
     eperm = expected_ret(Action.EPERM)
@@ -242,7 +236,6 @@ def test_junk_in_the_upper_32_bits_still_matches(programs) -> None:
     assert run_bpf(program, nr=nr_of("clone"), args=(1 << 32 | seccomp.CLONE_NEWUSER,)) == eperm
 
 
-@needs_x86_64
 def test_other_abis_are_killed(programs) -> None:
     program = programs[(True, InetMode.ANY)]
     # int 0x80 from a 64-bit process is AUDIT_ARCH_I386: not in the filter.
