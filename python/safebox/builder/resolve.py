@@ -268,11 +268,20 @@ def remember_git_dirs(path: str, before: tuple[tuple[str, str], ...], seen: tupl
     if all(e in known for e in seen):
         return
     merged = list(dict.fromkeys([*seen, *before]))
-    lines = [f"{kind} {os.fsencode(p).hex()}\n" for kind, p in merged]
+    _write_memory(path, [(p, f"{kind} {os.fsencode(p).hex()}\n") for kind, p in merged])
+
+
+def _write_memory(path: str, entries: list[tuple[str, str]]) -> None:
+    """Write a state-dir memory of (path, line) entries, newest first,
+    atomically and 0600. Past the bound (4096 entries or 1 MiB) it is swept:
+    entries whose directory is gone are dropped, then the oldest until three
+    quarters of the bound remain. Never fails the run: a memory that cannot
+    be written only loses this run's additions."""
+    lines = [line for _, line in entries]
     if len(lines) > _KNOWN_MAX or sum(map(len, lines)) > _KNOWN_MAX_BYTES:
         keep: list[str] = []
         size = 0
-        for (_, p), line in zip(merged, lines, strict=True):
+        for p, line in entries:
             if len(keep) >= _KNOWN_LOW or size + len(line) > _KNOWN_LOW_BYTES:
                 break
             if os.path.isdir(p):
@@ -288,7 +297,7 @@ def remember_git_dirs(path: str, before: tuple[tuple[str, str], ...], seen: tupl
             os.close(fd)
         os.replace(tmp, path)
     except OSError:
-        pass  # a memory that cannot be written only loses this run's additions
+        pass
 
 
 WRITE_ROOTS = "write-roots"
@@ -325,27 +334,7 @@ def remember_write_roots(path: str, before: dict[str, float], roots: tuple[str, 
     if not new:
         return
     merged = [(r, now) for r in new] + list(before.items())
-    lines = [f"{when:.3f} {os.fsencode(r).hex()}\n" for r, when in merged]
-    if len(lines) > _KNOWN_MAX or sum(map(len, lines)) > _KNOWN_MAX_BYTES:
-        keep: list[str] = []
-        size = 0
-        for (r, _), line in zip(merged, lines, strict=True):
-            if len(keep) >= _KNOWN_LOW or size + len(line) > _KNOWN_LOW_BYTES:
-                break
-            if os.path.isdir(r):
-                keep.append(line)
-                size += len(line)
-        lines = keep
-    tmp = f"{path}.{os.getpid()}.tmp"
-    try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-        try:
-            os.write(fd, "".join(lines).encode())
-        finally:
-            os.close(fd)
-        os.replace(tmp, path)
-    except OSError:
-        pass  # a memory that cannot be written only loses this run's roots
+    _write_memory(path, [(r, f"{when:.3f} {os.fsencode(r).hex()}\n") for r, when in merged])
 
 
 def refuse_planted_links(policy: EffectivePolicy, *, layers: Layers, cwd: str, pwd: str | None,
