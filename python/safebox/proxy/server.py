@@ -8,7 +8,6 @@ import contextlib
 import logging
 import os
 import socket
-import stat
 import threading
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
@@ -308,28 +307,12 @@ class ProxyServer:
 
     @staticmethod
     def _unix_socket(path: str) -> socket.socket:
-        """Bind a unix socket at ``path``, mode 0600 before anyone can connect.
+        """Bind and listen on a unix socket at ``path``, mode 0600 before
+        anyone can connect (deferred.py's listener, the one implementation);
+        as the ``socket.socket`` asyncio needs."""
+        from safebox.proxy.deferred import _unix_listener
 
-        A stale socket file (a killed earlier run) is replaced; any other
-        existing file is an error, never overwritten.
-        """
-        try:
-            st = os.lstat(path)
-        except FileNotFoundError:
-            pass
-        else:
-            if not stat.S_ISSOCK(st.st_mode):
-                raise ProxyError(f"{path} exists and is not a socket")
-            os.unlink(path)
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        try:
-            sock.bind(path)
-            # Not yet listening: nobody can connect before the mode is 0600.
-            os.chmod(path, 0o600)
-        except OSError as exc:
-            sock.close()
-            raise ProxyError(f"cannot create proxy socket {path}: {exc.strerror}") from None
-        return sock
+        return socket.socket(fileno=_unix_listener(path).detach())
 
     def _client(self, handler: Handler, gate: Gate) -> Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]:
         """Wrap a front-end handler: track the task, contain every error, always close."""
