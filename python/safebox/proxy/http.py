@@ -154,8 +154,10 @@ def _request_line(line: bytes) -> tuple[str, str, str]:
     return method_b.decode(), target_b.decode(), version_b.decode()
 
 
-def _header_fields(lines: list[bytes]) -> list[tuple[str, str]]:
-    """The header fields, refusing what could be read two ways."""
+def header_lines(lines: list[bytes]) -> list[tuple[str, str]]:
+    """Each header line as (name, value), refusing folding, a malformed name,
+    control characters in a value, and more than MAX_HEADERS fields (the
+    plain proxy's and the TLS interceptor's one parser of header lines)."""
     headers: list[tuple[str, str]] = []
     for line in lines:
         if line[:1] in (b" ", b"\t"):
@@ -169,6 +171,12 @@ def _header_fields(lines: list[bytes]) -> list[tuple[str, str]]:
         headers.append((name.decode(), value.decode("latin-1")))
         if len(headers) > MAX_HEADERS:
             raise BadRequest(431, f"more than {MAX_HEADERS} header fields")
+    return headers
+
+
+def _header_fields(lines: list[bytes]) -> list[tuple[str, str]]:
+    """The header fields, refusing what could be read two ways."""
+    headers = header_lines(lines)
     lower = [n.lower() for n, _ in headers]
     if lower.count("host") > 1:
         raise BadRequest(400, "more than one Host header")

@@ -34,16 +34,15 @@ import ssl
 from safebox.domains import IPAddress
 from safebox.proxy._asyncio import asyncio
 from safebox.proxy.http import (
-    _BAD_VALUE_RE,
     _HOP_BY_HOP,
     _TARGET_RE,
     _TOKEN_RE,
     HEAD_TIMEOUT,
     MAX_HEAD,
-    MAX_HEADERS,
     BadRequest,
     Request,
     error_response,
+    header_lines,
     refusal_body,
 )
 from safebox.proxy.rules import HostError
@@ -242,20 +241,7 @@ def _parse_inner(head: bytes) -> tuple[str, str, list[tuple[str, str]]]:
             target = "/" + target
     elif not target.startswith("/") and not (method == "OPTIONS" and target == "*"):
         raise BadRequest(400, "malformed request target")
-    headers: list[tuple[str, str]] = []
-    for line in lines[1:]:
-        if line[:1] in (b" ", b"\t"):
-            raise BadRequest(400, "obsolete header line folding is not supported")
-        name, sep, value = line.partition(b":")
-        if not sep or not _TOKEN_RE.match(name):
-            raise BadRequest(400, "malformed header line")
-        value = value.strip(b" \t")
-        if _BAD_VALUE_RE.search(value):
-            raise BadRequest(400, f"control character in header {name.decode()!r}")
-        headers.append((name.decode(), value.decode("latin-1")))
-        if len(headers) > MAX_HEADERS:
-            raise BadRequest(431, f"more than {MAX_HEADERS} header fields")
-    return method, target, headers
+    return method, target, header_lines(lines[1:])
 
 
 def _framing(headers: list[tuple[str, str]]) -> tuple[str, int]:
