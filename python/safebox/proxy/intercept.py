@@ -550,21 +550,30 @@ def _looks_like_client_hello(data: bytes) -> bool:
     return len(data) >= 3 and data[0] == 0x16 and data[1] == 0x03 and data[2] <= 0x03
 
 
-async def terminate(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, gate: Gate, req: Request) -> None:
-    """Serve a CONNECT that ``network.tlsTerminate`` covers (module docstring)."""
+async def _check(writer: asyncio.StreamWriter, gate: Gate, req: Request, kind: str, *,
+                 tunnel: bool = True) -> tuple[str, list[IPAddress], ProxyURL | None] | None:
+    """The gate's decision for ``req``; on a refusal or an upstream failure,
+    the answer (403 naming the rule, 502/504) is written and None returned."""
     display = f"[{req.host}]" if ":" in req.host else req.host
     try:
-        name, addresses, via = await gate.check(req.host, req.port, "connect")
+        return await gate.check(req.host, req.port, kind, tunnel=tunnel)
     except Refused as exc:
         d = exc.decision
         writer.write(error_response(403, refusal_body(display, req.port, d.rule, d.reason), rule=d.rule))
-        await writer.drain()
-        return
     except UpstreamError as exc:
         status = 504 if exc.kind == "timeout" else 502
         writer.write(error_response(status, f"safebox: upstream {display} port {req.port}: {exc}\n"))
-        await writer.drain()
+    await writer.drain()
+    return None
+
+
+async def terminate(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, gate: Gate, req: Request) -> None:
+    """Serve a CONNECT that ``network.tlsTerminate`` covers (module docstring)."""
+    display = f"[{req.host}]" if ":" in req.host else req.host
+    checked = await _check(writer, gate, req, "connect")
+    if checked is None:
         return
+    name, addresses, via = checked
     writer.write(b"HTTP/1.1 200 Connection established\r\n\r\n")
     await writer.drain()
     first = await _sniff(reader)
@@ -615,19 +624,10 @@ async def forward_plain(reader: asyncio.StreamReader, writer: asyncio.StreamWrit
                         head: bytes) -> None:
     """A plain ``http://`` request to a host with masked credentials, with
     ``allowPlaintextInject``: the same forwarding, without TLS."""
-    display = f"[{req.host}]" if ":" in req.host else req.host
-    try:
-        name, addresses, via = await gate.check(req.host, req.port, "http", tunnel=False)
-    except Refused as exc:
-        d = exc.decision
-        writer.write(error_response(403, refusal_body(display, req.port, d.rule, d.reason), rule=d.rule))
-        await writer.drain()
+    checked = await _check(writer, gate, req, "http", tunnel=False)
+    if checked is None:
         return
-    except UpstreamError as exc:
-        status = 504 if exc.kind == "timeout" else 502
-        writer.write(error_response(status, f"safebox: upstream {display} port {req.port}: {exc}\n"))
-        await writer.drain()
-        return
+    name, addresses, via = checked
     client = Stream(reader, writer)  # what the reader buffered after the head is read first
     try:
         await _forward(client, gate, name, addresses, req.port, via, tls=False, protocol="http", head=head)
