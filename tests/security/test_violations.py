@@ -326,6 +326,22 @@ def test_a_direct_connection_from_an_empty_network_namespace_is_a_network_event(
 
 
 @pytest.mark.needs_landlock(4)
+def test_a_refused_name_lookup_names_the_fix_for_the_host_not_the_resolver(shared_home: FakeHome) -> None:
+    # A DNS query over TCP to a resolver address (what curl's lookup becomes
+    # in an empty namespace): the fix names the host, not 192.0.2.53.
+    code = ("import socket\ns = socket.socket()\n"
+            "try: s.connect(('192.0.2.53', 53))\nexcept OSError as e: print(e.errno)")
+    r, evs = run_logged(shared_home, [PY, "-c", code], mode=BOTH)
+    assert r.stdout.strip() == "13"
+    assert one_event(evs)["fix"] == ("--allow-domain HOST for the host the command looked up (the proxy "
+                                     "resolves it; the sandbox has no DNS of its own)")
+    assert "1 connection (DNS lookup via 192.0.2.53)" in r.stderr
+    # Control: another port keeps the address form.
+    r, evs = run_logged(shared_home, [PY, "-c", code.replace("53))", "443))")], mode=BOTH)
+    assert one_event(evs)["fix"] == "--allow-domain NAME for the host behind 192.0.2.53 (then through the proxy)"
+
+
+@pytest.mark.needs_landlock(4)
 @pytest.mark.parametrize("mode", MODES)
 def test_a_tcp_connect_around_the_proxy_is_a_network_event(shared_home: FakeHome, mode: str) -> None:
     # Loopback only: Landlock refuses every port but the proxy's before any

@@ -342,11 +342,21 @@ class Feed:
             return None
         proxied = bool(self.policy.allowed_domains)
         rule = RULE_DOMAINS
-        fix = ("connect through the proxy (HTTPS_PROXY/ALL_PROXY are set in the sandbox)" if proxied
-               else f"--allow-domain NAME for the host behind {host} (then through the proxy)")
+        if port == "53":
+            # A name lookup (curl's, glibc's resolver): the sandbox resolves
+            # names only in the proxy, so the fix names the host looked up,
+            # not the resolver's address.
+            fix = ("connect through the proxy, which resolves names itself (HTTPS_PROXY/ALL_PROXY are set)"
+                   if proxied else "--allow-domain HOST for the host the command looked up (the proxy "
+                                   "resolves it; the sandbox has no DNS of its own)")
+            label = f"DNS lookup via {host}"
+        else:
+            fix = ("connect through the proxy (HTTPS_PROXY/ALL_PROXY are set in the sandbox)" if proxied
+                   else f"--allow-domain NAME for the host behind {host} (then through the proxy)")
+            label = f"{host}:{port}"
         fields = {"kind": "network", "host": host, "port": int(port) if port.isdigit() else None,
                   "syscall": rec.name, "errno": _errno_name(err), "rule": rule, **base}
-        return Event("network", fields, rule, fix, "", rec.time, f"{host}:{port}")
+        return Event("network", fields, rule, fix, "", rec.time, label)
 
     def add_network(self, refusals: list[tuple[Any, ...]], *, explained: bool = False) -> None:
         """The proxy's refusals: (host, port, protocol, decision). The fix is
