@@ -53,23 +53,18 @@ def decide_layers(without: Without | None, *, bwrap: str | None) -> tuple[Layers
             return Layers.BOTH, notes
 
 
-def observe_mode(requested: str | None, *, layers: Layers, dry_run: bool, audit_log: bool,
-                 api: bool = False) -> str:
+def observe_mode(requested: str | None, *, layers: Layers, dry_run: bool, audit_log: bool) -> str:
     """``--observe``: off, calls, writes or all. The default is writes (a
     refused write is explained: which rule, which fix; the CLI and the API
     alike), and all with --audit-log, where every refusal is recorded.
     ``calls`` watches no file call, the fast mode for a file-heavy job on
-    tmpfs (docs/violations.md, "Cost and the default"); ``api`` is kept for
-    callers that pass it and changes nothing. Nothing is observed without
-    the helper, which installs the observing filter."""
+    tmpfs (docs/violations.md, "Cost and the default"). Nothing is observed
+    without the helper, which installs the observing filter."""
     if layers is Layers.BWRAP_ONLY or dry_run:
         return "off"
     if requested is not None:
         return requested
-    if audit_log:
-        return "all"
-    del api  # the same default for the CLI and the API
-    return "writes"
+    return "all" if audit_log else "writes"
 
 
 def publish_ports(raw: tuple[str, ...], policy: EffectivePolicy) -> tuple[int, ...]:

@@ -232,7 +232,7 @@ class Session:
         from safebox.builder import bpf_cache
 
         self.observe = _plan.observe_mode(self.opts.observe, layers=self.layers, dry_run=self.opts.dry_run,
-                                          audit_log=bool(self.opts.audit_log), api=not self.opts.cli)
+                                          audit_log=bool(self.opts.audit_log))
         self.bpf = self.observe_bpf = b""
         self.filter_id = ""
         if self.layers is Layers.BWRAP_ONLY:
