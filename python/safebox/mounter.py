@@ -96,14 +96,19 @@ def supported() -> bool:
     return not (r < 0 and lib.errno() == 38)  # ENOSYS
 
 
+#: ``_Mounts._cwd`` while the working directory is the first mask's tmpfs.
+_IN_MASK = b"\0mask"
+
+
 class _Failed(Exception):
     pass
 
 
-def _run(lib: _Libc, pid: int, plan: BulkPlan) -> None:
-    """In the forked child: enter the sandbox and make every mount."""
+def _run(lib: _Libc, ns: int, plan: BulkPlan) -> None:
+    """In the forked child: enter the sandbox (``ns``: its mount namespace)
+    and make every mount."""
     m = _Mounts(lib, os.fsencode(plan.scratch))
-    m.enter(pid)
+    m.enter(ns)
     # The write roots first, from a copy of the tree taken before them.
     writes = [os.fsencode(p) for op, p in plan.ops if op is BulkOp.WRITE]
     if writes:
@@ -119,6 +124,7 @@ class _Mounts:
     def __init__(self, lib: _Libc, scratch: bytes) -> None:
         self.lib = lib
         self.scratch = scratch
+        self._cwd = b""
         self.ro = lib.MountAttr(_MOUNT_ATTR_RDONLY | _MOUNT_ATTR_NOSUID | _MOUNT_ATTR_NODEV, 0, 0, 0)
         self.rw = lib.MountAttr(_MOUNT_ATTR_NOSUID | _MOUNT_ATTR_NODEV, _MOUNT_ATTR_RDONLY, 0, 0)
 
@@ -128,13 +134,9 @@ class _Mounts:
             where = f" {os.fsdecode(path)}" if path else ""
             raise _Failed(f"{what}{where}: {os.strerror(err)}")
 
-    def enter(self, pid: int) -> None:
-        """Enter the user and mount namespaces of ``pid``."""
+    def enter(self, mnt: int) -> None:
+        """Enter the mount namespace ``mnt`` and the user namespace that owns it."""
         lib, check = self.lib, self.check
-        try:
-            mnt = os.open(f"/proc/{pid}/ns/mnt", os.O_RDONLY | os.O_CLOEXEC)
-        except OSError as e:
-            raise _Failed(f"cannot open the sandbox's mount namespace: {e.strerror}") from None
         # The user namespace that owns the mount namespace (bubblewrap's first;
         # the command's may be a second one inside it): mounting needs
         # CAP_SYS_ADMIN there, which its creator's user has from outside.
@@ -185,12 +187,49 @@ class _Mounts:
         if ro_tree >= 0:
             self.attach(ro_tree, ro_base)
         self._entries(others, ro_base)
+        os.chdir(b"/")  # out of the copies before they are detached
+        self._cwd = b""
         # Both copies go (the read-only one is mounted inside the other); the
         # mounts made from them are copies of their own.
         check(lib.umount2(scratch, _MNT_DETACH), "cannot detach the copies from", scratch)
 
+    def _source(self, base: bytes, path: bytes) -> bytes:
+        """``base + path`` as mount(2) should be given it: relative to a
+        working directory in the copy when that is shorter. The kernel walks
+        a source path component by component under the copy's two prefixes
+        (the run dir's, twice for the read-only copy); from the entry's
+        parent it walks one. About a fifth of a bind's cost goes (measured
+        in docs/benchmarks.md, "Big policies"); the entries of one directory
+        come together in the plan, so one chdir serves them all."""
+        head, _, name = path.rpartition(b"/")
+        if not name:
+            return base + path
+        where = base + head
+        if where != self._cwd:
+            try:
+                os.chdir(where)
+            except OSError:
+                # mount(2) will report what is wrong with the path itself.
+                self._cwd = b""
+                return base + path
+            self._cwd = where
+        return name
+
+    def _mask_source(self, first: bytes) -> bytes:
+        """The first mask, as the source of the others: ``.`` from inside it
+        (its tmpfs's root, whatever is mounted later on its path), which
+        mount(2) looks up in one step."""
+        if self._cwd != _IN_MASK:
+            try:
+                os.chdir(first)
+            except OSError:
+                self._cwd = b""
+                return first
+            self._cwd = _IN_MASK
+        return b"."
+
     def _entries(self, others: Sequence[tuple[BulkOp, bytes]], ro_base: bytes) -> None:
-        check, scratch, mount = self.check, self.scratch, self.lib.mount
+        check, scratch, mount, src = self.check, self.scratch, self.lib.mount, self._source
         first_dir: bytes | None = None
         first_file: bytes | None = None
         for op, path in others:
@@ -198,16 +237,17 @@ class _Mounts:
                 case BulkOp.WRITE:
                     raise AssertionError("write roots are made above")
                 case BulkOp.PIN:
-                    check(mount(scratch + path, path, None, _MS_BIND | _MS_REC, None), "cannot pin", path)
+                    check(mount(src(scratch, path), path, None, _MS_BIND | _MS_REC, None), "cannot pin", path)
                 case BulkOp.READ_ONLY:
-                    check(mount(ro_base + path, path, None, _MS_BIND | _MS_REC, None), "cannot bind read-only", path)
+                    check(mount(src(ro_base, path), path, None, _MS_BIND | _MS_REC, None), "cannot bind read-only",
+                          path)
                 case BulkOp.MASK_DIR:
                     if first_dir is None:
                         check(mount(b"tmpfs", path, b"tmpfs", _MS_RDONLY | _MS_NOSUID | _MS_NODEV, b"mode=0755"),
                               "cannot mask", path)
                         first_dir = path
                     else:  # the same empty read-only tmpfs: it has no child mount to copy
-                        check(mount(first_dir, path, None, _MS_BIND, None), "cannot mask", path)
+                        check(mount(self._mask_source(first_dir), path, None, _MS_BIND, None), "cannot mask", path)
                 case BulkOp.MASK_FILE:
                     if first_file is None:
                         check(mount(scratch + b"/dev/null", path, None, _MS_BIND, None), "cannot mask", path)
@@ -218,10 +258,14 @@ class _Mounts:
 
 
 class Pending:
-    """A mounter at work in its forked child; ``wait`` collects it."""
+    """A mounter at work in its forked child; ``wait`` collects it.
 
-    def __init__(self, child: int, r: int, ops: int) -> None:
+    ``namespace`` is a descriptor of the sandbox's mount namespace, the
+    caller's to hand to :func:`hold` (which closes it)."""
+
+    def __init__(self, child: int, r: int, ops: int, namespace: int) -> None:
         self._child, self._r, self._ops = child, r, ops
+        self.namespace = namespace
 
     def wait(self) -> None:
         """Wait for the child. Raises BuildError naming the entry that could
@@ -251,6 +295,11 @@ def start(pid: int, plan: BulkPlan) -> Pending:
     from safebox import _signals
 
     lib = _Libc()  # before the fork: the child only makes system calls
+    try:
+        # Opened here, not in the child: safebox keeps it (see release()).
+        ns = os.open(f"/proc/{pid}/ns/mnt", os.O_RDONLY | os.O_CLOEXEC)
+    except OSError as e:
+        raise BuildError(f"cannot open the sandbox's mount namespace: {e.strerror}") from None
     r, w = os.pipe()
     # The child is in safebox's process group: a group's SIGINT or SIGTERM
     # must not run safebox's handlers (they forward to the sandbox) in it,
@@ -262,8 +311,8 @@ def start(pid: int, plan: BulkPlan) -> Pending:
         child = os.fork()
     except OSError as e:
         _signal.pthread_sigmask(_signal.SIG_SETMASK, old)
-        os.close(r)
-        os.close(w)
+        for fd in (r, w, ns):
+            os.close(fd)
         raise BuildError(f"cannot fork the mounter: {e.strerror}") from None
     if child != 0:
         _signal.pthread_sigmask(_signal.SIG_SETMASK, old)
@@ -271,7 +320,7 @@ def start(pid: int, plan: BulkPlan) -> Pending:
         code = 0
         try:
             os.close(r)
-            _run(lib, pid, plan)
+            _run(lib, ns, plan)
         except _Failed as e:
             os.write(w, str(e).encode(errors="replace")[:4000])
             code = 1
@@ -280,10 +329,59 @@ def start(pid: int, plan: BulkPlan) -> Pending:
             code = 1
         os._exit(code)
     os.close(w)
-    return Pending(child, r, len(plan.ops))
+    return Pending(child, r, len(plan.ops), ns)
 
 
-def apply(pid: int, plan: BulkPlan) -> None:
-    """Make ``plan``'s mounts in the mount namespace of ``pid`` (bubblewrap's
-    sandbox). Raises BuildError naming the entry that could not be mounted."""
-    start(pid, plan).wait()
+def hold(ns: int) -> int:
+    """Hand ``ns``, a descriptor of a sandbox's mount namespace, to a
+    process that keeps it until the returned descriptor is closed; ``ns``
+    itself is closed here.
+
+    The last reference to a mount namespace takes its mounts down, one by
+    one (``put_mnt_ns`` → ``umount_tree`` in fs/namespace.c): about 1.5 µs
+    each, 15 ms for 10,000 entries. Without a holder the sandbox's last
+    process pays that in its exit, which safebox waits for (the cgroup
+    cannot be removed while a process in it is still exiting). The holder
+    is a grandchild (its parent is reaped here, so it belongs to init and
+    is nobody's zombie) that keeps nothing else open (no pipe of the
+    caller's waits on it), holds no capability (it stays in safebox's own
+    namespaces: it has a descriptor of the namespace, not a place in it),
+    and waits for end of file on a pipe whose only write end is returned:
+    closed by safebox once the sandbox has gone, or by the kernel if safebox
+    dies first. Its exit pays the cost after safebox has returned. This runs
+    while the mounter works, so the two forks cost the start nothing. A
+    fork that fails leaves the namespace to the sandbox: slower, never
+    wrong; so is a pipe that cannot be made (-1 is returned)."""
+    if TYPE_CHECKING:
+        import signal as _signal
+    else:
+        import _signal
+
+    from safebox import _signals
+
+    try:
+        r, w = os.pipe()
+    except OSError:
+        os.close(ns)
+        return -1
+    # As in start(): no safebox handler may run in the children.
+    old = _signal.pthread_sigmask(_signal.SIG_BLOCK, _signals.FORWARDED)
+    try:
+        child = os.fork()
+    except OSError:
+        child = -1
+    if child == 0:  # pragma: no cover - runs in the forked child
+        try:
+            keep = sorted((r, ns))
+            for lo, hi in zip([0, *(k + 1 for k in keep)], [*keep, 1 << 20], strict=True):
+                os.closerange(lo, hi)
+            if os.fork() == 0:
+                os.read(r, 1)  # end of file: safebox has closed w
+        finally:
+            os._exit(0)
+    _signal.pthread_sigmask(_signal.SIG_SETMASK, old)
+    os.close(ns)
+    os.close(r)
+    if child > 0:
+        os.waitpid(child, 0)
+    return w

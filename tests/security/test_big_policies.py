@@ -24,6 +24,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import pytest
@@ -263,3 +264,52 @@ def test_a_carve_out_inside_one_of_many_denied_dirs_stays_readable(fresh_home: F
     got = _ops(fresh_home, ops, mode=mode, opts=["-p", pol])
     want = EACCES if mode == HELPER_ONLY else ENOENT
     assert got == [0, want, want]
+
+
+def _holders(ns: str) -> list[int]:
+    """The processes with a descriptor open on the namespace ``ns`` (``mnt:[N]``)."""
+    out = []
+    for pid in (p for p in os.listdir("/proc") if p.isdigit()):
+        try:
+            fds = os.listdir(f"/proc/{pid}/fd")
+            if any(os.readlink(f"/proc/{pid}/fd/{fd}") == ns for fd in fds):
+                out.append(int(pid))
+        except OSError:
+            pass  # gone, or not ours to look at
+    return out
+
+
+@pytest.mark.parametrize("mode", MOUNT_MODES)
+def test_the_mounts_go_down_in_a_holder_that_has_nothing_else_once_safebox_is_done(shared_home: FakeHome,
+                                                                                    write_tree: Big,
+                                                                                    mode: str) -> None:
+    # The sandbox's last process would otherwise take 10,000 mounts down in
+    # its exit, and safebox would wait for it (mounter.hold). The holder is
+    # outside the sandbox's namespaces, keeps only the namespace and its
+    # pipe, and is gone once safebox is.
+    argv = shared_home.argv(["sh", "-c", "readlink /proc/self/ns/mnt; read line"], mode=mode,
+                            opts=["-p", str(write_tree.policy)])
+    with subprocess.Popen(argv, cwd=shared_home.work, env=shared_home.env(), stdin=subprocess.PIPE,
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as p:
+        assert p.stdout is not None and p.stdin is not None and p.stderr is not None
+        try:
+            ns = p.stdout.readline().strip()
+            assert ns.startswith("mnt:["), p.stderr.read()
+            assert ns != os.readlink("/proc/self/ns/mnt")  # control: the command's namespace is the sandbox's
+            holders = _holders(ns)
+            assert len(holders) == 1, holders
+            h = holders[0]
+            assert sorted(os.readlink(f"/proc/{h}/fd/{fd}")[:5] for fd in os.listdir(f"/proc/{h}/fd")) == \
+                ["mnt:[", "pipe:"]
+            for kind in ("mnt", "user", "pid"):  # a descriptor of the namespace, not a place in it
+                assert os.readlink(f"/proc/{h}/ns/{kind}") == os.readlink(f"/proc/self/ns/{kind}")
+            p.stdin.write("\n")
+            p.stdin.close()
+            assert p.wait(timeout=HANG_GUARD) == 0, p.stderr.read()
+        finally:
+            p.kill()
+    deadline = time.monotonic() + 10
+    while (_holders(ns) or os.path.exists(f"/proc/{h}")) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert _holders(ns) == []
+    assert not os.path.exists(f"/proc/{h}")  # exited and reaped (by init: nobody's zombie)

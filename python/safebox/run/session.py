@@ -265,6 +265,10 @@ class Session:
         self.close()
 
 
+#: Namespace holds `safebox exec` closes by exiting (Command.cleanup).
+_HELD_UNTIL_EXIT: list[int] = []
+
+
 class Command:
     """One command in a :class:`Session`: prepared by :meth:`prepare`,
     started by :meth:`start`, ended by :meth:`finish` (which always cleans up)."""
@@ -588,6 +592,21 @@ class Command:
 
     def cleanup(self) -> None:
         """Release everything the command holds (idempotent)."""
+        held = self.launch.take_namespace_hold() if self.launch is not None else -1
+        try:
+            self._release()
+        finally:
+            # Last: the command dir, bound into the sandbox, is gone (see
+            # take_namespace_hold). `safebox exec` leaves it to its own
+            # exit: the holder's teardown then starts as safebox ends, not
+            # on the CPU safebox still needs (a task in the kernel is not
+            # preempted: CONFIG_PREEMPT_NONE, most distributions' servers).
+            if held >= 0 and self.s.opts.cli:
+                _HELD_UNTIL_EXIT.append(held)
+            elif held >= 0:
+                os.close(held)
+
+    def _release(self) -> None:
         if self.launch is not None:
             self.launch.close()
         for obs in self.observers:

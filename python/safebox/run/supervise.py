@@ -329,6 +329,7 @@ class Launch:
         self._tmp_watch: list[tuple[str, int]] = []
         self._fds: list[int] = []  # ours to close
         self._ends: list[Any] = []  # socket ends to close
+        self._ns_held = -1  # closing it lets the mount namespace go (mounter.hold)
 
     # -- start -----------------------------------------------------------------
 
@@ -491,7 +492,10 @@ class Launch:
                 try:
                     self._start_observer()
                 finally:
-                    pending.wait()
+                    try:
+                        self._ns_held = mounter.hold(pending.namespace)
+                    finally:
+                        pending.wait()
                 sync[0].sendall(b"G\n")
             else:
                 self._start_observer()  # as without the mounter; bubblewrap's failure is reported below
@@ -669,10 +673,25 @@ class Launch:
             self.proxy.release(self)  # the sandbox's proxy outlives this command; its listeners go with it
         if self.cgroup is not None:
             self.cgroup.remove()
+        if self._ns_held >= 0:
+            # Only now, with every process of the sandbox gone: the holder's
+            # exit takes the mounts down, after safebox has returned.
+            os.close(self._ns_held)
+            self._ns_held = -1
         if self.cli:
             # Still caught, only recorded: a signal arriving while safebox
             # cleans up must not kill it half-way (run dir, proxy, quarantine).
             _signals.stop_forwarding()
+
+    def take_namespace_hold(self) -> int:
+        """The descriptor whose closing lets the sandbox's mount namespace go
+        (mounter.hold), now the caller's to close, or -1. For a caller that
+        removes a directory bound into the sandbox after :meth:`close`:
+        while the namespace is being taken down, that rmdir(2) waits for
+        it (the kernel detaches the directory's mounts in every namespace,
+        under the lock the teardown holds); while it is held, it does not."""
+        fd, self._ns_held = self._ns_held, -1
+        return fd
 
 
 __all__ = ["Launch", "Relay", "Stdio", "checkpoint", "exit_status", "spawn", "test_pause"]
