@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from bisect import bisect_left
 from collections.abc import Iterable
+from operator import methodcaller
 
 
 def parent_dir(path: str) -> str:
@@ -37,6 +38,50 @@ class Nearest:
         self.paths = frozenset(paths)
         self._memo: dict[str, str | None] = {}
 
+    def below_none(self) -> list[str]:
+        """The members with no other member above them (unsorted).
+
+        Entries share parents (10,000 entries in a hundred directories): the
+        question is asked once per parent, as :meth:`above` is answered
+        from the nearest of them (``above(p)`` is ``at_or_above`` of p's
+        parent)."""
+        heads: dict[str, bool] = {}
+        out = ["/"] if "/" in self.paths else []  # nothing is above /
+        for p in self.paths:
+            i = p.rfind("/")
+            if i <= 0:
+                if p != "/" and "/" not in self.paths:
+                    out.append(p)
+                continue
+            head = p[:i]
+            top = heads.get(head)
+            if top is None:
+                top = heads[head] = self.at_or_above(head) is None
+            if top:
+                out.append(p)
+        return out
+
+    def covered(self, paths: Iterable[str]) -> list[str]:
+        """Those of ``paths`` with a member at or above them, in their order
+        (``at_or_above(p) is not None``, asked once per parent)."""
+        members = self.paths
+        heads: dict[str, bool] = {}
+        out = []
+        for p in paths:
+            if p in members:
+                out.append(p)
+                continue
+            if p == "/":
+                continue  # not a member, and nothing is above it
+            i = p.rfind("/")
+            head = p[:i] if i > 0 else "/"
+            hit = heads.get(head)
+            if hit is None:
+                hit = heads[head] = self.at_or_above(head) is not None
+            if hit:
+                out.append(p)
+        return out
+
     def at_or_above(self, path: str) -> str | None:
         """``path`` itself if it is a member, else the deepest member above it, else None."""
         return path if path in self.paths else self.above(path)
@@ -64,14 +109,26 @@ class Nearest:
         return found
 
 
-def collapse(paths: Iterable[str]) -> list[str]:
-    """``paths`` without those beneath another of them, sorted.
+def by_depth(paths: Iterable[str]) -> list[str]:
+    """``paths`` sorted shallow first, then by name: ``sorted(paths,
+    key=lambda p: (p.count("/"), p))`` without a Python call per path (two
+    stable sorts whose keys are C functions: a third of the time at 10,000)."""
+    return sorted(sorted(paths), key=_SLASHES)
+
+
+_SLASHES = methodcaller("count", "/")
+
+
+def collapse(paths: Iterable[str], *, shallow_first: bool = False) -> list[str]:
+    """``paths`` without those beneath another of them, sorted (by
+    :func:`by_depth` with ``shallow_first``).
 
     A read-only bind, a mask or a write bind is recursive: an entry beneath
     another of the same kind adds nothing but a mount (and bubblewrap reads
     the whole mount table once per mount). Siblings are all kept."""
     near = Nearest(paths)
-    return sorted(p for p in near.paths if near.above(p) is None)
+    kept = near.below_none()
+    return by_depth(kept) if shallow_first else sorted(kept)
 
 
 def at_or_beneath(sorted_paths: list[str], top: str) -> list[str]:

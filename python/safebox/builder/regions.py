@@ -26,14 +26,12 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from safebox.builder.paths import by_depth
+
 
 def _parent(path: str) -> str:
     i = path.rfind("/")
     return path[:i] if i > 0 else "/"
-
-
-def _depth(path: str) -> tuple[int, str]:
-    return (0 if path == "/" else path.count("/"), path)
 
 
 class Regions:
@@ -47,15 +45,29 @@ class Regions:
             entries[a] = True  # allowRead beats denyRead at the same path
         kept: dict[str, bool] = {}
         memo: dict[str, bool] = {}
-        for p in sorted(entries, key=_depth):  # parents before children
-            if self._state_above(p, kept, memo) != entries[p]:
+        # The state above an entry is its parent's, looked up once per
+        # parent (entries share parents): everything at or above a parent is
+        # decided before any entry beneath it, parents coming first.
+        heads: dict[str, bool] = {}
+        order = by_depth(entries)
+        for p in order:
+            if p == "/":
+                above = True
+            else:
+                i = p.rfind("/")
+                head = p[:i] if i > 0 else "/"
+                got = heads.get(head)
+                if got is None:
+                    got = heads[head] = kept[head] if head in kept else self._state_above(head, kept, memo)
+                above = got
+            if above != entries[p]:
                 kept[p] = entries[p]
         self._kept = kept
         self._memo: dict[str, bool] = {}
         #: Effective denies (masked), shallow first.
-        self.denies: tuple[str, ...] = tuple(p for p in sorted(kept, key=_depth) if not kept[p])
+        self.denies: tuple[str, ...] = tuple(p for p in order if kept.get(p) is False)
         #: Carve-outs: effective allows, each strictly inside a deny; shallow first.
-        self.allows: tuple[str, ...] = tuple(p for p in sorted(kept, key=_depth) if kept[p])
+        self.allows: tuple[str, ...] = tuple(p for p in order if kept.get(p) is True)
 
     @staticmethod
     def _state_above(path: str, kept: dict[str, bool], memo: dict[str, bool]) -> bool:
@@ -89,6 +101,27 @@ class Regions:
             if d == "/":
                 return None
             d = _parent(d)
+
+    def readable_only(self, paths: Iterable[str]) -> list[str]:
+        """Those of ``paths`` that are readable, in their order (as
+        :meth:`readable`, asked once per parent: a path that is not an entry
+        is as readable as its parent)."""
+        kept = self._kept
+        heads: dict[str, bool] = {}
+        out = []
+        for p in paths:
+            state = kept.get(p)
+            if state is None and p == "/":
+                state = True  # not an entry, and nothing is above it
+            elif state is None:
+                i = p.rfind("/")
+                head = p[:i] if i > 0 else "/"
+                state = heads.get(head)
+                if state is None:
+                    state = heads[head] = self.readable(head)
+            if state:
+                out.append(p)
+        return out
 
     def readable(self, path: str) -> bool:
         """Whether ``path`` is readable inside the sandbox."""

@@ -11,13 +11,13 @@ from __future__ import annotations
 import os
 import stat
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 
 from safebox import _prescan
 from safebox._prescan import start_find as _find_links_start
 from safebox._prescan import start_rg as _rg_start
 from safebox._record import Frozen, Spawned, path_outside, read_small, realpath_cached, which
-from safebox.builder.paths import Nearest, ancestors, at_or_beneath, collapse, parent_dir
+from safebox.builder.paths import Nearest, ancestors, at_or_beneath, by_depth, collapse, parent_dir
 from safebox.builder.regions import Regions
 from safebox.builder.resolved import Bridge, Layers, NetKind, ResolvedPolicy
 from safebox.errors import BuildError
@@ -73,7 +73,8 @@ class RealPaths:
         one that cannot be listed is looked at entry by entry)."""
         counts: dict[str, int] = {}
         for p in paths:
-            head = parent_dir(p)
+            i = p.rfind("/")
+            head = p[:i] if i > 0 else "/"
             counts[head] = counts.get(head, 0) + 1
         for head, n in counts.items():
             if n < self.LIST_FROM or head in self._listed:
@@ -85,6 +86,29 @@ class RealPaths:
                                           for e in it}
             except OSError:
                 pass
+
+    def resolve_each(self, paths: Iterable[str]) -> Iterator[tuple[str, str, str | None, OSError | None]]:
+        """(path, realpath, type, None) for each of ``paths`` as :meth:`resolve`
+        answers, or (path, "", None, the OSError it raised). Without a call
+        per path where the answer is a listed name in a resolved parent (a
+        third of the time for 10,000 entries)."""
+        listed, parents = self._listed, self._parents
+        for p in paths:
+            i = p.rfind("/")
+            head, name = (p[:i] if i > 0 else "/"), p[i + 1:]
+            listing = listed.get(head)
+            parent = parents.get(head)
+            if listing is not None and parent is not None and name and name not in (".", ".."):
+                kind = listing.get(name)
+                if kind != "link":
+                    yield p, (parent + "/" + name if parent != "/" else "/" + name), kind, None
+                    continue
+            try:
+                target, kind = self.resolve(p)
+            except OSError as e:
+                yield p, "", None, e
+                continue
+            yield p, target, kind, None
 
     def resolve(self, path: str) -> tuple[str, str | None]:
         """(realpath of ``path``, its type: ``"dir"``, ``"link"``, ``"other"``,
@@ -126,11 +150,9 @@ def classify_deny_read(paths: tuple[str, ...],
     notes: list[str] = []
     real = real or RealPaths()
     real.prefetch(paths)
-    for p in paths:
-        try:
-            target, kind = real.resolve(p)
-        except OSError as e:
-            raise BuildError(f"cannot inspect {p}: {e.strerror}; refusing to run without masking it") from None
+    for p, target, kind, err in real.resolve_each(paths):
+        if err is not None:
+            raise BuildError(f"cannot inspect {p}: {err.strerror}; refusing to run without masking it")
         if kind is None:
             continue
         if kind == "link":
@@ -1109,21 +1131,24 @@ def pin_ancestors(paths: list[str], write_roots: list[str]) -> list[str]:
     """
     pins: set[str] = set()
     roots = Nearest(write_roots)
-    for p in paths:
-        # Up to the outermost write root above p: the directories between p
-        # and an inner root are renamable within the outer one too.
+    # Asked once per parent: 10,000 entries share a hundred of them, and
+    # what is pinned above an entry depends on its parent alone.
+    for head in {p[:p.rfind("/")] or "/" for p in paths if p != "/"}:
+        # Up to the outermost write root at or above the parent: the
+        # directories between p and an inner root are renamable within the
+        # outer one too.
         outer = None
-        a = roots.above(p)
+        a = roots.at_or_above(head)
         while a is not None:
             outer = a
             a = roots.above(a)
         if outer is None:
             continue
-        a = parent_dir(p)
+        a = head
         while a != outer and a not in pins:
             pins.add(a)
             a = parent_dir(a)
-    return sorted(pins, key=lambda p: (p.count("/"), p))
+    return by_depth(pins)
 
 
 #: The device nodes a command may open on a helper-only host (Landlock's
@@ -1496,8 +1521,7 @@ def _resolve(policy: EffectivePolicy, *, layers: Layers, cwd: str, home: str, ho
             read_only.add(os.path.realpath(p))
     read_only.update(imports)
     # Only what lies beneath a write root needs re-binding; outside, / is read-only already.
-    read_only_list = [p for p in read_only
-                      if roots.at_or_above(p) is not None and regions.readable(p)]
+    read_only_list = regions.readable_only(roots.covered(read_only))
     sealed_set = {d for d, _ in sealed}
     sealed_near = Nearest(sealed_set)
     # The parents of protected symlinks too: renaming one would carry the link
@@ -1510,7 +1534,7 @@ def _resolve(policy: EffectivePolicy, *, layers: Layers, cwd: str, home: str, ho
     # A read-only bind is recursive: one beneath another (a protected .git
     # inside a denyWrite directory) adds a mount and nothing else, and so
     # does a pin beneath one (nothing can be renamed in a read-only mount).
-    read_only_list = sorted(collapse(read_only_list), key=lambda p: (p.count("/"), p))
+    read_only_list = collapse(read_only_list, shallow_first=True)
     ro = Nearest(read_only_list)
     pins = [p for p in pins if ro.above(p) is None]
     # Deny-read paths that do not exist yet but lie under a write root: the
@@ -1526,8 +1550,7 @@ def _resolve(policy: EffectivePolicy, *, layers: Layers, cwd: str, home: str, ho
     return ResolvedPolicy(
         layers=layers, cwd=cwd, write_roots=tuple(write_roots), read_only=tuple(read_only_list),
         sealed_dirs=tuple((d, tuple(k)) for d, k in sealed),
-        pinned_dirs=tuple(sorted({*pins, *(g for g in git_dirs if g not in sealed_set)},
-                                 key=lambda p: (p.count("/"), p))),
+        pinned_dirs=tuple(by_depth({*pins, *(g for g in git_dirs if g not in sealed_set)})),
         mask_dirs=tuple(mask_dirs), mask_files=tuple(mask_files), private_tmp=private_tmp,
         carve_outs=carve_outs(regions, layers=layers, write_roots=write_roots, read_only=read_only_list,
                               sealed=sealed_set, helper=host.helper_path),
@@ -1586,13 +1609,12 @@ def _resolve_deny_write(paths: tuple[str, ...], realpaths: RealPaths) -> dict[st
     """The ``denyWrite`` paths resolved, each saying whether it exists."""
     realpaths.prefetch(paths)
     deny_write: dict[str, bool] = {}  # resolved path -> exists
-    for p in paths:
-        try:
-            target, kind = realpaths.resolve(p)
-            there = kind is not None and (kind != "link" or os.path.lexists(target))
-        except OSError:  # as os.path.lexists: a path that cannot be looked at is not there
+    for p, target, kind, err in realpaths.resolve_each(paths):
+        if err is not None:  # as os.path.lexists: a path that cannot be looked at is not there
             target = os.path.realpath(p)
             there = os.path.lexists(target)
+        else:
+            there = kind is not None and (kind != "link" or os.path.lexists(target))
         deny_write[target] = deny_write.get(target, False) or there
     return deny_write
 
