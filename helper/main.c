@@ -9,6 +9,7 @@
 #include "compat.h"
 #include "handoff.h"
 #include "landlock.h"
+#include "mounter.h"
 #include "policy.h"
 #include "publish.h"
 #include "seccomp.h"
@@ -36,7 +37,8 @@
 
 #define USAGE "usage: safebox-helper --policy-file PATH [--status-fd N] [--handoff-fd N] " \
 	      "-- COMMAND [ARGS]... "                                                      \
-	      "| --supervise --table PATH --events-fd N --listener-sock N | --probe | --version"
+	      "| --supervise --table PATH --events-fd N --listener-sock N "                \
+	      "| --mount --namespace-fd N --plan-fd N [--hold-fd N] | --probe | --version"
 
 struct args {
 	const char *policy_path;
@@ -346,6 +348,8 @@ int main(int argc, char **argv)
 		return probe();
 	if (argc >= 2 && strcmp(argv[1], "--supervise") == 0)
 		return supervise_main(argc, argv);
+	if (argc >= 2 && strcmp(argv[1], "--mount") == 0)
+		return mounter_main(argc, argv);
 	parse_args(argc, argv, &a);
 	setup_status_fd(a.status_fd);
 

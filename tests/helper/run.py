@@ -1,14 +1,16 @@
 #!/usr/bin/env python3
 """C tests for the helper (standard library only; called by ``build.py test``).
 
-1. ``test_policy.c`` + ``helper/policy.c`` and ``test_notify.c`` +
-   ``helper/notify.c`` (the violations supervisor's pure parts) under
+1. ``test_policy.c`` + ``helper/policy.c``, ``test_notify.c`` +
+   ``helper/notify.c`` (the violations supervisor's pure parts) and
+   ``test_mountplan.c`` + ``helper/mountplan.c`` (the mounter's plan) under
    ASan+UBSan (gcc or clang, ``-fno-sanitize-recover=all``), run as TAP.
 2. ``probe.c`` built into ``helper/out/probe`` (gitignored); the path is
    printed as ``probe: PATH`` and fixed, so pytest finds it there.
-3. ``fuzz_policy.c`` and ``fuzz_notify.c`` with libFuzzer (clang only), each
-   for ``SAFEBOX_FUZZ_SECONDS`` (default 20) over a copy of
-   ``tests/helper/corpus`` and ``tests/helper/corpus-notify``.
+3. ``fuzz_policy.c``, ``fuzz_notify.c`` and ``fuzz_mountplan.c`` with
+   libFuzzer (clang only), each for ``SAFEBOX_FUZZ_SECONDS`` (default 20)
+   over a copy of ``tests/helper/corpus``, ``corpus-notify`` and
+   ``corpus-mountplan``.
 
 Any failure prints one ``tests/helper/run.py: ...`` line and exits 1.
 """
@@ -51,7 +53,8 @@ def _compile(cmd: list[str], what: str) -> None:
 
 
 # Each C unit test: its sources besides the test file.
-UNIT_TESTS = {"test_policy": ["policy.c"], "test_notify": ["notify.c", "policy.c"]}
+UNIT_TESTS = {"test_policy": ["policy.c"], "test_notify": ["notify.c", "policy.c"],
+              "test_mountplan": ["mountplan.c"]}
 
 
 def unit_tests(tmp: Path) -> None:
@@ -96,7 +99,8 @@ def fuzz(tmp: Path) -> None:
         print("run.py: SKIP fuzzing: clang not found (apt-get install clang)")
         return
     for name, sources, corpus_dir in (("fuzz_policy", ["policy.c"], "corpus"),
-                                      ("fuzz_notify", ["notify.c", "policy.c"], "corpus-notify")):
+                                      ("fuzz_notify", ["notify.c", "policy.c"], "corpus-notify"),
+                                      ("fuzz_mountplan", ["mountplan.c"], "corpus-mountplan")):
         _fuzz_one(tmp, clang, name, sources, corpus_dir, seconds)
 
 

@@ -5,7 +5,6 @@ real tree; the enforcement itself is tested in tests/security/test_big_policies.
 
 from __future__ import annotations
 
-import os
 import shutil
 from pathlib import Path
 
@@ -13,7 +12,6 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from safebox import mounter
 from safebox.builder.bulk import BULK_MIN, BulkOp, split
 from safebox.builder.paths import Nearest, collapse
 from safebox.builder.resolve import HostFacts, resolve
@@ -100,39 +98,6 @@ def _big(**kw: object) -> ResolvedPolicy:
 
 
 ENTRIES = tuple(f"/home/u/proj/gen/p{i // 100}/e{i % 100}" for i in range(200))
-
-
-def test_the_mounter_names_each_source_from_its_directory_with_one_chdir_per_directory(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    # A source given whole is walked component by component under the
-    # copy's prefix for every entry; from its directory, one component
-    # (mounter._Mounts._source). Entries of one directory come together.
-    monkeypatch.chdir(tmp_path)  # restored after the test
-    copy = tmp_path / "copy"
-    for d in ("a/b/e1", "a/b/e2", "a/c/e3", "top"):
-        (copy / d).mkdir(parents=True)
-    moves: list[bytes] = []
-    real_chdir = os.chdir
-
-    def chdir(p: bytes) -> None:
-        moves.append(p)
-        real_chdir(p)
-
-    monkeypatch.setattr(os, "chdir", chdir)
-    m = mounter._Mounts(mounter._Libc(), b"/scratch")
-    base = bytes(copy)
-    got = [m._source(base, p) for p in (b"/a/b/e1", b"/a/b/e2", b"/a/c/e3", b"/top")]
-    assert got == [b"e1", b"e2", b"e3", b"top"]
-    assert moves == [base + b"/a/b", base + b"/a/c", base]
-    # A directory that cannot be entered: the whole path, for mount(2) to
-    # name what is wrong with it; and the next entry enters its own again.
-    assert m._source(base, b"/gone/e4") == base + b"/gone/e4"
-    assert m._source(base, b"/a/c/e3") == b"e3" and moves[-1] == base + b"/a/c"
-    # The masks after the first are bound from inside the first (its
-    # tmpfs's root, whatever is mounted on its path later), entered once.
-    first = copy / "a" / "b" / "e1"
-    assert [m._mask_source(bytes(first)) for _ in range(3)] == [b".", b".", b"."]
-    assert moves[-1] == bytes(first) and moves.count(bytes(first)) == 1
 
 
 def test_a_small_policy_is_left_entirely_to_bubblewrap() -> None:

@@ -67,7 +67,8 @@ def host_mount_points() -> frozenset[str]:
 def bulk_plan(rp: ResolvedPolicy, bwrap: str) -> tuple[ResolvedPolicy, BulkPlan]:
     """(what bubblewrap mounts, what safebox mounts after it): a big policy's
     entries go to ``safebox.mounter`` when this host allows it (a setuid
-    bubblewrap's namespaces are root's; ``mount_setattr`` needs Linux 5.12).
+    bubblewrap's namespaces are root's; ``mount_setattr`` needs Linux 5.12;
+    the helper must be there to make them).
     Otherwise, and for every small policy, bubblewrap makes them all."""
     import stat
 
@@ -84,7 +85,11 @@ def bulk_plan(rp: ResolvedPolicy, bwrap: str) -> tuple[ResolvedPolicy, BulkPlan]
         return rp, BulkPlan()  # spawning it will say why
     from safebox import mounter
 
-    if not mounter.supported():
+    # The mounts are the helper's --mount (mounter.py), run outside the
+    # sandbox as safebox itself is: with --without helper too, the binary
+    # is as trusted as safebox's own Python beside it. Without one that
+    # can run, bubblewrap makes every mount (slower, enforced all the same).
+    if not mounter.supported() or not (rp.helper_path and os.access(rp.helper_path, os.X_OK)):
         return rp, BulkPlan()
     return split(rp, host_mounts=host_mount_points() if len(rp.write_roots) > 1 else frozenset())
 

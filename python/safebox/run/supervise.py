@@ -329,7 +329,7 @@ class Launch:
         self._tmp_watch: list[tuple[str, int]] = []
         self._fds: list[int] = []  # ours to close
         self._ends: list[Any] = []  # socket ends to close
-        self._ns_held = -1  # closing it lets the mount namespace go (mounter.hold)
+        self._ns_held = -1  # closing it lets the mount namespace go (mounter.start)
 
     # -- start -----------------------------------------------------------------
 
@@ -488,14 +488,12 @@ class Launch:
                 # is built while the mounter's child makes the mounts: the
                 # helper, which hands the supervisor its listener, runs only
                 # after G.
-                pending = mounter.start(self.relay.bwrap_child, bulk)
+                pending = mounter.start(self.relay.bwrap_child, bulk, helper=self.rp.helper_path, env=self.env)
+                self._ns_held = pending.hold
                 try:
                     self._start_observer()
                 finally:
-                    try:
-                        self._ns_held = mounter.hold(pending.namespace)
-                    finally:
-                        pending.wait()
+                    pending.wait()
                 sync[0].sendall(b"G\n")
             else:
                 self._start_observer()  # as without the mounter; bubblewrap's failure is reported below
@@ -685,7 +683,7 @@ class Launch:
 
     def take_namespace_hold(self) -> int:
         """The descriptor whose closing lets the sandbox's mount namespace go
-        (mounter.hold), now the caller's to close, or -1. For a caller that
+        (mounter.start), now the caller's to close, or -1. For a caller that
         removes a directory bound into the sandbox after :meth:`close`:
         while the namespace is being taken down, that rmdir(2) waits for
         it (the kernel detaches the directory's mounts in every namespace,

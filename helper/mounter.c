@@ -1,0 +1,352 @@
+/* mounter.c - safebox-helper --mount: make a big policy's mounts inside a
+ * sandbox bubblewrap has built (docs/layers.md, "Big policies").
+ *
+ *   safebox-helper --mount --namespace-fd N --plan-fd N [--hold-fd N]
+ *
+ * safebox runs this while the sandbox's first program waits at a handshake:
+ * nothing of the command exists yet, and any failure (one "safebox-helper:"
+ * line, exit 125) ends the run before it starts.  In order:
+ *
+ *   1. with --hold-fd, fork a holder: a process outside the sandbox's
+ *      namespaces that keeps only the namespace descriptor and the read end
+ *      of safebox's pipe, and exits at end of file.  The last reference to
+ *      a mount namespace takes its mounts down one by one (put_mnt_ns ->
+ *      umount_tree in fs/namespace.c, ~1.5 us each); held here, that cost
+ *      comes after safebox has returned, not in the sandbox's last exit.
+ *   2. enter the user namespace that owns the mount namespace, then the
+ *      mount namespace (setns(2); bubblewrap made both as our user, so we
+ *      have CAP_SYS_ADMIN in them);
+ *   3. bind the write roots from a copy of the tree taken before them
+ *      (open_tree(OPEN_TREE_CLONE)), each made read-write as --bind does;
+ *   4. pins, read-only binds and masks, from a copy taken after the write
+ *      roots and a read-only copy of it (one bind per read-only entry: the
+ *      copy carries the flags).
+ *
+ * Binding from a copy, never from the live tree, keeps the cost linear: a
+ * recursive bind copies what is mounted beneath its source, and a live
+ * source would have gained every earlier entry.  Each source is named from
+ * its parent directory (one chdir per directory: the kernel walks one
+ * component instead of the copy's prefix and the whole path, a fifth of a
+ * bind's cost), and every mask after the first is bound from "." inside the
+ * first.
+ */
+#include "mounter.h"
+
+#include "compat.h"
+#include "mountplan.h"
+#include "util.h"
+
+#include <fcntl.h>
+#include <limits.h>
+#include <sched.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/mount.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+/* include/uapi/linux/mount.h and nsfs.h, for headers older than 5.12. */
+#ifndef __NR_open_tree
+#define __NR_open_tree 428
+#endif
+#ifndef __NR_move_mount
+#define __NR_move_mount 429
+#endif
+#ifndef __NR_mount_setattr
+#define __NR_mount_setattr 442
+#endif
+#define SB_OPEN_TREE_CLONE 1
+#define SB_MOVE_MOUNT_F_EMPTY_PATH 0x00000004
+#define SB_MOUNT_ATTR_RDONLY 0x00000001
+#define SB_MOUNT_ATTR_NOSUID 0x00000002
+#define SB_MOUNT_ATTR_NODEV 0x00000004
+#define SB_NS_GET_USERNS 0xb701
+#define SB_PLAN_MAX (64 << 20) /* bytes: MP_OPS_MAX short paths and then some */
+
+struct sb_mount_attr {
+	uint64_t attr_set, attr_clr, propagation, userns_fd;
+};
+
+struct mounter {
+	const char *scratch;
+	char cwd[2 * MP_PATH_MAX]; /* where the last chdir went; "" unknown, "\1" the first mask */
+	const char *first_dir, *first_file;
+};
+
+/* A descriptor number given on the command line: decimal, >= 3.  Dies
+ * otherwise. */
+static int fd_arg(const char *opt, const char *s)
+{
+	char *end;
+	long n = strtol(s, &end, 10);
+
+	if (*s == '\0' || *end != '\0' || n < 3 || n > INT_MAX)
+		die("%s: expected a descriptor number >= 3, got '%s'", opt, s);
+	return (int)n;
+}
+
+/* Read the whole plan from FD into a new buffer.  Dies on a read error or
+ * a plan over SB_PLAN_MAX bytes. */
+static char *read_plan(int fd, size_t *len)
+{
+	struct stat st;
+	char *buf;
+	ssize_t n;
+
+	if (fstat(fd, &st) < 0)
+		die_errno("cannot read the mount plan");
+	if (st.st_size < 0 || st.st_size > SB_PLAN_MAX)
+		die("the mount plan is larger than %d bytes", SB_PLAN_MAX);
+	buf = xcalloc((size_t)st.st_size + 1, 1);
+	n = read_all(fd, buf, (size_t)st.st_size + 1);
+	if (n < 0)
+		die_errno("cannot read the mount plan");
+	if (n != st.st_size)
+		die("the mount plan changed size while being read");
+	*len = (size_t)n;
+	return buf;
+}
+
+/* Step 1: fork the holder.  The child closes every descriptor but NS and
+ * HOLD, waits for end of file on HOLD and exits; it never returns.  Dies if
+ * the fork fails (safebox would rather know). */
+static void fork_holder(int ns, int hold)
+{
+	pid_t pid = fork();
+	char byte;
+
+	if (pid < 0)
+		die_errno("cannot fork the namespace holder");
+	if (pid > 0)
+		return;
+	for (int fd = 0; fd < 3; fd++)
+		if (fd != ns && fd != hold)
+			close(fd);
+	{
+		int lo = ns < hold ? ns : hold, hi = ns < hold ? hold : ns;
+
+		if (lo > 3)
+			syscall(__NR_close_range, 3U, (unsigned)lo - 1, 0U);
+		if (hi > lo + 1)
+			syscall(__NR_close_range, (unsigned)lo + 1, (unsigned)hi - 1, 0U);
+		syscall(__NR_close_range, (unsigned)hi + 1, ~0U, 0U);
+	}
+	while (RETRY_EINTR(read(hold, &byte, 1)) > 0)
+		;
+	_exit(0); /* its exit drops the last reference: the mounts go down here */
+}
+
+/* Step 2: enter the mount namespace NS and the user namespace owning it.
+ * Dies on failure. */
+static void enter(int ns)
+{
+	int user = ioctl(ns, SB_NS_GET_USERNS);
+
+	if (user < 0)
+		die_errno("cannot find the sandbox's user namespace");
+	if (setns(user, CLONE_NEWUSER) < 0)
+		die_errno("cannot enter the sandbox's user namespace");
+	close(user);
+	if (setns(ns, CLONE_NEWNS) < 0)
+		die_errno("cannot enter the sandbox's mount namespace");
+}
+
+/* A recursive copy of the sandbox's tree, detached.  Dies on failure. */
+static int snapshot(void)
+{
+	int fd = (int)syscall(__NR_open_tree, AT_FDCWD, "/", SB_OPEN_TREE_CLONE | O_CLOEXEC | AT_RECURSIVE);
+
+	if (fd < 0)
+		die_errno("cannot copy the sandbox's mount tree");
+	return fd;
+}
+
+/* Attach the copy TREE at WHERE and close it.  Dies on failure. */
+static void attach(int tree, const char *where)
+{
+	if (syscall(__NR_move_mount, tree, "", AT_FDCWD, where, SB_MOVE_MOUNT_F_EMPTY_PATH) < 0)
+		die_errno("cannot attach a copy at %s", where);
+	close(tree);
+}
+
+/* mount_setattr(2) on PATH (DFD/FLAGS as the syscall's).  Returns its result. */
+static int set_attr(int dfd, const char *path, unsigned flags, uint64_t set, uint64_t clr)
+{
+	struct sb_mount_attr a = { .attr_set = set, .attr_clr = clr };
+
+	return (int)syscall(__NR_mount_setattr, dfd, path, flags, &a, sizeof(a));
+}
+
+/* Step 3: the write roots.  Dies naming the root that failed. */
+static void write_roots(const struct mount_plan *p, const char *scratch)
+{
+	char src[2 * MP_PATH_MAX];
+
+	attach(snapshot(), scratch);
+	for (size_t i = 0; i < p->n; i++) {
+		const char *path = p->ops[i].path;
+
+		if (p->ops[i].op != 'W')
+			continue;
+		snprintf(src, sizeof(src), "%s%s", scratch, path);
+		if (mount(src, path, NULL, MS_BIND | MS_REC, NULL) < 0)
+			die_errno("cannot bind write root %s", path);
+		/* As --bind: the mount itself read-write, what lies beneath it
+		 * as it was.  EPERM: read-only on the host, and stays so. */
+		if (set_attr(AT_FDCWD, path, 0, SB_MOUNT_ATTR_NOSUID | SB_MOUNT_ATTR_NODEV, SB_MOUNT_ATTR_RDONLY) < 0 &&
+		    errno != EPERM)
+			die_errno("cannot make write root %s writable", path);
+	}
+	if (umount2(scratch, MNT_DETACH) < 0)
+		die_errno("cannot detach the copy from %s", scratch);
+}
+
+/* BASE + PATH as mount(2) should get it: the last component, from a
+ * working directory at BASE + PATH's parent (entered when it is not the
+ * last one), or the whole joined path if that cannot be entered (mount(2)
+ * then says what is wrong with it).  SRC holds the result. */
+static const char *source(struct mounter *m, const char *base, const char *path, char *src, size_t len)
+{
+	const char *slash = strrchr(path, '/');
+
+	snprintf(src, len, "%s%.*s", base, (int)(slash - path), path);
+	if (slash[1] == '\0')
+		goto whole;
+	if (strcmp(src, m->cwd) != 0) {
+		if (chdir(src[0] ? src : "/") < 0) {
+			m->cwd[0] = '\0';
+			goto whole;
+		}
+		snprintf(m->cwd, sizeof(m->cwd), "%s", src);
+	}
+	return slash + 1;
+whole:
+	snprintf(src, len, "%s%s", base, path);
+	return src;
+}
+
+/* One pin, read-only bind or mask.  Dies naming PATH on failure. */
+static void make(struct mounter *m, char op, const char *path, const char *ro_base)
+{
+	char src[2 * MP_PATH_MAX];
+	const char *s;
+
+	switch (op) {
+	case 'P':
+		s = source(m, m->scratch, path, src, sizeof(src));
+		if (mount(s, path, NULL, MS_BIND | MS_REC, NULL) < 0)
+			die_errno("cannot pin %s", path);
+		break;
+	case 'R':
+		s = source(m, ro_base, path, src, sizeof(src));
+		if (mount(s, path, NULL, MS_BIND | MS_REC, NULL) < 0)
+			die_errno("cannot bind read-only %s", path);
+		break;
+	case 'D':
+		if (m->first_dir == NULL) {
+			if (mount("tmpfs", path, "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV, "mode=0755") < 0)
+				die_errno("cannot mask %s", path);
+			m->first_dir = path;
+			break;
+		}
+		/* The same empty read-only tmpfs, bound from inside it: one
+		 * lookup, whatever is mounted on its path later. */
+		if (strcmp(m->cwd, "\1") != 0) {
+			if (chdir(m->first_dir) < 0)
+				die_errno("cannot enter the first mask %s", m->first_dir);
+			snprintf(m->cwd, sizeof(m->cwd), "\1");
+		}
+		if (mount(".", path, NULL, MS_BIND, NULL) < 0)
+			die_errno("cannot mask %s", path);
+		break;
+	case 'F':
+		if (m->first_file == NULL) {
+			snprintf(src, sizeof(src), "%s/dev/null", m->scratch);
+			if (mount(src, path, NULL, MS_BIND, NULL) < 0)
+				die_errno("cannot mask %s", path);
+			if (set_attr(AT_FDCWD, path, 0, SB_MOUNT_ATTR_RDONLY | SB_MOUNT_ATTR_NOSUID | SB_MOUNT_ATTR_NODEV,
+				     0) < 0)
+				die_errno("cannot make %s read-only", path);
+			m->first_file = path;
+			break;
+		}
+		if (mount(m->first_file, path, NULL, MS_BIND, NULL) < 0)
+			die_errno("cannot mask %s", path);
+		break;
+	default:
+		die("mount plan: operation '%c' out of place", op);
+	}
+}
+
+/* Step 4: everything but the write roots, in the plan's order.  Dies
+ * naming the entry that failed. */
+static void others(const struct mount_plan *p, struct mounter *m)
+{
+	char ro_base[2 * MP_PATH_MAX];
+	int tree = snapshot(), ro = -1, any_ro = 0;
+
+	for (size_t i = 0; i < p->n; i++)
+		any_ro |= p->ops[i].op == 'R';
+	if (any_ro) {
+		ro = snapshot();
+		if (set_attr(ro, "", AT_EMPTY_PATH | AT_RECURSIVE,
+			     SB_MOUNT_ATTR_RDONLY | SB_MOUNT_ATTR_NOSUID | SB_MOUNT_ATTR_NODEV, 0) < 0)
+			die_errno("cannot make the copy read-only");
+	}
+	attach(tree, m->scratch);
+	/* The run dir inside the first copy: no entry lies beneath it. */
+	snprintf(ro_base, sizeof(ro_base), "%s%s", m->scratch, m->scratch);
+	if (ro >= 0)
+		attach(ro, ro_base);
+	for (size_t i = 0; i < p->n; i++)
+		if (p->ops[i].op != 'W')
+			make(m, p->ops[i].op, p->ops[i].path, ro_base);
+	if (chdir("/") < 0) /* out of the copies before they go */
+		die_errno("chdir /");
+	if (umount2(m->scratch, MNT_DETACH) < 0)
+		die_errno("cannot detach the copies from %s", m->scratch);
+}
+
+int mounter_main(int argc, char **argv)
+{
+	int ns = -1, plan_fd = -1, hold = -1;
+	struct mount_plan p;
+	struct mounter m = { 0 };
+	char err[256], *buf;
+	size_t len, writes = 0;
+
+	for (int i = 2; i < argc; i++) {
+		if (strcmp(argv[i], "--namespace-fd") == 0 && i + 1 < argc && ns < 0)
+			ns = fd_arg(argv[i], argv[i + 1]), i++;
+		else if (strcmp(argv[i], "--plan-fd") == 0 && i + 1 < argc && plan_fd < 0)
+			plan_fd = fd_arg(argv[i], argv[i + 1]), i++;
+		else if (strcmp(argv[i], "--hold-fd") == 0 && i + 1 < argc && hold < 0)
+			hold = fd_arg(argv[i], argv[i + 1]), i++;
+		else
+			die("--mount: unexpected argument '%s' (usage: --mount --namespace-fd N --plan-fd N "
+			    "[--hold-fd N])",
+			    argv[i]);
+	}
+	if (ns < 0 || plan_fd < 0)
+		die("--mount needs --namespace-fd and --plan-fd");
+	buf = read_plan(plan_fd, &len);
+	close(plan_fd);
+	if (mount_plan_parse(buf, len, &p, err, sizeof(err)) < 0)
+		die("mount plan: %s", err);
+	if (hold >= 0) /* 1 */
+		fork_holder(ns, hold);
+	enter(ns); /* 2 */
+	m.scratch = p.scratch;
+	for (size_t i = 0; i < p.n; i++)
+		writes += p.ops[i].op == 'W';
+	if (writes) /* 3 */
+		write_roots(&p, p.scratch);
+	if (writes < p.n) /* 4 */
+		others(&p, &m);
+	mount_plan_free(&p);
+	free(buf);
+	return 0;
+}
