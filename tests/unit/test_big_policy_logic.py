@@ -13,8 +13,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from safebox.builder.bulk import BULK_MIN, BulkOp, split
-from safebox.builder.paths import Nearest, collapse
-from safebox.builder.resolve import HostFacts, resolve
+from safebox.builder.paths import Nearest, by_depth, collapse
+from safebox.builder.regions import Regions
+from safebox.builder.resolve import HostFacts, pin_ancestors, resolve
 from safebox.builder.resolved import Layers, ResolvedPolicy
 from safebox.policy.effective import EffectivePolicy
 from safebox.proxy.rules import HostError, NetworkRules, _matches, validate_pattern, validate_patterns
@@ -98,6 +99,71 @@ def _big(**kw: object) -> ResolvedPolicy:
 
 
 ENTRIES = tuple(f"/home/u/proj/gen/p{i // 100}/e{i % 100}" for i in range(200))
+
+
+# Paths over a small alphabet, so that nesting, shared parents, look-alike
+# prefixes ("/a" and "/ab", "/a b") and "/" itself come up often.
+PATH = st.lists(st.sampled_from(["a", "b", "ab", "a b"]), max_size=4).map(lambda parts: "/" + "/".join(parts))
+
+
+def _slow_above(paths: list[str], p: str) -> str | None:
+    """The deepest of ``paths`` strictly above ``p``, by testing every one."""
+    above = [q for q in set(paths) if q != p and (q == "/" or p.startswith(q + "/"))]
+    return max(above, key=len) if above else None
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(PATH, max_size=10), st.lists(PATH, max_size=10))
+def test_the_questions_asked_once_per_parent_answer_as_asking_each_path_does(members: list[str],
+                                                                               queries: list[str]) -> None:
+    # builder/paths.py answers for a path from its parent, cached per parent
+    # (10,000 entries share a hundred parents); the answer must be the one
+    # asking each path alone gives.
+    near = Nearest(members)
+    assert near.covered(queries) == [q for q in queries if q in members or _slow_above(members, q) is not None]
+    assert sorted(near.below_none()) == sorted({m for m in members if _slow_above(members, m) is None})
+    assert collapse(members) == sorted({m for m in members if _slow_above(members, m) is None})
+    assert collapse(members, shallow_first=True) == sorted(collapse(members), key=lambda p: (p.count("/"), p))
+    assert by_depth(queries) == sorted(queries, key=lambda p: (p.count("/"), p))
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(PATH, max_size=8), st.lists(PATH, max_size=5), st.lists(PATH, max_size=10))
+def test_read_regions_asked_once_per_parent_answer_as_the_nearest_entry_decides(deny: list[str], allow: list[str],
+                                                                                queries: list[str]) -> None:
+    def slow_readable(p: str) -> bool:
+        # The nearest entry at or above p decides; allowRead beats denyRead at one path.
+        entries = {**{d: False for d in deny}, **{a: True for a in allow}}
+        d = p
+        while True:
+            if d in entries:
+                return entries[d]
+            if d == "/":
+                return True
+            d = d.rsplit("/", 1)[0] or "/"
+
+    regions = Regions(deny, allow)
+    assert [q for q in queries if regions.readable(q)] == [q for q in queries if slow_readable(q)]
+    assert regions.readable_only(queries) == [q for q in queries if slow_readable(q)]
+    assert list(regions.denies) == sorted(regions.denies, key=lambda p: (p.count("/"), p))
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(PATH, max_size=10), st.lists(PATH, min_size=1, max_size=4))
+def test_pins_asked_once_per_parent_are_every_directory_between_the_outermost_root_and_a_path(
+        paths: list[str], roots: list[str]) -> None:
+    want: set[str] = set()
+    for p in paths:
+        outer, a = None, _slow_above(roots, p)
+        while a is not None:
+            outer, a = a, _slow_above(roots, a)
+        if outer is None:
+            continue
+        d = p.rsplit("/", 1)[0] or "/"
+        while d != outer:
+            want.add(d)
+            d = d.rsplit("/", 1)[0] or "/"
+    assert pin_ancestors(paths, roots) == sorted(want, key=lambda p: (p.count("/"), p))
 
 
 def test_a_small_policy_is_left_entirely_to_bubblewrap() -> None:
