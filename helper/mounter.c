@@ -76,6 +76,17 @@ struct mounter {
 	const char *first_dir, *first_file;
 };
 
+/* DST = A + the first N bytes of B (all of B: N < 0).  Dies if it does not
+ * fit in LEN: a path cut short could name an ancestor of the one meant (a
+ * chdir or bind that succeeds in the wrong place), so it is never used. */
+static void join(char *dst, size_t len, const char *a, const char *b, int n)
+{
+	int r = n < 0 ? snprintf(dst, len, "%s%s", a, b) : snprintf(dst, len, "%s%.*s", a, n, b);
+
+	if (r < 0 || (size_t)r >= len)
+		die("mount plan: %s%s is longer than %zu bytes", a, b, len - 1);
+}
+
 /* A descriptor number given on the command line: decimal, >= 3.  Dies
  * otherwise. */
 static int fd_arg(const char *opt, const char *s)
@@ -191,7 +202,7 @@ static void write_roots(const struct mount_plan *p, const char *scratch)
 
 		if (p->ops[i].op != 'W')
 			continue;
-		snprintf(src, sizeof(src), "%s%s", scratch, path);
+		join(src, sizeof(src), scratch, path, -1);
 		if (mount(src, path, NULL, MS_BIND | MS_REC, NULL) < 0)
 			die_errno("cannot bind write root %s", path);
 		/* As --bind: the mount itself read-write, what lies beneath it
@@ -212,7 +223,7 @@ static const char *source(struct mounter *m, const char *base, const char *path,
 {
 	const char *slash = strrchr(path, '/');
 
-	snprintf(src, len, "%s%.*s", base, (int)(slash - path), path);
+	join(src, len, base, path, (int)(slash - path));
 	if (slash[1] == '\0')
 		goto whole;
 	if (strcmp(src, m->cwd) != 0) {
@@ -224,7 +235,7 @@ static const char *source(struct mounter *m, const char *base, const char *path,
 	}
 	return slash + 1;
 whole:
-	snprintf(src, len, "%s%s", base, path);
+	join(src, len, base, path, -1);
 	return src;
 }
 
@@ -264,7 +275,7 @@ static void make(struct mounter *m, char op, const char *path, const char *ro_ba
 		break;
 	case 'F':
 		if (m->first_file == NULL) {
-			snprintf(src, sizeof(src), "%s/dev/null", m->scratch);
+			join(src, sizeof(src), m->scratch, "/dev/null", -1);
 			if (mount(src, path, NULL, MS_BIND, NULL) < 0)
 				die_errno("cannot mask %s", path);
 			if (set_attr(AT_FDCWD, path, 0, SB_MOUNT_ATTR_RDONLY | SB_MOUNT_ATTR_NOSUID | SB_MOUNT_ATTR_NODEV,
@@ -298,7 +309,7 @@ static void others(const struct mount_plan *p, struct mounter *m)
 	}
 	attach(tree, m->scratch);
 	/* The run dir inside the first copy: no entry lies beneath it. */
-	snprintf(ro_base, sizeof(ro_base), "%s%s", m->scratch, m->scratch);
+	join(ro_base, sizeof(ro_base), m->scratch, m->scratch, -1);
 	if (ro >= 0)
 		attach(ro, ro_base);
 	for (size_t i = 0; i < p->n; i++)
