@@ -45,8 +45,13 @@ from __future__ import annotations
 
 import os
 import re
+import stat
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from safebox.hostio import PinnedDir
 
 __all__ = ["ENV_DENY", "ENV_DENY_PREFIXES", "CiRun", "Refusal", "detect", "parse_file_command",
            "path_entry_refusal", "prepare", "scrub_git_config"]
@@ -363,9 +368,7 @@ def path_entry_refusal(entry: str, write_roots: tuple[str, ...]) -> str | None:
         st = os.stat(real)
     except OSError:
         return "not an existing directory"
-    import stat as stat_mod
-
-    if not stat_mod.S_ISDIR(st.st_mode):
+    if not stat.S_ISDIR(st.st_mode):
         return "not a directory"
     if st.st_mode & 0o022:
         return "writable by others than its owner"
@@ -403,6 +406,12 @@ class CiRun:
     files: dict[str, tuple[str, str]] = field(default_factory=dict)
     commands_dir: str | None = None
     notes: list[str] = field(default_factory=list)
+    #: commands_dir, pinned when it was made: this run's files are read
+    #: beneath it, never through a name the command replaced.
+    pinned: PinnedDir | None = None
+    #: variable -> (the runner file's directory pinned before the run, the
+    #: file's (st_dev, st_ino) then, or None when it did not exist yet)
+    runner_files: dict[str, tuple[PinnedDir, tuple[int, int] | None]] = field(default_factory=dict)
 
     def materialize(self, run_dir: str, *, dry_run: bool = False) -> tuple[tuple[str, str], ...]:
         """Write the scrubbed copies into the run dir (private, read-only
@@ -419,8 +428,29 @@ class CiRun:
             out.append((copy, path))
         return tuple(out)
 
+    def attach(self, var: str, ours: str, theirs: str) -> None:
+        """Give ``var`` this run's file ``ours`` (created empty, 0600; every
+        file in one directory, pinned at the first) and the runner's
+        ``theirs`` (its directory and identity pinned now, before the run)."""
+        from safebox.hostio import pin
+
+        if self.pinned is None:
+            self.pinned = pin(os.path.dirname(ours))
+        elif os.path.dirname(ours) != self.pinned.path:
+            raise ValueError(f"{ours}: this run's files share one directory ({self.pinned.path})")
+        self.pinned.write_exclusive(os.path.basename(ours), b"")
+        _pin_runner_file(self, var, theirs)
+        self.files[var] = (ours, theirs)
+
     def cleanup(self) -> None:
-        """Remove this run's file-command directory (idempotent)."""
+        """Remove this run's file-command directory and release the pinned
+        directories (idempotent)."""
+        for d, _ in self.runner_files.values():
+            d.close()
+        self.runner_files = {}
+        if self.pinned is not None:
+            self.pinned.close()
+            self.pinned = None
         if self.commands_dir:
             from safebox._record import rmtree
 
@@ -438,31 +468,59 @@ class CiRun:
         refused: list[Refusal] = []
         for var, kind in FILE_COMMANDS:
             pair = self.files.get(var)
-            if pair is None:
+            if pair is None or self.pinned is None:
                 continue
             ours, theirs = pair
+            from safebox.hostio import HostFileError
+
+            # This run's file lies in a directory the command could write:
+            # read beneath the directory pinned when it was made, without
+            # following a link (a step's `ln -sf ~/.ssh/id_x
+            # $GITHUB_STEP_SUMMARY` must not publish the key), and only a
+            # regular file of this user with one link (a hard link to
+            # /etc/shadow is refused whole), at most MAX_FILE bytes.
             try:
-                size = os.lstat(ours).st_size
-                if size == 0:
-                    continue
-                if size > MAX_FILE:
-                    refused.append(Refusal(var, "*", f"{size} bytes, more than {MAX_FILE}: refused whole"))
-                    continue
-                with open(ours, "rb") as f:
-                    data = f.read(MAX_FILE + 1).decode("utf-8", "replace")
-            except FileNotFoundError:
+                raw = self.pinned.read(os.path.basename(ours), max_size=MAX_FILE)
+            except HostFileError as e:
+                refused.append(Refusal(var, "*", f"refused whole: {e.why}"))
                 continue
-            except OSError as e:
-                refused.append(Refusal(var, "*", f"cannot read it: {e.strerror or e}"))
+            if not raw:
                 continue
-            out = self._filter(var, kind, data, write_roots, refused)
+            out = self._filter(var, kind, raw.decode("utf-8", "replace"), write_roots, refused)
             if out:
-                fd = os.open(theirs, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644)
                 try:
-                    os.write(fd, out.encode())
-                finally:
-                    os.close(fd)
+                    self._append_theirs(var, theirs, out.encode())
+                except HostFileError as e:
+                    refused.append(Refusal(var, "*", f"not passed on: the runner's file {e.why}"))
         return refused
+
+    def _append_theirs(self, var: str, theirs: str, data: bytes) -> None:
+        """Append to the runner's own file beneath its directory pinned
+        before the run: the very file that was there then (same device and
+        inode), or, when there was none, a new regular file of this user."""
+        from safebox.hostio import HostFileError, check_regular
+
+        pinned = self.runner_files.get(var)
+        if pinned is None:
+            raise HostFileError(theirs, "has a directory safebox could not pin before the run")
+        d, ident = pinned
+        name = os.path.basename(theirs)
+        flags = os.O_WRONLY | os.O_APPEND | os.O_NONBLOCK | (os.O_CREAT if ident is None else 0)
+        try:
+            fd = d.open(name, flags, 0o644)
+        except OSError as e:
+            raise HostFileError(theirs, e.strerror or str(e)) from None
+        try:
+            st = os.fstat(fd)
+            if ident is None:
+                check_regular(theirs, st, max_size=None)
+            elif (st.st_dev, st.st_ino) != ident or not stat.S_ISREG(st.st_mode):
+                raise HostFileError(theirs, "is not the file the runner gave (replaced during the run)")
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view):]
+        finally:
+            os.close(fd)
 
     @staticmethod
     def _filter(var: str, kind: str, data: str, write_roots: tuple[str, ...], refused: list[Refusal]) -> str:
@@ -586,14 +644,34 @@ def _file_commands(ci: CiRun, environ: Mapping[str, str], *, dry_run: bool) -> l
     for var, theirs in present:
         ours = os.path.join(ci.commands_dir or "/nonexistent", var.lower())
         if ci.commands_dir:
-            os.close(os.open(ours, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600))
-        ci.files[var] = (ours, theirs)
+            ci.attach(var, ours, theirs)
+        else:
+            ci.files[var] = (ours, theirs)
         ci.env[var] = ours
         if os.path.lexists(theirs):
             deny_write.append(theirs)
     if ci.commands_dir:
         ci.allow_write = (ci.commands_dir,)
     return deny_write
+
+
+def _pin_runner_file(ci: CiRun, var: str, theirs: str) -> None:
+    """Pin the directory of the runner's file, and the file's identity,
+    before the command runs (see :meth:`CiRun._append_theirs`). A directory
+    that cannot be pinned leaves the variable without one: its entries are
+    then refused after the run, said."""
+    from safebox.hostio import HostFileError, pin
+
+    try:
+        d = pin(os.path.dirname(os.path.abspath(theirs)))
+    except HostFileError:
+        return
+    st = d.lstat(os.path.basename(theirs)) if os.path.basename(theirs) else None
+    ident = (st.st_dev, st.st_ino) if st is not None and stat.S_ISREG(st.st_mode) else None
+    if st is not None and ident is None:
+        d.close()  # a link, a directory, a fifo: nothing is ever appended to it
+        return
+    ci.runner_files[var] = (d, ident)
 
 
 def prepare(environ: Mapping[str, str], *, kind: str, cwd: str, home: str, bwrap: bool,

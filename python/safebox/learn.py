@@ -26,9 +26,12 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from safebox.report import Run
+from safebox.report import ReportError, Run
+
+if TYPE_CHECKING:
+    from safebox.hostio import PinnedDir
 
 __all__ = ["COLLAPSE_AT", "NEVER_COLLAPSE", "collapse", "suggest", "write_policy"]
 
@@ -135,14 +138,20 @@ def _shallowest(dirs: set[str]) -> list[str]:
     return kept
 
 
-def write_policy(path: str, doc: dict[str, Any]) -> None:
-    """Write ``doc`` to ``path`` as JSON (atomically; mode 0644)."""
+def write_policy(path: str, doc: dict[str, Any], *, pinned: PinnedDir | None = None) -> None:
+    """Write ``doc`` to ``path`` as JSON, mode 0644, through
+    :mod:`safebox.hostio`: a temporary file beside it renamed over a regular
+    file of this user, never over anything else; a character device
+    (``--learn /dev/null``) is written in place, never replaced; a symlink
+    is never followed. With ``pinned``, the name is taken beneath that
+    directory, pinned before the run. Raises ReportError naming the path."""
+    from safebox.hostio import HostFileError, replace
+
     data = (json.dumps(doc, indent=2) + "\n").encode()
-    tmp = f"{path}.safebox-tmp-{os.getpid()}-{os.urandom(4).hex()}"
-    # O_EXCL|O_NOFOLLOW: never through a name someone else planted.
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
     try:
-        os.write(fd, data)
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
+        if pinned is not None:
+            pinned.replace(os.path.basename(path), data, mode=0o644)
+        else:
+            replace(path, data, mode=0o644)
+    except HostFileError as e:
+        raise ReportError(f"cannot write the policy to {path}: {e.why}") from None

@@ -19,9 +19,12 @@ import json
 import os
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from safebox.errors import SafeboxError
+
+if TYPE_CHECKING:
+    from safebox.hostio import PinnedDir
 
 __all__ = ["FORMATS", "MemoryLog", "Recorder", "ReportError", "Run", "Tee", "append_summary", "read_events",
            "render", "runs_from_events"]
@@ -81,13 +84,19 @@ class Run:
 def read_events(paths: Iterable[str]) -> Iterator[dict[str, Any]]:
     """The events of each JSON-lines file, in order. A line that is not a
     JSON object (a torn line of a killed writer) is skipped; a file that
-    cannot be opened raises :class:`ReportError` naming it."""
+    cannot be opened raises :class:`ReportError` naming it. Opened through
+    :mod:`safebox.hostio`: a log in a write root may have been swapped for
+    a link to a file the run could not read (the report may go to a public
+    step summary), so only a regular file of this user with one link is
+    read, never through a symlink."""
+    from safebox.hostio import HostFileError, open_read
+
     for path in paths:
         try:
-            f = open(path, "rb")  # noqa: SIM115 — closed below
-        except OSError as e:
-            raise ReportError(f"{path}: cannot read the audit log: {e.strerror or e}") from None
-        with f:
+            fd = open_read(path)
+        except HostFileError as e:
+            raise ReportError(f"{path}: cannot read the audit log: {e.why}") from None
+        with os.fdopen(fd, "rb") as f:
             for raw in f:
                 if len(raw) > MAX_LINE:
                     continue
@@ -401,19 +410,23 @@ def render(runs: list[Run], fmt: str) -> str:
     raise ReportError(f"--format: unknown format {fmt!r} (one of {', '.join(FORMATS)})")
 
 
-def append_summary(path: str, text: str) -> None:
+def append_summary(path: str, text: str, *, pinned: PinnedDir | None = None) -> None:
     """Append ``text`` to ``path`` (the step summary, or --summary FILE),
-    creating it 0644 if missing; one write. Raises ReportError naming it."""
+    creating it 0644 if missing; one write. Never through a symlink, and only
+    to a regular file of this user with one link (a runner file swapped for
+    a link to ``~/.ssh/id_*`` must not publish the key). With ``pinned``,
+    the name is taken beneath that directory, pinned before the run. Raises
+    ReportError naming it."""
+    from safebox.hostio import HostFileError, append
+
+    data = text.encode("utf-8", "replace")
     try:
-        # O_NOFOLLOW: a symlink planted at the name (--summary in a write
-        # root) must not turn the append into a write to ~/.bashrc.
-        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o644)
-    except OSError as e:
-        raise ReportError(f"cannot write the summary to {path}: {e.strerror or e}") from None
-    try:
-        os.write(fd, text.encode("utf-8", "replace"))
-    finally:
-        os.close(fd)
+        if pinned is not None:
+            pinned.append(os.path.basename(path), data, mode=0o644)
+        else:
+            append(path, data, mode=0o644)
+    except HostFileError as e:
+        raise ReportError(f"cannot write the summary to {path}: {e.why}") from None
 
 
 # ------------------------------------------------------- the run being run
@@ -443,12 +456,17 @@ class Tee:
             s.event(kind, **fields)
 
 
-def _checked_parent(path: str) -> tuple[str, str]:
-    """(path, its resolved parent) taken before the run: the file is written
-    after it only if the parent still resolves the same (a sandboxed command
-    may replace a directory on the way with a symlink)."""
+def _pinned_parent(path: str, flag: str) -> tuple[str, PinnedDir]:
+    """(path, its directory pinned now, before the run): the file is written
+    after the run beneath that very directory, never through a name the
+    sandboxed command could have replaced with a symlink on the way."""
+    from safebox.hostio import HostFileError, pin
+
     path = os.path.abspath(path)
-    return path, os.path.realpath(os.path.dirname(path))
+    try:
+        return path, pin(os.path.dirname(path))
+    except HostFileError as e:
+        raise ReportError(f"{flag}: cannot use the directory of {path}: {e.why}") from None
 
 
 class Recorder:
@@ -462,22 +480,23 @@ class Recorder:
         # The session's run id: the proxy's events carry the same one.
         self.run = run or os.urandom(8).hex()
         self.t0 = 0.0
-        self.summary = _checked_parent(summary) if summary else None
+        self.summary = _pinned_parent(summary, "--summary") if summary else None
         if self.summary is not None:
             # Created now (never through a symlink), so that it exists to be
             # kept read-only inside (the runner's run_files): the command can
             # neither forge the report nor swap the file for a link.
-            append_summary(self.summary[0], "")
-        self.learn = _checked_parent(learn) if learn else None
+            append_summary(self.summary[0], "", pinned=self.summary[1])
+        self.learn = _pinned_parent(learn, "--learn") if learn else None
         self.memory = MemoryLog(self.run) if (summary or learn) else None
         file_log = None
         if audit_log:
             from safebox.audit import AuditLog
+            from safebox.hostio import HostFileError
 
             try:
                 file_log = AuditLog(audit_log, run=self.run)
-            except OSError as e:
-                raise ReportError(f"cannot open audit log {audit_log}: {e.strerror or e}") from None
+            except HostFileError as e:
+                raise ReportError(f"cannot open audit log {audit_log}: {e.why}") from None
         sinks = [s for s in (file_log, self.memory) if s is not None]
         self.audit: Any = sinks[0] if len(sinks) == 1 else Tee(*sinks)
 
@@ -507,23 +526,20 @@ class Recorder:
         if self.learn is not None:
             from safebox.learn import suggest, write_policy
 
-            path, parent = self.learn
+            path, pinned = self.learn
             doc, notes = suggest(runs, home=home)
             said += notes
-            if os.path.realpath(os.path.dirname(path)) != parent:
-                raise ReportError(f"--learn: a directory on the way to {path} was replaced during the run; "
-                                  "the suggested policy was not written")
-            try:
-                write_policy(path, doc)
-            except OSError as e:
-                raise ReportError(f"--learn: cannot write {path}: {e.strerror or e}") from None
+            write_policy(path, doc, pinned=pinned)
             n = len(doc["network"]["allowedDomains"])
             said.append(f"learned {n} host pattern{'s' if n != 1 else ''}; suggested policy written to {path} "
                         f"(enforce it with: safebox exec -p {path} -- ...)")
         if self.summary is not None:
-            path, parent = self.summary
-            if os.path.realpath(os.path.dirname(path)) != parent:
-                raise ReportError(f"--summary: a directory on the way to {path} was replaced during the run; "
-                                  "nothing was written")
-            append_summary(path, render_markdown(runs))
+            path, pinned = self.summary
+            append_summary(path, render_markdown(runs), pinned=pinned)
         return said
+
+    def close(self) -> None:
+        """Release the pinned directories; idempotent."""
+        for pair in (self.summary, self.learn):
+            if pair is not None:
+                pair[1].close()

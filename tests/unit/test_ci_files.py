@@ -122,9 +122,10 @@ def test_entries_are_passed_on_canonically_with_a_delimiter_not_in_the_value() -
 
 def test_finish_passes_safe_entries_on_and_reports_the_rest(tmp_path: Path) -> None:
     ours, theirs = tmp_path / "ours", tmp_path / "theirs"
-    ours.write_text("OK=1\nLD_PRELOAD=/x.so\nN<<E\na\nb\nE\n")
     theirs.write_text("EARLIER=1\n")
-    ci = CiRun(kind="github", files={"GITHUB_ENV": (str(ours), str(theirs))})
+    ci = CiRun(kind="github")
+    ci.attach("GITHUB_ENV", str(ours), str(theirs))
+    ours.write_text("OK=1\nLD_PRELOAD=/x.so\nN<<E\na\nb\nE\n")
     refused = ci.finish(())
     assert [(r.file, r.name) for r in refused] == [("GITHUB_ENV", "LD_PRELOAD")]
     text = theirs.read_text()

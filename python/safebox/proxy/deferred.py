@@ -59,6 +59,7 @@ import sys
 
 from safebox import _signals
 from safebox.errors import ProxyError
+from safebox.hostio import HostFileError
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -232,8 +233,9 @@ class DeferredProxy:
 
                 try:
                     self._audit = AuditLog(os.fspath(self.config.audit_log), run=self.config.run_id)
-                except OSError as exc:
-                    raise ProxyError(f"cannot open audit log {self.config.audit_log}: {exc.strerror}") from None
+                except (OSError, HostFileError) as exc:
+                    why = exc.why if isinstance(exc, HostFileError) else exc.strerror
+                    raise ProxyError(f"cannot open audit log {self.config.audit_log}: {why}") from None
             if self._unix:
                 self._pending.append((_unix_listener(self.http_socket), "http"))
                 self._pending.append((_unix_listener(self.socks_socket), "socks5h"))

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from safebox import _signals
 from safebox.errors import ProxyError
+from safebox.hostio import HostFileError
 from safebox.proxy import http, socks5
 from safebox.proxy._asyncio import asyncio
 from safebox.proxy.config import ProxyConfig
@@ -129,8 +130,9 @@ class ProxyServer:
                 from safebox.audit import AuditLog  # json, datetime: only with --audit-log
 
                 self._audit = AuditLog(self.config.audit_log, run=self.config.run_id)
-        except OSError as exc:
-            raise ProxyError(f"cannot open audit log {self.config.audit_log}: {exc.strerror}") from None
+        except (OSError, HostFileError) as exc:
+            why = exc.why if isinstance(exc, HostFileError) else exc.strerror
+            raise ProxyError(f"cannot open audit log {self.config.audit_log}: {why}") from None
         explain = _explain_on_first_refusal() if self.config.explain else None
         # TLS failures are said on stderr like refusals (not with --quiet).
         report = _report_once() if self.config.explain and (self.config.mitm or self.config.injector) else None

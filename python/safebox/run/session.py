@@ -617,6 +617,8 @@ class Command:
         if self.ci_run is not None:
             self.ci_run.cleanup()
             self.ci_run = None
+        if self.recorder is not None:
+            self.recorder.close()
         for fw in self.forwarders:
             fw.close()
         self.forwarders = []
