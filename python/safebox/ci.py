@@ -53,12 +53,13 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from safebox.hostio import PinnedDir
 
-__all__ = ["ENV_DENY", "ENV_DENY_PREFIXES", "CiRun", "Refusal", "detect", "parse_file_command",
-           "path_entry_refusal", "prepare", "scrub_git_config"]
+__all__ = ["ENV_DENY", "ENV_DENY_PREFIXES", "CiRun", "Passing", "Refusal", "code_running", "detect", "env_refusal",
+           "parse_file_command", "path_entry_refusal", "prepare", "scrub_git_config"]
 
-#: Variables a sandboxed step may not set for later steps through
-#: ``$GITHUB_ENV``: each makes some later program run code, load a library,
-#: trust a certificate or reach a host of the writer's choosing. Exact names.
+#: Variables known to make some later program run code, load a library,
+#: trust a certificate or reach a host of the writer's choosing. Not the
+#: gate (``ci.passEnv`` is, an allowlist): these only never pass through a
+#: wildcard, and their refusal says why. Exact names.
 ENV_DENY: dict[str, str] = {
     # the dynamic loader and glibc
     "GCONV_PATH": "loads code into every glibc program",
@@ -126,18 +127,37 @@ ENV_DENY: dict[str, str] = {
     "AWS_CONFIG_FILE": "AWS credential_process commands", "AWS_SHARED_CREDENTIALS_FILE": "AWS credentials",
     "GOOGLE_APPLICATION_CREDENTIALS": "Google credentials",
     "CLOUDSDK_AUTH_CREDENTIAL_FILE_OVERRIDE": "Google credentials",
+    # found in review (issue 22): each ran code in a later step
+    "XDG_CONFIG_HOME": "where git, and most tools, read their configuration (core.fsmonitor runs)",
+    "XDG_CONFIG_DIRS": "where tools read their configuration",
+    "XDG_DATA_HOME": "where tools find plugins and data", "XDG_DATA_DIRS": "where tools find plugins and data",
+    "MAKEFILES": "makefiles every make reads first ($(shell ...) runs)",
+    "TAR_OPTIONS": "options for every tar (--use-compress-program runs a program; actions/cache runs tar)",
+    "OPENSSL_CONF": "an OpenSSL configuration (it loads engines and providers)",
+    "OPENSSL_ENGINES": "where OpenSSL loads engines from", "OPENSSL_MODULES": "where OpenSSL loads providers from",
+    "JAVA_HOME": "the JVM later builds run", "CURL_HOME": "where curl reads .curlrc",
+    "WGETRC": "a wget start-up file", "LUA_INIT": "Lua code run at every start",
+    "VIMINIT": "commands vim runs at start", "EXINIT": "commands vi runs at start", "MYVIMRC": "a vimrc",
+    "GLIBC_TUNABLES": "glibc's tunables (a past loader exploit)", "PROMPT_DIRTRIM": "changes bash prompts",
+    "INPUTRC": "readline's start-up file", "TERMINFO": "terminal descriptions programs load",
+    "GNUPGHOME": "gpg's keys and configuration", "SSH_AUTH_SOCK": "which agent ssh signs with",
+    "GPG_TTY": "where gpg asks for passphrases", "DBUS_SESSION_BUS_ADDRESS": "the session bus later steps talk to",
 }
+#: Go's variables (not every name starting with GO: GOOGLE_CLOUD_PROJECT, GOAL).
+_GO_NAMES = frozenset({"GOFLAGS", "GOPROXY", "GOTOOLCHAIN", "GOROOT", "GOPATH", "GOBIN", "GOENV", "GOPRIVATE",
+                       "GONOSUMDB", "GONOSUMCHECK", "GONOPROXY", "GOSUMDB", "GOINSECURE", "GOEXPERIMENT",
+                       "GOCACHE", "GOMODCACHE", "GOWORK", "GOVCS", "GOAUTH", "GODEBUG"})
 #: Name prefixes refused the same way (``LD_PRELOAD``, ``GIT_SSH_COMMAND``, ...).
 ENV_DENY_PREFIXES: dict[str, str] = {
     "LD_": "a dynamic-loader variable (LD_PRELOAD, LD_AUDIT, LD_LIBRARY_PATH) loads code into every program",
     "BASH_FUNC_": "an exported bash function runs in every later bash",
     "PYTHON": "a Python start-up variable (PYTHONSTARTUP, PYTHONPATH, PYTHONHOME) runs code in every python",
+    "LUA_INIT": "Lua code run at every start",
     "PIP_": "pip's configuration (index, trusted hosts) for later installs",
     "UV_": "uv's configuration (index) for later installs",
     "NPM_CONFIG_": "npm's configuration (registry, script-shell) for later installs",
     "YARN_": "yarn's configuration for later installs",
     "GIT_": "git's configuration (GIT_SSH_COMMAND, GIT_CONFIG_*, GIT_EXEC_PATH) runs code",
-    "GO": "go's configuration (GOFLAGS, GOPROXY, GOTOOLCHAIN) for later builds",
     "CGO_": "cgo's compiler flags for later builds",
     "CARGO_": "cargo's configuration (build.rustc-wrapper, registries) for later builds",
     "RUSTUP_": "rustup's configuration (toolchain) for later builds",
@@ -334,42 +354,91 @@ def parse_file_command(data: str, *, file: str) -> tuple[list[tuple[str, str]], 
     return entries, refused
 
 
-def env_refusal(name: str) -> str | None:
-    """Why ``name`` may not be set for later steps through $GITHUB_ENV, or None."""
+@dataclass(frozen=True)
+class Passing:
+    """What the policy lets a step pass on to later, unsandboxed steps.
+    ``always``: the temporary directories every run may write (a private
+    copy inside, but the host's own is shared by every later step)."""
+
+    #: ``ci.passEnv``: names or patterns (``*``, ``?``) of $GITHUB_ENV variables.
+    env: tuple[str, ...] = ()
+    #: ``ci.passPath``: absolute directories $GITHUB_PATH may add.
+    path: tuple[str, ...] = ()
+    #: Every place a sandboxed run could have written: no PATH entry lies in one.
+    writable: tuple[str, ...] = ()
+    #: Directories any run may write (:data:`ALWAYS_WRITABLE`); tests set their own.
+    always: tuple[str, ...] = ("/tmp", "/var/tmp", "/dev/shm", "/run/user")
+
+
+def env_refusal(name: str, allowed: tuple[str, ...] = ()) -> str | None:
+    """Why ``name`` may not be set for later steps through $GITHUB_ENV, or
+    None: it must be a plain name that ``ci.passEnv`` (``allowed``) names; a
+    name known to run code must be named exactly, never by a wildcard."""
+    from safebox._record import glob_match
+
     if not _NAME.match(name):
         return "not a plain variable name ([A-Za-z_][A-Za-z0-9_]*)"
+    if name in allowed:
+        return None
+    runs_code = code_running(name)
+    if any(glob_match(name, p) for p in allowed if p != name):
+        if runs_code is None:
+            return None
+        return (f"{runs_code}: a wildcard in ci.passEnv never passes it; fix, only if a later step must have it: "
+                f"add {name!r} itself to ci.passEnv")
+    if runs_code is not None:
+        return (f"not in ci.passEnv ({runs_code}); fix, only if a later step must have it: add {name!r} to "
+                "ci.passEnv in the policy")
+    return f"not in ci.passEnv; fix: add {name!r} to ci.passEnv in the policy"
+
+
+def code_running(name: str) -> str | None:
+    """Why a variable is known to make a later program run code, or None
+    (the names a wildcard in ``ci.passEnv`` never passes)."""
     upper = name.upper()
     why = ENV_DENY.get(upper)
     if why is not None:
         return why
+    if upper in _GO_NAMES:
+        return "go's configuration (GOFLAGS, GOPROXY, GOTOOLCHAIN) for later builds"
     for prefix, why in ENV_DENY_PREFIXES.items():
-        if upper.startswith(prefix):
+        # PYTHON_VERSION is a setup-python output, not Python's own variable.
+        if upper.startswith(prefix) and not (prefix == "PYTHON" and upper.startswith("PYTHON_")):
             return why
     if upper.endswith("_PROXY"):
         return "where later steps' traffic goes"
     return None
 
 
-def path_entry_refusal(entry: str, write_roots: tuple[str, ...]) -> str | None:
+def path_entry_refusal(entry: str, passing: Passing) -> str | None:
     """Why ``entry`` may not be prepended to later steps' PATH, or None: it
-    must be an absolute path to an existing directory, holding no ``:``,
-    outside every write root of this run (the sandboxed command could fill
-    it), and writable by nobody but its owner."""
+    must be an absolute path that ``ci.passPath`` lists, to an existing
+    directory, holding no ``:``, outside everything a sandboxed run could
+    write (whatever the list says), owned by this user or root and
+    writable by nobody else, with no symlink on the way that leads into
+    such a place."""
     if not entry.startswith("/"):
         return "not an absolute path"
     if ":" in entry:
         return "holds ':', which would add more than one PATH entry"
-    real = os.path.realpath(entry)
-    for root in write_roots:
+    norm = os.path.normpath(entry)
+    real = os.path.realpath(norm)
+    for root in (*passing.writable, *passing.always):
         r = os.path.realpath(root)
-        if real == r or real.startswith(r.rstrip("/") + "/"):
-            return f"inside {root}, which the sandboxed command could write"
+        for p in (norm, real):
+            if p == r or p.startswith(r.rstrip("/") + "/"):
+                return (f"inside {root}, which a sandboxed run could write; a PATH entry there would run what "
+                        "the step planted (never passed on, whatever ci.passPath says)")
+    if not any(os.path.normpath(p) in (norm, real) for p in passing.path):
+        return f"not in ci.passPath; fix: add {norm!r} to ci.passPath in the policy"
     try:
         st = os.stat(real)
     except OSError:
         return "not an existing directory"
     if not stat.S_ISDIR(st.st_mode):
         return "not a directory"
+    if st.st_uid not in (0, os.geteuid()):
+        return f"owned by uid {st.st_uid}, neither this user nor root"
     if st.st_mode & 0o022:
         return "writable by others than its owner"
     return None
@@ -462,7 +531,7 @@ class CiRun:
         pair = self.files.get("GITHUB_STEP_SUMMARY")
         return pair[1] if pair else None
 
-    def finish(self, write_roots: tuple[str, ...]) -> list[Refusal]:
+    def finish(self, passing: Passing) -> list[Refusal]:
         """Pass the safe entries of each file command on to the runner's file;
         returns what was refused. Call once, after the command ended."""
         refused: list[Refusal] = []
@@ -486,7 +555,7 @@ class CiRun:
                 continue
             if not raw:
                 continue
-            out = self._filter(var, kind, raw.decode("utf-8", "replace"), write_roots, refused)
+            out = self._filter(var, kind, raw.decode("utf-8", "replace"), passing, refused)
             if out:
                 try:
                     self._append_theirs(var, theirs, out.encode())
@@ -523,7 +592,7 @@ class CiRun:
             os.close(fd)
 
     @staticmethod
-    def _filter(var: str, kind: str, data: str, write_roots: tuple[str, ...], refused: list[Refusal]) -> str:
+    def _filter(var: str, kind: str, data: str, passing: Passing, refused: list[Refusal]) -> str:
         if kind == "summary":
             return data if data.endswith("\n") else data + "\n"
         if kind == "path":
@@ -531,7 +600,7 @@ class CiRun:
             for line in _lines(data):
                 if not line:
                     continue
-                why = path_entry_refusal(line, write_roots)
+                why = path_entry_refusal(line, passing)
                 if why:
                     refused.append(Refusal(var, line[:200], why))
                 else:
@@ -542,7 +611,7 @@ class CiRun:
         good = []
         for name, value in entries:
             if kind == "env":
-                why = env_refusal(name)
+                why = env_refusal(name, passing.env)
             else:
                 why = None if _OUTPUT_NAME.match(name) else "not a plain name ([A-Za-z_][A-Za-z0-9_-]*)"
             if why:

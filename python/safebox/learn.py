@@ -115,7 +115,34 @@ def suggest(runs: list[Run], *, home: str) -> tuple[dict[str, Any], list[str]]:
         doc["filesystem"] = {"allowWrite": sorted(_tilde(d, home) for d in kept)}
     if presets:
         doc["presets"] = presets
+    ci = _ci_entries(runs, notes)
+    if ci:
+        doc["ci"] = ci
     return doc, notes
+
+
+def _ci_entries(runs: list[Run], notes: list[str]) -> dict[str, list[str]]:
+    """``ci.passEnv`` / ``ci.passPath`` for the runner-file entries the
+    steps wrote and the policy did not list (their ``refusedEntries``). A
+    name known to run code later, or a PATH entry that can never pass (in a
+    write root, a temporary directory), becomes a note, never a suggestion."""
+    env: list[str] = []
+    path: list[str] = []
+    for run in runs:
+        for e in run.refused_entries:
+            file, name, reason = str(e.get("file", "")), str(e.get("name", "")), str(e.get("reason", ""))
+            if file == "GITHUB_ENV" and reason.startswith("not in ci.passEnv;"):
+                env.append(name)
+            elif file == "GITHUB_PATH" and reason.startswith("not in ci.passPath;"):
+                path.append(name)
+            elif file in ("GITHUB_ENV", "GITHUB_PATH") and name != "*":
+                notes.append(f"not suggested: {file} entry {name!r} ({reason})")
+    out: dict[str, list[str]] = {}
+    if env:
+        out["passEnv"] = sorted(set(env))
+    if path:
+        out["passPath"] = list(dict.fromkeys(path))
+    return out
 
 
 def _denied_write_dirs(denied: list[dict[str, Any]]) -> set[str]:

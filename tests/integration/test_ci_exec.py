@@ -138,28 +138,41 @@ echo "LD_PRELOAD=/direct.so" >> "$REAL_ENV" 2>/dev/null || echo "direct write re
 """
 
 
-def test_file_commands_pass_on_safe_entries_only_and_name_each_refusal(fresh_home: FakeHome, runner: Runner) -> None:
+PASSING = {"ci": {"passEnv": ["BUILD_ID", "NOTES", "SNEAKY", "*_OPTIONS", "LD_*"], "passPath": ["/usr/local/bin"]}}
+
+
+def test_file_commands_pass_on_listed_entries_only_and_name_each_refusal(fresh_home: FakeHome,
+                                                                          runner: Runner) -> None:
     real_env = runner.files["GITHUB_ENV"]
     real_env.write_text("EARLIER=1\n")
-    r = fresh_home.run(["bash", "-c", POISON], env=runner.env(REAL_ENV=str(real_env)))
+    pol = fresh_home.root / "ci-policy.json"
+    pol.write_text(json.dumps(PASSING))
+    r = fresh_home.run(["bash", "-c", POISON + "echo UNLISTED=1 >> \"$GITHUB_ENV\"\n"],
+                       env=runner.env(REAL_ENV=str(real_env)), opts=["-p", str(pol)])
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip() == "direct write refused"  # the runner's own file is read-only inside
     env_text = real_env.read_text()
     assert env_text.startswith("EARLIER=1\nBUILD_ID=42\nNOTES<<ghadelimiter_safebox_")
     assert "line one\nline two\n" in env_text and "SNEAKY=1\n" in env_text
-    for bad in ("LD_PRELOAD", "NODE_OPTIONS", "BASH_ENV"):
+    for bad in ("LD_PRELOAD", "NODE_OPTIONS", "BASH_ENV", "UNLISTED"):
         assert bad not in env_text
     assert runner.files["GITHUB_PATH"].read_text() == "/usr/local/bin\n"
     assert runner.files["GITHUB_OUTPUT"].read_text() == "artifact=dist/app.tgz\n"
     w = fresh_home.work
     for line in [
         "safebox: refused GITHUB_ENV entry 'LD_PRELOAD': a dynamic-loader variable (LD_PRELOAD, LD_AUDIT, "
-        "LD_LIBRARY_PATH) loads code into every program (not passed on to later steps; docs/ci.md)",
-        "safebox: refused GITHUB_ENV entry 'NODE_OPTIONS': options (--require) for every node process "
+        "LD_LIBRARY_PATH) loads code into every program: a wildcard in ci.passEnv never passes it; fix, only if "
+        "a later step must have it: add 'LD_PRELOAD' itself to ci.passEnv (not passed on to later steps; docs/ci.md)",
+        "safebox: refused GITHUB_ENV entry 'NODE_OPTIONS': options (--require) for every node process: a wildcard "
+        "in ci.passEnv never passes it; fix, only if a later step must have it: add 'NODE_OPTIONS' itself to "
+        "ci.passEnv (not passed on to later steps; docs/ci.md)",
+        "safebox: refused GITHUB_ENV entry 'BASH_ENV': not in ci.passEnv (a file bash runs before every script); "
+        "fix, only if a later step must have it: add 'BASH_ENV' to ci.passEnv in the policy "
         "(not passed on to later steps; docs/ci.md)",
-        "safebox: refused GITHUB_ENV entry 'BASH_ENV': a file bash runs before every script "
-        "(not passed on to later steps; docs/ci.md)",
-        f"safebox: refused GITHUB_PATH entry '{w}/bin': inside {w}, which the sandboxed command could write "
+        "safebox: refused GITHUB_ENV entry 'UNLISTED': not in ci.passEnv; fix: add 'UNLISTED' to ci.passEnv in "
+        "the policy (not passed on to later steps; docs/ci.md)",
+        f"safebox: refused GITHUB_PATH entry '{w}/bin': inside {w}, which a sandboxed run could write; a PATH "
+        "entry there would run what the step planted (never passed on, whatever ci.passPath says) "
         "(not passed on to later steps; docs/ci.md)",
         f"safebox: refused GITHUB_PATH entry '/usr/bin:{w}/bin': holds ':', which would add more than one PATH "
         "entry (not passed on to later steps; docs/ci.md)",
@@ -332,3 +345,57 @@ def test_a_run_that_asks_for_no_report_pays_for_none(fresh_home: FakeHome) -> No
     summary = fresh_home.root / "summary.md"
     assert _imported(fresh_home, {"GITHUB_ACTIONS": "true", "GITHUB_STEP_SUMMARY": str(summary)}) == {
         "json", "safebox.report", "safebox.ci", "safebox.audit"}
+
+
+# ------------------------------------------------------------ passing on by allowlist (issue 22)
+
+def test_learn_proposes_the_runner_entries_a_step_used_and_enforcing_them_passes_them_on(
+        fresh_home: FakeHome, runner: Runner) -> None:
+    step = ('echo VERSION=1.2.3 >> "$GITHUB_ENV"; echo "LD_PRELOAD=$PWD/x.so" >> "$GITHUB_ENV"; '
+            'echo /usr/local/bin >> "$GITHUB_PATH"')
+    learned = fresh_home.root / "learned.json"
+    r = fresh_home.run(["sh", "-c", step], env=runner.env(), opts=["--learn", str(learned)])
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(learned.read_text())
+    assert doc["ci"] == {"passEnv": ["VERSION"], "passPath": ["/usr/local/bin"]}
+    assert "safebox: not suggested: GITHUB_ENV entry 'LD_PRELOAD' (not in ci.passEnv (a dynamic-loader" in r.stderr
+    assert runner.files["GITHUB_ENV"].read_text() == ""  # nothing listed yet: nothing passed
+    r2 = fresh_home.run(["sh", "-c", step], env=runner.env(), opts=["-p", str(learned)])
+    assert r2.returncode == 0, r2.stderr
+    assert runner.files["GITHUB_ENV"].read_text() == "VERSION=1.2.3\n"
+    assert runner.files["GITHUB_PATH"].read_text() == "/usr/local/bin\n"
+
+
+def test_the_quarantine_is_never_a_path_entry_even_when_the_policy_lists_it(fresh_home: FakeHome,
+                                                                            runner: Runner) -> None:
+    """Review finding 4: a planted `.vscode/git` moved to the predictable
+    quarantine, then that directory handed to $GITHUB_PATH."""
+    state = fresh_home.root / ".cache" / "safebox"
+    qdir = state / "quarantine" / "planted" / "bin"
+    qdir.mkdir(parents=True)
+    (qdir / "git").write_text("#!/bin/sh\necho pwned\n")
+    (qdir / "git").chmod(0o755)
+    pol = fresh_home.root / "p.json"
+    pol.write_text(json.dumps({"ci": {"passPath": [str(qdir), str(fresh_home.work / "bin")]}}))
+    (fresh_home.work / "bin").mkdir()
+    r = fresh_home.run(["sh", "-c", f'echo {qdir} >> "$GITHUB_PATH"; echo "$PWD/bin" >> "$GITHUB_PATH"'],
+                       env=runner.env(), opts=["-p", str(pol)])
+    assert r.returncode == 0, r.stderr
+    assert runner.files["GITHUB_PATH"].read_text() == ""
+    assert (f"safebox: refused GITHUB_PATH entry '{qdir}': inside {state}, which a sandboxed run could write; a PATH "
+            "entry there would run what the step planted (never passed on, whatever ci.passPath says)") in r.stderr
+    assert f"refused GITHUB_PATH entry '{fresh_home.work}/bin': inside {fresh_home.work}, which" in r.stderr
+
+
+def test_a_code_running_variable_is_refused_even_under_a_wildcard_allowlist(fresh_home: FakeHome,
+                                                                           runner: Runner) -> None:
+    """Review finding 5: XDG_CONFIG_HOME, MAKEFILES, TAR_OPTIONS got past the denylist."""
+    pol = fresh_home.root / "p.json"
+    pol.write_text(json.dumps({"ci": {"passEnv": ["*"]}}))
+    step = ('echo "XDG_CONFIG_HOME=$PWD/cfg" >> "$GITHUB_ENV"; echo "MAKEFILES=$PWD/evil.mk" >> "$GITHUB_ENV"; '
+            'echo "TAR_OPTIONS=--use-compress-program=$PWD/x" >> "$GITHUB_ENV"; echo GOAL=ship >> "$GITHUB_ENV"')
+    r = fresh_home.run(["sh", "-c", step], env=runner.env(), opts=["-p", str(pol)])
+    assert r.returncode == 0, r.stderr
+    assert runner.files["GITHUB_ENV"].read_text() == "GOAL=ship\n"
+    for name in ("XDG_CONFIG_HOME", "MAKEFILES", "TAR_OPTIONS"):
+        assert f"refused GITHUB_ENV entry '{name}': " in r.stderr and "a wildcard in ci.passEnv never passes it" in r.stderr

@@ -238,6 +238,11 @@ WRONG: list[tuple[str, object, str]] = [
     ("env.deny", ["A B"], 'env.deny[0] = "A B": an environment variable pattern uses only letters'),
     ("env.allow", [None], "env.allow[0]: must be an environment variable pattern, not null"),
     ("env.allow", ["A-B"], 'env.allow[0] = "A-B": an environment variable pattern uses only letters'),
+    ("ci", ["VERSION"], "ci: must be a table/object, not a list"),
+    ("ci.passEnv", "VERSION", 'ci.passEnv: must be a list of environment variable patterns, not the string "VERSION"'),
+    ("ci.passEnv", ["A=B"], 'ci.passEnv[0] = "A=B": an environment variable pattern uses only letters'),
+    ("ci.passPath", "/opt/bin", 'ci.passPath: must be a list of paths, not the string "/opt/bin"'),
+    ("ci.passPath", [""], 'ci.passPath[0] = "": a path must be non-empty'),
     ("strict", "yes", 'strict: must be true or false, not the string "yes"'),
     ("trustProjectFiles", 0, "trustProjectFiles: must be true or false, not the number 0"),
     ("mandatoryDenySearchDepth", "6", 'mandatoryDenySearchDepth: must be a whole number from 1 to 20, '

@@ -42,6 +42,8 @@ _WIDENING: tuple[tuple[str, ...], ...] = (
     ("filesystem", "allowRead"),
     ("filesystem", "allowWritePathDirs"),
     ("env", "allow"),
+    ("ci", "passEnv"),  # what later, unsandboxed steps get
+    ("ci", "passPath"),
     ("trustProjectFiles",),
     ("presets",),  # a preset allows its registry's domains
     # A parent proxy sees every destination (and plain-HTTP contents); TLS
@@ -393,7 +395,8 @@ def merge(layers: list[tuple[Layer, dict[str, Any]]], ctx: Context) -> Effective
     trust = any(_get(doc, ("trustProjectFiles",)) for layer, doc in layers if not layer.project)
     lists: dict[str, list[str]] = {k: [] for k in (
         "allowed_domains", "denied_domains", "allow_unix_sockets", "deny_read", "allow_read",
-        "allow_write", "deny_write", "env_deny", "env_allow", "presets", *_GLOB_FIELDS.values())}
+        "allow_write", "deny_write", "env_deny", "env_allow", "ci_pass_env", "ci_pass_path", "presets",
+        *_GLOB_FIELDS.values())}
     scalars: dict[str, Any] = {}
     sources: list[tuple[str, Any, str]] = []
     origin: dict[tuple[str, str], str] = {}  # (field, entry) -> the first layer that named it
@@ -618,6 +621,8 @@ _LIST_KEYS: dict[tuple[str, ...], tuple[str, bool]] = {
     ("filesystem", "denyWrite"): ("deny_write", True),
     ("env", "deny"): ("env_deny", False),
     ("env", "allow"): ("env_allow", False),
+    ("ci", "passEnv"): ("ci_pass_env", False),
+    ("ci", "passPath"): ("ci_pass_path", True),
     ("presets",): ("presets", False),
 }
 _SCALAR_KEYS: dict[tuple[str, ...], str] = {

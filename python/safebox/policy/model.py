@@ -288,6 +288,16 @@ class EnvSettings(_Strict):
     allow: list[EnvPattern] | None = None
 
 
+class CiSettings(_Strict):
+    """``ci`` (safebox addition): what a CI step may pass on to later,
+    unsandboxed steps through the runner's file commands (python/safebox/ci.py)."""
+
+    # $GITHUB_ENV names or patterns ("VERSION", "IMAGE_*"); nothing else passes.
+    passEnv: list[EnvPattern] | None = None
+    # $GITHUB_PATH directories; never one a sandboxed run could write.
+    passPath: list[PolicyPath] | None = None
+
+
 class CredentialEnvVar(_Strict):
     """One ``credentials.envVars`` entry (srt): ``deny`` unsets the variable
     inside; ``mask`` shows a per-run sentinel that the proxy swaps for the
@@ -343,6 +353,7 @@ class PolicyFile(_Strict):
     filesystem: FilesystemSettings | None = None
     env: EnvSettings | None = None
     credentials: CredentialsSettings | None = None
+    ci: CiSettings | None = None
     strict: bool | None = None
     trustProjectFiles: bool | None = None
     mandatoryDenySearchDepth: SearchDepth | None = None

@@ -572,7 +572,7 @@ class Command:
             events = _explain(s, rp, self.policy, observer, records, network,
                               audit=self.recorder.audit if self.recorder else None, own=self.given)
         quarantined, restored = settle(rp, s.state, say=s.say)
-        refused = self.ci_run.finish((*rp.write_roots, *rp.cache_dirs)) if self.ci_run is not None else []
+        refused = self.ci_run.finish(self._passing()) if self.ci_run is not None else []
         for r in refused:
             s.say(f"refused {r.file} entry {r.name!r}: {r.reason} (not passed on to later steps; docs/ci.md)")
         if self.recorder is not None:
@@ -589,6 +589,18 @@ class Command:
             for note in self.recorder.finish(home=s.home):
                 s.say(note)
         return events
+
+    def _passing(self) -> Any:
+        """What this CI step may pass on (ci.passEnv, ci.passPath), and every
+        place a sandboxed run could have written, this one's or an earlier
+        one's: no PATH entry may lie there."""
+        from safebox.ci import Passing
+
+        s, rp = self.s, self.rp
+        assert rp is not None
+        earlier = tuple(getattr(self, "earlier_roots", None) or ())  # the state dir's memory
+        writable = (*rp.write_roots, *rp.cache_dirs, *earlier, s.state)
+        return Passing(env=self.policy.ci_pass_env, path=self.policy.ci_pass_path, writable=writable)
 
     def cleanup(self) -> None:
         """Release everything the command holds (idempotent)."""
