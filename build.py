@@ -642,6 +642,9 @@ def test(pytest_args: list[str]) -> int:
     rc = subprocess.run(base, cwd=ROOT, env=env).returncode
     if os.geteuid() == 0 and not pytest_args:
         user = _ensure_unprivileged_user()
+        # The GPU tests' stand-in nodes: a user cannot mknod them (tests/sbx.py).
+        _run([str(py), "-c", "import sys; sys.path.insert(0, 'tests'); from sbx import gpu_standins; gpu_standins()"],
+             cwd=ROOT)
         _say(f"pytest as unprivileged user {user}: integration and security tests")
         uenv = {k: v for k, v in env.items() if k in ("PATH", "LANG", "CI", "SAFEBOX_MUST_WORK", "TERM")}
         home = subprocess.run(["getent", "passwd", user], capture_output=True, text=True).stdout.split(":")[5]

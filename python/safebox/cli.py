@@ -36,6 +36,9 @@ class Opt(Frozen):
     value: str | None = None  # metavar when the option takes a value
     multiple: bool = False
     choices: tuple[str, ...] = ()
+    # The value when the option is given bare (--allow-gpu); a value then
+    # only comes inline (--allow-gpu=0,2), never from the next argument.
+    optional: str | None = None
 
 
 EXEC_OPTIONS: tuple[Opt, ...] = (
@@ -71,6 +74,9 @@ EXEC_OPTIONS: tuple[Opt, ...] = (
     Opt(long="--timeout", dest="timeout",
         help="Stop the whole sandbox after DURATION (90s, 30m, 1h30m; limits.wallTime) and exit 124.",
         value="DURATION"),
+    Opt(long="--allow-gpu", dest="allow_gpu",
+        help="Bind the GPU device nodes (NVIDIA's, DRI render nodes) and allow exactly them; --allow-gpu=0,2 "
+             "selects GPUs (devices.gpu; docs/gpu.md).", value="LIST", optional="all"),
     Opt(long="--strict", dest="strict", help="Refuse to run unless every layer is fully enforced."),
     Opt(long="--without", dest="without", help="Run one layer alone: 'bwrap' (helper only) or 'helper' (bubblewrap only).",
         value="LAYER", choices=("bwrap", "helper")),
@@ -138,6 +144,9 @@ def fast_parse_exec(args: list[str]) -> dict[str, Any] | None:
         if eq:
             val = inline
             i += 1
+        elif opt.optional is not None:
+            val = opt.optional
+            i += 1
         else:
             if i + 1 >= len(args):
                 raise ExecUsageError(f"{name} needs a value ({opt.value})")
@@ -173,7 +182,7 @@ def _request(parsed: dict[str, Any]) -> ExecRequest:
                     deny_domains=tuple(parsed["deny_domains"]), strict=bool(parsed["strict"]),
                     presets=tuple(parsed["presets"]), limit_processes=parsed["limit_processes"],
                     limit_memory=parsed["limit_memory"], limit_tmp_size=parsed["limit_tmp_size"],
-                    timeout=parsed["timeout"]),
+                    timeout=parsed["timeout"], allow_gpu=parsed["allow_gpu"]),
         without=Without(parsed["without"]) if parsed["without"] else None,
         strict=bool(parsed["strict"]), dry_run=bool(parsed["dry_run"]),
         publish=tuple(parsed["publish"]),
@@ -408,7 +417,9 @@ def _click_app() -> click.Group:
                 f = click.option(*names, o.dest, is_flag=True, help=o.help)(f)
             else:
                 typ = click.Choice(o.choices) if o.choices else click.STRING
-                f = click.option(*names, o.dest, metavar=o.value, type=typ, multiple=o.multiple, help=o.help)(f)
+                extra: dict[str, Any] = {"is_flag": False, "flag_value": o.optional} if o.optional else {}
+                f = click.option(*names, o.dest, metavar=o.value, type=typ, multiple=o.multiple, help=o.help,
+                                 **extra)(f)
         return f
 
     @app.command("exec", context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})

@@ -732,6 +732,18 @@ def check_limits() -> Check:
 # ------------------------------------------------------------------ runner
 
 
+def check_gpu() -> Check:
+    """Informational: what ``--allow-gpu`` would bind here (builder/devices.py)."""
+    from safebox.builder.devices import find_gpu_nodes
+    from safebox.errors import BuildError
+
+    try:
+        nodes = find_gpu_nodes(None)
+    except BuildError as e:
+        return Check("gpu", Status.OK, f"no GPU device node: --allow-gpu would be refused ({e.message})", None, False)
+    return Check("gpu", Status.OK, "--allow-gpu would bind " + ", ".join(n.inside for n in nodes), None, False)
+
+
 def run_checks(*, helper_path: Path | None, standalone: bool = False) -> list[Check]:
     """Run every check in a fixed order; a crashing check becomes a ``fail``.
 
@@ -753,6 +765,7 @@ def run_checks(*, helper_path: Path | None, standalone: bool = False) -> list[Ch
         ("violations", False, lambda: check_violations(helper)),
         ("userns", False, check_userns),
         ("limits", False, check_limits),
+        ("gpu", False, check_gpu),
     ]
     results = []
     for name, required, fn in checks:

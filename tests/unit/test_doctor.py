@@ -511,14 +511,15 @@ def test_a_crashing_check_becomes_a_failure_not_a_traceback(monkeypatch):
         raise RuntimeError("kaboom")
 
     for name in ("check_linux", "check_kernel", "check_bwrap", "check_socat", "check_ripgrep",
-                 "check_seccomp", "check_libseccomp", "check_userns", "check_limits"):
+                 "check_seccomp", "check_libseccomp", "check_userns", "check_limits", "check_gpu"):
         monkeypatch.setattr(doctor, name, boom)
     monkeypatch.setattr(doctor, "check_landlock", lambda _helper: boom())
     monkeypatch.setattr(doctor, "check_helper", lambda _helper, **_kw: boom())
     monkeypatch.setattr(doctor, "check_violations", lambda _helper: boom())
     checks = doctor.run_checks(helper_path=Path("/nonexistent"))
     assert [c.name for c in checks] == ["linux", "kernel", "bwrap", "socat", "ripgrep",
-                                        "landlock", "seccomp", "libseccomp", "helper", "violations", "userns", "limits"]
+                                        "landlock", "seccomp", "libseccomp", "helper", "violations", "userns", "limits",
+                                        "gpu"]
     assert all(c.status is Status.FAIL for c in checks)
     assert "RuntimeError: kaboom" in checks[0].found
     assert doctor.exit_code(checks) == 1

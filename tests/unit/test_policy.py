@@ -239,6 +239,10 @@ WRONG: list[tuple[str, object, str]] = [
     ("env.allow", [None], "env.allow[0]: must be an environment variable pattern, not null"),
     ("env.allow", ["A-B"], 'env.allow[0] = "A-B": an environment variable pattern uses only letters'),
     ("ci", ["VERSION"], "ci: must be a table/object, not a list"),
+    ("devices", True, "devices: must be a table/object, not true"),
+    ("devices.gpu", "yes", "devices.gpu = \"yes\": must be true, false, or a non-empty list of GPU indices"),
+    ("devices.gpu", [64], "devices.gpu: must be true, false, or a non-empty list of GPU indices from 0 to 63"),
+    ("devices.gpu", [0, 2], None),
     ("ci.passEnv", "VERSION", 'ci.passEnv: must be a list of environment variable patterns, not the string "VERSION"'),
     ("ci.passEnv", ["A=B"], 'ci.passEnv[0] = "A=B": an environment variable pattern uses only letters'),
     ("ci.passPath", "/opt/bin", 'ci.passPath: must be a list of paths, not the string "/opt/bin"'),
@@ -384,7 +388,8 @@ def test_every_flag_that_feeds_a_policy_key_has_its_name_for_messages() -> None:
 
     flag_of = {o.dest: o.long for o in EXEC_OPTIONS}
     for field in Flags.__fields__:
-        data = flags_layer(Flags(**{field: True if field == "strict" else ("x.com",)})).data
+        value = True if field == "strict" else "all" if field == "allow_gpu" else ("x.com",)
+        data = flags_layer(Flags(**{field: value})).data
         key: tuple[str, ...] = ()
         node = data
         while isinstance(node, dict):

@@ -12,7 +12,9 @@ path shadows an earlier one, so the order *is* the policy):
 3. ``--tmpfs /tmp``: private, writable, gone with the sandbox. With
    ``limits.tmpSize``, ``--size N`` before it, and a tmpfs of the same size
    on ``/dev/shm`` (otherwise a directory of bwrap's unbounded ``/dev``
-   tmpfs, a way around the /tmp limit).
+   tmpfs, a way around the /tmp limit). ``--allow-gpu``: each GPU node
+   with ``--dev-bind NODE /dev/...`` into that ``/dev`` (builder/devices.py;
+   ``--bind`` would be ``nodev``), and no other.
 4. Write roots, shallow first: ``--bind W W``.
 5. Pinned directories (``.git``, and every directory between a write root
    and a protected, masked or self-protected path): ``--bind G G`` so they
@@ -109,6 +111,9 @@ def mount_args(rp: ResolvedPolicy) -> list[str]:
         a += [*size, "--tmpfs", t]
     if size:
         a += [*size, "--tmpfs", "/dev/shm"]
+    for node, inside in rp.gpu_nodes:
+        # --dev-bind: a plain --bind is nodev, and the node would not open.
+        a += ["--dev-bind", node, inside]
     masked: list[str] = []
     groups = _by_carve_out(rp)
     a += _region_args(groups[""] if groups else rp, masked, whole=rp)

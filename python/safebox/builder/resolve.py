@@ -1352,6 +1352,13 @@ class Scan:
                 mode = os.stat(real).st_mode
             except (OSError, ValueError):
                 mode = 0
+            if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) or (
+                    (real == "/dev" or real.startswith("/dev/")) and not _is_under(real, "/dev/shm")):
+                # Accepted, then silently dropped, before issue 28: bwrap's
+                # /dev is its own, and a --bind of a node is nodev anyway.
+                raise BuildError(f"filesystem.allowWrite {w}: a device node or a directory of /dev; the sandbox's "
+                                 "/dev is its own and devices are never write roots",
+                                 hint="for a GPU use --allow-gpu (devices.gpu, docs/gpu.md)")
             if not stat.S_ISDIR(mode) and not stat.S_ISREG(mode):
                 notes.append(f"allow-write {w} does not exist; skipped")
                 continue

@@ -88,5 +88,9 @@ class ResolvedPolicy(Frozen):
     cache_dirs: tuple[str, ...] = ()
     # Landlock rules for the helper: (access class, path).
     landlock_rules: tuple[tuple[str, str], ...] = ()
+    # --allow-gpu (builder/devices.py): (host node, path inside /dev), bound
+    # with --dev-bind after bwrap's own /dev; empty without bwrap (the
+    # helper's Landlock rules grant the host nodes instead).
+    gpu_nodes: tuple[tuple[str, str], ...] = ()
     notes: tuple[str, ...] = ()  # said with -v
     warnings: tuple[str, ...] = ()  # said on every run: a grant the policy gave does not hold

@@ -44,6 +44,7 @@ _WIDENING: tuple[tuple[str, ...], ...] = (
     ("env", "allow"),
     ("ci", "passEnv"),  # what later, unsandboxed steps get
     ("ci", "passPath"),
+    ("devices", "gpu"),  # a driver's whole ioctl surface
     ("trustProjectFiles",),
     ("presets",),  # a preset allows its registry's domains
     # A parent proxy sees every destination (and plain-HTTP contents); TLS
@@ -71,6 +72,8 @@ class Flags(Frozen):
     limit_memory: str | None = None
     limit_tmp_size: str | None = None
     timeout: str | None = None
+    # --allow-gpu: "all", or indices as typed ("0,2"); None: not given.
+    allow_gpu: str | None = None
 
 
 class Layer(Frozen):
@@ -323,6 +326,7 @@ FLAG_FOR_KEY: dict[tuple[str, ...], str] = {
     ("limits", "memory"): "--limit-memory",
     ("limits", "tmpSize"): "--limit-tmp",
     ("limits", "wallTime"): "--timeout",
+    ("devices", "gpu"): "--allow-gpu",
 }
 FLAGS_LAYER = "command line"
 
@@ -416,7 +420,7 @@ def merge(layers: list[tuple[Layer, dict[str, Any]]], ctx: Context) -> Effective
         for key, target in scalar_map.items():
             value = _get(doc, key)
             if value is not None:
-                scalars[target] = value
+                scalars[target] = tuple(value) if isinstance(value, list) else value  # devices.gpu's indices
                 dotted = ".".join(key)
                 # A later layer's scalar replaces the earlier one: only the winner is shown.
                 sources = [s for s in sources if s[0] != dotted]
@@ -631,6 +635,7 @@ _SCALAR_KEYS: dict[tuple[str, ...], str] = {
     ("network", "allowLocalDestinations"): "allow_local_destinations",
     ("filesystem", "allowWritePathDirs"): "allow_write_path_dirs",
     ("filesystem", "allowGitConfig"): "allow_git_config",
+    ("devices", "gpu"): "devices_gpu",
     ("strict",): "strict",
     ("mandatoryDenySearchDepth",): "search_depth",
 }
@@ -725,6 +730,11 @@ def flags_layer(flags: Flags) -> Layer:
         data["strict"] = True
     if flags.presets:
         data["presets"] = list(flags.presets)
+    if flags.allow_gpu is not None:
+        from safebox.builder.devices import parse_selection
+
+        select = parse_selection(flags.allow_gpu)
+        data["devices"] = {"gpu": True if select is None else list(select)}
     limits = {k: v for k, v in (("processes", flags.limit_processes), ("memory", flags.limit_memory),
                                 ("tmpSize", flags.limit_tmp_size), ("wallTime", flags.timeout)) if v is not None}
     if limits:

@@ -59,7 +59,6 @@ import sys
 
 from safebox import _signals
 from safebox.errors import ProxyError
-from safebox.hostio import HostFileError
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -230,6 +229,7 @@ class DeferredProxy:
         try:
             if self.config.audit_log is not None:
                 from safebox.audit import AuditLog  # json, datetime: only with --audit-log
+                from safebox.hostio import HostFileError
 
                 try:
                     self._audit = AuditLog(os.fspath(self.config.audit_log), run=self.config.run_id)

@@ -407,6 +407,10 @@ class Command:
                         if self.caches else {}))
         if self.cwd is not None:
             rp = rp.replace(cwd=os.path.realpath(self.cwd))
+        if self.policy.devices_gpu:
+            from safebox.builder.devices import find_gpu_nodes, with_gpu
+
+            rp = with_gpu(rp, find_gpu_nodes(self._gpu_selection(), environ=dict(self.environ)))
         if s.netplan is not None and s.netplan.masked_files:
             rp = rp.replace(masked_files=s.netplan.masked_files)  # credentials.files, mode "mask"
         if not s.opts.dry_run:
@@ -488,7 +492,16 @@ class Command:
             env.update(cache_env(self.caches, env, proxy=("127.0.0.1", http.port) if http else None))
         if self.ci_run is not None:
             env.update(self.ci_run.env)  # $GITHUB_ENV & co. name this run's own files
+        if self.policy.devices_gpu:
+            from safebox.builder.devices import gpu_env
+
+            env.update(gpu_env(self._gpu_selection()))
         return env
+
+    def _gpu_selection(self) -> tuple[int, ...] | None:
+        """devices.gpu's indices, or None for every GPU."""
+        gpu = self.policy.devices_gpu
+        return None if gpu is True else tuple(gpu) if isinstance(gpu, tuple) else None
 
     def _dry_run(self, rp: ResolvedPolicy, policy_bytes: bytes) -> str:
         s = self.s
