@@ -33,7 +33,7 @@ from safebox.report import ReportError, Run
 if TYPE_CHECKING:
     from safebox.hostio import PinnedDir
 
-__all__ = ["COLLAPSE_AT", "NEVER_COLLAPSE", "collapse", "suggest", "write_policy"]
+__all__ = ["COLLAPSE_AT", "NEVER_COLLAPSE", "collapse", "complete", "suggest", "write_policy"]
 
 COLLAPSE_AT = 3
 #: Parents under which names belong to unrelated parties (shared hosting,
@@ -136,6 +136,17 @@ def _shallowest(dirs: set[str]) -> list[str]:
         if not any(d == k or d.startswith(k.rstrip("/") + "/") for k in kept):
             kept.append(d)
     return kept
+
+
+def complete(ran_under: dict[str, Any], learned: dict[str, Any]) -> dict[str, Any]:
+    """The policy ``--learn`` writes: the one the run ran under (its layers
+    and flags as one document), then what it learned, merged as policy files
+    layer (policy/layers.py). Enforcing it alone (``safebox exec -p OUT``)
+    keeps every setting the learn run had: a base policy's
+    ``allowLocalDestinations``, its denies, its limits."""
+    from safebox.policy.layers import merge_documents
+
+    return merge_documents([ran_under, learned])
 
 
 def write_policy(path: str, doc: dict[str, Any], *, pinned: PinnedDir | None = None) -> None:
