@@ -71,10 +71,16 @@ def test_policy_files_given_twice_both_apply_in_order(fresh_home: FakeHome, serv
     more = fresh_home.root / "more.toml"
     more.write_text('[network]\nallowedDomains = ["localhost"]\n')
     script = f"{_get(server)}; cat secret.txt"
-    r = fresh_home.run(["sh", "-c", script], opts=["-p", str(base), "-p", str(more)])
+    log = fresh_home.root / "audit.jsonl"
+    r = fresh_home.run(["sh", "-c", script], opts=["-p", str(base), "-p", str(more), "--audit-log", str(log)])
     assert r.stdout.splitlines()[0] == "200", r.stderr
     assert fresh_home.secret not in r.stdout
     assert "secret.txt: Permission denied" in r.stderr, r.stderr
+    # The run's record names every file, in layer order.
+    (start,) = [e for e in map(json.loads, log.read_text().splitlines()) if e["event"] == "start"]
+    assert (start["policies"], start["policy"]) == ([str(base), str(more)], str(more))
+    report = _safebox(fresh_home, "report", str(log))
+    assert f"  policy {base} + {more}; presets -" in report.stdout.splitlines(), report.stdout
     # Controls: the second file alone reads the secret and cannot reach the
     # loopback server; the same script on the host does both.
     alone = fresh_home.run(["sh", "-c", script], opts=["-p", str(more)])
