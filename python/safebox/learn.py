@@ -149,6 +149,32 @@ def complete(ran_under: dict[str, Any], learned: dict[str, Any]) -> dict[str, An
     return merge_documents([ran_under, learned])
 
 
+def shell_line(argv: tuple[str, ...] | list[str]) -> str:
+    """``argv`` as one line a shell runs as it is (``shlex.join``), and one
+    line whatever it holds: an argument with a newline or another control
+    character is written ``$'...'`` with escapes (bash, zsh, ksh and POSIX
+    2024 sh), so that it can neither split the message nor forge a line."""
+    import shlex
+
+    def quote(arg: str) -> str:
+        if arg.isprintable():
+            return shlex.quote(arg)
+        out = []
+        for c in arg:
+            if c in "\\'":
+                out.append("\\" + c)
+            elif c.isprintable():
+                out.append(c)
+            else:
+                n = ord(c)
+                out.append({"\n": "\\n", "\t": "\\t", "\r": "\\r"}.get(c, f"\\x{n:02x}" if n < 0x80
+                                                                     else f"\\u{n:04x}" if n < 0x10000
+                                                                     else f"\\U{n:08x}"))
+        return "$'" + "".join(out) + "'"
+
+    return " ".join(quote(a) for a in argv)
+
+
 def write_policy(path: str, doc: dict[str, Any], *, pinned: PinnedDir | None = None) -> None:
     """Write ``doc`` to ``path`` as JSON, mode 0644, through
     :mod:`safebox.hostio`: a temporary file beside it renamed over a regular

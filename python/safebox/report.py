@@ -534,7 +534,7 @@ class Recorder:
         if self.learn is not None:
             import shlex
 
-            from safebox.learn import complete, suggest, write_policy
+            from safebox.learn import complete, shell_line, suggest, write_policy
 
             path, pinned = self.learn
             learned, notes = suggest(runs, home=home)
@@ -544,7 +544,7 @@ class Recorder:
             doc = complete(self.learn_base() if self.learn_base is not None else {}, learned)
             write_policy(path, doc, pinned=pinned)
             n = len(learned["network"]["allowedDomains"])
-            enforce = shlex.join(self.enforce_argv) if self.enforce_argv else f"safebox exec -p {shlex.quote(path)} -- ..."
+            enforce = shell_line(self.enforce_argv) if self.enforce_argv else f"safebox exec -p {shlex.quote(path)} -- ..."
             said.append(f"learned {n} host pattern{'s' if n != 1 else ''}; suggested policy written to {path} "
                         "(the policy this run ran under, every layer and flag, plus what it learned)")
             said.append(f"enforce it with: {enforce}")

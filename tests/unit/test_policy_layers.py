@@ -9,11 +9,12 @@ The runs themselves are in tests/integration/test_policy_layers_exec.py.
 from __future__ import annotations
 
 import json
+import subprocess
 from pathlib import Path
 
 import pytest
 
-from safebox.learn import complete
+from safebox.learn import complete, shell_line
 from safebox.policy.diff import diff, render_text
 from safebox.policy.layers import merge_documents, replaced_values
 from safebox.policy.load import Context, Flags, Layer, load, load_with_document, validate_layer
@@ -183,3 +184,15 @@ def test_policy_diff_of_the_same_policy_in_another_order_or_format_is_empty() ->
 def test_policy_diff_never_prints_a_control_character_from_a_file() -> None:
     text = render_text(diff({}, {"ignoreViolations": {"x\nforged: line": ["/a\nb"]}}), old_name="a", new_name="b")
     assert "forged: line" in text and "\nforged" not in text and '"/a\\nb"' in text
+
+
+@pytest.mark.parametrize("argv", [
+    ["safebox", "exec", "-p", "L.json", "--", "sh", "-c", "echo 'a b' \"$HOME\"; cat x"],
+    ["sh", "-c", "printf x\nsafebox: forged line", "tab\there", "bell\x07", "nel\x85", "quote'\\back"],
+])
+def test_the_enforce_line_is_one_line_that_a_shell_runs_as_the_same_argv(argv: list[str]) -> None:
+    line = shell_line(argv)
+    assert "\n" not in line and line.isprintable()
+    # bash reads it back as the same arguments (printf %s\0 each one).
+    r = subprocess.run(["bash", "-c", f"printf '%s\\0' {line}"], capture_output=True, check=True)
+    assert r.stdout.decode().split("\0")[:-1] == argv
