@@ -42,8 +42,10 @@ class Opt(Frozen):
 
 
 EXEC_OPTIONS: tuple[Opt, ...] = (
-    Opt(long="--policy", dest="policy_file",
-        help="Policy file (JSON or TOML), layered after the user and project files.", short="-p", value="FILE"),
+    Opt(long="--policy", dest="policy_files",
+        help="Policy file (JSON or TOML), layered after the user and project files; repeatable: each later "
+             "file adds to the lists and replaces the other values of the ones before (docs/policy-reference.md, "
+             "Layers).", short="-p", value="FILE", multiple=True),
     Opt(long="--allow-write", dest="allow_write", help="Also allow writing beneath PATH (repeatable).", value="PATH", multiple=True),
     Opt(long="--deny-read", dest="deny_read",
         help="Also make PATH unreadable (repeatable; a glob pattern such as '**/.env' denies every match).",
@@ -175,7 +177,7 @@ def _request(parsed: dict[str, Any]) -> ExecRequest:
 
     return ExecRequest(
         command=tuple(parsed["command"]),
-        policy_file=parsed["policy_file"],
+        policy_files=tuple(parsed["policy_files"]),
         flags=Flags(allow_write=tuple(parsed["allow_write"]), deny_read=tuple(parsed["deny_read"]),
                     allow_read=tuple(parsed["allow_read"]),
                     deny_write=tuple(parsed["deny_write"]), allow_domains=tuple(parsed["allow_domains"]),
@@ -265,32 +267,40 @@ def _run_exec(parsed: dict[str, Any]) -> int:
 
 # ------------------------------------------------------------------ click
 
-def _policy_show(policy_file: str | None, presets: tuple[str, ...], as_json: bool) -> int:
+def _policy_show(policy_files: tuple[str, ...], presets: tuple[str, ...], as_json: bool) -> int:
     """``safebox policy show``: the merged policy, where each entry came from, the presets."""
     import json
 
     import click
 
     from safebox.policy.defaults import credential_env
-    from safebox.policy.load import Context, Flags, load, policy_document, state_dir
+    from safebox.policy.layers import replaced_values
+    from safebox.policy.load import Context, Flags, merge, policy_document, read_layers, state_dir
     from safebox.policy.presets import describe
     from safebox.run.host import home as _host_home
 
     home = _host_home(os.environ)
-    eff = load(Context(cwd=os.path.realpath(os.getcwd()), home=home,
-                       credential_env=credential_env(os.environ)),
-               policy_file=policy_file, flags=Flags(presets=presets))
+    ctx = Context(cwd=os.path.realpath(os.getcwd()), home=home, credential_env=credential_env(os.environ))
+    layers = read_layers(ctx, policy_files=policy_files, flags=Flags(presets=presets))
+    eff = merge(layers, ctx)
     expanded = describe(eff.presets, eff.cache_presets, state=state_dir(home), home=home)
     sources = eff.sources or ()
+    named = [layer.name for layer, doc in layers if doc]
     try:
         if as_json:
             click.echo(json.dumps({
                 "policy": policy_document(eff),
+                "layers": named,
                 "sources": [{"key": k, "value": v, "source": src} for k, v, src in sources],
+                "replaced": [{"key": k, "value": v, "source": src, "by": by}
+                             for k, (v, src, by) in replaced_values([(layer.name, doc) for layer, doc in layers])],
                 "presets": expanded,
             }, indent=2))
             return 0
-        _show_sources(sources, patterns={*eff.deny_read_globs, *eff.allow_read_globs, *eff.deny_write_globs})
+        _show_sources(sources, patterns={*eff.deny_read_globs, *eff.allow_read_globs, *eff.deny_write_globs},
+                      replaced=dict(replaced_values([(layer.name, doc) for layer, doc in layers])))
+        click.echo(f"layers, first to last (a later one adds list entries and replaces other values): "
+                   f"{' < '.join(named)}")
         _show_presets(expanded)
         if eff.allowed_domains:
             click.echo(f"network: on, through safebox's proxy, to the {len(eff.allowed_domains)} "
@@ -306,8 +316,9 @@ def _policy_show(policy_file: str | None, presets: tuple[str, ...], as_json: boo
 
 
 def _show_sources(sources: tuple[tuple[str, Any, str], ...] | list[tuple[str, Any, str]], *,
-                  patterns: set[str]) -> None:
-    """Each key, then each of its entries with the layer it came from."""
+                  patterns: set[str], replaced: dict[str, tuple[Any, str, str]]) -> None:
+    """Each key, then each of its entries with the layer it came from; a
+    value that replaced an earlier layer's different one says so."""
     import json
 
     import click
@@ -323,6 +334,10 @@ def _show_sources(sources: tuple[tuple[str, Any, str], ...] | list[tuple[str, An
             shown = value if isinstance(value, str) else json.dumps(value)
             if isinstance(value, str) and key.startswith("filesystem.") and any(c in value for c in "*?[]"):
                 shown += " (glob pattern)" if value in patterns else " (literal path)"
+            was = replaced.get(key)
+            if was is not None and was[2] == src:
+                shown_was = was[0] if isinstance(was[0], str) else json.dumps(was[0])
+                src += f" (replaces {shown_was} from {was[1]})"
             click.echo(f"  {shown}  <- {src}")
 
 
@@ -356,6 +371,37 @@ def _policy_check(file: str) -> int:
     validate_layer(Layer(name=file, data=parse_document(file, raw)))
     click.echo(f"{file}: ok")
     return 0
+
+
+def _read_policy(file: str) -> dict[str, Any]:
+    """One policy file, validated, as its document (defaults left out)."""
+    from safebox.errors import PolicyError
+    from safebox.policy.load import Layer, _read_file, parse_document, validate_layer
+
+    try:
+        raw = _read_file(file)
+    except FileNotFoundError:
+        raise PolicyError(f"{file}: policy file not found") from None
+    return validate_layer(Layer(name=file, data=parse_document(file, raw)))
+
+
+def _policy_diff(old: str, new: str, as_json: bool) -> int:
+    """``safebox policy diff``: exit 0 when OLD and NEW are the same policy, 1 when not."""
+    import json
+
+    from safebox.policy.diff import diff, render_text
+
+    changes = diff(_read_policy(old), _read_policy(new))
+    try:
+        if as_json:
+            sys.stdout.write(json.dumps({"old": old, "new": new, "equal": not changes,
+                                         "changes": [c.as_json() for c in changes]}, indent=2) + "\n")
+        else:
+            sys.stdout.write(render_text(changes, old_name=old, new_name=new))
+        sys.stdout.flush()
+    except BrokenPipeError:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    return 1 if changes else 0
 
 
 def _policy_suggest(logs: tuple[str, ...], output: str | None) -> int:
@@ -471,14 +517,27 @@ def _click_app() -> click.Group:
         sys.exit(_guarded(_policy_suggest, logs, output))
 
     @policy_grp.command("show")
-    @click.option("-p", "--policy", "policy_file", metavar="FILE", help="Also layer FILE, as exec --policy does.")
+    @click.option("-p", "--policy", "policy_files", metavar="FILE", multiple=True,
+                  help="Also layer FILE, as exec --policy does (repeatable, in order).")
     @click.option("--preset", "presets", metavar="NAME", multiple=True,
                   help="Also apply preset NAME, as exec --preset does (repeatable).")
     @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text.")
-    def policy_show(policy_file: str | None, presets: tuple[str, ...], as_json: bool) -> None:
-        """Print the effective merged policy, each entry with where it came from,
-        and what each preset expanded to."""
-        sys.exit(_guarded(_policy_show, policy_file, presets, as_json))
+    def policy_show(policy_files: tuple[str, ...], presets: tuple[str, ...], as_json: bool) -> None:
+        """Print the effective merged policy, each entry with the layer it came from
+        (and the value a later layer replaced), the layers in order, and what each
+        preset expanded to."""
+        sys.exit(_guarded(_policy_show, policy_files, presets, as_json))
+
+    @policy_grp.command("diff")
+    @click.argument("old", type=click.Path(dir_okay=False))
+    @click.argument("new", type=click.Path(dir_okay=False))
+    @click.option("--json", "as_json", is_flag=True, help="Print the changes as JSON.")
+    def policy_diff(old: str, new: str, as_json: bool) -> None:
+        """What changes from policy file OLD to NEW (JSON or TOML), key by key:
+        list entries added (+) and removed (-), other values old -> new, each
+        change that widens the sandbox marked. Exit 0 when they are the same
+        policy, 1 when they differ, 125 when one is not a valid policy."""
+        sys.exit(_guarded(_policy_diff, old, new, as_json))
 
     @app.command("report")
     @click.argument("logs", nargs=-1, required=True, type=click.Path(dir_okay=False))

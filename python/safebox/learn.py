@@ -33,7 +33,7 @@ from safebox.report import ReportError, Run
 if TYPE_CHECKING:
     from safebox.hostio import PinnedDir
 
-__all__ = ["COLLAPSE_AT", "NEVER_COLLAPSE", "collapse", "suggest", "write_policy"]
+__all__ = ["COLLAPSE_AT", "NEVER_COLLAPSE", "collapse", "complete", "suggest", "write_policy"]
 
 COLLAPSE_AT = 3
 #: Parents under which names belong to unrelated parties (shared hosting,
@@ -163,6 +163,43 @@ def _shallowest(dirs: set[str]) -> list[str]:
         if not any(d == k or d.startswith(k.rstrip("/") + "/") for k in kept):
             kept.append(d)
     return kept
+
+
+def complete(ran_under: dict[str, Any], learned: dict[str, Any]) -> dict[str, Any]:
+    """The policy ``--learn`` writes: the one the run ran under (its layers
+    and flags as one document), then what it learned, merged as policy files
+    layer (policy/layers.py). Enforcing it alone (``safebox exec -p OUT``)
+    keeps every setting the learn run had: a base policy's
+    ``allowLocalDestinations``, its denies, its limits."""
+    from safebox.policy.layers import merge_documents
+
+    return merge_documents([ran_under, learned])
+
+
+def shell_line(argv: tuple[str, ...] | list[str]) -> str:
+    """``argv`` as one line a shell runs as it is (``shlex.join``), and one
+    line whatever it holds: an argument with a newline or another control
+    character is written ``$'...'`` with escapes (bash, zsh, ksh and POSIX
+    2024 sh), so that it can neither split the message nor forge a line."""
+    import shlex
+
+    def quote(arg: str) -> str:
+        if arg.isprintable():
+            return shlex.quote(arg)
+        out = []
+        for c in arg:
+            if c in "\\'":
+                out.append("\\" + c)
+            elif c.isprintable():
+                out.append(c)
+            else:
+                n = ord(c)
+                out.append({"\n": "\\n", "\t": "\\t", "\r": "\\r"}.get(c, f"\\x{n:02x}" if n < 0x80
+                                                                     else f"\\u{n:04x}" if n < 0x10000
+                                                                     else f"\\U{n:08x}"))
+        return "$'" + "".join(out) + "'"
+
+    return " ".join(quote(a) for a in argv)
 
 
 def write_policy(path: str, doc: dict[str, Any], *, pinned: PinnedDir | None = None) -> None:

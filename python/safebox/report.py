@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -50,6 +50,8 @@ class Run:
     enforced: dict[str, Any] | None = None
     mode: str = "enforce"
     policy: str | None = None
+    #: Every ``--policy`` file, in layer order (``policy`` is the last).
+    policies: list[str] = field(default_factory=list)
     presets: list[str] = field(default_factory=list)
     ci: str | None = None
     exit: int | None = None
@@ -74,7 +76,7 @@ class Run:
         return {
             "run": self.run, "time": self.time, "command": self.command, "cwd": self.cwd,
             "layers": self.layers, "enforced": self.enforced, "mode": self.mode, "policy": self.policy,
-            "presets": self.presets, "ci": self.ci, "exit": self.exit, "duration": self.duration,
+            "policies": self.policies, "presets": self.presets, "ci": self.ci, "exit": self.exit, "duration": self.duration,
             "hosts": self.hosts, "denied": self.denied, "quarantined": self.quarantined,
             "restoredLinks": self.restored_links, "refusedEntries": self.refused_entries,
             **({"learnOut": self.learn_out} if self.learn_out else {}),
@@ -137,6 +139,7 @@ def _apply_start(run: Run, ev: dict[str, Any]) -> None:
     run.layers = ev.get("layers")
     run.mode = str(ev.get("mode") or "enforce")
     run.policy = ev.get("policy")
+    run.policies = [str(p) for p in _list(ev.get("policies"))] or ([str(run.policy)] if run.policy else [])
     run.presets = [str(p) for p in _list(ev.get("presets"))]
     run.ci = ev.get("ci")
 
@@ -316,8 +319,8 @@ def render_markdown(runs: list[Run]) -> str:
                    f"{_md(_status(run))} in {_md(_duration(run))}")
         out.append("")
         meta = [f"**layers**: {_md(enforced_text(run))}", f"**mode**: {_md(run.mode)}"]
-        if run.policy:
-            meta.append(f"**policy**: {_md(run.policy)}")
+        if run.policies:
+            meta.append(f"**policy**: {_md(' + '.join(run.policies))}")
         if run.presets:
             meta.append(f"**presets**: {_md(', '.join(run.presets))}")
         out.append(" · ".join(meta))
@@ -371,8 +374,8 @@ def render_text(runs: list[Run]) -> str:
     for run in runs:
         out.append(f"run {run.run or '?'}: {_printable(_command(run))}")
         out.append(f"  {_status(run)} in {_duration(run)}; mode {run.mode}; layers: {enforced_text(run)}")
-        if run.policy or run.presets:
-            out.append(f"  policy {_printable(run.policy or '-')}; presets {', '.join(run.presets) or '-'}")
+        if run.policies or run.presets:
+            out.append(f"  policy {_printable(' + '.join(run.policies) or '-')}; presets {', '.join(run.presets) or '-'}")
         for h in sorted(run.hosts, key=lambda h: (h.get("verdict") != "deny", str(h.get("host")))):
             if h.get("verdict") == "deny":
                 out.append(f"  refused {_printable(h.get('host'))}:{_int(h.get('port'))} x{_int(h.get('count'))} "
@@ -476,7 +479,12 @@ class Recorder:
     The runner creates one only when one of those is asked for."""
 
     def __init__(self, *, audit_log: str | None, summary: str | None, learn: str | None,
-                 run: str | None = None) -> None:
+                 run: str | None = None, learn_base: Callable[[], dict[str, Any]] | None = None,
+                 enforce_argv: tuple[str, ...] = ()) -> None:
+        #: ``--learn``: the policy the run ran under (one document), and the
+        #: command line that enforces the file written.
+        self.learn_base = learn_base
+        self.enforce_argv = enforce_argv
         # The session's run id: the proxy's events carry the same one.
         self.run = run or os.urandom(8).hex()
         self.t0 = 0.0
@@ -524,15 +532,22 @@ class Recorder:
             return said
         runs = runs_from_events(self.memory.events)
         if self.learn is not None:
-            from safebox.learn import suggest, write_policy
+            import shlex
+
+            from safebox.learn import complete, shell_line, suggest, write_policy
 
             path, pinned = self.learn
-            doc, notes = suggest(runs, home=home)
+            learned, notes = suggest(runs, home=home)
             said += notes
+            # The policy the run ran under (every layer and flag), then what
+            # it learned: `safebox exec -p OUT` alone enforces both.
+            doc = complete(self.learn_base() if self.learn_base is not None else {}, learned)
             write_policy(path, doc, pinned=pinned)
-            n = len(doc["network"]["allowedDomains"])
+            n = len(learned["network"]["allowedDomains"])
+            enforce = shell_line(self.enforce_argv) if self.enforce_argv else f"safebox exec -p {shlex.quote(path)} -- ..."
             said.append(f"learned {n} host pattern{'s' if n != 1 else ''}; suggested policy written to {path} "
-                        f"(enforce it with: safebox exec -p {path} -- ...)")
+                        "(the policy this run ran under, every layer and flag, plus what it learned)")
+            said.append(f"enforce it with: {enforce}")
         if self.summary is not None:
             path, pinned = self.summary
             append_summary(path, render_markdown(runs), pinned=pinned)

@@ -233,7 +233,8 @@ def test_learn_then_enforce_passes_and_refuses_and_reports_anything_new(fresh_ho
     get = f"curl -sS -o /dev/null -w '%{{http_code}}\\n' --max-time 20 http://localhost:{server}/"
     r = fresh_home.run(["sh", "-c", get], opts=["--learn", str(out)])
     assert (r.returncode, r.stdout) == (0, "200\n"), r.stderr
-    assert json.loads(out.read_text()) == {"network": {"allowedDomains": ["localhost"]}}
+    # The user's policy the run ran under is in it too: the file alone enforces the run.
+    assert json.loads(out.read_text()) == {"network": {"allowLocalDestinations": True, "allowedDomains": ["localhost"]}}
     assert f"safebox: learned 1 host pattern; suggested policy written to {out}" in r.stderr
 
     summary = fresh_home.root / "summary.md"

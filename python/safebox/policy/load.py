@@ -22,6 +22,7 @@ from safebox.policy.effective import EffectivePolicy
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from collections.abc import Sequence
     from typing import Any
 
 USER_FILES = ("policy.toml", "policy.json")
@@ -742,8 +743,11 @@ def flags_layer(flags: Flags) -> Layer:
     return Layer(name=FLAGS_LAYER, data=data)
 
 
-def discover_files(ctx: Context, *, policy_file: str | None) -> list[tuple[str, bool]]:
-    """The policy files that apply, in layer order, as (path, is_project)."""
+def discover_files(ctx: Context, *, policy_files: Sequence[str]) -> list[tuple[str, bool]]:
+    """The policy files that apply, in layer order, as (path, is_project):
+    the user file, the project file, then each ``--policy`` file in the
+    order given (``-p base.json -p learned.json``: the later one layers on
+    top, as ``docker compose -f a -f b`` does)."""
     out: list[tuple[str, bool]] = []
     udir = user_config_dir(ctx.home)
     for name in USER_FILES:
@@ -756,8 +760,7 @@ def discover_files(ctx: Context, *, policy_file: str | None) -> list[tuple[str, 
         if os.path.exists(p):
             out.append((p, True))
             break
-    if policy_file is not None:
-        out.append((expand_path(policy_file, ctx), False))
+    out += [(expand_path(f, ctx), False) for f in policy_files]
     return out
 
 
@@ -772,19 +775,52 @@ def _read_inputs(files: list[tuple[str, bool]]) -> list[tuple[str, bool, bytes]]
     return out
 
 
-def load(ctx: Context, *, policy_file: str | None, flags: Flags) -> EffectivePolicy:
+def load(ctx: Context, *, policy_files: Sequence[str], flags: Flags) -> EffectivePolicy:
     """The slow path: read, validate (pydantic) and merge every layer."""
-    inputs = _read_inputs(discover_files(ctx, policy_file=policy_file))
+    inputs = _read_inputs(discover_files(ctx, policy_files=policy_files))
     return _load_from(inputs, ctx, flags)
 
 
 def _load_from(inputs: list[tuple[str, bool, bytes]], ctx: Context, flags: Flags) -> EffectivePolicy:
+    return merge(_validated(inputs, ctx, flags), ctx)
+
+
+def _validated(inputs: list[tuple[str, bool, bytes]], ctx: Context, flags: Flags) -> list[tuple[Layer, dict[str, Any]]]:
+    """Every layer, in order, with its validated document: the ones each run
+    adds itself (:data:`RUN_ADDED`), then the files, then the flags."""
     first = default_layer()
     validated = [(first, validate_layer(first))]
     validated += [(layer, layer.data) for layer in credential_env_layers(ctx)]
     layers = [Layer(name=path, data=parse_document(path, raw), project=project) for path, project, raw in inputs]
     layers.append(flags_layer(flags))
-    return merge([*validated, *((layer, validate_layer(layer)) for layer in layers)], ctx)
+    return [*validated, *((layer, validate_layer(layer)) for layer in layers)]
+
+
+def read_layers(ctx: Context, *, policy_files: Sequence[str], flags: Flags) -> list[tuple[Layer, dict[str, Any]]]:
+    """Every layer of a run, in order, each with its validated document
+    (``merge`` of them is ``load``'s answer): for ``policy show``, which
+    names the layer of each value."""
+    return _validated(_read_inputs(discover_files(ctx, policy_files=policy_files)), ctx, flags)
+
+
+def is_run_added(layer: Layer) -> bool:
+    """Whether every run adds ``layer`` itself: the built-in defaults and the
+    credential stores the environment moves (``$GNUPGHOME``). They are not
+    written into a learned policy: they would bake this host's paths into a
+    file meant for another run, and the next run adds them anyway."""
+    return layer.name == "defaults" or layer.name.startswith("$")
+
+
+def load_with_document(ctx: Context, *, policy_files: Sequence[str],
+                       flags: Flags) -> tuple[EffectivePolicy, dict[str, Any]]:
+    """``load``, and the policy the run runs under as one policy document:
+    the user file, the project file, each ``--policy`` file and the flags,
+    merged as files layer (policy/layers.py), for ``--learn`` to write with
+    what it learned. Both come from the same bytes, read once."""
+    from safebox.policy.layers import merge_documents
+
+    layers = _validated(_read_inputs(discover_files(ctx, policy_files=policy_files)), ctx, flags)
+    return merge(layers, ctx), merge_documents(doc for layer, doc in layers if not is_run_added(layer))
 
 
 # The policy cache's bound (docs/index.md, "Where things live"): a harness
@@ -799,7 +835,7 @@ _TOUCH_AFTER = 60.0
 _CACHE_FORMAT = 4  # 2: sources are (key, value, layer) records; 3: limits; 4: glob fields, allowGitConfig
 
 
-def load_cached(ctx: Context, *, policy_file: str | None, flags: Flags, cache_dir: str) -> EffectivePolicy:
+def load_cached(ctx: Context, *, policy_files: Sequence[str], flags: Flags, cache_dir: str) -> EffectivePolicy:
     """``load``, memoised on disk by a digest of every input byte.
 
     A hit costs a few stats and reads and one ``marshal.loads``; a miss (or a
@@ -809,7 +845,7 @@ def load_cached(ctx: Context, *, policy_file: str | None, flags: Flags, cache_di
     which is why the file must be ours, 0600, in a directory the sandbox can
     never write.
     """
-    inputs = _read_inputs(discover_files(ctx, policy_file=policy_file))
+    inputs = _read_inputs(discover_files(ctx, policy_files=policy_files))
     # The context includes the caller's credential-store variables: a run
     # with another GNUPGHOME must not be served the last run's deny list.
     parts = [repr((_CACHE_FORMAT, __version__, ctx, flags, os.environ.get("XDG_CONFIG_HOME"))).encode()]

@@ -53,7 +53,12 @@ class Options(Frozen):
     learn: str | None = None  # --learn OUT: any public host; the suggested policy goes to OUT
     summary: str | None = None  # --summary FILE: append this run's Markdown report
     observe: str | None = None  # --observe: off, calls, writes, all; None: calls, or all with --audit-log
-    policy_file: str | None = None  # protected like the user's policy files (read-only inside)
+    policy_files: tuple[str, ...] = ()  # protected like the user's policy files (read-only inside)
+    #: ``--learn``: the policy the run ran under, as one policy document
+    #: (called when the learned policy is written), and the command line
+    #: that enforces the file written (printed then).
+    learn_base: Callable[[], dict[str, Any]] | None = None
+    enforce_argv: tuple[str, ...] = ()
     #: ``safebox exec``: take over the process's signals, mark its
     #: descriptors, become the child subreaper, reap every child. False
     #: (the API): touch nothing process-wide.
@@ -353,7 +358,8 @@ class Command:
         if s._wants_records():
             from safebox.report import Recorder
 
-            self.recorder = Recorder(audit_log=s.opts.audit_log, summary=s.summary, learn=s.opts.learn, run=s.run_id)
+            self.recorder = Recorder(audit_log=s.opts.audit_log, summary=s.summary, learn=s.opts.learn, run=s.run_id,
+                                     learn_base=s.opts.learn_base, enforce_argv=s.opts.enforce_argv)
         if self.environ.get("GITHUB_ACTIONS") == "true" or self.environ.get("GITLAB_CI") == "true":
             from safebox import ci
 
@@ -382,7 +388,7 @@ class Command:
         # files (those are protected by name): read-only inside. So are the
         # --audit-log and --summary files: the command must not forge the
         # record of its own run (the proxy and safebox append from the host).
-        self.given = tuple(expand_path(f, s.ctx) for f in (s.opts.policy_file, s.opts.audit_log, s.summary) if f)
+        self.given = tuple(expand_path(f, s.ctx) for f in (*s.opts.policy_files, s.opts.audit_log, s.summary) if f)
         return HostFacts(helper_path=s.helper, self_paths=(*self_paths(), s.helper), run_files=self.given,
                          import_paths=import_paths(), allow_import_roots=s.opts.allow_import_roots,
                          path_dirs=tuple(self.environ.get("PATH", "").split(":")),
@@ -542,7 +548,9 @@ class Command:
         assert rp is not None
         if self.recorder is not None:
             self.recorder.start(command=list(self.argv), layers=s.layers.value, cwd=s.cwd,
-                                mode="learn" if s.opts.learn else "enforce", policy=s.opts.policy_file,
+                                mode="learn" if s.opts.learn else "enforce",
+                                policy=s.opts.policy_files[-1] if s.opts.policy_files else None,
+                                policies=list(s.opts.policy_files),
                                 presets=list(self.policy.presets), ci=self.ci_run.kind if self.ci_run else None,
                                 observe=s.observe)
         self.network_from = len(s.feed_network)
