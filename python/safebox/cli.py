@@ -268,10 +268,10 @@ def _policy_show(policy_file: str | None, presets: tuple[str, ...], as_json: boo
     from safebox.run.host import home as _host_home
 
     home = _host_home(os.environ)
-    eff = load(Context(cwd=os.path.realpath(os.getcwd()), home=home,
-                       credential_env=credential_env(os.environ)),
+    cwd = os.path.realpath(os.getcwd())
+    eff = load(Context(cwd=cwd, home=home, credential_env=credential_env(os.environ)),
                policy_file=policy_file, flags=Flags(presets=presets))
-    expanded = describe(eff.presets, eff.cache_presets, state=state_dir(home), home=home)
+    expanded = describe(eff.presets, eff.cache_presets, state=state_dir(home), home=home, work_dir=cwd)
     sources = eff.sources or ()
     try:
         if as_json:
