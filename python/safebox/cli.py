@@ -280,10 +280,11 @@ def _policy_show(policy_files: tuple[str, ...], presets: tuple[str, ...], as_jso
     from safebox.run.host import home as _host_home
 
     home = _host_home(os.environ)
-    ctx = Context(cwd=os.path.realpath(os.getcwd()), home=home, credential_env=credential_env(os.environ))
+    cwd = os.path.realpath(os.getcwd())
+    ctx = Context(cwd=cwd, home=home, credential_env=credential_env(os.environ))
     layers = read_layers(ctx, policy_files=policy_files, flags=Flags(presets=presets))
     eff = merge(layers, ctx)
-    expanded = describe(eff.presets, eff.cache_presets, state=state_dir(home), home=home)
+    expanded = describe(eff.presets, eff.cache_presets, state=state_dir(home), home=home, work_dir=cwd)
     sources = eff.sources or ()
     named = [layer.name for layer, doc in layers if doc]
     try:

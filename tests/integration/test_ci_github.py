@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pytest
 
+from safebox.policy.presets import project_key
 from sbx import PATH, REPO, SAFEBOX, FakeHome, missing
 
 pytestmark = pytest.mark.needs_bwrap
@@ -152,7 +153,8 @@ def test_configure_writes_the_step_shell_and_a_step_runs_sandboxed(fresh_home: F
     assert step.returncode == 0, step.stderr
     lines = step.stdout.splitlines()
     assert lines[0] == "unreadable"  # .github/safebox.toml, found by default, holds
-    assert lines[1].endswith("/sandbox-caches/npm/npm")  # the preset input holds
+    # The preset input holds, with the caches of the workspace's project.
+    assert lines[1].endswith(f"/sandbox-caches/{project_key(str(fresh_home.work))}/npm/npm")
     assert fresh_home.secret not in step.stdout
     events = [json.loads(x) for x in Path(out["audit-log"]).read_text().splitlines()]
     # The two refused reads are `denied` events of the violations feed.

@@ -403,10 +403,12 @@ class Command:
         self.caches = None
         if self.policy.cache_presets:
             # Presets named, or whose registry is allowed anyway: their tools'
-            # caches go to sandbox-private dirs (builder/caches.py).
+            # caches go to sandbox-private dirs of this work dir's own
+            # (builder/caches.py): another project's runs never read them.
             from safebox.builder.caches import prepare
 
-            self.caches = prepare(self.policy.cache_presets, state=s.state, home=s.home, create=not s.opts.dry_run)
+            self.caches = prepare(self.policy.cache_presets, state=s.state, home=s.home, work_dir=s.cwd,
+                                  create=not s.opts.dry_run)
         rp = resolve(self.policy, layers=s.layers, cwd=s.cwd, home=s.home, host=self._host_facts(),
                      bridges=s.bridges, scan=self.scan,
                      **({"cache_dirs": self.caches.dirs, "cache_host_paths": self.caches.host_paths}
