@@ -127,3 +127,25 @@ def test_allow_write_of_a_system_directory_in_a_policy_file_is_warned_about_nami
     r = fresh_home.run(["true"], opts=["--policy", str(pol)])
     assert r.returncode == 0, r.stderr
     assert r.stderr == _warned(f"{pol}: filesystem.allowWrite entry /etc", "a system directory", "/etc"), r.stderr
+
+
+def test_a_home_under_tmp_is_no_reason_to_warn_about_the_private_tmp() -> None:
+    # The built-in allowWrite entry /tmp is the sandbox's own tmpfs: that a
+    # home lies under the host's /tmp (a CI job's, a test's) is no warning.
+    import shutil
+    import tempfile
+
+    from sbx import make_home
+
+    base = Path(tempfile.mkdtemp(prefix="safebox-tmp-home-", dir="/tmp"))
+    try:
+        base.chmod(0o755)
+        home = make_home(base)
+        r = home.run(["true"])
+        assert r.returncode == 0 and r.stderr == "", r.stderr
+        # Control: an entry above that home, asked for, is warned about.
+        w = home.run(["true"], opts=["--allow-write", str(base)])
+        assert w.returncode == 0, w.stderr
+        assert w.stderr == _warned(f"--allow-write {base}", "a directory that holds your home directory", str(base))
+    finally:
+        shutil.rmtree(base, ignore_errors=True)

@@ -123,8 +123,12 @@ def check_write_roots(policy: EffectivePolicy, *, cwd: str, home: str) -> tuple[
                         "writable inside but for the protected and denied paths; run from a project directory to "
                         "narrow it")
     for w in dict.fromkeys(policy.allow_write):
-        if w == cwd:
-            continue  # the work dir, said above
+        if w in (cwd, "/tmp"):
+            # The work dir is said above. /tmp is the sandbox's own private
+            # one (or, without bubblewrap, the host's, writable by every
+            # user anyway): a home under it (a test's, a CI job's) is no
+            # reason to speak on every run.
+            continue
         real = os.path.realpath(w)
         what = whole_tree(w, home=home) or whole_tree(real, home=home)
         if what is not None:
