@@ -19,7 +19,14 @@ The suggestion is srt-compatible JSON (``network.allowedDomains``,
 * ``allowWrite``: the directory of each write refused only because it lay
   outside the write roots (violations feed, ``denied`` events with rule
   ``filesystem.allowWrite``); never a protected file, a credential path or
-  safebox's own files.
+  safebox's own files, and never a directory the summary's fix lines never
+  name either (system_dirs.never_suggested: a system directory, ``/``, the
+  home or a directory above it). Such a write is left out and named on
+  stderr, with why; nothing narrower is suggested instead: ``allowWrite``
+  makes a missing path a directory, so ``~/x`` for a file the command
+  creates would not even work, and a single file in a system directory is
+  still the host's configuration (``/etc/cron.d/x``). The command should
+  write under the work dir or ``$TMPDIR``, or the user adds the entry by hand.
 """
 
 from __future__ import annotations
@@ -91,7 +98,7 @@ def suggest(runs: list[Run], *, home: str) -> tuple[dict[str, Any], list[str]]:
     used: set[str] = set()
     refused: dict[str, str] = {}
     presets: list[str] = []
-    writes: set[str] = set()
+    writes: dict[str, str] = {}  # directory -> the first refused path in it
     for run in runs:
         for p in run.presets:
             if p not in presets:
@@ -104,12 +111,21 @@ def suggest(runs: list[Run], *, home: str) -> tuple[dict[str, Any], list[str]]:
                 used.add(host)
             else:
                 refused.setdefault(host, str(h.get("reason") or h.get("rule") or "refused"))
-        writes.update(_denied_write_dirs(run.denied))
+        for d, path in _denied_write_dirs(run.denied).items():
+            writes.setdefault(d, path)
     notes = []
     for host, why in sorted(refused.items()):
         if host not in used:
             notes.append(f"not suggested: {host} was refused ({why})")
-    kept = _shallowest(writes)
+    allowed: set[str] = set()
+    for d, path in sorted(writes.items()):
+        never = _never_suggested(d, home=home)
+        if never is None:
+            allowed.add(d)
+        else:
+            notes.append(f"not suggested: {_tilde(path, home)}: {never}; safebox never suggests it (write under "
+                         "$TMPDIR or the work dir instead)")
+    kept = _shallowest(allowed)
     doc: dict[str, Any] = {"network": {"allowedDomains": collapse(used)}}
     if kept:
         doc["filesystem"] = {"allowWrite": sorted(_tilde(d, home) for d in kept)}
@@ -145,15 +161,25 @@ def _ci_entries(runs: list[Run], notes: list[str]) -> dict[str, list[str]]:
     return out
 
 
-def _denied_write_dirs(denied: list[dict[str, Any]]) -> set[str]:
-    """The directories of the writes ``allowWrite`` would have let through."""
-    writes: set[str] = set()
+def _denied_write_dirs(denied: list[dict[str, Any]]) -> dict[str, str]:
+    """The directories of the writes ``allowWrite`` would have let through,
+    each with the first refused path in it."""
+    writes: dict[str, str] = {}
     for ev in denied:
         if ev.get("kind") == "write" and ev.get("rule") == RULE_ALLOW_WRITE and isinstance(ev.get("path"), str):
             path = os.path.normpath(ev["path"])
             if path.startswith("/"):
-                writes.add(os.path.dirname(path) if path != "/" else path)
+                writes.setdefault(os.path.dirname(path) if path != "/" else path, path)
     return writes
+
+
+def _never_suggested(directory: str, *, home: str) -> str | None:
+    """Why ``directory`` is never suggested (system_dirs.never_suggested), as
+    named and with symlinks resolved (a link in the work dir to ``/etc``
+    must not make ``/etc`` a suggestion under another name), or None."""
+    from safebox.system_dirs import never_suggested
+
+    return never_suggested(directory, home=home) or never_suggested(os.path.realpath(directory), home=home)
 
 
 def _shallowest(dirs: set[str]) -> list[str]:

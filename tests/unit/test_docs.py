@@ -61,7 +61,8 @@ def test_every_policy_key_is_in_the_reference(key: str) -> None:
 
 
 @pytest.mark.parametrize("entry", [*defaults.PROTECTED_FILES, *defaults.PROTECTED_DIRS,
-                                   *defaults.ENV_DENY_PATTERNS, *defaults.PROTECTED_IN_GIT_DIR])
+                                   *defaults.ENV_DENY_PATTERNS, *sorted(defaults.ENV_LOOKALIKES),
+                                   *defaults.PROTECTED_IN_GIT_DIR])
 def test_every_built_in_list_entry_is_in_the_reference(entry: str) -> None:
     assert f"`{entry}`" in REFERENCE
 

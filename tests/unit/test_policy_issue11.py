@@ -272,3 +272,19 @@ def test_path_dirs_in_a_write_root_are_found_resolved_and_missing_ones_watched(t
     # Control: no write root holds them, nothing is found.
     none = path_dirs_in_write_roots((f"{home}/.local/bin", f"{home}/bin"), [str(tmp_path / "elsewhere")])
     assert (none.existing, none.missing, none.links) == ([], [], [])
+
+
+def test_the_policy_cache_is_keyed_on_the_built_in_lists(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Issue 22 item 7: a safebox upgraded in place (same version) with more
+    # scrub patterns must not be served the old list from its cache.
+    cache = str(tmp_path / "cache")
+    first = load_cached(_ctx(tmp_path, monkeypatch), policy_files=(), flags=Flags(), cache_dir=cache)
+    assert "*NEW_SECRET_WORD*" not in first.env_deny
+    monkeypatch.setattr(defaults, "ENV_DENY_PATTERNS", (*defaults.ENV_DENY_PATTERNS, "*NEW_SECRET_WORD*"))
+    monkeypatch.setattr(defaults, "CREDENTIAL_PATHS", (*defaults.CREDENTIAL_PATHS, "~/.new-store"))
+    second = load_cached(_ctx(tmp_path, monkeypatch), policy_files=(), flags=Flags(), cache_dir=cache)
+    assert "*NEW_SECRET_WORD*" in second.env_deny
+    assert str(tmp_path / "home" / ".new-store") in second.deny_read
+    # Control: unchanged lists are a cache hit.
+    load_cached(_ctx(tmp_path, monkeypatch), policy_files=(), flags=Flags(), cache_dir=cache)
+    assert len(os.listdir(cache)) == 2

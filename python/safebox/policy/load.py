@@ -848,7 +848,11 @@ def load_cached(ctx: Context, *, policy_files: Sequence[str], flags: Flags, cach
     inputs = _read_inputs(discover_files(ctx, policy_files=policy_files))
     # The context includes the caller's credential-store variables: a run
     # with another GNUPGHOME must not be served the last run's deny list.
-    parts = [repr((_CACHE_FORMAT, __version__, ctx, flags, os.environ.get("XDG_CONFIG_HOME"))).encode()]
+    # And the built-in layer's own bytes: a safebox upgraded in place (the
+    # same __version__) with more ENV_DENY_PATTERNS or CREDENTIAL_PATHS must
+    # not be served the old lists (issue 22 item 7; about 10 us).
+    parts = [repr((_CACHE_FORMAT, __version__, ctx, flags, os.environ.get("XDG_CONFIG_HOME"),
+                   default_layer().data)).encode()]
     for path, project, raw in inputs:
         parts.append(f"\0{path}\0{project}\0{len(raw)}\0".encode() + raw)
     key = sha256_hex(b"".join(parts))[:32]

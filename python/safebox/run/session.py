@@ -110,7 +110,7 @@ class Session:
         private_dir(user_config_dir(self.home))
         # 3. The policy.
         self.policy = load(self.ctx, self.cache_dir)
-        self.warning = _host.check_write_roots(self.policy, cwd=self.cwd, home=self.home)
+        self.warnings = _host.check_write_roots(self.policy, cwd=self.cwd, home=self.home)
         self.strict = self.policy.strict or self.opts.strict
         self.ports = _plan.publish_ports(self.opts.publish, self.policy)
         # 4. Tools and layers. bwrap, socat, ripgrep and find run on the host:
@@ -427,8 +427,8 @@ class Command:
             remember_write_roots(self.roots_file, self.earlier_roots,
                                  tuple(r for r in rp.write_roots if r != self.run_tmp), time.time())
         rp = self._publish(rp)
-        if s.warning:
-            s.say(s.warning)  # now that the sandbox is built: a refusal stays one line
+        for w in s.warnings:
+            s.say(w)  # now that the sandbox is built: a refusal stays one line
         if self.ci_run is not None:
             assert self.dir is not None
             rp = rp.replace(overlays=self.ci_run.materialize(self.dir, dry_run=s.opts.dry_run))

@@ -38,15 +38,6 @@ RULE_SELF = "self-protection"
 RULE_UNIX = "network.allowUnixSockets"
 RULE_DOMAINS = "network.allowedDomains"
 
-#: Directories a fix never makes writable: the system's. ``/var`` is one
-#: except for its caches (``/var/cache``, ``/var/tmp``); every top-level
-#: ``/lib*`` is one; so are ``/`` and every directory from the root down to
-#: the home itself (``Feed._never_writable``). Making one writable to let a
-#: command write a file hands the sandbox the host's configuration, programs
-#: or dotfiles: the commonest fix then names the rule and why instead.
-SYSTEM_DIRS = ("/etc", "/usr", "/bin", "/sbin", "/boot", "/proc", "/sys", "/dev", "/run", "/opt", "/srv", "/var")
-VAR_CACHES = ("/var/cache", "/var/tmp")
-
 
 @dataclass(frozen=True)
 class Record:
@@ -137,7 +128,7 @@ class Event:
     shown: str = ""  # the path, syscall or host, for the summary
     quiet: bool = False  # in the audit log and -v, not in the summary (see Feed.summary)
     explained: bool = False  # its rule and fix were printed on a line of its own (the proxy's, per host)
-    by_design: bool = False  # no fix is suggested on purpose (a system directory), see SYSTEM_DIRS
+    by_design: bool = False  # no fix is suggested on purpose (a system directory), see system_dirs.py
 
 
 @dataclass
@@ -180,18 +171,11 @@ class Feed:
         return self.table.entries[idx]
 
     def _never_writable(self, directory: str) -> str | None:
-        """Why a fix must not make ``directory`` writable ("/etc is a system
-        directory"; the root, the home or a directory above it), or None when
-        a fix may."""
-        d = os.path.normpath(directory)
-        if d == "/":
-            return "/ is the whole system"
-        if self.home and self.home != "/" and _under(self.home.rstrip("/"), d):
-            return "~ is the home itself, with its dotfiles" if _under(d, self.home) else f"{d} holds the home"
-        top = "/" + d.lstrip("/").split("/", 1)[0]
-        if top.startswith("/lib") or (top in SYSTEM_DIRS and not any(_under(d, c) for c in VAR_CACHES)):
-            return f"{d} is a system directory"
-        return None
+        """Why a fix must not make ``directory`` writable, or None when a fix
+        may: the rule learn mode follows too (system_dirs.never_suggested)."""
+        from safebox.system_dirs import never_suggested
+
+        return never_suggested(directory, home=self.home)
 
     def _write_rule(self, path: str, entry: tuple[str, int] | None) -> tuple[str, str | None, str]:
         """(rule, fix, why nothing allows it) for a refused write to ``path``."""
