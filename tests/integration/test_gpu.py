@@ -8,7 +8,6 @@ itself answered (Landlock let it through); ``EACCES`` means Landlock refused.
 from __future__ import annotations
 
 import os
-from pathlib import Path
 
 import pytest
 
@@ -111,7 +110,7 @@ def test_a_selection_binds_only_that_gpu_and_cuda_numbers_it_zero(shared_home: F
 
 
 def test_the_policy_key_and_the_api_bind_the_same_nodes(shared_home: FakeHome, env: dict[str, str],
-                                                       tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
     pol = shared_home.root / "gpu.json"
     pol.write_text('{"devices": {"gpu": [0]}}')
     got = probe(shared_home, ["/dev/nvidia0", "/dev/nvidia1"], mode=BOTH, opts=["-p", str(pol)], env=env)
@@ -124,7 +123,7 @@ def test_the_policy_key_and_the_api_bind_the_same_nodes(shared_home: FakeHome, e
     assert r.stdout == b"/dev/nvidiactl ioctl ENOTTY\n", r.stderr
 
 
-def test_without_any_gpu_node_the_flag_is_a_refusal_not_ignored(shared_home: FakeHome, tmp_path: Path) -> None:
+def test_without_any_gpu_node_the_flag_is_a_refusal_not_ignored(shared_home: FakeHome) -> None:
     empty = shared_home.root / "no-gpu"
     empty.mkdir(exist_ok=True)
     r = shared_home.run(["true"], opts=["--allow-gpu"], env={"SAFEBOX_TEST_GPU_DEV_ROOT": str(empty)})

@@ -164,6 +164,8 @@ ALLOWED: dict[str, str] = {
                            "followed there only widens protection (tests/security/test_planted_links.py)"),
     "api:_stdio_fd": "os.devnull",
     "api:Popen.__init__": "pipe descriptors safebox made",
+    "builder/caches:_level": ("the preset caches: each level opened beneath the one above with "
+                              "O_NOFOLLOW|O_DIRECTORY, type and owner checked with fstat"),
     "builder/bpf_cache:*": "safebox's state dir, read-only in every sandbox (self-protection), O_NOFOLLOW",
     "builder/helper_policy:write_policy_file": "the run dir, safebox's own, O_EXCL|O_NOFOLLOW",
     "builder/resolve:read_known_git_dirs": "safebox's state dir, read-only in every sandbox",
