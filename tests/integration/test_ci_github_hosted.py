@@ -27,7 +27,6 @@ import pwd
 import re
 import shutil
 import subprocess
-import tempfile
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -35,6 +34,7 @@ from pathlib import Path
 
 import pytest
 
+from ciuser import CiUser, ci_user, install_root
 from sbx import PATH, REPO, missing, token
 
 pytestmark = pytest.mark.needs_bwrap
@@ -116,7 +116,7 @@ class Runner:
         return self.home / "work" / "_actions" / "safebox-dev" / "safebox" / "v1"
 
     def as_user(self, argv: list[str], env: dict[str, str], **kw: object) -> subprocess.CompletedProcess[str]:
-        pre = ["runuser", "-u", self.user, "--"] if os.geteuid() == 0 and self.user != _me() else []
+        pre = ["runuser", "-u", self.user, "--"] if os.geteuid() == 0 else []
         return subprocess.run([*pre, "env", "-i", *[f"{k}={v}" for k, v in env.items()], *argv],
                               cwd=self.workspace, capture_output=True, text=True, stdin=subprocess.DEVNULL,
                               check=False, **kw)  # type: ignore[call-overload]
@@ -171,10 +171,6 @@ class Runner:
         return done
 
 
-def _me() -> str:
-    return pwd.getpwuid(os.geteuid()).pw_name
-
-
 def _copy_action(dest: Path) -> None:
     """The action's files as the runner downloads them: the tree of its ref, owned by the runner's user."""
     files = subprocess.run(["git", "-c", "safe.directory=*", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=REPO,
@@ -186,49 +182,16 @@ def _copy_action(dest: Path) -> None:
             shutil.copy2(src, dest / f)
 
 
-@pytest.fixture
-def install_root() -> Iterator[Path]:
-    """A root-owned directory for the installations (root), or /opt (anyone else: never written)."""
-    if os.geteuid() != 0:
-        yield Path("/opt")
-        return
-    root = Path(tempfile.mkdtemp(prefix="safebox-gha-test-", dir="/opt"))
-    root.chmod(0o755)
-    yield root
-    shutil.rmtree(root)
-
-
 @contextlib.contextmanager
 def make_runner(*, sudo: bool) -> Iterator[Runner]:
-    """As root: a fresh user (with passwordless sudo or without), removed after. Anyone else: that user,
-    who has no passwordless sudo (a self-hosted runner's)."""
-    if os.geteuid() != 0:
-        home = Path(tempfile.mkdtemp(prefix="safebox-gha-", dir="/var/tmp"))
-        try:
-            r = Runner(user=_me(), home=home)
-            _lay_out(r)
-            yield r
-        finally:
-            shutil.rmtree(home, ignore_errors=True)
-        return
-    if shutil.which("sudo") is None:
-        missing("sudo is not installed (apt-get install sudo)")
-    user = f"sbx-gha-{token()[:6]}"
-    subprocess.run(["useradd", "--create-home", "--shell", "/bin/bash", user], check=True, capture_output=True)
-    sudoers = Path(f"/etc/sudoers.d/{user}")
-    try:
-        if sudo:
-            sudoers.write_text(f"{user} ALL=(ALL) NOPASSWD:ALL\n")
-            sudoers.chmod(0o440)
-        r = Runner(user=user, home=Path(pwd.getpwnam(user).pw_dir))
-        _lay_out(r)
+    """The runner's user (tests/ciuser.py) with the runner's directories laid out in its home."""
+    with ci_user(sudo=sudo) as u:
+        r = Runner(user=u.name, home=u.home)
+        _lay_out(r, u)
         yield r
-    finally:
-        sudoers.unlink(missing_ok=True)
-        subprocess.run(["userdel", "--force", "--remove", user], capture_output=True, check=False)
 
 
-def _lay_out(r: Runner) -> None:
+def _lay_out(r: Runner, u: CiUser) -> None:
     """The runner's directories, the action's checkout, a project and the user's ssh key, all the user's."""
     secret = f"FAKE-KEY-{token()}"
     _copy_action(r.action_path)
@@ -238,13 +201,9 @@ def _lay_out(r: Runner) -> None:
     (r.home / ".ssh").mkdir(exist_ok=True)
     (r.home / ".ssh" / "id_rsa").write_text(f"-----BEGIN OPENSSH PRIVATE KEY-----\n{secret}\n")
     r.secret = secret
-    for d, dirs, files in os.walk(r.home):
-        for n in (d, *(os.path.join(d, x) for x in (*dirs, *files))):
-            if os.geteuid() == 0:
-                os.lchown(n, pwd.getpwnam(r.user).pw_uid, pwd.getpwnam(r.user).pw_gid)
+    u.own(r.home)
     (r.home / ".ssh").chmod(0o700)
     (r.home / ".ssh" / "id_rsa").chmod(0o600)
-    r.home.chmod(0o755)  # root reads the action's checkout through it (sudo build.py install)
     # The job's mirror: offline here, the same files (and hashes) as PyPI's.
     if not (WHEELHOUSE / ".safebox-stamp").is_file():
         missing(f"{WHEELHOUSE} is empty")
@@ -314,16 +273,16 @@ def _run_workflow(gh: Runner, port: int) -> None:
 
 
 def test_the_actions_steps_install_safebox_root_owned_and_sandbox_the_workflows_steps_on_a_hosted_runner(
-        install_root: Path, server: int) -> None:
-    with make_runner(sudo=True) as gh:
+        server: int) -> None:
+    with install_root() as root, make_runner(sudo=True) as gh:
         (gh.workspace / ".github").mkdir()
         (gh.workspace / ".github" / "safebox.json").write_text(json.dumps(
             {"network": {"allowedDomains": ["localhost"], "allowLocalDestinations": True}}))
-        done = gh.action({"install-root": str(install_root), "policy": ".github/safebox.json"})
+        done = gh.action({"install-root": str(root), "policy": ".github/safebox.json"})
         if os.geteuid() != 0:
             # A self-hosted runner's user without sudo: the install step stops the job with the fix.
             assert [n for n, _ in done] == ["Install safebox"]
-            _assert_no_sudo_fix(done[0][1], gh, install_root)
+            _assert_no_sudo_fix(done[0][1], gh, root)
             return
         for name, r in done:
             assert r.returncode == 0, f"{name}: {r.stdout}\n{r.stderr}"
@@ -331,7 +290,7 @@ def test_the_actions_steps_install_safebox_root_owned_and_sandbox_the_workflows_
                                         "Configure sandboxed steps"]
         assert "replaceable only by root" in done[2][1].stderr and "every check passed" in done[2][1].stderr
         sb = Path(os.path.realpath(gh.temp / "safebox" / "bin" / "safebox"))
-        _assert_root_owned_install(sb, install_root)
+        _assert_root_owned_install(sb, root)
         # The runner's user cannot change it (the control: it can write its own files).
         w = gh.as_user(["sh", "-c", f"touch {sb.parent}/x || echo refused; touch {gh.temp}/x && echo own"],
                        {"PATH": PATH})
@@ -351,31 +310,31 @@ def _assert_no_sudo_fix(r: subprocess.CompletedProcess[str], gh: Runner, root: P
 
 
 def test_without_sudo_the_install_step_names_the_administrators_command_and_that_command_works(
-        install_root: Path, server: int) -> None:
+        server: int) -> None:
     if os.geteuid() != 0:
         # Not root: the message is the test above's; the administrator's command, run by anyone else, says
         # it needs root and installs nothing.
         r = subprocess.run([shutil.which("python3", path=PATH) or "python3", str(REPO / "build.py"), "install",
-                            "--root", str(install_root)], capture_output=True, text=True, timeout=120, check=False)
+                            "--root", "/opt"], capture_output=True, text=True, timeout=120, check=False)
         assert (r.returncode, r.stdout.splitlines()[-1]) == (1, (
             "build.py: `build.py install` makes a root-owned installation: run it as root, e.g. "
             f"`sudo {shutil.which('python3', path=PATH)} {REPO / 'build.py'} install`")), r.stdout + r.stderr
         return
-    with make_runner(sudo=False) as gh:
+    with install_root() as root, make_runner(sudo=False) as gh:
         (gh.workspace / ".github").mkdir()
         (gh.workspace / ".github" / "safebox.json").write_text(json.dumps(
             {"network": {"allowedDomains": ["localhost"], "allowLocalDestinations": True}}))
-        done = gh.action({"install-root": str(install_root), "policy": ".github/safebox.json"})
+        done = gh.action({"install-root": str(root), "policy": ".github/safebox.json"})
         assert [n for n, _ in done] == ["Install safebox"]
-        fix = _assert_no_sudo_fix(done[0][1], gh, install_root)
-        assert not any(install_root.iterdir())  # nothing was installed
+        fix = _assert_no_sudo_fix(done[0][1], gh, root)
+        assert not any(root.iterdir())  # nothing was installed
         # The administrator runs the fix, as root, verbatim (with the job's mirror variables).
         admin = subprocess.run(fix.split(), capture_output=True, text=True, timeout=600, check=False,
                                env={"PATH": PATH, "PIP_NO_INDEX": "1", "PIP_FIND_LINKS": str(WHEELHOUSE)})
         assert admin.returncode == 0, admin.stdout + admin.stderr
         # The job again, still without sudo: the install step finds it and every step passes.
         gh.path_added.clear()
-        again = gh.action({"install-root": str(install_root), "policy": ".github/safebox.json"})
+        again = gh.action({"install-root": str(root), "policy": ".github/safebox.json"})
         for name, r in again:
             assert r.returncode == 0, f"{name}: {r.stdout}\n{r.stderr}"
         assert len(again) == 4 and "is installed, root-owned" in again[0][1].stderr
