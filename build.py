@@ -612,6 +612,21 @@ def install(root: str = INSTALL_ROOT) -> Path:
     why = _root_owned(base)
     if why is not None:
         raise BuildError(f"--root {root}: {why}; a step could replace what is installed there")
+    import fcntl
+
+    # Two jobs of one self-hosted host installing at once: one installs, the other finds it done.
+    lock = os.open(base / ".safebox-install.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o644)
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            return installed(root)
+        except BuildError:
+            return _install_locked(base, root)
+    finally:
+        os.close(lock)
+
+
+def _install_locked(base: Path, root: str) -> Path:
     prefix = install_prefix(root)
     _say(f"installing safebox into {prefix}")
     tmp = Path(tempfile.mkdtemp(prefix=f".{prefix.name}.", dir=base))

