@@ -7,9 +7,9 @@ each linter's control is a workflow with a known flaw that it must flag.
 The action's steps run here as a runner runs them: the environment a runner
 gives a step (RUNNER_TEMP, GITHUB_ENV, GITHUB_PATH, GITHUB_OUTPUT,
 GITHUB_STEP_SUMMARY, GITHUB_WORKSPACE), the step's script written to a file
-and passed to the shell in place of ``{0}``. `install` is not run (it
-installs host packages with sudo and builds safebox, which build.py setup
-already did for this checkout): SAFEBOX_BIN names the installed safebox.
+and passed to the shell in place of ``{0}``. `install` is not run here:
+SAFEBOX_BIN names this checkout's safebox. test_ci_github_hosted.py runs
+every step of action.yml, `install` included, as a hosted runner's user.
 """
 
 from __future__ import annotations
