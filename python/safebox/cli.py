@@ -412,12 +412,10 @@ def _policy_suggest(logs: tuple[str, ...], output: str | None) -> int:
     import click
 
     from safebox.learn import suggest, write_policy
-    from safebox.report import ReportError, read_events, runs_from_events
+    from safebox.report import runs_from_logs
     from safebox.run.host import home as _host_home
 
-    runs = runs_from_events(read_events(logs))
-    if not runs:
-        raise ReportError(f"no run found in {', '.join(logs)} (was it written by safebox exec --audit-log?)")
+    runs = runs_from_logs(logs)
     doc, notes = suggest(runs, home=_host_home(os.environ))
     for note in notes:
         click.echo(f"safebox: {note}", err=True)
@@ -431,10 +429,11 @@ def _policy_suggest(logs: tuple[str, ...], output: str | None) -> int:
 
 def _report(logs: tuple[str, ...], fmt: str) -> int:
     """``safebox report``: each run in the audit logs."""
-    from safebox.report import read_events, render, runs_from_events
+    from safebox.report import render, runs_from_logs
 
+    text = render(runs_from_logs(logs), fmt)
     try:
-        sys.stdout.write(render(runs_from_events(read_events(logs)), fmt))
+        sys.stdout.write(text)
         sys.stdout.flush()
     except BrokenPipeError:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())

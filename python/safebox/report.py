@@ -161,6 +161,17 @@ def _apply_stop(run: Run, ev: dict[str, Any]) -> None:
         run.learn_out = ev["learn_out"]
 
 
+def runs_from_logs(logs: Iterable[str]) -> list[Run]:
+    """The runs in the audit logs ``logs``; :class:`ReportError` when there
+    is none (a file that is not an audit log, or an empty one): `report` and
+    `policy suggest` then exit 125 with one line, never print nothing."""
+    logs = list(logs)
+    runs = runs_from_events(read_events(logs))
+    if not runs:
+        raise ReportError(f"no run found in {', '.join(logs)} (was it written by safebox exec --audit-log?)")
+    return runs
+
+
 def runs_from_events(events: Iterable[dict[str, Any]]) -> list[Run]:
     """Group events into runs: by their ``run`` id (schema 2); events
     without one (schema 1) belong to the run their ``start`` opened."""

@@ -348,6 +348,42 @@ def test_a_run_that_asks_for_no_report_pays_for_none(fresh_home: FakeHome) -> No
         "json", "safebox.report", "safebox.ci", "safebox.audit"}
 
 
+def test_a_write_to_the_runners_own_file_is_explained_as_the_runners_file_not_a_denywrite_entry(
+        fresh_home: FakeHome, runner: Runner) -> None:
+    real_env = runner.files["GITHUB_ENV"]
+    script = 'echo X=1 >> "$REAL_ENV" 2>/dev/null || echo refused; echo Y=2 >> "$GITHUB_ENV"'
+    pol = fresh_home.root / "pass-y.json"
+    pol.write_text(json.dumps({"ci": {"passEnv": ["Y"]}}))
+    r = fresh_home.run(["sh", "-c", script], env=runner.env(REAL_ENV=str(real_env)), opts=["-p", str(pol)])
+    assert (r.returncode, r.stdout) == (0, "refused\n"), r.stderr
+    assert "filesystem.denyWrite" not in r.stderr
+    assert r.stderr.splitlines()[-1] == (
+        "safebox: the commonest (1 write refused by runner file) cannot be allowed: safebox keeps the runner's own "
+        "files read-only; write to $GITHUB_ENV instead (inside it names this run's copy, whose entries the policy "
+        "lists in ci.passEnv or ci.passPath safebox passes on after the step; "
+        "docs/ci.md#what-passes-cipassenv-and-cipasspath)"), r.stderr
+    # What the fix says works: the write to $GITHUB_ENV reached the runner's file after the step.
+    assert real_env.read_text() == "Y=2\n"
+    # Control: outside CI, with its directory a write root, the same file is writable (nothing but the CI
+    # handling made it read-only).
+    control = fresh_home.run(["sh", "-c", script], env={"REAL_ENV": str(real_env), "GITHUB_ENV": "/dev/null"},
+                             opts=["--allow-write", str(real_env.parent)])
+    assert (control.returncode, control.stdout) == (0, ""), control.stderr
+    assert real_env.read_text() == "Y=2\nX=1\n"
+
+
+def test_a_read_of_the_runners_secret_is_explained_as_the_runners_not_a_denyread_entry(
+        fresh_home: FakeHome, runner: Runner) -> None:
+    r = fresh_home.run(["sh", "-c", f"cat {runner.root}/.credentials"], env=runner.env(), opts=["--observe", "all"])
+    assert runner.runner_secret not in r.stdout
+    assert "filesystem.denyRead" not in r.stderr
+    assert r.stderr.splitlines()[-1] == (
+        "safebox: the commonest (1 read refused by runner secret) cannot be allowed: safebox hides the CI runner's "
+        "own secrets (its credentials, configuration, file-type variables) from every sandboxed step "
+        "(docs/ci.md#what-safebox-hides-from-a-step); a step that must read one says so: "
+        f"--allow-read {runner.root}/.credentials"), r.stderr
+
+
 # ------------------------------------------------------------ passing on by allowlist (issue 22)
 
 def test_learn_proposes_the_runner_entries_a_step_used_and_enforcing_them_passes_them_on(

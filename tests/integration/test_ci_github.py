@@ -7,9 +7,9 @@ each linter's control is a workflow with a known flaw that it must flag.
 The action's steps run here as a runner runs them: the environment a runner
 gives a step (RUNNER_TEMP, GITHUB_ENV, GITHUB_PATH, GITHUB_OUTPUT,
 GITHUB_STEP_SUMMARY, GITHUB_WORKSPACE), the step's script written to a file
-and passed to the shell in place of ``{0}``. `install` is not run (it
-installs host packages with sudo and builds safebox, which build.py setup
-already did for this checkout): SAFEBOX_BIN names the installed safebox.
+and passed to the shell in place of ``{0}``. `install` is not run here:
+SAFEBOX_BIN names this checkout's safebox. test_ci_github_hosted.py runs
+every step of action.yml, `install` included, as a hosted runner's user.
 """
 
 from __future__ import annotations
@@ -223,3 +223,30 @@ def test_the_action_names_every_input_its_script_reads() -> None:
     for var in ("SAFEBOX_POLICY", "SAFEBOX_PRESETS", "SAFEBOX_MODE", "SAFEBOX_LEARN_OUT", "SAFEBOX_APPARMOR"):
         assert f"{var}: ${{{{ inputs." in action and var in script
     assert PATH  # the fake runner's PATH starts from the tests' own
+
+
+def test_safebox_step_is_a_posix_sh_script_even_for_paths_bash_would_quote_as_dollar_strings(
+        fresh_home: FakeHome) -> None:
+    # bash's printf %q writes a tab as $'\t', which dash (Ubuntu's /bin/sh) reads as a `$` and a quoted string.
+    gh = FakeRunner(fresh_home)
+    odd = fresh_home.work / ".github" / "it's a $dir\twith tab"
+    odd.mkdir(parents=True)
+    (odd / "safebox.toml").write_text('[filesystem]\ndenyRead = ["README.md"]\n')
+    r = gh.action("configure", SAFEBOX_POLICY=str((odd / "safebox.toml").relative_to(fresh_home.work)),
+                  SAFEBOX_MODE="learn")
+    assert r.returncode == 0, r.stderr
+    step_sh = gh.temp / "safebox" / "bin" / "safebox-step"
+    assert step_sh.read_text().startswith("#!/bin/sh\n")
+    for sh in ("dash", "sh"):
+        check = subprocess.run([sh, "-n", str(step_sh)], capture_output=True, text=True, timeout=30, check=False)
+        assert (check.returncode, check.stderr) == (0, ""), sh
+    assert "$'" not in step_sh.read_text()
+    # Run by dash, as the runner's `shell: safebox-step {0}` does through its #!/bin/sh: the policy holds.
+    gh.run_step("true\n", "safebox-step {0}")  # PATH set-up as the runner does
+    path = gh.temp / "step-x.sh"
+    path.write_text("cat README.md || echo unreadable\n")
+    step = subprocess.run(["dash", str(step_sh), str(path)], cwd=fresh_home.work, env=gh.env(), capture_output=True,
+                          text=True, timeout=300, check=False)
+    assert (step.returncode, step.stdout) == (0, "unreadable\n"), step.stderr
+    # Control: the same README is readable without the policy.
+    assert (fresh_home.work / "README.md").read_text()

@@ -593,7 +593,8 @@ class Command:
         events: list[Any] = []
         if observer is not None or network:
             events = _explain(s, rp, self.policy, observer, records, network,
-                              audit=self.recorder.audit if self.recorder else None, own=self.given)
+                              audit=self.recorder.audit if self.recorder else None, own=self.given,
+                              ci_run=self.ci_run)
         quarantined, restored = settle(rp, s.state, say=s.say)
         refused = self.ci_run.finish(self._passing()) if self.ci_run is not None else []
         for r in refused:
@@ -675,7 +676,7 @@ def _enforced(status: Any) -> dict[str, Any]:
 
 def _explain(s: Session, rp: ResolvedPolicy, policy: EffectivePolicy, observer: Observer | None,
              records: list[bytes], network: list[tuple[Any, ...]], *, audit: Any,
-             own: tuple[str, ...] = ()) -> list[Any]:
+             own: tuple[str, ...] = (), ci_run: Any = None) -> list[Any]:
     """The feed's output: a line when observation was impossible, the
     ``denied`` audit events, the summary (every event with -v). Returns the
     feed's events."""
@@ -692,10 +693,11 @@ def _explain(s: Session, rp: ResolvedPolicy, policy: EffectivePolicy, observer: 
         # glibc's name-service probes only: nothing to print or record (the
         # API still gets them as events).
         return []
-    from safebox.violations.feed import Feed  # only when there is something to explain
+    from safebox.violations.feed import Feed, ci_entries  # only when there is something to explain
 
     feed = Feed(rp, policy=policy, home=s.home, table=observer.table if observer else None,
-                status=observer.status if observer else None, own=tuple(os.path.realpath(p) for p in own))
+                status=observer.status if observer else None, own=tuple(os.path.realpath(p) for p in own),
+                added=ci_entries(ci_run))
     feed.add_records(records)
     feed.add_network(network, explained=not s.opts.quiet)  # the proxy printed a line per host unless --quiet
     if audit is not None:

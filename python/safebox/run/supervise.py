@@ -579,7 +579,7 @@ class Launch:
                 _reap_descendants(keep=self.observer.pid if self.observer is not None else -1)
             else:
                 # No subreaper under the API: what is left of the command's
-                # group goes with it (docs/api.md, "Helper-only hosts").
+                # group goes with it (docs/api.md, "What the API leaves alone in the caller").
                 # The pid is reaped: only its group (which outlives it while
                 # members remain) is named, never the pid itself.
                 try:

@@ -35,6 +35,8 @@ RULE_DENY_READ = "filesystem.denyRead"
 RULE_CREDENTIALS = "filesystem.denyRead (built-in credential list)"
 RULE_PROTECTED = "protected file"
 RULE_SELF = "self-protection"
+RULE_RUNNER_FILE = "runner file"
+RULE_RUNNER_SECRET = "runner secret"
 RULE_UNIX = "network.allowUnixSockets"
 RULE_DOMAINS = "network.allowedDomains"
 
@@ -141,6 +143,10 @@ class Feed:
     table: Table | None
     status: bytes | None = None  # the helper's status line
     own: tuple[str, ...] = ()  # this run's --policy and --audit-log files (read-only inside)
+    #: Entries safebox added itself, not the user's policy (a CI runner's
+    #: files, :func:`ci_entries`): path -> (rule, fix, why). A refusal under
+    #: one is explained by it, never as an entry to remove from the policy.
+    added: dict[str, tuple[str, str | None, str]] = field(default_factory=dict)
     events: list[Event] = field(default_factory=list)
     dropped: int = 0
 
@@ -165,6 +171,12 @@ class Feed:
         state = os.path.dirname(os.path.dirname(self.rp.run_dir)) if self.rp.run_dir else ""
         return any(_under(path, p) for p in (*self_paths(), *self.own, *((state,) if state else ())))
 
+    def _added(self, path: str) -> tuple[str, str | None, str] | None:
+        for p, why in self.added.items():
+            if _under(path, p) or _under(path, os.path.realpath(p)):
+                return why
+        return None
+
     def _entry(self, idx: int) -> tuple[str, int] | None:
         if self.table is None or not 0 <= idx < len(self.table.entries):
             return None
@@ -185,6 +197,9 @@ class Feed:
         if self._self(path):
             return RULE_SELF, None, ("safebox's own files (its installation, its state, this run's --policy and "
                                      "--audit-log files) are read-only in every sandbox")
+        hit = self._added(path)
+        if hit is not None:
+            return hit
         deny_write = [os.path.realpath(p) for p in self.policy.deny_write]
         if any(_under(path, d) for d in deny_write):
             return RULE_DENY_WRITE, "remove the entry from filesystem.denyWrite (or the --deny-write flag)", ""
@@ -212,6 +227,9 @@ class Feed:
     def _read_rule(self, path: str) -> tuple[str, str | None, str]:
         if self._credential(path):
             return RULE_CREDENTIALS, None, "credentials stay unreadable in every sandbox"
+        hit = self._added(path)
+        if hit is not None:
+            return hit
         return RULE_DENY_READ, "remove the entry from filesystem.denyRead (or the --deny-read flag)", ""
 
     # ------------------------------------------------------------ records
@@ -434,6 +452,27 @@ class Feed:
         if evs[0].by_design:
             return f"the commonest ({what}) stays refused: {evs[0].fix_note}"
         return f"the commonest ({what}) cannot be allowed: {evs[0].fix_note}"
+
+
+def ci_entries(ci_run: Any) -> dict[str, tuple[str, str | None, str]]:
+    """What a CI job's run (``safebox.ci.CiRun``) added to the policy, as
+    :attr:`Feed.added` explains it: the runner's file-command files
+    (read-only inside; the command writes this run's copies, named by the
+    same variables) and the runner's secrets (hidden)."""
+    out: dict[str, tuple[str, str | None, str]] = {}
+    if ci_run is None:
+        return out
+    for path in ci_run.deny_read:
+        out[path] = (RULE_RUNNER_SECRET, None,
+                     "safebox hides the CI runner's own secrets (its credentials, configuration, file-type "
+                     "variables) from every sandboxed step (docs/ci.md#what-safebox-hides-from-a-step); "
+                     f"a step that must read one says so: --allow-read {path}")
+    for var, (_ours, theirs) in ci_run.files.items():
+        out[theirs] = (RULE_RUNNER_FILE, None,
+                       f"safebox keeps the runner's own files read-only; write to ${var} instead (inside it names "
+                       "this run's copy, whose entries the policy lists in ci.passEnv or ci.passPath safebox "
+                       "passes on after the step; docs/ci.md#what-passes-cipassenv-and-cipasspath)")
+    return out
 
 
 def _printable(text: str) -> str:
