@@ -44,8 +44,8 @@ class Opt(Frozen):
 EXEC_OPTIONS: tuple[Opt, ...] = (
     Opt(long="--policy", dest="policy_files",
         help="Policy file (JSON or TOML), layered after the user and project files; repeatable: each later "
-             "file adds to the lists and replaces the other values of the ones before (docs/policy-reference.md, "
-             "Layers).", short="-p", value="FILE", multiple=True),
+             "file adds to the lists and replaces the other values of the ones before "
+             "(docs/policy-reference.md#layers).", short="-p", value="FILE", multiple=True),
     Opt(long="--allow-write", dest="allow_write", help="Also allow writing beneath PATH (repeatable).", value="PATH", multiple=True),
     Opt(long="--deny-read", dest="deny_read",
         help="Also make PATH unreadable (repeatable; a glob pattern such as '**/.env' denies every match).",
