@@ -115,6 +115,27 @@ doctor() {
 # One word for /bin/sh: single-quoted, each ' written as '\''.
 shq() { local q=\'\\\'\'; printf "'%s'" "${1//\'/$q}"; }
 
+# Copy the policies a step will run under out of the workspace, now, before
+# any sandboxed step: a step may write the workspace, and a policy it could
+# rewrite would decide the next step's sandbox. Steps read only the copies.
+snapshot_policies() {
+  local policy=$1
+  rm -rf "$BASE/policies" && mkdir -p "$BASE/policies/steps"
+  if [ -n "$policy" ]; then
+    case "$policy" in *.toml) cp -- "$policy" "$BASE/policies/job.toml" ;; *) cp -- "$policy" "$BASE/policies/job.json" ;; esac
+  fi
+  local steps="${GITHUB_WORKSPACE:-$PWD}/.github/safebox"
+  if [ -d "$steps" ] && [ ! -L "$steps" ]; then
+    # Per-step policies: .github/safebox/JOB/STEP.{json,toml}; regular files only, never a link.
+    (cd "$steps" && find . -mindepth 2 -maxdepth 2 -type f \( -name '*.json' -o -name '*.toml' \) -print0) |
+      while IFS= read -r -d '' f; do
+        mkdir -p "$BASE/policies/steps/$(dirname "$f")"
+        cp -- "$steps/$f" "$BASE/policies/steps/$f"
+      done
+  fi
+  printf '{}\n' > "$BASE/policies/empty.json"
+}
+
 configure() {
   local sb
   sb=$(safebox_)
@@ -128,32 +149,63 @@ configure() {
     case "$policy" in /*) ;; *) policy="${GITHUB_WORKSPACE:-$PWD}/$policy" ;; esac
     [ -f "$policy" ] || die "input policy: $policy does not exist"
     "$sb" policy check "$policy" >&2 || die "input policy: $policy is not a valid policy (see above)"
-    args+=(-p "$policy")
   fi
+  snapshot_policies "$policy"
+  local job_policy=""
+  for p in "$BASE"/policies/job.*; do [ -f "$p" ] && job_policy=$p; done
+  [ -n "$job_policy" ] && args+=(-p "$job_policy")
+  for f in $(cd "$BASE/policies/steps" && find . -type f | sort); do
+    f=${f#./}
+    "$sb" policy check "$BASE/policies/steps/$f" >/dev/null || die "per-step policy .github/safebox/$f is not a valid policy (see above)"
+    say "step policy: .github/safebox/$f (steps of job ${f%%/*} with id $(basename "${f%.*}") run under it)"
+  done
   local presets=${SAFEBOX_PRESETS:-}
   for p in ${presets//,/ }; do
     case "$p" in npm|pip|cargo|go|maven|github) args+=(--preset "$p") ;;
       *) die "input presets: unknown preset '$p' (npm, pip, cargo, go, maven, github)" ;; esac
   done
   local log="$BASE/audit.jsonl" learned=${SAFEBOX_LEARN_OUT:-$BASE/learned-policy.json}
+  local mode=${SAFEBOX_MODE:-enforce}
   args+=(--audit-log "$log")
-  case "${SAFEBOX_MODE:-enforce}" in
-    enforce) ;;
-    learn) args+=(--learn "$BASE/last-step-policy.json") ;;
+  case "$mode" in
+    enforce|learn) ;;
     *) die "input mode: '${SAFEBOX_MODE}' is not enforce or learn" ;;
   esac
   # The shell for sandboxed steps: `shell: safebox-step {0}`. Its arguments
   # are fixed here, where no step can change them ($BIN is outside the
   # workspace and every write root). A POSIX sh script: every word quoted
   # with '...' (bash's printf %q may write $'...', which dash does not know).
+  # Each step is keyed by $GITHUB_JOB/$GITHUB_ACTION (the step's id; the
+  # runner names a step without one __run, __run_2, ...: docs/ci.md).
   {
     printf '#!/bin/sh\n# written by safebox action configure: shell: safebox-step {0}\n'
-    printf 'rc=0\n%s exec' "$(shq "$sb")"
+    printf 'script=$1\nrc=0\n'
+    printf "job=\$(printf '%%s' \"\${GITHUB_JOB:-job}\" | tr -c 'A-Za-z0-9_.-' '_')\n"
+    printf "step=\$(printf '%%s' \"\${GITHUB_ACTION:-step}\" | tr -c 'A-Za-z0-9_.-' '_')\n"
+    printf 'case "$job" in .|..) job=_ ;; esac\ncase "$step" in .|..) step=_ ;; esac\n'
+    printf 'steps=%s\n' "$(shq "$BASE/policies/steps")"
+    if [ "$mode" = learn ]; then
+      printf 'out=%s/"$job/$step.json"\nmkdir -p %s/"$job"\n' "$(shq "$BASE/learned")" "$(shq "$BASE/learned")"
+      printf 'set -- --learn "$out"\n'
+    else
+      # This step's own policy when the workspace had one at configure time, else the job's.
+      printf 'set --\n'
+      printf 'for f in "$steps/$job/$step.json" "$steps/$job/$step.toml"; do [ -f "$f" ] && set -- -p "$f"; done\n'
+    fi
+    printf '%s exec' "$(shq "$sb")"
     for p in "${args[@]}"; do printf ' %s' "$(shq "$p")"; done
-    printf ' -- bash --noprofile --norc -eo pipefail "$1" || rc=$?\n'
-    if [ "${SAFEBOX_MODE:-enforce}" = learn ]; then
-      # Every step so far, merged: the policy to commit for enforce mode.
-      printf '%s policy suggest %s -o %s || true\n' "$(shq "$sb")" "$(shq "$log")" "$(shq "$learned")"
+    printf ' "$@" -- bash --noprofile --norc -eo pipefail "$script" || rc=$?\n'
+    if [ "$mode" = learn ]; then
+      # Every step so far, merged: one policy for the whole job too.
+      printf '%s policy suggest %s -o %s >/dev/null 2>&1 || true\n' "$(shq "$sb")" "$(shq "$log")" "$(shq "$learned")"
+      # The step's summary: the file to commit and what it adds to the job's policy.
+      printf 'if [ -f "$out" ] && [ -n "${GITHUB_STEP_SUMMARY:-}" ]; then {\n'
+      printf '  printf "### safebox learned step \\`%%s/%%s\\`\\n\\nCommit it as \\`.github/safebox/%%s/%%s.json\\` to run this step under it in enforce mode (docs/ci.md#per-step-learn-then-enforce).\\n\\nWhat the step needed beyond the job'"'"'s policy (\\`safebox policy diff\\`):\\n\\n\\`\\`\\`\\n" "$job" "$step" "$job" "$step"\n'
+      printf '  %s policy diff %s "$out" 2>&1 | sed "s/\\`\\`\\`/\\`\\` \\`/g"\n' "$(shq "$sb")" "$(shq "${job_policy:-$BASE/policies/empty.json}")"
+      printf '  printf "\\`\\`\\`\\n\\n<details><summary>%%s/%%s.json</summary>\\n\\n\\`\\`\\`json\\n" "$job" "$step"\n'
+      printf '  sed "s/\\`\\`\\`/\\`\\` \\`/g" "$out"\n'
+      printf '  printf "\\`\\`\\`\\n</details>\\n"\n'
+      printf '} >> "$GITHUB_STEP_SUMMARY"; fi\n'
     fi
     printf 'exit $rc\n'
   } > "$BIN/safebox-step.tmp"
@@ -164,6 +216,7 @@ configure() {
     echo "shell=$BIN/safebox-step {0}"
     echo "audit-log=$log"
     echo "learned-policy=$learned"
+    echo "learned-dir=$BASE/learned"
   } >> "${GITHUB_OUTPUT:-/dev/null}"
   say "sandboxed steps: shell: safebox-step {0} (runs: safebox exec ${args[*]} -- bash -e STEP)"
 }

@@ -194,3 +194,29 @@ def test_as_gitlab_runner_the_install_ends_root_owned_or_fails_with_the_administ
         helper = next(prefix.glob("lib/python3*/site-packages/safebox/_bin/safebox-helper"))
         for p in (prefix, prefix / "bin" / "safebox", helper, helper.parent):
             assert p.stat().st_uid == 0 and not p.stat().st_mode & 0o022, p
+
+
+def test_learn_mode_writes_each_jobs_complete_policy_and_enforce_runs_the_job_under_it(fresh_home: FakeHome) -> None:
+    """Issue 23, item 4, through the template: the job's lines learn into
+    .safebox/learned/JOB.json (an artifact); committed as
+    .gitlab/safebox/JOB.json, enforce mode runs that job under it, and a
+    job without one under the template's policy."""
+    for d in ("out-a", "out-b"):
+        (fresh_home.root / d).mkdir()
+    jobs = ("build:\n  extends: .safebox\n  script:\n"
+            "    - sandboxed sh -c 'echo a > $HOME/out-a/f' || true\n"
+            "    - sandboxed sh -c 'echo b > $HOME/out-b/f' || true\n")
+    r = run_pipeline(fresh_home, jobs, SAFEBOX_MODE="learn")
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
+    learned = json.loads((fresh_home.work / ".safebox" / "learned" / "build.json").read_text())
+    assert learned["filesystem"]["allowWrite"] == ["~/out-a", "~/out-b"]  # both lines, one file
+    own = fresh_home.work / ".gitlab" / "safebox"
+    own.mkdir(parents=True)
+    (own / "build.json").write_text(json.dumps(learned))
+    jobs2 = jobs.replace(" || true", "") + ("deploy:\n  extends: .safebox\n  script:\n"
+                                            "    - sandboxed sh -c 'echo c > $HOME/out-a/g'\n")
+    r2 = run_pipeline(fresh_home, jobs2.replace("build:", "build:\n  stage: build").replace("deploy:", "deploy:\n  stage: test"))
+    out = r2.stdout + r2.stderr
+    assert "job build runs under its own policy .gitlab/safebox/build.json" in out, out[-3000:]
+    assert (fresh_home.root / "out-b" / "f").read_text() == "b\n"
+    assert not (fresh_home.root / "out-a" / "g").exists()  # deploy has no file of its own: refused
