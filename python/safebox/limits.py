@@ -581,15 +581,17 @@ def wait_until(pid: int, deadline: float, *, watch: tuple[int, Callable[[], None
             poller.register(watch[0], select.POLLIN)
         while True:
             left = deadline - time.monotonic()
-            if left <= 0:
-                return None
-            ready = {r for r, _ in poller.poll(min(left, 86400.0) * 1000 + 1)}
+            # Polled at least once, even past the deadline (poll(), a
+            # timeout of 0): the watch is looked at on every call.
+            ready = {r for r, _ in poller.poll(max(0.0, min(left, 86400.0)) * 1000 + (1 if left > 0 else 0))}
             if watch is not None and watch[0] in ready:
                 poller.unregister(watch[0])
                 watch[1]()
                 watch = None
             if fd in ready:
                 break
+            if left <= 0:
+                return None
     finally:
         os.close(fd)
     while True:

@@ -80,3 +80,29 @@ def test_a_supervisor_killed_mid_run_stops_the_run_and_says_so(fresh_home: FakeH
         "safebox: the run was stopped when the violations supervisor died (killed by SIGKILL): refusals after that "
         "were not observed; exit status 125",
     ], err
+
+
+def test_through_the_api_a_dead_supervisor_ends_the_command_at_the_next_poll(fresh_home: FakeHome) -> None:
+    # A harness runs the supervisor as its own child; poll() looks at it
+    # (docs/violations.md, "Mechanism", step 6).
+    import safebox
+
+    ready = fresh_home.work / f"ready-{token()}"
+    code = (f"import os, time\nopen({str(ready)!r}, 'w').close()\n"
+            "while True: time.sleep(0.02)\n")
+    with safebox.Sandbox(None, cwd=fresh_home.work, env=fresh_home.env()) as sb:  # type: ignore[arg-type]
+        p = sb.popen([PY, "-c", code])
+        try:
+            assert wait_for(ready.exists, timeout=30)
+            assert p.poll() is None  # control: it runs while the supervisor does
+            sup = supervisor_of(os.getpid())
+            assert sup is not None
+            os.kill(sup, signal.SIGKILL)
+            assert wait_for(lambda: p.poll() is not None, timeout=10)
+        finally:
+            p.kill()
+            p.wait()
+    assert p.returncode == 125
+    texts = [e.data["text"] for e in p.events if e.kind == "message"]
+    assert any(t.startswith(f"the violations supervisor (safebox-helper --supervise, pid {sup}) died (killed by "
+                            "SIGKILL): stopping the sandbox") for t in texts), texts
