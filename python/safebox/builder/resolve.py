@@ -1496,8 +1496,9 @@ def _resolve(policy: EffectivePolicy, *, layers: Layers, cwd: str, home: str, ho
     existing, missing, sealed, git_dirs = prot.existing, prot.missing, prot.sealed, prot.git_dirs
     scan.procs = {}
     socket_binds: list[str] = []
+    warnings: list[str] = []
     if policy.allow_unix_sockets and not policy.allow_all_unix_sockets and layers is not Layers.HELPER_ONLY:
-        hide, keep = split_unix_sockets(policy.allow_unix_sockets, host_unix_sockets())
+        hide, keep = _unix_sockets(policy, warnings=warnings, notes=notes)
         mask_files = sorted(set(mask_files) | set(hide))
         # An allowed socket under the private /tmp or a masked directory is
         # invisible unless bound back in.
@@ -1507,7 +1508,6 @@ def _resolve(policy: EffectivePolicy, *, layers: Layers, cwd: str, home: str, ho
     for p in deny_write_real:
         if not deny_write[p] and roots.at_or_above(p) is not None:
             missing.append(p)
-    warnings: list[str] = []
     path_links: list[tuple[str, str]] = []
     if not policy.allow_write_path_dirs:
         pdirs = path_dirs_in_write_roots(host.path_dirs, write_roots)
@@ -1624,6 +1624,34 @@ def _resolve_deny_write(paths: tuple[str, ...], realpaths: RealPaths) -> dict[st
             there = kind is not None and (kind != "link" or os.path.lexists(target))
         deny_write[target] = deny_write.get(target, False) or there
     return deny_write
+
+
+def _unix_sockets(policy: EffectivePolicy, *, warnings: list[str], notes: list[str]) -> tuple[list[str], list[str]]:
+    """(sockets to mask, allowed sockets) for ``allowUnixSockets`` paths
+    under bubblewrap. By identity first (builder/unix_diag.py): an allowed
+    path must be its socket's own name, not a hard link's, a renamed file's
+    or a relative bind's (refused); a hidden socket with a second name is a
+    warning (refused under --strict), one whose name may have changed a
+    note (-v)."""
+    from safebox.builder import unix_diag
+
+    bound = unix_diag.listening()
+    unix_diag.check_allowed(policy.allow_unix_sockets, bound)
+    unhidden, maybe_unhidden = unix_diag.unhideable(policy.allow_unix_sockets, bound)
+    if unhidden:
+        more = f" and {len(unhidden) - 3} more" if len(unhidden) > 3 else ""
+        what = (f"network.allowUnixSockets: {len(unhidden)} host unix socket{'s' if len(unhidden) > 1 else ''} "
+                f"cannot be hidden, as a mask covers one name and {'they have' if len(unhidden) > 1 else 'it has'} "
+                f"more: {', '.join(unhidden[:3])}{more}; a command that finds another name can connect to it")
+        if policy.strict:
+            raise BuildError(f"--strict: {what}", hint="remove the socket's extra links, or run without --strict "
+                                                       "(docs/policy-reference.md, \"Unix sockets\")")
+        warnings.append(what + ' (--strict refuses to run so; docs/policy-reference.md, "Unix sockets")')
+    if maybe_unhidden:
+        more = f" and {len(maybe_unhidden) - 3} more" if len(maybe_unhidden) > 3 else ""
+        notes.append("network.allowUnixSockets: host unix sockets whose current name safebox may not know (no mask "
+                     f"covers a name it does not know): {', '.join(maybe_unhidden[:3])}{more}")
+    return split_unix_sockets(policy.allow_unix_sockets, host_unix_sockets())
 
 
 def _path_dir_warnings(path_dirs: list[str], write_roots: list[str]) -> list[str]:

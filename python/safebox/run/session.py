@@ -595,6 +595,12 @@ class Command:
             events = _explain(s, rp, self.policy, observer, records, network,
                               audit=self.recorder.audit if self.recorder else None, own=self.given,
                               ci_run=self.ci_run)
+        lost = self.launch.supervisor_lost if self.launch is not None else None
+        if lost is not None:
+            # Said at once (run/supervise.py) and again here, after the
+            # summary of what was observed until then.
+            s.say(f"the run was stopped when the violations supervisor died ({lost}): refusals after that were "
+                  f"not observed; exit status {rc}")
         quarantined, restored = settle(rp, s.state, say=s.say)
         refused = self.ci_run.finish(self._passing()) if self.ci_run is not None else []
         for r in refused:
