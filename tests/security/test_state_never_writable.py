@@ -21,14 +21,17 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
 
+from conftest import HELPER
 from safebox.builder.bulk import BULK_MIN
-from sbx import BOTH, BWRAP_ONLY, EACCES, EROFS, HELPER_ONLY, FakeHome, host
+from sbx import BOTH, BWRAP_ONLY, EACCES, EROFS, HELPER_ONLY, PATH, FakeHome, host
 
 ALL_MODES = [BOTH, BWRAP_ONLY, HELPER_ONLY]
 MOUNT_MODES = [BOTH, BWRAP_ONLY]
@@ -264,3 +267,62 @@ def test_a_masked_file_is_safeboxs_empty_file_not_a_device(fresh_home: FakeHome,
     assert r.returncode == 0 and r.stdout.strip() == "regular empty file 0 0", (r.stdout, r.stderr)
     # Control: outside, it is the user's file with its contents.
     assert host(["stat", "-c", "%F", str(netrc)]).stdout.strip() == "regular file"
+
+
+# ------------------------------------------- the mounter detaches only its own
+
+def _mounter_over(scratch: Path, plan: bytes, probe: str) -> subprocess.CompletedProcess[str]:
+    """A bubblewrap sandbox held at ``read``, ``safebox-helper --mount`` with
+    ``plan`` in it, then ``probe`` (a shell line) run inside."""
+    r_info, w_info = os.pipe()
+    bwrap = shutil.which("bwrap", path=PATH)
+    assert bwrap, "bwrap not found: run `python3 build.py setup --tests`"
+    box = subprocess.Popen([bwrap, "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp",
+                            "--bind", str(scratch), str(scratch), "--ro-bind", str(scratch / "run"), str(scratch / "run"),
+                            "--unshare-all", "--die-with-parent", "--info-fd", str(w_info), "--",
+                            "sh", "-c", f"echo ready; read go; {probe}"],
+                           pass_fds=(w_info,), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                           stderr=subprocess.STDOUT, text=True)
+    os.close(w_info)
+    try:
+        with os.fdopen(r_info) as f:
+            info = json.loads(f.read())
+        # Its first program runs once bubblewrap has made every mount (the
+        # handshake safebox uses, bwrap.sync_lines).
+        assert box.stdout is not None and box.stdout.readline() == "ready\n"
+        ns = os.open(f"/proc/{info['child-pid']}/ns/mnt", os.O_RDONLY)
+        memfd = os.memfd_create("plan")
+        os.write(memfd, plan)
+        os.lseek(memfd, 0, os.SEEK_SET)
+        m = subprocess.run([str(HELPER), "--mount", "--namespace-fd", str(ns), "--plan-fd", str(memfd)],
+                           pass_fds=(ns, memfd), capture_output=True, text=True, timeout=60, check=False)
+        os.close(ns)
+        os.close(memfd)
+        assert m.returncode == 0, m.stderr
+        out, _ = box.communicate("G\n", timeout=60)
+    finally:
+        box.kill()
+        box.wait()
+    return subprocess.CompletedProcess(box.args, box.returncode, out, "")
+
+
+def test_the_mounter_never_detaches_a_bind_it_did_not_make_under_a_write_root_above_its_scratch(
+        scratch: Path) -> None:
+    """helper/mounter.c, detach(): with a write root bound above the scratch
+    dir (the run dir), umount2(scratch) detached the run dir's read-only
+    bind in the root's new tree, and the run dir became writable (the
+    review's second finding). bulk.split no longer plans this; the mounter
+    holds on its own."""
+    d = Path(tempfile.mkdtemp(prefix="mounter-", dir=scratch))
+    (d / "run").mkdir()
+    probe = f'touch "{d}/run/planted" 2>/dev/null; echo "run=$?"; touch "{d}/beside" && echo beside=0'
+    plan = b"".join([b"S\0", os.fsencode(d / "run"), b"\0W\0", os.fsencode(d), b"\0"])
+    # Control: without the mounter's write root the run dir is read-only,
+    # and what lies beside it is writable.
+    plain = _mounter_over(d, b"S\0" + os.fsencode(d / "run") + b"\0", probe)
+    assert "run=1" in plain.stdout and "beside=0" in plain.stdout, plain.stdout
+    (d / "beside").unlink()
+
+    r = _mounter_over(d, plan, probe)
+    assert "run=1" in r.stdout and "beside=0" in r.stdout, r.stdout
+    assert not (d / "run" / "planted").exists()
