@@ -326,3 +326,26 @@ def test_the_mounter_never_detaches_a_bind_it_did_not_make_under_a_write_root_ab
     r = _mounter_over(d, plan, probe)
     assert "run=1" in r.stdout and "beside=0" in r.stdout, r.stdout
     assert not (d / "run" / "planted").exists()
+
+
+@pytest.mark.parametrize("size", SIZES)
+@pytest.mark.parametrize("mode", MOUNT_MODES)
+def test_an_import_path_of_safebox_inside_a_write_root_stays_read_only_with_a_big_policy_too(
+        fresh_home: FakeHome, tmp_path: Path, mode: str, size: str) -> None:
+    """The installation's part of the rule, in the mounter's path as well as
+    bubblewrap's (coverage: this held before the fix; the review's finding
+    was the state dir)."""
+    from test_self_protection import _launcher_with_import_path
+
+    lib = fresh_home.work / "pylib"
+    lib.mkdir()
+    planted = lib / "sitecustomize.py"
+    launcher = _launcher_with_import_path(tmp_path, lib)
+    flags = ["--without", "helper"] if mode == BWRAP_ONLY else []
+    argv = [str(launcher), "exec", *flags, *_policy(fresh_home, size), "--", "sh", "-c", f"echo 'import os' > {planted}"]
+    r = subprocess.run(argv, cwd=fresh_home.work, env=fresh_home.env(), capture_output=True, text=True, timeout=120)
+    assert r.returncode != 0 and "Read-only file system" in r.stderr, r.stderr
+    assert not planted.exists()
+    # Control: without it on the import path, the same directory is writable.
+    ok = fresh_home.run(["sh", "-c", f"echo 'import os' > {planted}"], mode=mode, opts=_policy(fresh_home, size))
+    assert ok.returncode == 0 and planted.exists(), ok.stderr
