@@ -298,7 +298,7 @@ static void make(struct mounter *m, char op, const char *path, const char *ro_ba
 		break;
 	case 'F':
 		if (m->first_file == NULL) {
-			/* safebox's own empty file (0000, in the run dir), never
+			/* safebox's own empty file (0200, in the run dir), never
 			 * /dev/null: a host whose /dev/null had become a regular
 			 * file (a root `--learn /dev/null` once did that) showed
 			 * every masked file's new contents.  Its copy was taken

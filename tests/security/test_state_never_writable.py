@@ -264,7 +264,7 @@ def test_a_denied_file_stays_unreadable_where_dev_null_is_a_regular_file(fresh_h
 def test_a_masked_file_is_safeboxs_empty_file_not_a_device(fresh_home: FakeHome, mode: str) -> None:
     netrc = fresh_home.root / ".netrc"
     r = fresh_home.run(["stat", "-c", "%F %s %a", str(netrc)], mode=mode)
-    assert r.returncode == 0 and r.stdout.strip() == "regular empty file 0 0", (r.stdout, r.stderr)
+    assert r.returncode == 0 and r.stdout.strip() == "regular empty file 0 200", (r.stdout, r.stderr)
     # Control: outside, it is the user's file with its contents.
     assert host(["stat", "-c", "%F", str(netrc)]).stdout.strip() == "regular file"
 

@@ -26,7 +26,7 @@ path shadows an earlier one, so the order *is* the policy):
    caches of the presets (leaves of the state dir), ``--bind C C``.
 8. Deny-read: directories get ``--tmpfs D`` (made read-only in step 10, so a
    write there fails rather than vanishing), files get ``--ro-bind EMPTY F``
-   (safebox's own empty file, mode 0000, in the run dir: never the host's
+   (safebox's own empty file, mode 0200, in the run dir: never the host's
    ``/dev/null``, which root can turn into a regular file).
    After every bind of steps 4-7, so none of them can uncover a mask; under
    the private ``/tmp`` only where such a bind brought the host path back

@@ -54,7 +54,7 @@ class ResolvedPolicy(Frozen):
     # ``empty_file``.
     mask_dirs: tuple[str, ...] = ()
     mask_files: tuple[str, ...] = ()
-    # safebox's own empty file (mode 0000, in the run dir: RunDir) bound
+    # safebox's own empty file (mode 0200, in the run dir: RunDir) bound
     # read-only over every masked file. Never the host's /dev/null: a host
     # where it had become a regular file (a root `--learn /dev/null` once
     # did that) showed ten thousand "denied" files' new contents.
