@@ -349,3 +349,20 @@ def test_an_import_path_of_safebox_inside_a_write_root_stays_read_only_with_a_bi
     # Control: without it on the import path, the same directory is writable.
     ok = fresh_home.run(["sh", "-c", f"echo 'import os' > {planted}"], mode=mode, opts=_policy(fresh_home, size))
     assert ok.returncode == 0 and planted.exists(), ok.stderr
+
+
+@pytest.mark.parametrize("mode", MOUNT_MODES)
+def test_an_allow_read_cannot_uncover_the_masked_caches(fresh_home: FakeHome, mode: str) -> None:
+    state = _started(fresh_home)
+    cache = state / "cache"
+    cache_dir = fresh_home.root / ".cache"
+    # Re-allowing the state dir inside a denied ~/.cache shows the state dir
+    # but not its caches; naming the caches themselves is refused.
+    r = fresh_home.run(["ls", "-A", str(cache)], mode=mode,
+                       opts=["--deny-read", str(cache_dir), "--allow-read", str(state)])
+    assert r.returncode == 0 and r.stdout == "", (r.stdout, r.stderr)
+    r = fresh_home.run(["ls", "-A", str(cache)], mode=mode,
+                       opts=["--deny-read", str(cache_dir), "--allow-read", str(cache)])
+    assert r.returncode == 125 and f"filesystem.allowRead re-allows safebox's cache dir {cache}" in r.stderr, r.stderr
+    # Control: outside the sandbox the caches are there.
+    assert "bpf-" in host(["ls", "-A", str(cache)]).stdout
