@@ -24,7 +24,13 @@ that changes nothing:
   ``--publish`` dir, the ``allowRead`` carve-outs), which must stay on top;
 * a write root holds no host mount point (bubblewrap binds it from the host,
   where such a mount keeps its own flags; the sandbox's view of it is
-  read-only).
+  read-only);
+* a write root holds nothing bubblewrap keeps: no read-only entry, mask or
+  pin that stays, no sealed ``.git``, preset cache or overlay, not the run
+  dir (the mounter's scratch). Moved, it would be bound after them: over a
+  read-only bind at its own path, made writable, or hiding the run dir's
+  (issue 22: the state dir became writable). So read-only self-protection
+  always comes after every write bind, in both mount paths.
 
 Everything else commutes: a mount made later that lies above one bubblewrap
 made is a recursive bind of the sandbox's current view and carries it along
