@@ -8,9 +8,26 @@ cache does) and the options, with the identity of the libseccomp file the
 entry was compiled with checked on read (one stat: an upgraded library is a
 miss), and imports ``seccomp`` only on a miss (``seccomp.compile_with_id``).
 
-The cache lives in the state dir, which the sandbox can never write
-(builder/resolve.py binds it read-only, Landlock grants it no write). Entries
-are still checked on read: ours, 0600, magic, size a non-zero multiple of 8.
+An entry's digest is its own: it catches a torn or corrupt file, not a
+forgery (a writer could recompute it, as the review's forged allow-all
+programs did). What the entry is checked against is where it lives: out of
+every sandbox's reach (issue 22).
+
+1. The state dir is read-only inside, whatever the policy: a write root at
+   or inside it is refused, and one above it is bound before the state
+   dir's read-only bind, in bubblewrap's argv and in the mounter's plan
+   (builder/resolve.py ``_state_masks``, builder/bulk.py).
+2. Under bubblewrap ``STATE/cache`` is masked in every sandbox, an empty
+   read-only tmpfs made after every write bind: the command can neither
+   read nor write an entry, even through a mount mistake in (1).
+3. On a helper-only host Landlock keeps the state dir out of every write
+   grant (builder/resolve.py ``landlock_rules``, ``write_exclude``).
+
+Chosen over recomputing the digest, which needs the compile this cache
+exists to skip (~20 ms a start), and over an HMAC, whose key would have to
+be hidden from every sandbox the same way (a mask) to mean anything, and
+then adds nothing to (2). Entries are still checked on read: ours, 0600,
+magic, digest, size a non-zero multiple of 8, the same libseccomp.
 """
 
 from __future__ import annotations

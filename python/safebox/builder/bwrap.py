@@ -27,7 +27,9 @@ path shadows an earlier one, so the order *is* the policy):
    safebox's own installation and state dir; then the sandbox-private tool
    caches of the presets (leaves of the state dir), ``--bind C C``.
 8. Deny-read: directories get ``--tmpfs D`` (made read-only in step 10, so a
-   write there fails rather than vanishing), files get ``--ro-bind /dev/null F``.
+   write there fails rather than vanishing), files get ``--ro-bind EMPTY F``
+   (safebox's own empty file, mode 0200, in the run dir: never the host's
+   ``/dev/null``, which root can turn into a regular file).
    After every bind of steps 4-7, so none of them can uncover a mask; under
    the private ``/tmp`` only where such a bind brought the host path back
    (``needs_mask``). Then masked credential files (``credentials.files``,
@@ -165,7 +167,9 @@ def _region_args(rp: ResolvedPolicy, masked: list[str], *, whole: ResolvedPolicy
     for f in rp.mask_files:
         if not needs_mask(whole, f):
             continue
-        a += ["--ro-bind", "/dev/null", f]
+        if not whole.empty_file:
+            raise ValueError(f"no empty file to mask {f} with")  # fail closed: resolve() always sets it
+        a += ["--ro-bind", whole.empty_file, f]
     for real, copy in rp.masked_files:
         a += ["--ro-bind", copy, real]
     for copy, f in rp.overlays:

@@ -19,7 +19,7 @@ from safebox._prescan import start_rg as _rg_start
 from safebox._record import Frozen, Spawned, path_outside, read_small, realpath_cached, which
 from safebox.builder.paths import Nearest, ancestors, at_or_beneath, by_depth, collapse, parent_dir
 from safebox.builder.regions import Regions
-from safebox.builder.resolved import Bridge, Layers, NetKind, ResolvedPolicy
+from safebox.builder.resolved import EMPTY_FILE, Bridge, Layers, NetKind, ResolvedPolicy
 from safebox.errors import BuildError
 from safebox.policy import defaults
 from safebox.policy.effective import EffectivePolicy
@@ -1441,6 +1441,46 @@ def _with_caches(rp: ResolvedPolicy, cache_dirs: tuple[str, ...]) -> ResolvedPol
                       landlock_rules=rules)
 
 
+def _state_masks(state_dir: str, *, layers: Layers, write_roots: list[str]) -> tuple[str, ...]:
+    """The masks that keep safebox's state out of the sandbox's reach, after
+    refusing a write root at or inside the state dir (BuildError).
+
+    The state dir (caches, run dirs, memories) decides the next run's
+    sandbox. A write root above it keeps it read-only (self-protection in
+    _resolve); one at it or inside it could not be granted without handing
+    the command that decision, so it is refused (issue 22: with a big
+    policy a write root at the state dir made it writable, and a forged
+    seccomp cache turned every later run's filter off).
+
+    The caches (policies, limits, seccomp programs: STATE/cache) are the
+    host's alone: under bubblewrap they are masked in every sandbox, an
+    empty read-only tmpfs made after every write bind, so that no command
+    can read or rewrite them whatever its write roots. The state dir's
+    read-only bind is the first wall, this the second, and the reason
+    bpf_cache may trust an entry's own digest. Without bubblewrap Landlock
+    keeps the state dir out of every write grant (write_exclude)."""
+    state = os.path.realpath(state_dir)
+    for w in write_roots:
+        if _is_under(w, state):
+            raise BuildError(f"filesystem.allowWrite {w} lies at or inside safebox's state dir {state}: its "
+                             "caches and run dirs decide the next run's sandbox, so it is never writable "
+                             "inside; remove the entry (or run from another directory if it is the work dir)",
+                             hint="a write root above the state dir is fine: the state dir stays read-only "
+                                  "inside it")
+    cache = os.path.join(state, "cache")
+    # Nothing cached yet: the state dir's read-only bind keeps it from being made.
+    return (cache,) if layers is not Layers.HELPER_ONLY and os.path.isdir(cache) else ()
+
+
+def _refuse_unmasking(regions: Regions, masks: tuple[str, ...]) -> None:
+    """BuildError when an ``allowRead`` entry re-allows one of safebox's own masks."""
+    for m in masks:
+        if regions.readable(m):
+            raise BuildError(f"filesystem.allowRead re-allows safebox's cache dir {m}, which every sandbox "
+                             "masks (its seccomp programs and policies decide the next run's sandbox)",
+                             hint="remove the allowRead entry that holds it")
+
+
 def _resolve(policy: EffectivePolicy, *, layers: Layers, cwd: str, home: str, host: HostFacts,
              bridges: tuple[Bridge, ...], scan: Scan, extra_exclude: tuple[str, ...] = ()) -> ResolvedPolicy:
     notes = list(scan.notes)
@@ -1448,8 +1488,10 @@ def _resolve(policy: EffectivePolicy, *, layers: Layers, cwd: str, home: str, ho
     roots = Nearest(write_roots)
     scans = scan.procs
     realpaths = RealPaths()
-    mask_dirs, mask_files, regions, n = read_regions(policy.deny_read, policy.allow_read, realpaths)
+    own_masks = _state_masks(host.state_dir, layers=layers, write_roots=write_roots)
+    mask_dirs, mask_files, regions, n = read_regions((*policy.deny_read, *own_masks), policy.allow_read, realpaths)
     notes += n
+    _refuse_unmasking(regions, own_masks)
     for w in write_roots:
         d = regions.deny_over(w)
         if d is not None:
@@ -1563,7 +1605,8 @@ def _resolve(policy: EffectivePolicy, *, layers: Layers, cwd: str, home: str, ho
                               sealed=sealed_set, helper=host.helper_path),
         net=net, bridges=bridges, helper_path=host.helper_path, policy_path=host.policy_path,
         socket_binds=tuple(socket_binds),
-        run_dir=host.run_dir, watch_missing=tuple(sorted(set(missing))), watch_tops=tuple(prot.tops),
+        run_dir=host.run_dir, empty_file=os.path.join(host.run_dir, EMPTY_FILE) if host.run_dir else "",
+        watch_missing=tuple(sorted(set(missing))), watch_tops=tuple(prot.tops),
         watch_links=tuple([*prot.links, *path_links]),
         landlock_rules=tuple(rules),
         notes=tuple(notes), warnings=tuple(warnings))

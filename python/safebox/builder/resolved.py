@@ -8,6 +8,9 @@ from __future__ import annotations
 
 from safebox._record import Frozen, StrEnum
 
+#: The name, in the run dir, of safebox's empty file (ResolvedPolicy.empty_file).
+EMPTY_FILE = "empty"
+
 
 class Layers(StrEnum):
     """Which layers run (``--without``)."""
@@ -47,9 +50,15 @@ class ResolvedPolicy(Frozen):
     # Directories bound onto themselves read-write so they cannot be renamed
     # away from the read-only entries beneath them (.git).
     pinned_dirs: tuple[str, ...] = ()
-    # Deny-read: directories covered by an empty read-only tmpfs; files by /dev/null.
+    # Deny-read: directories covered by an empty read-only tmpfs; files by
+    # ``empty_file``.
     mask_dirs: tuple[str, ...] = ()
     mask_files: tuple[str, ...] = ()
+    # safebox's own empty file (mode 0200, in the run dir: RunDir) bound
+    # read-only over every masked file. Never the host's /dev/null: a host
+    # where it had become a regular file (a root `--learn /dev/null` once
+    # did that) showed ten thousand "denied" files' new contents.
+    empty_file: str = ""
     # credentials.files with mode "mask": (real path, its masked copy in the run dir).
     masked_files: tuple[tuple[str, str], ...] = ()
     # Files covered by another file, read-only: (host copy, path inside). A CI
