@@ -17,6 +17,7 @@ from safebox import _prescan
 from safebox._prescan import start_find as _find_links_start
 from safebox._prescan import start_rg as _rg_start
 from safebox._record import Frozen, Spawned, path_outside, read_small, realpath_cached, which
+from safebox.builder.home_files import home_files
 from safebox.builder.paths import Nearest, ancestors, at_or_beneath, by_depth, collapse, parent_dir
 from safebox.builder.regions import Regions
 from safebox.builder.resolved import Bridge, Layers, NetKind, ResolvedPolicy
@@ -1543,10 +1544,8 @@ def _resolve(policy: EffectivePolicy, *, layers: Layers, cwd: str, home: str, ho
     # read-only for the whole run (a read-only bind: even chmod fails with
     # EROFS, so the command cannot make it listable and write beneath it),
     # on a helper-only host out of Landlock's write grant; said on every run.
-    warnings: list[str] = []
-    for d in prot.unlistable:
-        why, fix = unlistable_message(d)
-        warnings.append(f"{why}: it is read-only inside for this run; to write there: {fix}")
+    warnings = [f"{why}: it is read-only inside for this run; to write there: {fix}"
+                for why, fix in map(unlistable_message, prot.unlistable)]
     excl.update(prot.unlistable)
     rules = landlock_rules(layers=layers, write_roots=write_roots, mask_dirs=mask_dirs, mask_files=mask_files,
                            write_exclude=tuple(sorted(excl)), carve_outs=regions.allows)
@@ -1560,6 +1559,17 @@ def _resolve(policy: EffectivePolicy, *, layers: Layers, cwd: str, home: str, ho
     read_only: set[str] = set(existing)
     read_only.update(deny_write_existing)
     read_only.update(prot.unlistable)
+    # A writable $HOME keeps its start-up files: every dot entry directly in
+    # it, and the user site's .pth and *customize (builder/home_files.py).
+    # allowWritePathDirs grants the PATH directories in a write root
+    # (~/.local/bin): they stay writable inside a read-only dot entry too.
+    granted = path_dirs_in_write_roots(host.path_dirs, write_roots).existing if policy.allow_write_path_dirs else []
+    hf = home_files(home, write_roots, env=os.environ, keep=tuple(os.path.realpath(f) for f in host.run_files),
+                    granted=granted)
+    refuse_hard_links(hf.files)
+    read_only.update(hf.read_only)
+    missing.extend(hf.missing)
+    notes += hf.notes
     for p in deny_write_real:
         if not deny_write[p] and roots.at_or_above(p) is not None:
             missing.append(p)
@@ -1596,9 +1606,18 @@ def _resolve(policy: EffectivePolicy, *, layers: Layers, cwd: str, home: str, ho
     # A read-only bind is recursive: one beneath another (a protected .git
     # inside a denyWrite directory) adds a mount and nothing else, and so
     # does a pin beneath one (nothing can be renamed in a read-only mount).
-    read_only_list = collapse(read_only_list, shallow_first=True)
+    # Except across a write root bound again over one (home.reopened: an
+    # allowWrite inside a read-only dot entry of $HOME): what lies beneath
+    # it is mounted again after it.
+    reopened = Nearest(hf.reopened)
+    read_only_list = _collapse_within(read_only_list, reopened)
     ro = Nearest(read_only_list)
-    pins = [p for p in pins if ro.above(p) is None]
+
+    def covered(p: str) -> bool:
+        r, w = ro.above(p), reopened.at_or_above(p)
+        return r is not None and (w is None or _is_under(r, w))
+
+    pins = [p for p in pins if not covered(p)]
     # Deny-read paths that do not exist yet but lie under a write root: the
     # command could create them (say ~/.config/safebox/policy.toml for the
     # next run); they are watched and quarantined like protected files.
@@ -1614,14 +1633,28 @@ def _resolve(policy: EffectivePolicy, *, layers: Layers, cwd: str, home: str, ho
         sealed_dirs=tuple((d, tuple(k)) for d, k in sealed),
         pinned_dirs=tuple(by_depth({*pins, *(g for g in git_dirs if g not in sealed_set)})),
         mask_dirs=tuple(mask_dirs), mask_files=tuple(mask_files), private_tmp=private_tmp,
-        carve_outs=carve_outs(regions, layers=layers, write_roots=write_roots, read_only=read_only_list,
-                              sealed=sealed_set, helper=host.helper_path),
+        carve_outs=tuple(sorted((*carve_outs(regions, layers=layers, write_roots=write_roots,
+                                             read_only=read_only_list, sealed=sealed_set, helper=host.helper_path),
+                                 *((w, True) for w in hf.reopened)),
+                                key=lambda x: (x[0].count("/"), x[0]))),
         net=net, bridges=bridges, helper_path=host.helper_path, policy_path=host.policy_path,
         socket_binds=tuple(socket_binds),
         run_dir=host.run_dir, watch_missing=tuple(sorted(set(missing))), watch_tops=tuple(prot.tops),
-        watch_links=tuple([*prot.links, *path_links]),
+        watch_links=tuple(dict.fromkeys([*prot.links, *path_links, *hf.links])),
+        watch_new=tuple(hf.watch),
         landlock_rules=tuple(rules),
         notes=tuple(notes), warnings=tuple(warnings))
+
+
+def _collapse_within(paths: list[str], reopened: Nearest) -> list[str]:
+    """``collapse`` (shallow first), within each region of the write roots
+    bound again over a read-only entry, and outside them."""
+    if not reopened.paths:
+        return collapse(paths, shallow_first=True)
+    groups: dict[str | None, list[str]] = {}
+    for p in paths:
+        groups.setdefault(reopened.at_or_above(p), []).append(p)
+    return by_depth(p for g in groups.values() for p in collapse(g))
 
 
 def _refuse_unmaskable(masks: list[str]) -> None:
