@@ -19,11 +19,9 @@ that changes nothing:
 * it is not the working directory or above it: bubblewrap has already
   ``chdir``-ed the command there, and a mount over its directory would not
   be seen through it;
-* a read-only or masked entry holds none of what bubblewrap mounts after it
-  (allowed sockets, the run dir, the helper under ``/tmp``, the
-  ``--publish`` dir, the ``allowRead`` carve-outs and write roots bound again
-  inside a read-only dot entry of ``$HOME``, the presets' caches), which must
-  stay on top;
+* a read-only or masked entry holds none of what bubblewrap mounts after the
+  masks (allowed sockets, the run dir, the helper under ``/tmp``, the
+  ``--publish`` dir, the ``allowRead`` carve-outs), which must stay on top;
 * a write root holds no host mount point (bubblewrap binds it from the host,
   where such a mount keeps its own flags; the sandbox's view of it is
   read-only).
@@ -91,11 +89,9 @@ def split(rp: ResolvedPolicy, *, host_mounts: frozenset[str] | set[str] = frozen
     # when a mask hides it): bubblewrap binds each back over its mask, so a
     # mask or read-only bind that holds one must be made before it, by
     # bubblewrap, not after it by the mounter (which would hide it again).
-    # And the presets' caches, bound read-write after every read-only entry:
-    # a read-only ~/.cache made by the mounter would cover them again.
     late = tuple(p for p in (*rp.socket_binds, rp.run_dir, rp.publish_dir,
                              *(h for h in (rp.helper_path,) if h and in_tmp(h)),
-                             *(c for c, _ in rp.carve_outs), *rp.cache_dirs) if p)
+                             *(c for c, _ in rp.carve_outs)) if p)
     holds_late = {a for p in late for a in ancestors(p)}
     above_cwd = set(ancestors(rp.cwd)) if rp.cwd else set()
     # Write roots bubblewrap binds from the host: what lies beneath them is
