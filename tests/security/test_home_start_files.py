@@ -158,3 +158,20 @@ def test_with_many_dot_entries_the_mounter_keeps_them_read_only_and_preset_cache
     assert "cannot create .tool42/config: Read-only file system" in r.stderr, r.stderr
     assert "cache-written" in r.stdout, r.stderr
     assert not (fresh_home.root / ".tool42" / "config").exists()
+
+
+def test_a_dotfile_with_another_name_is_refused_as_a_protected_file_is(fresh_home: FakeHome) -> None:
+    """A read-only bind covers one name; through a hard link elsewhere in the
+    writable $HOME the command would rewrite ``~/.vimrc`` all the same."""
+    vimrc = fresh_home.root / ".vimrc"
+    vimrc.write_text("\" mine\n")
+    other = fresh_home.root / "dotfiles-vimrc"
+    os.link(vimrc, other)
+    rc, err = _in_home(fresh_home, f"echo evil >> {other.name}")
+    assert rc == 125, err
+    assert f"safebox: protected file {vimrc} has 2 hard links" in err, err
+    assert vimrc.read_text() == "\" mine\n"
+    # Control: once it has one name, the run goes ahead and the dotfile is read-only.
+    other.unlink()
+    rc, err = _in_home(fresh_home, "echo ok > notes.txt")
+    assert rc == 0 and (fresh_home.root / "notes.txt").read_text() == "ok\n", err
