@@ -51,9 +51,16 @@ def test_a_bash_aliases_planted_in_a_writable_home_is_quarantined(fresh_home: Fa
 
 @pytest.mark.parametrize("mode", MOUNT_MODES)
 @pytest.mark.parametrize("name", [".bash_aliases", ".vimrc"])
-def test_an_existing_dotfile_in_a_writable_home_stays_read_only(fresh_home: FakeHome, mode: str, name: str) -> None:
+@pytest.mark.parametrize("how", ["work dir", "--allow-write ~"])
+def test_an_existing_dotfile_in_a_writable_home_stays_read_only(fresh_home: FakeHome, mode: str, name: str,
+                                                                how: str) -> None:
     (fresh_home.root / name).write_text("\" mine\n")
-    rc, err = _in_home(fresh_home, f"echo ok > notes.txt; echo evil >> {name}", mode=mode)
+    script = f"cd {fresh_home.root} && echo ok > notes.txt; echo evil >> {name}"
+    if how == "work dir":
+        rc, err = _in_home(fresh_home, script, mode=mode)
+    else:  # from the project, with the home granted
+        r = fresh_home.run(["sh", "-c", script], mode=mode, opts=["--allow-write", "~"])
+        rc, err = r.returncode, r.stderr
     assert (fresh_home.root / "notes.txt").read_text() == "ok\n"  # control
     assert rc != 0
     assert f"sh: 1: cannot create {name}: Read-only file system" in err, err
