@@ -140,3 +140,21 @@ def test_find_missing_is_a_clear_error() -> None:
 
     with pytest.raises(BuildError, match="find not found"):
         RootScan(rg="/usr/bin/rg", find=None, root=os.getcwd(), depth=6)
+
+
+def test_a_remembered_git_dir_made_unlistable_is_read_only_whole(tmp_path: Path) -> None:
+    if os.geteuid() == 0 and _root_reads_anything():
+        return  # root lists it anyway: nothing to decide (the walk test above says so too)
+    git = tmp_path / "lib.git"
+    for d in ("hooks", "objects", "refs"):
+        (git / d).mkdir(parents=True)
+    (git / "HEAD").write_text("ref: refs/heads/main\n")
+    git.chmod(0o300)
+    root = str(tmp_path)
+    try:
+        # Deeper than this walk looks (depth 0: find tests nothing): the memory alone names it.
+        scan = RootScan(rg="/usr/bin/rg", find="/usr/bin/find", root=root, depth=-3)
+        prot = protected_paths({root: scan}, [root], root, known=(("git", str(git)),))
+    finally:
+        git.chmod(0o755)
+    assert prot.unlistable == [str(git)]  # read-only whole for the run, said with the fix

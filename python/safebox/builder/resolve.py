@@ -800,7 +800,7 @@ def protected_paths(scans: dict[str, RootScan], write_roots: list[str], home: st
                for m in missing for d in (parent_dir(m),)}
     seen = {("git", g) for g in gits if os.path.basename(g) != ".git"} | {("admin", a) for a in admins}
     return Protected(existing=sorted(existing - set(git_dirs)), missing=sorted(missing - existing),
-                     known=sorted(seen), tops=f.tops, unlistable=sorted(set(unlistable)),
+                     known=sorted(seen), tops=f.tops, unlistable=sorted({*unlistable, *f.blind}),
                      sealed=f.sealed, git_dirs=git_dirs, links=sorted(links.items()))
 
 
@@ -824,6 +824,7 @@ class _Finds:
         # symlinks: their work tree is where they are, not where the git dir is.
         self.dotgit_files: set[str] = set()
         self.tops: list[tuple[str, tuple[str, ...]]] = []
+        self.blind: set[str] = set()  # git dirs we cannot list
 
     def under_a_root(self, p: str) -> bool:
         return self.roots.at_or_above(p) is not None
@@ -894,6 +895,12 @@ class _Finds:
         in_git_dir = self.in_git_dir
         for git in sorted(self.gits):
             if not os.path.isdir(git):
+                continue
+            if not os.access(git, os.R_OK | os.X_OK):
+                # Remembered from an earlier run, and made unlistable since:
+                # its entries cannot be looked at, so all of it is read-only
+                # (as an unlistable directory found by the walk is).
+                self.blind.add(git)
                 continue
             absent = []
             for entry in in_git_dir:
