@@ -149,3 +149,26 @@ def test_without_bubblewrap_an_unlistable_subdirectory_is_out_of_landlocks_write
             assert (sub / "planted").read_text() == "evil\n"  # root lists it: an ordinary directory
     finally:
         sub.chmod(0o755)
+
+
+def test_a_big_policys_mounter_keeps_an_unlistable_subdirectory_read_only_too(fresh_home: FakeHome) -> None:
+    """Past the big-policy threshold the read-only binds are the mounter's
+    (builder/bulk.py): the unlistable directory is one of them."""
+    sub = _nested_repo(fresh_home)
+    opts: list[str] = []
+    for i in range(70):
+        (fresh_home.work / "frozen" / f"d{i}").mkdir(parents=True)
+        opts += ["--deny-write", f"frozen/d{i}"]
+    sub.chmod(0o300)
+    try:
+        plan = fresh_home.run(["true"], opts=[*opts, "--dry-run"])
+        assert "before the command starts" in plan.stdout, plan.stdout  # the mounter makes them
+        r = fresh_home.run(["sh", "-c", "chmod 755 sub; echo evil > sub/.git/hooks/pre-commit; echo ok > notes.txt"],
+                           opts=opts)
+        assert (fresh_home.work / "notes.txt").read_text() == "ok\n", r.stderr  # control
+        assert not (sub / ".git" / "hooks" / "pre-commit").exists(), r.stderr
+        if _blind("self"):
+            assert f"read-only {sub}\n" in plan.stdout, plan.stdout
+            assert "chmod: changing permissions of 'sub': Read-only file system" in r.stderr, r.stderr
+    finally:
+        sub.chmod(0o755)
