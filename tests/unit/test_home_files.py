@@ -106,3 +106,17 @@ def test_a_killed_runs_watch_file_quarantines_new_dot_entries_at_the_next_start(
     assert not (h / ".planted").exists() and (h / odd).exists()
     assert len(msgs) == 1 and msgs[0].startswith(f"a killed earlier run's command created protected file {h}/.planted")
     assert os.path.exists(msgs[0].rsplit("moved it to ", 1)[1])
+
+
+def test_a_write_root_inside_a_read_only_dot_dir_is_bound_after_it_and_its_protection_after_that() -> None:
+    from safebox.builder.bwrap import mount_args
+    from safebox.builder.resolved import Layers, ResolvedPolicy
+
+    h = "/home/u"
+    rp = ResolvedPolicy(layers=Layers.BOTH, cwd=h, write_roots=(h, f"{h}/.cache/foo"),
+                        read_only=(f"{h}/.cache", f"{h}/.vimrc", f"{h}/.cache/foo/.git/hooks"), sealed_dirs=(),
+                        carve_outs=((f"{h}/.cache/foo", True),))
+    a = mount_args(rp)
+    binds = [(a[i], a[i + 1]) for i in range(len(a) - 1) if a[i] in ("--bind", "--ro-bind") and a[i + 1] != "/"]
+    assert binds == [("--bind", h), ("--ro-bind", f"{h}/.cache"), ("--ro-bind", f"{h}/.vimrc"),
+                     ("--bind", f"{h}/.cache/foo"), ("--ro-bind", f"{h}/.cache/foo/.git/hooks")]
