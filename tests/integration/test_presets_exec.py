@@ -55,8 +55,11 @@ def test_a_preset_gives_the_tool_a_writable_private_cache_and_keeps_the_hosts_re
 
 
 def test_control_without_a_preset_the_host_cache_under_a_write_root_is_writable(fresh_home: FakeHome) -> None:
+    # With the work dir at $HOME its dot entries are read-only unless a write
+    # root is named inside them (issue 22): the control names ~/.npm.
     (fresh_home.root / ".npm").mkdir()
-    r = fresh_home.run(["sh", "-c", "echo x > ~/.npm/probe"], cwd=fresh_home.root)
+    r = fresh_home.run(["sh", "-c", "echo x > ~/.npm/probe"], cwd=fresh_home.root,
+                       opts=["--allow-write", str(fresh_home.root / ".npm")])
     assert r.returncode == 0, r.stderr
     assert (fresh_home.root / ".npm" / "probe").read_text() == "x\n"
 

@@ -45,7 +45,10 @@ path shadows an earlier one, so the order *is* the policy):
    the paths beneath it, which its bind covered (a write root, a protected
    file, a ``denyRead`` path more specific than the carve-out, a covered
    file). Every path belongs to the deepest carve-out at or above it, or to
-   none.
+   none. A write root inside a read-only dot entry of ``$HOME``
+   (``--allow-write ~/.cache/foo`` with the work dir at ``~``;
+   builder/home_files.py) is such a carve-out too, ``--bind``, over the
+   read-only bind instead of a mask.
 9. Allowed unix sockets under the private ``/tmp`` or a mask, bound back in;
    then the run dir, read-only, so the helper finds its policy even when a
    mask covers the run dir's parent. (Unlisted host sockets are among the

@@ -17,6 +17,7 @@ from safebox import _prescan
 from safebox._prescan import start_find as _find_links_start
 from safebox._prescan import start_rg as _rg_start
 from safebox._record import Frozen, Spawned, path_outside, read_small, realpath_cached, which
+from safebox.builder.home_files import home_files
 from safebox.builder.paths import Nearest, ancestors, at_or_beneath, by_depth, collapse, parent_dir
 from safebox.builder.regions import Regions
 from safebox.builder.resolved import EMPTY_FILE, Bridge, Layers, NetKind, ResolvedPolicy
@@ -200,22 +201,35 @@ def _parent(path: str) -> str:
     return os.path.dirname(path) or "/"
 
 
-def _only_harmless_walk_errors(stderr: bytes) -> bool:
+def _only_harmless_walk_errors(stderr: bytes, unlistable: frozenset[str] | set[str] = frozenset()) -> bool:
     """ripgrep exits 2 on any walk error. Two kinds cannot hide a protected file
     that the sandbox could write: an entry that vanished during the walk
-    (ENOENT, os error 2) and a directory we may not read (EACCES, os error 13:
-    the command, running as us, cannot write beneath it either)."""
+    (ENOENT, os error 2), and a directory we may not read (EACCES, os error
+    13) at or beneath one of ``unlistable``, the directories find reported
+    as such, which are kept read-only for the run. Any other EACCES is not
+    harmless: the command owns the directory it made unlistable and could
+    make it listable again and write beneath it (found in review)."""
     lines = [ln for ln in stderr.decode(errors="replace").splitlines() if ln.strip()]
-    return bool(lines) and all("(os error 2)" in ln or "(os error 13)" in ln for ln in lines)
+    if not lines:
+        return False
+    prefixes = tuple(p for u in unlistable for p in (u + ":", u + "/"))
+    for ln in lines:
+        if ln.rstrip().endswith("(os error 2)"):
+            continue
+        path = ln[4:] if ln.startswith("rg: ") else ln
+        if not (ln.rstrip().endswith("(os error 13)") and prefixes and path.startswith(prefixes)):
+            return False
+    return True
 
 
-def _rg_finish(proc: Spawned, root: str) -> list[str]:
-    """Protected files and directories under ``root`` found by ripgrep, as paths."""
+def _rg_finish(proc: Spawned, root: str, unlistable: frozenset[str] | set[str] = frozenset()) -> list[str]:
+    """Protected files and directories under ``root`` found by ripgrep, as
+    paths; ``unlistable``: the directories find could not list."""
     try:
         rc, stdout, stderr = proc.collect(timeout=60)
     except TimeoutError as e:
         raise BuildError(f"ripgrep failed under {root}: {e}; cannot find protected files") from None
-    if rc == 2 and _only_harmless_walk_errors(stderr):
+    if rc == 2 and _only_harmless_walk_errors(stderr, unlistable):
         rc = 0
     if rc not in (0, 1):  # 1 = nothing found
         raise BuildError(f"ripgrep failed under {root} (exit {rc}): "
@@ -443,27 +457,55 @@ def _dot_names() -> frozenset[str]:
     return frozenset(names)
 
 
-def _find_links_finish(proc: Spawned, root: str) -> list[str]:
-    """The symlinks and directories ``_find_links_start`` found, as paths; fails closed on any
-    error but an entry that vanished or a directory we may not read (see
-    ``_only_harmless_walk_errors``)."""
+def _find_links_finish(proc: Spawned, root: str) -> tuple[list[str], list[str]]:
+    """(the symlinks and directories ``_find_links_start`` found, the
+    directories it could not list), as paths; fails closed on any error but
+    an entry that vanished. A directory we may not read is reported by find
+    itself (``-readable``) and not entered, so a "Permission denied" here is
+    one that changed under the walk: refused, never taken as harmless."""
     try:
         rc, stdout, stderr = proc.collect(timeout=60)
     except TimeoutError as e:
         raise BuildError(f"find failed under {root}: {e}; cannot find protected symlinks") from None
     if rc != 0:
         lines = [ln for ln in stderr.decode(errors="replace").splitlines() if ln.strip()]
-        if not (lines and all(ln.endswith((": Permission denied", ": No such file or directory"))
-                              for ln in lines)):
+        if not (lines and all(ln.endswith(": No such file or directory") for ln in lines)):
             raise BuildError(f"find failed under {root} (exit {rc}): "
-                             f"{stderr.decode(errors='replace').strip()[:200]}")
+                             f"{stderr.decode(errors='replace').strip()[:200]}",
+                             hint=_unlistable_hint(lines[0]) if lines else None)
     names = _dot_names()
     out = []
+    unlistable = []
     for raw in stdout.split(b"\0"):
         p = os.fsdecode(raw)
-        if p and p.rsplit("/", 1)[-1] in names:
+        if p.startswith("!/"):
+            unlistable.append(p[1:])
+        elif p and p.rsplit("/", 1)[-1] in names:
             out.append(p)
-    return out
+    return out, unlistable
+
+
+def _unlistable_hint(line: str) -> str | None:
+    """The fix for find's "find: 'DIR': Permission denied", if that is the line."""
+    prefix, suffix = "find: '", "': Permission denied"
+    if line.startswith(prefix) and line.endswith(suffix):
+        return f"make it listable: chmod u+rx {line[len(prefix):-len(suffix)]}"
+    return None
+
+
+def unlistable_message(path: str) -> tuple[str, str]:
+    """(why, the fix) for a directory in a write root that we cannot list."""
+    try:
+        st = os.stat(path)
+        mode = f" (mode {stat.S_IMODE(st.st_mode):04o})"
+        ours = st.st_uid == os.geteuid()
+    except OSError:
+        mode, ours = "", True
+    why = (f"{path} cannot be listed{mode}: safebox cannot find the protected files in it (.git/hooks, "
+           ".bashrc, ...), and a command could make it listable again and write them")
+    fix = (f"chmod u+rx {path}" if ours else
+           f"have its owner (uid {st.st_uid}) make it listable, or move it out of the write root")
+    return why, fix
 
 
 def link_candidates(link: str) -> list[tuple[str, bool]]:
@@ -508,14 +550,15 @@ class RootScan:
         self.rg.cancel()
         self.links.cancel()
 
-    def collect(self, root: str) -> tuple[list[str], list[str]]:
-        """(protected paths found by ripgrep, symlinks and directories found by find)."""
+    def collect(self, root: str) -> tuple[list[str], list[str], list[str]]:
+        """(protected paths found by ripgrep, symlinks and directories found by
+        find, directories find could not list)."""
         try:
-            found = _rg_finish(self.rg, root)
+            named, unlistable = _find_links_finish(self.links, root)
         except BaseException:
-            self.links.cancel()
+            self.rg.cancel()
             raise
-        return found, _find_links_finish(self.links, root)
+        return _rg_finish(self.rg, root, frozenset(unlistable)), named, unlistable
 
 
 def prestart(*, cwd: str, rg: str | None) -> dict[tuple[str, int], RootScan]:
@@ -663,6 +706,10 @@ class Protected(Frozen):
     # ``missing`` paths; ``top_candidates`` expands them after the run, for
     # the names that then exist.
     tops: list[tuple[str, tuple[str, ...]]] = []
+    # Directories in a write root that we cannot list (no read or search
+    # permission): whatever is protected in them cannot be found, so each is
+    # read-only for the whole run (resolve.unlistable_message says why).
+    unlistable: list[str] = []
 
 
 #: The protected names watched at the top of every write root: `.mcp.json`,
@@ -716,6 +763,7 @@ def protected_paths(scans: dict[str, RootScan], write_roots: list[str], home: st
         if f.under_a_root(p) and os.path.isdir(p) and not os.path.islink(p):
             (f.admins if kind == "admin" else f.gits).add(p)
     collected: set[int] = set()
+    unlistable: list[str] = []
     for root in write_roots:
         found: list[str]
         named: list[str]
@@ -723,7 +771,8 @@ def protected_paths(scans: dict[str, RootScan], write_roots: list[str], home: st
             found, named = [], []  # a batch already collected with an earlier root of it
         else:
             collected.add(id(scans[root]))
-            found, named = scans[root].collect(root)
+            found, named, blind = scans[root].collect(root)
+            unlistable += blind
         f.found(found)
         f.named(named)
         f.top_names(root)
@@ -751,7 +800,7 @@ def protected_paths(scans: dict[str, RootScan], write_roots: list[str], home: st
                for m in missing for d in (parent_dir(m),)}
     seen = {("git", g) for g in gits if os.path.basename(g) != ".git"} | {("admin", a) for a in admins}
     return Protected(existing=sorted(existing - set(git_dirs)), missing=sorted(missing - existing),
-                     known=sorted(seen), tops=f.tops,
+                     known=sorted(seen), tops=f.tops, unlistable=sorted({*unlistable, *f.blind}),
                      sealed=f.sealed, git_dirs=git_dirs, links=sorted(links.items()))
 
 
@@ -775,6 +824,7 @@ class _Finds:
         # symlinks: their work tree is where they are, not where the git dir is.
         self.dotgit_files: set[str] = set()
         self.tops: list[tuple[str, tuple[str, ...]]] = []
+        self.blind: set[str] = set()  # git dirs we cannot list
 
     def under_a_root(self, p: str) -> bool:
         return self.roots.at_or_above(p) is not None
@@ -845,6 +895,12 @@ class _Finds:
         in_git_dir = self.in_git_dir
         for git in sorted(self.gits):
             if not os.path.isdir(git):
+                continue
+            if not os.access(git, os.R_OK | os.X_OK):
+                # Remembered from an earlier run, and made unlistable since:
+                # its entries cannot be looked at, so all of it is read-only
+                # (as an unlistable directory found by the walk is).
+                self.blind.add(git)
                 continue
             absent = []
             for entry in in_git_dir:
@@ -1364,6 +1420,11 @@ class Scan:
                 continue
             if real == "/":
                 raise BuildError("filesystem.allowWrite: '/' would make the whole host writable; refusing")
+            if stat.S_ISDIR(mode) and not os.access(real, os.R_OK | os.X_OK):
+                # Not kept read-only as an unlistable directory inside a root
+                # is: that would take away the whole write root, silently.
+                why, fix = unlistable_message(real)
+                raise BuildError(f"write root {why}", hint=fix)
             roots.append(real)
         self.write_roots = sorted(set(roots), key=lambda p: (p.count("/"), p))
         self.notes = notes
@@ -1528,8 +1589,6 @@ def _resolve(policy: EffectivePolicy, *, layers: Layers, cwd: str, home: str, ho
     deny_write_real = sorted(deny_write)
     deny_write_existing = [p for p in deny_write_real if deny_write[p]]
     excl = {*own, *deny_write_existing, *(os.path.realpath(p) for p in extra_exclude if os.path.lexists(p))}
-    rules = landlock_rules(layers=layers, write_roots=write_roots, mask_dirs=mask_dirs, mask_files=mask_files,
-                           write_exclude=tuple(sorted(excl)), carve_outs=regions.allows)
     known_file = os.path.join(host.state_dir, KNOWN_GIT_DIRS)
     known_before = read_known_git_dirs(known_file)
     prot = protected_paths(scans, write_roots, home, known=known_before,
@@ -1537,8 +1596,16 @@ def _resolve(policy: EffectivePolicy, *, layers: Layers, cwd: str, home: str, ho
     remember_git_dirs(known_file, known_before, tuple(prot.known))
     existing, missing, sealed, git_dirs = prot.existing, prot.missing, prot.sealed, prot.git_dirs
     scan.procs = {}
+    # A directory the walks could not list hides whatever is protected in it:
+    # read-only for the whole run (a read-only bind: even chmod fails with
+    # EROFS, so the command cannot make it listable and write beneath it),
+    # on a helper-only host out of Landlock's write grant; said on every run.
+    warnings = [f"{why}: it is read-only inside for this run; to write there: {fix}"
+                for why, fix in map(unlistable_message, prot.unlistable)]
+    excl.update(prot.unlistable)
+    rules = landlock_rules(layers=layers, write_roots=write_roots, mask_dirs=mask_dirs, mask_files=mask_files,
+                           write_exclude=tuple(sorted(excl)), carve_outs=regions.allows)
     socket_binds: list[str] = []
-    warnings: list[str] = []
     if policy.allow_unix_sockets and not policy.allow_all_unix_sockets and layers is not Layers.HELPER_ONLY:
         hide, keep = _unix_sockets(policy, warnings=warnings, notes=notes)
         mask_files = sorted(set(mask_files) | set(hide))
@@ -1547,6 +1614,18 @@ def _resolve(policy: EffectivePolicy, *, layers: Layers, cwd: str, home: str, ho
         socket_binds = [k for k in keep if _is_under(k, "/tmp") or not regions.readable(k)]
     read_only: set[str] = set(existing)
     read_only.update(deny_write_existing)
+    read_only.update(prot.unlistable)
+    # A writable $HOME keeps its start-up files: every dot entry directly in
+    # it, and the user site's .pth and *customize (builder/home_files.py).
+    # allowWritePathDirs grants the PATH directories in a write root
+    # (~/.local/bin): they stay writable inside a read-only dot entry too.
+    granted = path_dirs_in_write_roots(host.path_dirs, write_roots).existing if policy.allow_write_path_dirs else []
+    hf = home_files(home, write_roots, env=os.environ, keep=tuple(os.path.realpath(f) for f in host.run_files),
+                    granted=granted)
+    refuse_hard_links(hf.files)
+    read_only.update(hf.read_only)
+    missing.extend(hf.missing)
+    notes += hf.notes
     for p in deny_write_real:
         if not deny_write[p] and roots.at_or_above(p) is not None:
             missing.append(p)
@@ -1583,9 +1662,18 @@ def _resolve(policy: EffectivePolicy, *, layers: Layers, cwd: str, home: str, ho
     # A read-only bind is recursive: one beneath another (a protected .git
     # inside a denyWrite directory) adds a mount and nothing else, and so
     # does a pin beneath one (nothing can be renamed in a read-only mount).
-    read_only_list = collapse(read_only_list, shallow_first=True)
+    # Except across a write root bound again over one (home.reopened: an
+    # allowWrite inside a read-only dot entry of $HOME): what lies beneath
+    # it is mounted again after it.
+    reopened = Nearest(hf.reopened)
+    read_only_list = _collapse_within(read_only_list, reopened)
     ro = Nearest(read_only_list)
-    pins = [p for p in pins if ro.above(p) is None]
+
+    def covered(p: str) -> bool:
+        r, w = ro.above(p), reopened.at_or_above(p)
+        return r is not None and (w is None or _is_under(r, w))
+
+    pins = [p for p in pins if not covered(p)]
     # Deny-read paths that do not exist yet but lie under a write root: the
     # command could create them (say ~/.config/safebox/policy.toml for the
     # next run); they are watched and quarantined like protected files.
@@ -1601,15 +1689,29 @@ def _resolve(policy: EffectivePolicy, *, layers: Layers, cwd: str, home: str, ho
         sealed_dirs=tuple((d, tuple(k)) for d, k in sealed),
         pinned_dirs=tuple(by_depth({*pins, *(g for g in git_dirs if g not in sealed_set)})),
         mask_dirs=tuple(mask_dirs), mask_files=tuple(mask_files), private_tmp=private_tmp,
-        carve_outs=carve_outs(regions, layers=layers, write_roots=write_roots, read_only=read_only_list,
-                              sealed=sealed_set, helper=host.helper_path),
+        carve_outs=tuple(sorted((*carve_outs(regions, layers=layers, write_roots=write_roots,
+                                             read_only=read_only_list, sealed=sealed_set, helper=host.helper_path),
+                                 *((w, True) for w in hf.reopened)),
+                                key=lambda x: (x[0].count("/"), x[0]))),
         net=net, bridges=bridges, helper_path=host.helper_path, policy_path=host.policy_path,
         socket_binds=tuple(socket_binds),
         run_dir=host.run_dir, empty_file=os.path.join(host.run_dir, EMPTY_FILE) if host.run_dir else "",
         watch_missing=tuple(sorted(set(missing))), watch_tops=tuple(prot.tops),
-        watch_links=tuple([*prot.links, *path_links]),
+        watch_links=tuple(dict.fromkeys([*prot.links, *path_links, *hf.links])),
+        watch_new=tuple(hf.watch),
         landlock_rules=tuple(rules),
         notes=tuple(notes), warnings=tuple(warnings))
+
+
+def _collapse_within(paths: list[str], reopened: Nearest) -> list[str]:
+    """``collapse`` (shallow first), within each region of the write roots
+    bound again over a read-only entry, and outside them."""
+    if not reopened.paths:
+        return collapse(paths, shallow_first=True)
+    groups: dict[str | None, list[str]] = {}
+    for p in paths:
+        groups.setdefault(reopened.at_or_above(p), []).append(p)
+    return by_depth(p for g in groups.values() for p in collapse(g))
 
 
 def _refuse_unmaskable(masks: list[str]) -> None:

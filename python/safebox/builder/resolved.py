@@ -66,7 +66,9 @@ class ResolvedPolicy(Frozen):
     overlays: tuple[tuple[str, str], ...] = ()
     # allowRead carve-outs (builder/regions.py): (path, writable), shallow
     # first, each inside a mask and bound back over it from the host; the
-    # mounts beneath one are made again after it (builder/bwrap.py).
+    # mounts beneath one are made again after it (builder/bwrap.py). Also
+    # write roots inside a read-only dot entry of $HOME (builder/home_files.py:
+    # --allow-write ~/.cache/foo with the work dir at ~), read-write.
     carve_outs: tuple[tuple[str, bool], ...] = ()
     # Allowed unix sockets bound back in (they lie under the private /tmp or a mask).
     socket_binds: tuple[str, ...] = ()
@@ -92,6 +94,9 @@ class ResolvedPolicy(Frozen):
     watch_tops: tuple[tuple[str, tuple[str, ...]], ...] = ()
     # Protected symlinks (path, target text): restored after the run if replaced.
     watch_links: tuple[tuple[str, str], ...] = ()
+    # (directory, kind, names there at the start): new dot entries of a
+    # writable $HOME, new site hooks of a user site (builder/home_files.py).
+    watch_new: tuple[tuple[str, str, tuple[str, ...]], ...] = ()
     # Sandbox-private tool caches (presets): bound read-write onto themselves
     # after the read-only re-binds (they lie in safebox's state dir).
     cache_dirs: tuple[str, ...] = ()
