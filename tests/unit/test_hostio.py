@@ -166,11 +166,7 @@ ALLOWED: dict[str, str] = {
     "api:Popen.__init__": "pipe descriptors safebox made",
     "builder/caches:_level": ("the preset caches: each level opened beneath the one above with "
                               "O_NOFOLLOW|O_DIRECTORY, type and owner checked with fstat"),
-    "builder/bpf_cache:*": "safebox's state dir, read-only in every sandbox (self-protection), O_NOFOLLOW",
     "builder/helper_policy:write_policy_file": "the run dir, safebox's own, O_EXCL|O_NOFOLLOW",
-    "builder/resolve:read_known_git_dirs": "safebox's state dir, read-only in every sandbox",
-    "builder/resolve:read_write_roots": "safebox's state dir, read-only in every sandbox",
-    "builder/resolve:_write_memory": "safebox's state dir, read-only in every sandbox, O_NOFOLLOW",
     "builder/resolve:host_unix_sockets": "/proc/net/unix",
     "builder/seccomp:libseccomp_identity": "/proc/self/maps",
     "cgroups:*": "/proc and cgroupfs",

@@ -53,13 +53,16 @@ def fast_key(*, allow_unix_sockets: bool, inet: str, observe: str = "off") -> st
 
 
 def _read(path: str) -> tuple[bytes, str] | None:
+    from safebox.hostio import HostFileError, open_read
+
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
-    except OSError:
+        # hostio: no link followed, a regular file of ours with one link.
+        fd = open_read(path, max_size=1 << 16)
+    except HostFileError:
         return None
     try:
         st = os.fstat(fd)
-        if st.st_uid != os.getuid() or st.st_mode & 0o077 or st.st_size > 1 << 16:
+        if st.st_mode & 0o077:
             return None
         data = os.read(fd, st.st_size + 1)
     finally:
@@ -99,18 +102,12 @@ def load(*, cache_dir: str, allow_unix_sockets: bool, inet: str, observe: str = 
 
     program, fid, lib = compile_with_id(allow_unix_sockets=allow_unix_sockets, allow_inet=InetMode(inet),
                                         observe=Observe(observe))
+    from safebox.hostio import HostFileError, replace
+
     try:
         os.makedirs(cache_dir, mode=0o700, exist_ok=True)
-        tmp = f"{path}.{os.getpid()}.tmp"
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-        try:
-            blob = _MAGIC + f"{fid} {sha256_hex(program)} {lib.encode().hex()}\n".encode() + program
-            view = memoryview(blob)
-            while view:
-                view = view[os.write(fd, view):]
-        finally:
-            os.close(fd)
-        os.replace(tmp, path)
-    except OSError:
+        blob = _MAGIC + f"{fid} {sha256_hex(program)} {lib.encode().hex()}\n".encode() + program
+        replace(path, blob, mode=0o600)
+    except (OSError, HostFileError):
         pass  # an unwritable cache only costs speed
     return program, fid

@@ -271,16 +271,32 @@ _KNOWN_LOW = _KNOWN_MAX * 3 // 4
 _KNOWN_LOW_BYTES = _KNOWN_MAX_BYTES * 3 // 4
 
 
+def _read_memory(path: str) -> bytes | None:
+    """The first 1 MiB of a state-dir memory file, through safebox.hostio (no
+    link followed, a regular file of ours with one link); None when missing
+    or unusable."""
+    from safebox.hostio import HostFileError, open_read
+
+    try:
+        fd = open_read(path)
+    except HostFileError:
+        return None
+    try:
+        return os.read(fd, _KNOWN_MAX_BYTES)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+
+
 def read_known_git_dirs(path: str) -> tuple[tuple[str, str], ...]:
     """The git dirs and worktree admin dirs remembered by earlier runs
     (``KIND HEXPATH`` lines in the state dir, which the sandbox cannot
     write). A missing or unreadable file is an empty memory; a last line
     without its newline (a file cut short) is ignored, never read as the
     shorter path its hex prefix would name."""
-    try:
-        with open(path, "rb") as f:
-            raw = f.read(_KNOWN_MAX_BYTES)
-    except OSError:
+    raw = _read_memory(path)
+    if raw is None:
         return ()
     out = []
     for line in raw[:raw.rfind(b"\n") + 1].decode("ascii", "replace").splitlines():
@@ -324,15 +340,11 @@ def _write_memory(path: str, entries: list[tuple[str, str]]) -> None:
                 keep.append(line)
                 size += len(line)
         lines = keep
-    tmp = f"{path}.{os.getpid()}.tmp"
+    from safebox.hostio import HostFileError, replace
+
     try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-        try:
-            os.write(fd, "".join(lines).encode())
-        finally:
-            os.close(fd)
-        os.replace(tmp, path)
-    except OSError:
+        replace(path, "".join(lines).encode(), mode=0o600)
+    except (OSError, HostFileError):
         pass
 
 
@@ -345,10 +357,8 @@ def read_write_roots(path: str) -> dict[str, float]:
     cannot write), most recently added first. A missing or unreadable file
     is an empty memory; a last line cut short is ignored. Same bound as the
     git-dir memory (4096 entries, 1 MiB)."""
-    try:
-        with open(path, "rb") as f:
-            raw = f.read(_KNOWN_MAX_BYTES)
-    except OSError:
+    raw = _read_memory(path)
+    if raw is None:
         return {}
     out: dict[str, float] = {}
     for line in raw[:raw.rfind(b"\n") + 1].decode("ascii", "replace").splitlines():

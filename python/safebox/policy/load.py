@@ -857,11 +857,13 @@ def load_cached(ctx: Context, *, policy_files: Sequence[str], flags: Flags, cach
         parts.append(f"\0{path}\0{project}\0{len(raw)}\0".encode() + raw)
     key = sha256_hex(b"".join(parts))[:32]
     cache = os.path.join(cache_dir, f"{_CACHE_PREFIX}{key}{_CACHE_SUFFIX}")
+    from safebox.hostio import HostFileError, open_read, replace
+
     try:
-        fd = os.open(cache, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        fd = open_read(cache, max_size=1 << 22)  # no link followed; a regular file of ours, one link
         try:
             st = os.fstat(fd)
-            if st.st_uid == os.getuid() and (st.st_mode & 0o077) == 0:
+            if (st.st_mode & 0o077) == 0:
                 policy = EffectivePolicy.from_json_dict(marshal.loads(os.read(fd, 1 << 22)))
                 import time
 
@@ -873,20 +875,14 @@ def load_cached(ctx: Context, *, policy_files: Sequence[str], flags: Flags, cach
                 return policy
         finally:
             os.close(fd)
-    except (OSError, ValueError, TypeError, EOFError):
+    except (OSError, ValueError, TypeError, EOFError, HostFileError):
         pass
     policy = _load_from(inputs, ctx, flags)
     try:
         os.makedirs(cache_dir, mode=0o700, exist_ok=True)
-        tmp = f"{cache}.{os.getpid()}.tmp"
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-        try:
-            os.write(fd, marshal.dumps(policy.to_json_dict()))
-        finally:
-            os.close(fd)
-        os.replace(tmp, cache)
+        replace(cache, marshal.dumps(policy.to_json_dict()), mode=0o600)
         evict_policy_cache(cache_dir, keep=cache)
-    except OSError:
+    except (OSError, HostFileError):
         pass  # an unwritable cache only costs speed
     return policy
 
