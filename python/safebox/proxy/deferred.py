@@ -307,6 +307,15 @@ class DeferredProxy:
             mine = [p for p in self._pending if p[0].fileno() in fds]
             self._pending = [p for p in self._pending if p[0].fileno() not in fds]
             for s, _ in mine:  # under the lock: the watcher re-reads the list before it polls again
+                # shutdown() first: the watcher thread may be inside poll()
+                # on this socket, and that reference keeps a closed listener
+                # accepting into its backlog until poll returns (a flake:
+                # "released listener still accepted"). shutdown() takes the
+                # socket out of LISTEN at once, whoever still holds it.
+                try:
+                    s.shutdown(_socket.SHUT_RDWR)
+                except OSError:
+                    pass
                 s.close()
         self._wake()
         if server is not None and fds:
