@@ -310,7 +310,7 @@ class ProxyServer:
     @staticmethod
     def _unix_socket(path: str) -> socket.socket:
         """Bind and listen on a unix socket at ``path``, mode 0600 before
-        anyone can connect (deferred.py's listener, the one implementation);
+        anyone can connect (proxy/listeners.py's, the one implementation);
         as the ``socket.socket`` asyncio needs."""
         from safebox.proxy.listeners import _unix_listener
 
