@@ -65,9 +65,17 @@ def test_a_work_dir_of_etc_is_warned_about_without_verbose(shared_home: FakeHome
                         "project directory to narrow it\n"), r.stderr
 
 
+def _home_below(fresh_home: FakeHome) -> tuple[Path, dict[str, str]]:
+    """A directory of the test's own holding a $HOME (not the session's
+    scratch dir, which holds every other test's home and what they left)."""
+    above = fresh_home.root / "above"
+    (above / "home").mkdir(parents=True)
+    return above, {"HOME": str(above / "home")}
+
+
 def test_a_work_dir_above_the_home_is_warned_about_without_verbose(fresh_home: FakeHome) -> None:
-    above = fresh_home.root.parent
-    r = fresh_home.run(["true"], cwd=above)
+    above, env = _home_below(fresh_home)
+    r = fresh_home.run(["true"], cwd=above, env=env)
     assert r.returncode == 0, r.stderr
     assert r.stderr == (f"safebox: warning: the work dir {above} is a directory that holds your home directory, and "
                         f"the work dir is writable: all of {above} is writable inside but for the protected and "
@@ -103,11 +111,13 @@ def test_allow_write_of_a_system_directory_is_warned_about_as_a_work_dir_is(shar
 
 
 def test_allow_write_of_the_home_or_a_directory_above_it_is_warned_about(fresh_home: FakeHome) -> None:
-    home, above = str(fresh_home.root), str(fresh_home.root.parent)
+    home = str(fresh_home.root)
     r = fresh_home.run(["true"], opts=["--allow-write", home])
     assert r.returncode == 0, r.stderr
     assert r.stderr == _warned(f"--allow-write {home}", "your home directory", home), r.stderr
-    r = fresh_home.run(["true"], opts=["--allow-write", above])
+    parent, env = _home_below(fresh_home)
+    above = str(parent)
+    r = fresh_home.run(["true"], opts=["--allow-write", above], env=env)
     assert r.returncode == 0, r.stderr
     assert r.stderr == _warned(f"--allow-write {above}", "a directory that holds your home directory", above), r.stderr
 
