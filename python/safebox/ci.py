@@ -142,6 +142,18 @@ ENV_DENY: dict[str, str] = {
     "INPUTRC": "readline's start-up file", "TERMINFO": "terminal descriptions programs load",
     "GNUPGHOME": "gpg's keys and configuration", "SSH_AUTH_SOCK": "which agent ssh signs with",
     "GPG_TTY": "where gpg asks for passphrases", "DBUS_SESSION_BUS_ADDRESS": "the session bus later steps talk to",
+    # found in the second review: each names a program or a file of code a later tool runs
+    "RUSTC_WORKSPACE_WRAPPER": "a program run in place of rustc", "CONFIG_SITE": "a script every configure runs",
+    "GRADLE_USER_HOME": "gradle's init scripts", "CCACHE_PREFIX": "a program ccache runs",
+    "PKG_CONFIG": "the pkg-config builds run", "CMAKE_C_COMPILER_LAUNCHER": "a program cmake runs",
+    "CMAKE_CXX_COMPILER_LAUNCHER": "a program cmake runs", "CMAKE_TOOLCHAIN_FILE": "cmake code every build runs",
+    "TARGET_CC": "the C compiler cargo's build scripts run", "HOST_CC": "the C compiler build scripts run",
+    "COMPILER_PATH": "where gcc finds its programs", "GCC_EXEC_PREFIX": "where gcc finds its programs",
+    "CLOUDSDK_PYTHON": "the python gcloud runs", "JAVA_OPTS": "options for java launch scripts",
+    "SBT_OPTS": "options for sbt's JVM", "BUNDLE_GEMFILE": "the Gemfile bundler evaluates",
+    "PHPRC": "where php reads php.ini (auto_prepend_file)", "DOTNET_ADDITIONAL_DEPS": "code .NET loads",
+    "ELECTRON_RUN_AS_NODE": "turns an Electron app into node", "LESS": "options for less (shell escapes)",
+    "AWS_ENDPOINT_URL": "where AWS traffic goes", "LOCPATH": "locale data glibc loads",
 }
 #: Go's variables (not every name starting with GO: GOOGLE_CLOUD_PROJECT, GOAL).
 _GO_NAMES = frozenset({"GOFLAGS", "GOPROXY", "GOTOOLCHAIN", "GOROOT", "GOPATH", "GOBIN", "GOENV", "GOPRIVATE",

@@ -138,7 +138,7 @@ echo "LD_PRELOAD=/direct.so" >> "$REAL_ENV" 2>/dev/null || echo "direct write re
 """
 
 
-PASSING = {"ci": {"passEnv": ["BUILD_ID", "NOTES", "SNEAKY", "*_OPTIONS", "LD_*"], "passPath": ["/usr/local/bin"]}}
+PASSING = {"ci": {"passEnv": ["BUILD_ID", "NOTES", "SNEAKY", "NODE_*", "LD_*"], "passPath": ["/usr/local/bin"]}}
 
 
 def test_file_commands_pass_on_listed_entries_only_and_name_each_refusal(fresh_home: FakeHome,
@@ -428,7 +428,7 @@ def test_a_code_running_variable_is_refused_even_under_a_wildcard_allowlist(fres
                                                                            runner: Runner) -> None:
     """Review finding 5: XDG_CONFIG_HOME, MAKEFILES, TAR_OPTIONS got past the denylist."""
     pol = fresh_home.root / "p.json"
-    pol.write_text(json.dumps({"ci": {"passEnv": ["*"]}}))
+    pol.write_text(json.dumps({"ci": {"passEnv": ["GO*", "XDG_*", "MAKE*", "TAR_*"]}}))
     step = ('echo "XDG_CONFIG_HOME=$PWD/cfg" >> "$GITHUB_ENV"; echo "MAKEFILES=$PWD/evil.mk" >> "$GITHUB_ENV"; '
             'echo "TAR_OPTIONS=--use-compress-program=$PWD/x" >> "$GITHUB_ENV"; echo GOAL=ship >> "$GITHUB_ENV"')
     r = fresh_home.run(["sh", "-c", step], env=runner.env(), opts=["-p", str(pol)])

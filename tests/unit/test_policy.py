@@ -245,6 +245,8 @@ WRONG: list[tuple[str, object, str]] = [
     ("devices.gpu", [0, 2], None),
     ("ci.passEnv", "VERSION", 'ci.passEnv: must be a list of environment variable patterns, not the string "VERSION"'),
     ("ci.passEnv", ["A=B"], 'ci.passEnv[0] = "A=B": an environment variable pattern uses only letters'),
+    ("ci.passEnv", ["*"], 'ci.passEnv[0] = "*": a pattern starts with at least two letters before its first'),
+    ("ci.passEnv", ["I*"], 'ci.passEnv[0] = "I*": a pattern starts with at least two letters before its first'),
     ("ci.passPath", "/opt/bin", 'ci.passPath: must be a list of paths, not the string "/opt/bin"'),
     ("ci.passPath", [""], 'ci.passPath[0] = "": a path must be non-empty'),
     ("strict", "yes", 'strict: must be true or false, not the string "yes"'),

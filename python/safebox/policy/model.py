@@ -168,6 +168,18 @@ WriteRoot = Annotated[Any, PlainValidator(_literal_entry("allowWrite"))]
 SocketPath = Annotated[Any, PlainValidator(_literal_entry("allowUnixSockets"))]
 FsEntry = Annotated[Any, PlainValidator(_check_fs_entry)]
 EnvPattern = Annotated[str, AfterValidator(_check_env_pattern)]
+
+
+def _check_pass_env(value: str) -> str:
+    _check_env_pattern(value)
+    head = re.split(r"[*?]", value, maxsplit=1)[0]
+    if head != value and len(head) < 2:
+        raise ValueError("a pattern starts with at least two letters before its first '*' or '?' (IMAGE_*), so "
+                         "that it names a family of variables, not all of them")
+    return value
+
+
+PassEnvPattern = Annotated[str, AfterValidator(_check_pass_env)]
 PresetName = Annotated[str, AfterValidator(_check_preset)]
 ProxyUrl = Annotated[str, AfterValidator(_check_proxy_url)]
 EnvName = Annotated[str, AfterValidator(_check_env_name)]
@@ -186,6 +198,7 @@ NOUNS: dict[Any, tuple[str, str]] = {
     SocketPath: ("a path", "paths"),
     FsEntry: ("a path or glob pattern", "paths or glob patterns"),
     EnvPattern: ("an environment variable pattern", "environment variable patterns"),
+    PassEnvPattern: ("an environment variable pattern", "environment variable patterns"),
     PresetName: ("a preset name", "preset names"),
     ProxyUrl: ("a proxy URL (http://host:port)", "proxy URLs"),
     EnvName: ("an environment variable name", "environment variable names"),
@@ -306,12 +319,14 @@ class DevicesSettings(_Strict):
     gpu: GpuSetting = None
 
 
+
+
 class CiSettings(_Strict):
     """``ci`` (safebox addition): what a CI step may pass on to later,
     unsandboxed steps through the runner's file commands (python/safebox/ci.py)."""
 
     # $GITHUB_ENV names or patterns ("VERSION", "IMAGE_*"); nothing else passes.
-    passEnv: list[EnvPattern] | None = None
+    passEnv: list[PassEnvPattern] | None = None
     # $GITHUB_PATH directories; never one a sandboxed run could write.
     passPath: list[PolicyPath] | None = None
 
