@@ -183,6 +183,9 @@ _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 _OUTPUT_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_-]*\Z")
 #: What one file command file may hold; more is refused whole.
 MAX_FILE = 16 << 20
+#: What of a step's own summary is passed on: GitHub uploads none of a step
+#: summary over 1 MiB, and safebox's report comes first.
+MAX_STEP_SUMMARY = 512 << 10
 
 #: A self-hosted runner's credentials, in its root directory.
 RUNNER_SECRET_FILES = (".credentials", ".credentials_rsaparams", ".runner", ".credentials_migrated",
@@ -501,6 +504,8 @@ class CiRun:
     #: variable -> (the runner file's directory pinned before the run, the
     #: file's (st_dev, st_ino) then, or None when it did not exist yet)
     runner_files: dict[str, tuple[PinnedDir, tuple[int, int] | None]] = field(default_factory=dict)
+    #: The step's own $GITHUB_STEP_SUMMARY text, passed on after safebox's report.
+    step_summary: str = ""
 
     def materialize(self, run_dir: str, *, dry_run: bool = False) -> tuple[tuple[str, str], ...]:
         """Write the scrubbed copies into the run dir (private, read-only
@@ -516,6 +521,29 @@ class CiRun:
                     os.close(fd)
             out.append((copy, path))
         return tuple(out)
+
+    def append_step_summary(self) -> list[Refusal]:
+        """Pass the step's own summary text on, after safebox's report and
+        under a heading of its own, at most :data:`MAX_STEP_SUMMARY` bytes
+        (GitHub drops a step summary over 1 MiB whole, safebox's report with
+        it). Call after the report is written; returns what was refused."""
+        text, self.step_summary = self.step_summary, ""
+        pair = self.files.get("GITHUB_STEP_SUMMARY")
+        if not text or pair is None:
+            return []
+        data = text.encode("utf-8", "replace")
+        note = ""
+        if len(data) > MAX_STEP_SUMMARY:
+            data = data[:MAX_STEP_SUMMARY].decode("utf-8", "ignore").encode()
+            note = f"\n\n*(safebox: the step's summary was cut at {MAX_STEP_SUMMARY} bytes)*\n"
+        head = b"\n#### The step's own summary\n\n"
+        from safebox.hostio import HostFileError
+
+        try:
+            self._append_theirs("GITHUB_STEP_SUMMARY", pair[1], head + data + note.encode())
+        except HostFileError as e:
+            return [Refusal("GITHUB_STEP_SUMMARY", "*", f"not passed on: the runner's file {e.why}")]
+        return []
 
     def attach(self, var: str, ours: str, theirs: str) -> None:
         """Give ``var`` this run's file ``ours`` (created empty, 0600; every
@@ -576,6 +604,12 @@ class CiRun:
             if not raw:
                 continue
             out = self._filter(var, kind, raw.decode("utf-8", "replace"), passing, refused)
+            if out and kind == "summary":
+                # Held until safebox's own report is in (append_step_summary):
+                # written first, the step's text could hide or forge it (an
+                # unclosed `<!--`, a fake "safebox: all clear": review).
+                self.step_summary = out
+                continue
             if out:
                 try:
                     self._append_theirs(var, theirs, out.encode())

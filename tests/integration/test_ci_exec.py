@@ -179,7 +179,8 @@ def test_file_commands_pass_on_listed_entries_only_and_name_each_refusal(fresh_h
     ]:
         assert line in r.stderr.splitlines(), r.stderr
     summary = runner.files["GITHUB_STEP_SUMMARY"].read_text()
-    assert summary.startswith("## from the step\n### safebox: `bash -c ")
+    assert summary.startswith("### safebox: `bash -c ")  # safebox's report first, the step's own text after it
+    assert summary.endswith("\n#### The step's own summary\n\n## from the step\n")
     assert "refused GITHUB\\_ENV entry LD\\_PRELOAD" in summary
     # Nothing of the run is left in RUNNER_TEMP.
     assert sorted(p.name for p in runner.temp.iterdir()) == ["_runner_file_commands"]
@@ -436,3 +437,19 @@ def test_a_code_running_variable_is_refused_even_under_a_wildcard_allowlist(fres
     assert runner.files["GITHUB_ENV"].read_text() == "GOAL=ship\n"
     for name in ("XDG_CONFIG_HOME", "MAKEFILES", "TAR_OPTIONS"):
         assert f"refused GITHUB_ENV entry '{name}': " in r.stderr and "a wildcard in ci.passEnv never passes it" in r.stderr
+
+
+def test_the_steps_own_summary_comes_after_safeboxs_report_and_cannot_hide_it(fresh_home: FakeHome,
+                                                                            runner: Runner) -> None:
+    """Found in review: written first, the step's text forged a clean report and hid the real one under an
+    unclosed HTML comment."""
+    forged = '### safebox: all clear\n<!--\n'
+    (fresh_home.work / "forged.md").write_text(forged)
+    r = fresh_home.run(["sh", "-c", 'cat forged.md >> "$GITHUB_STEP_SUMMARY"; echo LD_PRELOAD=/x >> "$GITHUB_ENV"'],
+                       env=runner.env())
+    assert r.returncode == 0, r.stderr
+    summary = runner.files["GITHUB_STEP_SUMMARY"].read_text()
+    report, _, step = summary.partition("\n#### The step's own summary\n\n")
+    assert report.startswith("### safebox: `sh -c ") and "<!--" not in report
+    assert "LD\\_PRELOAD" in report  # the refusal is in the report, before anything of the step's
+    assert step == forged

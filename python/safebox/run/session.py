@@ -618,6 +618,9 @@ class Command:
                                learn_out=s.opts.learn)
             for note in self.recorder.finish(home=s.home):
                 s.say(note)
+        if self.ci_run is not None:
+            for r in self.ci_run.append_step_summary():  # after safebox's report, never before it
+                s.say(f"refused {r.file} entry {r.name!r}: {r.reason} (not passed on to later steps; docs/ci.md)")
         return events
 
     def _passing(self) -> Any:
