@@ -420,6 +420,12 @@ def _policy_suggest(logs: tuple[str, ...], output: str | None) -> int:
     for note in notes:
         click.echo(f"safebox: {note}", err=True)
     if output:
+        from safebox.builder.resolve import WRITE_ROOTS, read_write_roots
+        from safebox.hostio import refuse_planted_links
+        from safebox.policy.load import state_dir
+
+        earlier = tuple(read_write_roots(os.path.join(state_dir(_host_home(os.environ)), WRITE_ROOTS)))
+        refuse_planted_links(os.path.abspath(output), (*earlier, os.getcwd()), what="policy suggest -o")
         write_policy(output, doc)
         click.echo(f"safebox: {len(runs)} run(s) merged; policy written to {output}", err=True)
     else:

@@ -45,8 +45,8 @@ import stat
 
 from safebox.errors import SafeboxError
 
-__all__ = ["HostFileError", "PinnedDir", "append", "check_regular", "open_append", "open_read", "pin", "read", "replace",
-           "write_exclusive"]
+__all__ = ["HostFileError", "PinnedDir", "append", "check_regular", "open_append", "open_read", "pin", "read",
+           "refuse_planted_links", "replace", "write_exclusive"]
 
 _DIR = os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 #: The bound on a file this module reads unless the caller sets one.
@@ -351,6 +351,37 @@ def _split(path: str) -> tuple[str, str]:
     if not name:
         raise HostFileError(path, "names a directory, not a file")
     return parent or "/", name
+
+
+def refuse_planted_links(path: str, roots: tuple[str, ...], *, what: str) -> None:
+    """Raise HostFileError when a directory on the way to ``path`` is a
+    symlink lying inside one of ``roots`` (the write roots of this run and of
+    earlier ones): a sandboxed command could have made it, and a name the
+    user gave (``--audit-log logs/audit.jsonl``) would then lead where the
+    command chose (``logs -> ~/.bashrc.d``: found in review). The last
+    component is left to the open, which never follows it."""
+    inside: list[str] = []
+    for r in roots:
+        for form in {os.path.abspath(r), os.path.realpath(r)}:
+            inside.append(form.rstrip("/") + "/")
+    cur = ""
+    for part in os.path.dirname(os.path.abspath(path)).split("/")[1:]:
+        if not part:
+            continue
+        cur = f"{cur}/{part}"
+        try:
+            st = os.lstat(cur)
+        except OSError:
+            return  # missing: nothing further on the way to follow
+        if not stat.S_ISLNK(st.st_mode):
+            continue
+        real_cur = os.path.join(os.path.realpath(os.path.dirname(cur)), part)
+        for r in inside:
+            if cur.startswith(r) or real_cur.startswith(r):
+                raise HostFileError(path, f"{cur} on the way is a symlink inside the write root {r.rstrip('/')}, "
+                                          f"which a sandboxed command could have made; safebox never follows one "
+                                          f"there for {what}",
+                                    hint=f"give the path it leads to: {os.path.realpath(cur)}")
 
 
 def read(path: str, *, max_size: int = DEFAULT_MAX, missing_ok: bool = True) -> bytes | None:

@@ -158,3 +158,25 @@ def test_a_fifo_planted_as_a_nested_repositorys_config_never_holds_the_next_star
     assert stat.S_ISFIFO((fresh_home.work / "sub" / ".git" / "config").lstat().st_mode)
     r = fresh_home.run(["echo", "ran"], timeout=30)
     assert (r.returncode, r.stdout) == (0, "ran\n"), r.stderr
+
+
+def test_a_directory_of_the_audit_log_swapped_for_a_link_by_an_earlier_run_is_refused(fresh_home: FakeHome) -> None:
+    """Found in review: run 1 makes `logs -> ~/.bashrc.d`; run 2's `--audit-log logs/audit.jsonl` then
+    wrote JSON lines (with `$(…)` in a refused path) into a directory the shell sources."""
+    rcd = fresh_home.root / ".bashrc.d"
+    rcd.mkdir()
+    assert fresh_home.run(["ln", "-s", str(rcd), "logs"]).returncode == 0  # a sandboxed run plants it
+    r = fresh_home.run(["true"], opts=["--audit-log", "logs/audit.jsonl"])
+    assert (r.returncode, r.stdout) == (125, "")
+    assert (f"safebox: {fresh_home.work}/logs/audit.jsonl: {fresh_home.work}/logs on the way is a symlink inside the "
+            f"write root {fresh_home.work}, which a sandboxed command could have made; safebox never follows one "
+            "there for --audit-log") in r.stderr, r.stderr
+    assert list(rcd.iterdir()) == []
+    # Controls: a real directory there works; a link of the user's outside every write root is followed.
+    (fresh_home.work / "logs").unlink()
+    (fresh_home.work / "logs").mkdir()
+    assert fresh_home.run(["true"], opts=["--audit-log", "logs/audit.jsonl"]).returncode == 0
+    mine = fresh_home.root / "my-logs"
+    mine.symlink_to(fresh_home.work / "logs")
+    assert fresh_home.run(["true"], opts=["--audit-log", str(mine / "b.jsonl")]).returncode == 0
+    assert (fresh_home.work / "logs" / "b.jsonl").exists()

@@ -356,7 +356,15 @@ class Command:
         # Run records (report.py) only when a log, a summary or --learn wants
         # them: the common run pays for one environment lookup.
         if s._wants_records():
+            from safebox.hostio import refuse_planted_links
             from safebox.report import Recorder
+
+            # The files safebox writes from the host, named by the user: no
+            # directory on the way may be a link a sandboxed run could have made.
+            roots = (*self.policy.allow_write, *getattr(self, "earlier_roots", {}), s.cwd)
+            for flag, f in (("--audit-log", s.opts.audit_log), ("--summary", s.summary), ("--learn", s.opts.learn)):
+                if f:
+                    refuse_planted_links(os.path.abspath(f), roots, what=flag)
 
             self.recorder = Recorder(audit_log=s.opts.audit_log, summary=s.summary, learn=s.opts.learn, run=s.run_id,
                                      learn_base=s.opts.learn_base, enforce_argv=s.opts.enforce_argv)
