@@ -386,6 +386,32 @@ def _read_policy(file: str) -> dict[str, Any]:
     return validate_layer(Layer(name=file, data=parse_document(file, raw)))
 
 
+def _policy_merge(files: tuple[str, ...], output: str | None) -> int:
+    """``safebox policy merge``: the files layered in order (as ``-p a -p b``
+    layers them: lists add up, other values take the last file's) into one
+    policy document, JSON, to stdout or ``-o``."""
+    import json
+
+    import click
+
+    from safebox.learn import write_policy
+    from safebox.policy.layers import merge_documents
+
+    doc = merge_documents(_read_policy(f) for f in files)
+    if output:
+        from safebox.builder.resolve import WRITE_ROOTS, read_write_roots
+        from safebox.hostio import refuse_planted_links
+        from safebox.policy.load import state_dir
+        from safebox.run.host import home as _host_home
+
+        earlier = tuple(read_write_roots(os.path.join(state_dir(_host_home(os.environ)), WRITE_ROOTS)))
+        refuse_planted_links(os.path.abspath(output), (*earlier, os.getcwd()), what="policy merge -o")
+        write_policy(output, doc)
+    else:
+        click.echo(json.dumps(doc, indent=2))
+    return 0
+
+
 def _policy_diff(old: str, new: str, as_json: bool) -> int:
     """``safebox policy diff``: exit 0 when OLD and NEW are the same policy, 1 when not."""
     import json
@@ -446,6 +472,61 @@ def _report(logs: tuple[str, ...], fmt: str) -> int:
     return 0
 
 
+def _add_policy_commands(app: click.Group) -> None:
+    """``safebox policy check|suggest|show|merge|diff``."""
+    import click
+
+    @app.group("policy")
+    def policy_grp() -> None:
+        """Validate and inspect policies."""
+
+    @policy_grp.command("check")
+    @click.argument("file", type=click.Path(dir_okay=False))
+    def policy_check(file: str) -> None:
+        """Validate FILE (JSON or TOML); exit 125 naming the key on error."""
+        sys.exit(_guarded(_policy_check, file))
+
+    @policy_grp.command("suggest")
+    @click.argument("logs", nargs=-1, required=True, type=click.Path(dir_okay=False))
+    @click.option("-o", "--output", metavar="FILE", help="Write the policy to FILE instead of stdout.")
+    def policy_suggest(logs: tuple[str, ...], output: str | None) -> None:
+        """Merge the runs in audit LOGS into one suggested policy (JSON, srt-compatible):
+        the hosts they reached (siblings collapsed to *.parent only when several were seen)
+        and, with the violations feed, directories of refused writes."""
+        sys.exit(_guarded(_policy_suggest, logs, output))
+
+    @policy_grp.command("show")
+    @click.option("-p", "--policy", "policy_files", metavar="FILE", multiple=True,
+                  help="Also layer FILE, as exec --policy does (repeatable, in order).")
+    @click.option("--preset", "presets", metavar="NAME", multiple=True,
+                  help="Also apply preset NAME, as exec --preset does (repeatable).")
+    @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text.")
+    def policy_show(policy_files: tuple[str, ...], presets: tuple[str, ...], as_json: bool) -> None:
+        """Print the effective merged policy, each entry with the layer it came from
+        (and the value a later layer replaced), the layers in order, and what each
+        preset expanded to."""
+        sys.exit(_guarded(_policy_show, policy_files, presets, as_json))
+
+    @policy_grp.command("merge")
+    @click.argument("files", nargs=-1, required=True, type=click.Path(dir_okay=False))
+    @click.option("-o", "--output", metavar="FILE", help="Write the policy to FILE instead of stdout.")
+    def policy_merge(files: tuple[str, ...], output: str | None) -> None:
+        """Layer policy FILES in order into one (JSON): lists add up, other
+        values take the last file's, as `exec -p a -p b` layers them."""
+        sys.exit(_guarded(_policy_merge, files, output))
+
+    @policy_grp.command("diff")
+    @click.argument("old", type=click.Path(dir_okay=False))
+    @click.argument("new", type=click.Path(dir_okay=False))
+    @click.option("--json", "as_json", is_flag=True, help="Print the changes as JSON.")
+    def policy_diff(old: str, new: str, as_json: bool) -> None:
+        """What changes from policy file OLD to NEW (JSON or TOML), key by key:
+        list entries added (+) and removed (-), other values old -> new, each
+        change that widens the sandbox marked. Exit 0 when they are the same
+        policy, 1 when they differ, 125 when one is not a valid policy."""
+        sys.exit(_guarded(_policy_diff, old, new, as_json))
+
+
 def _click_app() -> click.Group:
     import click
 
@@ -503,47 +584,7 @@ def _click_app() -> click.Group:
 
         sys.exit(doctor.main(["--json"] if as_json else [], helper_path=Path(find_helper()), standalone=False))
 
-    @app.group("policy")
-    def policy_grp() -> None:
-        """Validate and inspect policies."""
-
-    @policy_grp.command("check")
-    @click.argument("file", type=click.Path(dir_okay=False))
-    def policy_check(file: str) -> None:
-        """Validate FILE (JSON or TOML); exit 125 naming the key on error."""
-        sys.exit(_guarded(_policy_check, file))
-
-    @policy_grp.command("suggest")
-    @click.argument("logs", nargs=-1, required=True, type=click.Path(dir_okay=False))
-    @click.option("-o", "--output", metavar="FILE", help="Write the policy to FILE instead of stdout.")
-    def policy_suggest(logs: tuple[str, ...], output: str | None) -> None:
-        """Merge the runs in audit LOGS into one suggested policy (JSON, srt-compatible):
-        the hosts they reached (siblings collapsed to *.parent only when several were seen)
-        and, with the violations feed, directories of refused writes."""
-        sys.exit(_guarded(_policy_suggest, logs, output))
-
-    @policy_grp.command("show")
-    @click.option("-p", "--policy", "policy_files", metavar="FILE", multiple=True,
-                  help="Also layer FILE, as exec --policy does (repeatable, in order).")
-    @click.option("--preset", "presets", metavar="NAME", multiple=True,
-                  help="Also apply preset NAME, as exec --preset does (repeatable).")
-    @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text.")
-    def policy_show(policy_files: tuple[str, ...], presets: tuple[str, ...], as_json: bool) -> None:
-        """Print the effective merged policy, each entry with the layer it came from
-        (and the value a later layer replaced), the layers in order, and what each
-        preset expanded to."""
-        sys.exit(_guarded(_policy_show, policy_files, presets, as_json))
-
-    @policy_grp.command("diff")
-    @click.argument("old", type=click.Path(dir_okay=False))
-    @click.argument("new", type=click.Path(dir_okay=False))
-    @click.option("--json", "as_json", is_flag=True, help="Print the changes as JSON.")
-    def policy_diff(old: str, new: str, as_json: bool) -> None:
-        """What changes from policy file OLD to NEW (JSON or TOML), key by key:
-        list entries added (+) and removed (-), other values old -> new, each
-        change that widens the sandbox marked. Exit 0 when they are the same
-        policy, 1 when they differ, 125 when one is not a valid policy."""
-        sys.exit(_guarded(_policy_diff, old, new, as_json))
+    _add_policy_commands(app)
 
     @app.command("report")
     @click.argument("logs", nargs=-1, required=True, type=click.Path(dir_okay=False))

@@ -206,8 +206,11 @@ def test_learn_mode_writes_each_jobs_complete_policy_and_enforce_runs_the_job_un
     jobs = ("build:\n  extends: .safebox\n  script:\n"
             "    - sandboxed sh -c 'echo a > $HOME/out-a/f' || true\n"
             "    - sandboxed sh -c 'echo b > $HOME/out-b/f' || true\n")
-    r = run_pipeline(fresh_home, jobs, SAFEBOX_MODE="learn")
+    # A third line tries what the first was refused: learning never grants it, unreviewed (review).
+    r = run_pipeline(fresh_home, jobs + "    - sandboxed sh -c 'echo again > $HOME/out-a/g' || true\n",
+                     SAFEBOX_MODE="learn")
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
+    assert not (fresh_home.root / "out-a" / "g").exists()
     learned = json.loads((fresh_home.work / ".safebox" / "learned" / "build.json").read_text())
     assert learned["filesystem"]["allowWrite"] == ["~/out-a", "~/out-b"]  # both lines, one file
     own = fresh_home.work / ".gitlab" / "safebox"
