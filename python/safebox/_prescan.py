@@ -14,11 +14,15 @@ Imports only what the argv needs (``policy.defaults``, ``_record``).
 from __future__ import annotations
 
 import os
+import time
 
 from safebox import _signals
 from safebox._record import Spawned, path_outside, which
 from safebox.errors import BuildError
 from safebox.policy import defaults
+
+# linux/time.h; the time module has no name for it on every Python we support.
+_CLOCK_REALTIME_COARSE = 5
 
 _started: dict[tuple[str, int], tuple[Spawned, Spawned]] = {}
 
@@ -45,28 +49,47 @@ def start_rg(rg: str, root: str, depth: int, *, more: tuple[str, ...] = ()) -> S
 
 
 def start_find(find: str, root: str, depth: int, *, more: tuple[str, ...] = ()) -> Spawned:
-    """Start find(1) listing the symlinks and directories under ``root``
-    whose names begin with a dot (collected and narrowed to protected names
-    by ``resolve._find_links_finish``).
+    """Start find(1) listing, under ``root`` and ``more`` roots, the symlinks
+    and directories whose names begin with a dot (collected and narrowed to
+    protected names by ``resolve._find_links_finish``), and for the watch at
+    any depth (``safebox.deepwatch``) every directory, every ``.envrc`` and
+    the ``HEAD`` and ``commondir`` files that make a directory a git dir.
 
     ripgrep lists files only: it never lists a symlink without ``--follow``
     (and following would walk wherever links point), nor an empty directory.
     So a dotfile manager's ``~/.bashrc -> dotfiles/bashrc``, a project's
     ``.vscode -> shared/vscode`` or an empty ``.vscode/`` went unprotected:
     writes through the link landed on the target, and files could be created
-    in the empty directory (found in review). One cheap ``-name '.*'`` test
-    instead of one per protected name: forty ``-name`` tests made find four
-    times slower than the walk itself.
+    in the empty directory (found in review). Cheap tests only: forty
+    ``-name`` tests made find four times slower than the walk itself.
+
+    No ``-maxdepth``: the watch covers every depth (issue 22), so the walk
+    goes as deep as the tree; the dot names for the read-only binds are
+    kept to ``depth + 3`` by the caller. Records end in NUL; a directory is
+    its path alone, anything else ``PATH//KIND`` (no path find prints holds
+    ``//``), with ``DEV.INO`` after the kind where the watch needs it.
+    ``since_ns`` on the returned walk: the file clock before the walk
+    began (what the watch compares directory ctimes with).
     """
     # A root that begins with "-" or is "(" would read as an expression: every
     # root is absolute, so none can.
-    cmd = [find, root, *more, "-mindepth", "1", "-maxdepth", str(depth + 3), "-name", ".*",
-           "(", "-type", "l", "-o", "-type", "d", ")", "-print0"]
+    cmd = [find, root, *more, "-mindepth", "1",
+           "(", "-type", "d", "(", "-name", ".*", "-printf", "%p//d\\0", "-o", "-printf", "%p\\0", ")", ")",
+           "-o", "(", "-name", ".*", "-type", "l", "-printf", "%p//l%D.%i\\0", ")",
+           "-o", "(", "-name", ".envrc", "-printf", "%p//e%D.%i\\0", ")",
+           "-o", "(", "-name", "HEAD", "-printf", "%p//h\\0", ")",
+           "-o", "(", "-name", "commondir", "-printf", "%p//c\\0", ")"]
+    # The coarse clock is the one file times are taken from: a change made
+    # after this line has a ctime at or after it (the watch also allows for
+    # filesystems with coarser times).
+    since = time.clock_gettime_ns(_CLOCK_REALTIME_COARSE)
     try:
         # LC_ALL=C: the error lines are matched in resolve._find_links_finish.
-        return Spawned(cmd, env={**os.environ, "LC_ALL": "C"})
+        proc = Spawned(cmd, env={**os.environ, "LC_ALL": "C"})
     except OSError as e:
         raise BuildError(f"find failed under {root}: {e}; cannot find protected symlinks") from None
+    proc.since_ns = since
+    return proc
 
 
 def safe_tool(name: str) -> str | None:

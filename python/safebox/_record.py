@@ -363,6 +363,9 @@ class Spawned:
     """A child started with its stdout and stderr on pipes; ``collect`` reads
     both and reaps it. Lets the caller overlap the child with other work."""
 
+    # Set by whoever needs it: the file clock when the walk began (_prescan.start_find).
+    since_ns: int = 0
+
     def __init__(self, argv: list[str], *, env: dict[str, str] | None = None) -> None:
         out_r, out_w = os.pipe()
         err_r, err_w = os.pipe()

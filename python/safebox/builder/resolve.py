@@ -28,6 +28,8 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
+    from safebox.deepwatch import Baseline
+
 
 class HostFacts(Frozen):
     """Paths safebox itself lives at; all are kept read-only inside."""
@@ -443,10 +445,15 @@ def _dot_names() -> frozenset[str]:
     return frozenset(names)
 
 
-def _find_links_finish(proc: Spawned, root: str) -> list[str]:
-    """The symlinks and directories ``_find_links_start`` found, as paths; fails closed on any
-    error but an entry that vanished or a directory we may not read (see
-    ``_only_harmless_walk_errors``)."""
+def _find_links_finish(proc: Spawned, roots: tuple[str, ...], depth: int) -> tuple[list[str], Baseline]:
+    """The symlinks and directories ``_find_links_start`` found whose names
+    begin a protected path, to ``depth + 3`` below their root (as paths),
+    and the baseline of the watch at any depth (``safebox.deepwatch``);
+    fails closed on any error but an entry that vanished or a directory we
+    may not read (see ``_only_harmless_walk_errors``)."""
+    from safebox import deepwatch
+
+    root = roots[0]
     try:
         rc, stdout, stderr = proc.collect(timeout=60)
     except TimeoutError as e:
@@ -457,13 +464,20 @@ def _find_links_finish(proc: Spawned, root: str) -> list[str]:
                               for ln in lines)):
             raise BuildError(f"find failed under {root} (exit {rc}): "
                              f"{stderr.decode(errors='replace').strip()[:200]}")
-    names = _dot_names()
+    dirs, specials = deepwatch.parse(stdout)
+    names = {os.fsencode(n) for n in _dot_names()}
+    under = Nearest(roots) if len(roots) > 1 else None
     out = []
-    for raw in stdout.split(b"\0"):
+    for raw, kind in specials:
+        if kind[:1] not in (b"d", b"l") or raw[raw.rfind(b"/") + 1:] not in names:
+            continue
         p = os.fsdecode(raw)
-        if p and p.rsplit("/", 1)[-1] in names:
+        r = under.at_or_above(p) if under is not None else root
+        # The read-only binds reach as deep as they did when find stopped
+        # there (-maxdepth); the watch goes deeper.
+        if r is not None and p.count("/") - r.count("/") <= depth + 3:
             out.append(p)
-    return out
+    return out, deepwatch.capture(proc.since_ns, roots, dirs, specials)
 
 
 def link_candidates(link: str) -> list[tuple[str, bool]]:
@@ -490,6 +504,7 @@ class RootScan:
 
     def __init__(self, *, rg: str, find: str | None, root: str, depth: int,
                  started: tuple[Spawned, Spawned] | None = None, more: tuple[str, ...] = ()) -> None:
+        self.roots, self.depth = (root, *more), depth
         if started is not None:  # begun by the launcher (_prescan.early)
             self.rg, self.links = started
             return
@@ -508,14 +523,16 @@ class RootScan:
         self.rg.cancel()
         self.links.cancel()
 
-    def collect(self, root: str) -> tuple[list[str], list[str]]:
-        """(protected paths found by ripgrep, symlinks and directories found by find)."""
+    def collect(self, root: str) -> tuple[list[str], list[str], Baseline]:
+        """(protected paths found by ripgrep, symlinks and directories found
+        by find, the baseline of the watch at any depth)."""
         try:
             found = _rg_finish(self.rg, root)
         except BaseException:
             self.links.cancel()
             raise
-        return found, _find_links_finish(self.links, root)
+        named, base = _find_links_finish(self.links, self.roots, self.depth)
+        return found, named, base
 
 
 def prestart(*, cwd: str, rg: str | None) -> dict[tuple[str, int], RootScan]:
@@ -663,6 +680,8 @@ class Protected(Frozen):
     # ``missing`` paths; ``top_candidates`` expands them after the run, for
     # the names that then exist.
     tops: list[tuple[str, tuple[str, ...]]] = []
+    # The watch at any depth: what the start walk saw (safebox.deepwatch).
+    deep: Baseline | None = None
 
 
 #: The protected names watched at the top of every write root: `.mcp.json`,
@@ -716,6 +735,7 @@ def protected_paths(scans: dict[str, RootScan], write_roots: list[str], home: st
         if f.under_a_root(p) and os.path.isdir(p) and not os.path.islink(p):
             (f.admins if kind == "admin" else f.gits).add(p)
     collected: set[int] = set()
+    deep: Baseline | None = None
     for root in write_roots:
         found: list[str]
         named: list[str]
@@ -723,7 +743,8 @@ def protected_paths(scans: dict[str, RootScan], write_roots: list[str], home: st
             found, named = [], []  # a batch already collected with an earlier root of it
         else:
             collected.add(id(scans[root]))
-            found, named = scans[root].collect(root)
+            found, named, base = scans[root].collect(root)
+            deep = base if deep is None else deep.merge(base)
         f.found(found)
         f.named(named)
         f.top_names(root)
@@ -751,7 +772,7 @@ def protected_paths(scans: dict[str, RootScan], write_roots: list[str], home: st
                for m in missing for d in (parent_dir(m),)}
     seen = {("git", g) for g in gits if os.path.basename(g) != ".git"} | {("admin", a) for a in admins}
     return Protected(existing=sorted(existing - set(git_dirs)), missing=sorted(missing - existing),
-                     known=sorted(seen), tops=f.tops,
+                     known=sorted(seen), tops=f.tops, deep=deep,
                      sealed=f.sealed, git_dirs=git_dirs, links=sorted(links.items()))
 
 
@@ -1557,7 +1578,7 @@ def _resolve(policy: EffectivePolicy, *, layers: Layers, cwd: str, home: str, ho
         net=net, bridges=bridges, helper_path=host.helper_path, policy_path=host.policy_path,
         socket_binds=tuple(socket_binds),
         run_dir=host.run_dir, watch_missing=tuple(sorted(set(missing))), watch_tops=tuple(prot.tops),
-        watch_links=tuple([*prot.links, *path_links]),
+        watch_links=tuple([*prot.links, *path_links]), watch_deep=prot.deep,
         landlock_rules=tuple(rules),
         notes=tuple(notes), warnings=tuple(warnings))
 

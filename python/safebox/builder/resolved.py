@@ -8,6 +8,10 @@ from __future__ import annotations
 
 from safebox._record import Frozen, StrEnum
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from safebox.deepwatch import Baseline
+
 
 class Layers(StrEnum):
     """Which layers run (``--without``)."""
@@ -83,6 +87,9 @@ class ResolvedPolicy(Frozen):
     watch_tops: tuple[tuple[str, tuple[str, ...]], ...] = ()
     # Protected symlinks (path, target text): restored after the run if replaced.
     watch_links: tuple[tuple[str, str], ...] = ()
+    # New files that run code at any depth (safebox.deepwatch): what the
+    # start walk saw of every write root, checked after the run.
+    watch_deep: Baseline | None = None
     # Sandbox-private tool caches (presets): bound read-write onto themselves
     # after the read-only re-binds (they lie in safebox's state dir).
     cache_dirs: tuple[str, ...] = ()

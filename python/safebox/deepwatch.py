@@ -1,0 +1,495 @@
+"""New files that run code, at any depth of a write root (issue 22, item 4).
+
+After the run, safebox moves to the quarantine what the command left,
+anywhere beneath a write root, that a host tool runs merely because the
+user enters or opens the directory: ``.envrc`` (direnv), ``.vscode/``'s
+``tasks.json``, ``settings.json`` and ``launch.json``, ``.idea/``'s
+``workspace.xml`` and ``runConfigurations/`` (run configurations), and in a
+git dir (a ``.git`` directory, or one git takes for a git dir: ``HEAD`` with
+``objects/`` and ``refs/``, or with ``commondir``) its ``config``, ``hooks``,
+``commondir`` and ``config.worktree`` (git runs ``core.fsmonitor`` at the
+``git status`` of a shell prompt's first ``cd``). The same names at the top
+of a write root, and existing ones to the search depth, are protected by
+``run/protect.py`` and the read-only binds; this module is the depth.
+
+How, without another walk of the tree after the run:
+
+1. the start walk (``_prescan.start_find``) already lists the directories
+   of every write root; it lists all of them, at every depth, with the
+   ``.envrc``, ``HEAD`` and ``commondir`` files, and the file clock taken
+   before it began (``since``);
+2. :func:`capture` records the device and inode of every watched entry
+   present then (a few per repository);
+3. after the run each directory listed at the start is lstat'ed: one whose
+   ctime is at or after ``since`` had an entry created, removed or renamed
+   in it during the run (POSIX: each such change updates the directory's
+   ctime, and nobody can set a ctime back), and only those are listed. A
+   subdirectory not listed at the start is new: it is walked whole;
+4. a watched entry found there that is not the one recorded at the start
+   (another inode, or none then) is moved to the quarantine.
+
+The ctime test allows 2 s for filesystems whose clock is coarse (a second
+on ext4 with small inodes, 2 s on FAT): a directory changed just before the
+run is only listed once more, and what decides a move is step 4.
+
+A run whose safebox was killed is settled by the next start from the watch
+file, which keeps ``since``, the roots and the recorded entries but not the
+directory list (13,000 paths for 100,000 files): that check walks the
+roots whole (``Baseline.dirs is None``).
+
+Moves go through directory descriptors opened with O_NOFOLLOW from the
+write root down (:func:`move_out`): a parent the command replaced with a
+symlink is never followed, and the move is refused and said instead. (The
+lead's ``hostio`` module is meant to own such operations; until it lands
+this is the narrow version this check needs.)
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import stat
+import time
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterable
+
+#: Changes in this window before the walk began still list a directory.
+SLACK_NS = 2_000_000_000
+VSCODE = (b"tasks.json", b"settings.json", b"launch.json")
+IDEA = (b"workspace.xml", b"runConfigurations")
+IN_GIT_DIR = (b"config", b"hooks", b"commondir", b"config.worktree")
+#: A planted symlink by one of these names is itself what is moved.
+LINK_NAMES = (b".envrc", b".vscode", b".idea")
+#: A file larger than this is removed, not copied, when the quarantine lies on
+#: another filesystem (a command must not make safebox copy gigabytes).
+COPY_MAX = 64 << 20
+
+_PATH_DIR = os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+_READ_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+class Baseline:
+    """What the start saw: the write roots, every directory under them
+    (``None`` for a killed run's, which is walked whole), the watched
+    entries that existed (path: (device, inode)), and the clock."""
+
+    __slots__ = ("dirs", "known", "roots", "since_ns")
+
+    def __init__(self, *, since_ns: int, roots: tuple[str, ...], dirs: set[bytes] | None,
+                 known: dict[bytes, tuple[int, int]]) -> None:
+        self.since_ns = since_ns
+        self.roots = roots
+        self.dirs = dirs
+        self.known = known
+
+    def __repr__(self) -> str:
+        n = "all" if self.dirs is None else len(self.dirs)
+        return f"Baseline(roots={self.roots!r}, dirs={n}, known={len(self.known)}, since_ns={self.since_ns})"
+
+    def merge(self, other: Baseline) -> Baseline:
+        """Both baselines as one (write roots walked in separate batches)."""
+        dirs = None if self.dirs is None or other.dirs is None else self.dirs | other.dirs
+        return Baseline(since_ns=min(self.since_ns, other.since_ns), roots=(*self.roots, *other.roots),
+                        dirs=dirs, known={**self.known, **other.known})
+
+
+def parse(out: bytes) -> tuple[set[bytes], list[tuple[bytes, bytes]]]:
+    """The start walk's records: (every directory, the others as (path, kind
+    and fields)). A dot directory is in both. C-level passes over the
+    records: 13,000 directories cost about a millisecond."""
+    recs = out.split(b"\0")
+    marked = [r for r in recs if b"//" in r]
+    dirs = set(recs)
+    dirs.discard(b"")
+    specials = []
+    for r in marked:
+        dirs.discard(r)
+        path, _, kind = r.partition(b"//")
+        if kind == b"d":
+            dirs.add(path)
+        specials.append((path, kind))
+    return dirs, specials
+
+
+def _base(p: bytes) -> bytes:
+    return p[p.rfind(b"/") + 1:]
+
+
+def _parent(p: bytes) -> bytes:
+    return p[:p.rfind(b"/")] or b"/"
+
+
+def _lstat_id(p: bytes) -> tuple[int, int] | None:
+    try:
+        st = os.lstat(p)
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino
+
+
+def _record(d: bytes, names: tuple[bytes, ...], known: dict[bytes, tuple[int, int]], *,
+            listed: bytes = b"") -> None:
+    """Record ``d``'s entries named in ``names`` (and every entry of its
+    ``listed`` subdirectory: a hooks directory, run configurations)."""
+    for n in names:
+        p = d + b"/" + n
+        ident = _lstat_id(p)
+        if ident is None:
+            continue
+        known[p] = ident
+        if n == listed:
+            try:
+                kids = os.listdir(p)
+            except OSError:
+                continue
+            for k in kids:
+                q = p + b"/" + k
+                kid = _lstat_id(q)
+                if kid is not None:
+                    known[q] = kid
+
+
+def capture(since_ns: int, roots: tuple[str, ...], dirs: set[bytes],
+            specials: list[tuple[bytes, bytes]]) -> Baseline:
+    """The baseline of one start walk: record every watched entry present
+    now (a few lstats per repository and editor directory)."""
+    known: dict[bytes, tuple[int, int]] = {}
+    heads: set[bytes] = set()
+    commondirs: set[bytes] = set()
+    vscode: list[bytes] = []
+    idea: list[bytes] = []
+    gits: set[bytes] = set()
+    for path, kind in specials:
+        k = kind[:1]
+        if k == b"e" or (k == b"l" and _base(path) in LINK_NAMES):
+            dev, _, ino = kind[1:].partition(b".")
+            try:
+                known[path] = (int(dev), int(ino))
+            except ValueError:
+                continue
+        elif k == b"h":
+            heads.add(_parent(path))
+        elif k == b"c":
+            commondirs.add(_parent(path))
+        elif k == b"d":
+            base = _base(path)
+            if base == b".git":
+                gits.add(path)
+            elif base == b".vscode":
+                vscode.append(path)
+            elif base == b".idea":
+                idea.append(path)
+            elif base == b".envrc":  # a directory by that name: its identity, like a file's
+                ident = _lstat_id(path)
+                if ident is not None:
+                    known[path] = ident
+    for h in heads:
+        if (h + b"/objects" in dirs and h + b"/refs" in dirs) or h in commondirs:
+            gits.add(h)
+    for g in gits:
+        _record(g, IN_GIT_DIR, known, listed=b"hooks")
+    for v in vscode:
+        _record(v, VSCODE, known)
+    for i in idea:
+        _record(i, IDEA, known, listed=b"runConfigurations")
+    dirs.update(os.fsencode(r) for r in roots)
+    return Baseline(since_ns=since_ns, roots=roots, dirs=dirs, known=known)
+
+
+def _is_git_dir(d: bytes, names: set[bytes]) -> bool:
+    """What git takes for a git dir (``is_git_directory``), by the names it holds."""
+    return _base(d) == b".git" or (b"HEAD" in names and ((b"objects" in names and b"refs" in names)
+                                                         or b"commondir" in names))
+
+
+def _changed(b: Baseline, skip: bytes) -> list[bytes]:
+    """The directories of the start to list again: those whose ctime says an
+    entry changed during the run (all of them for a killed run's baseline)."""
+    if b.dirs is None:
+        return [os.fsencode(r) for r in b.roots]
+    floor = b.since_ns - SLACK_NS
+    lstat = os.lstat
+    out = []
+    for d in b.dirs:
+        try:
+            st = lstat(d)
+        except OSError:
+            continue  # gone: what replaced it is an entry of a changed parent
+        if st.st_ctime_ns >= floor and stat.S_ISDIR(st.st_mode):
+            out.append(d)
+    if skip:
+        out = [d for d in out if d != skip and not d.startswith(skip + b"/")]
+    return out
+
+
+def _worktree_commondir(p: bytes) -> bool:
+    """``G/worktrees/NAME/commondir`` holding ``../..``, as ``git worktree add``
+    writes it: it names the git dir it lies in, whose own config and hooks
+    are protected or checked here, so it redirects nothing."""
+    parts = p.split(b"/")
+    if len(parts) < 4 or parts[-3] != b"worktrees":
+        return False
+    try:
+        fd = os.open(p, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return False
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_size > 64:
+            return False
+        return os.read(fd, 64).strip() == b"../.."
+    finally:
+        os.close(fd)
+
+
+def check(b: Baseline, *, skip: str = "") -> tuple[list[str], list[tuple[str, str]]]:
+    """After the run: (watched entries the command left, in walk order;
+    directories that changed and could not be listed, with the reason)."""
+    skipb = os.fsencode(skip) if skip else b""
+    todo = _changed(b, skipb)
+    dirs = b.dirs
+    seen: set[bytes] = set()
+    candidates: list[bytes] = []
+    unlistable: list[tuple[str, str]] = []
+    while todo:
+        d = todo.pop()
+        if d in seen:
+            continue
+        seen.add(d)
+        try:
+            with os.scandir(d) as it:
+                entries = {e.name: e for e in it}
+        except PermissionError as e:
+            unlistable.append((os.fsdecode(d), e.strerror or "permission denied"))
+            continue
+        except OSError:
+            continue  # gone, or no longer a directory: its parent's listing covers it
+        for e in entries.values():
+            if e.is_dir(follow_symlinks=False) and (dirs is None or e.path not in dirs):
+                if not skipb or (e.path != skipb and not e.path.startswith(skipb + b"/")):
+                    todo.append(e.path)  # new since the start: every directory in it is listed
+        names = set(entries)
+        base = _base(d)
+        if b".envrc" in names:
+            candidates.append(d + b"/.envrc")
+        for link in (b".vscode", b".idea"):
+            if link in names and entries[link].is_symlink():
+                candidates.append(d + b"/" + link)
+        # The watched dirs' entries, from the listing of the dir itself and
+        # from its parent's (a directory moved in whole is listed here even
+        # on a filesystem that keeps its ctime on rename).
+        sources = [(d, names)]
+        for sub in (b".vscode", b".idea", b".git"):
+            if sub in names and entries[sub].is_dir(follow_symlinks=False):
+                sources.append((d + b"/" + sub, set()))
+        for w, wnames in sources:
+            wb = _base(w)
+            if wb == b".vscode":
+                candidates += [w + b"/" + n for n in VSCODE]
+            elif wb == b".idea":
+                candidates += [w + b"/" + n for n in IDEA]
+            elif wb == b".git" or (w == d and _is_git_dir(d, wnames)):
+                candidates += [w + b"/" + n for n in IN_GIT_DIR]
+        parent = _parent(d)
+        if base == b"runConfigurations" and _base(parent) == b".idea":
+            candidates += [d + b"/" + n for n in names]
+        elif base == b"hooks" and (_base(parent) == b".git" or os.path.lexists(parent + b"/HEAD")):
+            candidates += [d + b"/" + n for n in names]
+    planted: list[str] = []
+    done: set[bytes] = set()
+    for c in candidates:
+        if c in done:
+            continue
+        done.add(c)
+        ident = _lstat_id(c)
+        if ident is None or b.known.get(c) == ident:
+            continue
+        if _base(c) == b"commondir" and _worktree_commondir(c):
+            continue
+        planted.append(os.fsdecode(c))
+    # A directory before what lies in it: moving hooks/ moves its entries too.
+    planted.sort(key=lambda p: (p.count("/"), p))
+    out: list[str] = []
+    for p in planted:
+        if not any(p.startswith(q + "/") for q in out):
+            out.append(p)
+    return out, unlistable
+
+
+class Refused(Exception):
+    """The move would have followed a symlink: nothing was moved."""
+
+
+def _dest_name(path: str) -> str:
+    """The quarantine's name for ``path``: its components joined by ``%``,
+    the last 200 bytes of it when longer than a file name may be."""
+    flat = path.strip("/").replace("/", "%")
+    raw = os.fsencode(flat)
+    if len(raw) > 200:
+        flat = "..." + os.fsdecode(raw[-200:])
+    return flat
+
+
+def _copy_out(src: int, name: str, dst: int, dest: str) -> None:
+    """Copy ``name`` (relative to directory fd ``src``) to ``dest`` in ``dst``
+    without following links, then remove it: the quarantine is on another
+    filesystem. A file over COPY_MAX, or anything but a file, link or
+    directory, is removed and not kept."""
+    st = os.stat(name, dir_fd=src, follow_symlinks=False)
+    if stat.S_ISLNK(st.st_mode):
+        os.symlink(os.readlink(name, dir_fd=src), dest, dir_fd=dst)
+        os.unlink(name, dir_fd=src)
+    elif stat.S_ISDIR(st.st_mode):
+        fd = os.open(name, _READ_DIR, dir_fd=src)
+        try:
+            os.mkdir(dest, 0o700, dir_fd=dst)
+            out = os.open(dest, _PATH_DIR, dir_fd=dst)
+            try:
+                for kid in os.listdir(fd):
+                    _copy_out(fd, kid, out, kid)
+            finally:
+                os.close(out)
+        finally:
+            os.close(fd)
+        os.rmdir(name, dir_fd=src)
+    elif stat.S_ISREG(st.st_mode) and st.st_size <= COPY_MAX:
+        fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=src)
+        try:
+            out = os.open(dest, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600,
+                          dir_fd=dst)
+            try:
+                left = COPY_MAX
+                while left > 0:
+                    chunk = os.read(fd, min(left, 1 << 20))
+                    if not chunk:
+                        break
+                    os.write(out, chunk)
+                    left -= len(chunk)
+            finally:
+                os.close(out)
+        finally:
+            os.close(fd)
+        os.unlink(name, dir_fd=src)
+    else:
+        os.unlink(name, dir_fd=src)
+
+
+def move_out(path: str, root: str, qdir: str) -> str:
+    """Move ``path`` (beneath the write root ``root``) into ``qdir`` through
+    directory descriptors opened without following links, from ``root``
+    down; returns where it went. Raises :class:`Refused` when a directory on
+    the way is a symlink now, OSError when the move fails."""
+    rel = path[len(root):].strip("/").split("/")
+    fd = os.open(root, _PATH_DIR)
+    try:
+        for comp in rel[:-1]:
+            try:
+                nfd = os.open(comp, _PATH_DIR, dir_fd=fd)
+            except OSError as e:
+                if e.errno in (errno.ELOOP, errno.ENOTDIR):
+                    raise Refused(path) from None
+                raise
+            os.close(fd)
+            fd = nfd
+        os.makedirs(qdir, mode=0o700, exist_ok=True)
+        q = os.open(qdir, _PATH_DIR)
+        try:
+            base = _dest_name(path)
+            dest, n = base, 1
+            while True:
+                try:
+                    os.stat(dest, dir_fd=q, follow_symlinks=False)
+                except FileNotFoundError:
+                    break
+                # The same path quarantined twice in one second: keep both.
+                dest, n = f"{base}.{n}", n + 1
+            try:
+                os.rename(rel[-1], dest, src_dir_fd=fd, dst_dir_fd=q)
+            except OSError as e:
+                if e.errno != errno.EXDEV:
+                    raise
+                _copy_out(fd, rel[-1], q, dest)
+        finally:
+            os.close(q)
+    finally:
+        os.close(fd)
+    return os.path.join(qdir, dest)
+
+
+def settle(b: Baseline, state: str, *, guard: Callable[[str], bool] = lambda p: False,
+           say: Callable[[str], None], killed: bool = False) -> tuple[list[str], str]:
+    """Check after the run and move what the command left to the quarantine;
+    say each. ``guard``: paths never to move (the read-only binds of this
+    run: they could not have changed). Returns (the paths moved, the
+    quarantine entry they went to)."""
+    from safebox.builder.paths import Nearest
+
+    planted, unlistable = check(b, skip=state)
+    who = "a killed earlier run's command" if killed else "the command"
+    roots = Nearest(b.roots)
+    qdir = os.path.join(state, "quarantine", time.strftime("%Y%m%dT%H%M%S"))
+    moved: list[str] = []
+    todo: list[tuple[str, str]] = [(p, "") for p in planted if not guard(p)]
+    todo += [(d, why) for d, why in unlistable if not guard(d)]
+    for p, why in todo:
+        root = roots.at_or_above(p)
+        if root is None or root == p:
+            if why:
+                say(f"{who} changed the write root {p} and it cannot be listed after the run ({why}): "
+                    "nothing in it could be checked; check it by hand")
+            continue
+        try:
+            dest = move_out(p, root, qdir)
+        except Refused:
+            say(f"a directory on the way to protected path {p} was replaced by a symlink during the run; "
+                "nothing moved there (check it by hand)")
+            continue
+        except (OSError, RecursionError) as e:
+            err = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
+            say(f"{who} created protected file {p}; it could not be moved to the quarantine ({err}): "
+                "delete it before you open that directory")
+            continue
+        moved.append(p)
+        if why:
+            say(f"{who} changed {p} during the run and it cannot be listed ({why}): "
+                f"nothing in it could be checked, so all of it was moved to {dest}")
+        else:
+            say(f"{who} created protected file {p}; moved it to {dest}")
+    return moved, qdir
+
+
+def watch_lines(b: Baseline) -> list[str]:
+    """The watch file's lines for a killed run's check: ``deep SINCE``,
+    ``deeproot HEXROOT``, ``known DEV INO HEXPATH``."""
+    lines = [f"deep {b.since_ns}"]
+    lines += [f"deeproot {os.fsencode(r).hex()}" for r in b.roots]
+    lines += [f"known {dev} {ino} {p.hex()}" for p, (dev, ino) in b.known.items()]
+    return lines
+
+
+def from_watch_lines(lines: Iterable[str]) -> Baseline | None:
+    """The baseline :func:`watch_lines` wrote (no directory list: walked whole)."""
+    since: int | None = None
+    roots: list[str] = []
+    known: dict[bytes, tuple[int, int]] = {}
+    for line in lines:
+        kind, _, rest = line.partition(" ")
+        try:
+            if kind == "deep":
+                since = int(rest)
+            elif kind == "deeproot":
+                roots.append(os.fsdecode(bytes.fromhex(rest)))
+            elif kind == "known":
+                dev, ino, hexpath = rest.split(" ")
+                known[bytes.fromhex(hexpath)] = (int(dev), int(ino))
+        except ValueError:
+            continue  # our own file, 0600 in a private dir: a torn write at most
+    if since is None or not roots:
+        return None
+    return Baseline(since_ns=since, roots=tuple(roots), dirs=None, known=known)
+
+
+__all__ = ["Baseline", "Refused", "capture", "check", "from_watch_lines", "move_out", "parse", "settle",
+           "watch_lines"]
