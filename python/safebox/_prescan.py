@@ -48,7 +48,7 @@ def start_rg(rg: str, root: str, depth: int, *, more: tuple[str, ...] = ()) -> S
         raise BuildError(f"ripgrep failed under {root}: {e}; cannot find protected files") from None
 
 
-def start_find(find: str, root: str, depth: int, *, more: tuple[str, ...] = ()) -> Spawned:
+def start_find(find: str, root: str, *, more: tuple[str, ...] = ()) -> Spawned:
     """Start find(1) listing, under ``root`` and ``more`` roots, the symlinks
     and directories whose names begin with a dot (collected and narrowed to
     protected names by ``resolve._find_links_finish``), and for the watch at
@@ -120,7 +120,7 @@ def early(argv: list[str]) -> None:
         depth = defaults.DEFAULT_SEARCH_DEPTH
         walk = start_rg(rg, cwd, depth)
         try:
-            _started[(cwd, depth)] = (walk, start_find(find, cwd, depth))
+            _started[(cwd, depth)] = (walk, start_find(find, cwd))
         except BaseException:
             walk.cancel()
             raise

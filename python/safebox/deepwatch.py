@@ -151,43 +151,40 @@ def _record(d: bytes, names: tuple[bytes, ...], known: dict[bytes, tuple[int, in
                     known[q] = kid
 
 
+def _sort_specials(specials: list[tuple[bytes, bytes]], dirs: set[bytes],
+                   known: dict[bytes, tuple[int, int]]) -> tuple[set[bytes], list[bytes], list[bytes]]:
+    """Record the identities the walk printed; return (the git dirs, the
+    ``.vscode`` and the ``.idea`` directories) it saw."""
+    heads: set[bytes] = set()
+    commondirs: set[bytes] = set()
+    by_name: dict[bytes, list[bytes]] = {b".git": [], b".vscode": [], b".idea": [], b".envrc": []}
+    for path, kind in specials:
+        k = kind[:1]
+        if k == b"e" or (k == b"l" and _base(path) in LINK_NAMES):
+            dev, _, ino = kind[1:].partition(b".")
+            if dev.isdigit() and ino.isdigit():
+                known[path] = (int(dev), int(ino))
+        elif k == b"h":
+            heads.add(_parent(path))
+        elif k == b"c":
+            commondirs.add(_parent(path))
+        elif k == b"d" and _base(path) in by_name:
+            by_name[_base(path)].append(path)
+    for d in by_name[b".envrc"]:  # a directory by that name: its identity, like a file's
+        ident = _lstat_id(d)
+        if ident is not None:
+            known[d] = ident
+    gits = set(by_name[b".git"])
+    gits.update(h for h in heads if (h + b"/objects" in dirs and h + b"/refs" in dirs) or h in commondirs)
+    return gits, by_name[b".vscode"], by_name[b".idea"]
+
+
 def capture(since_ns: int, roots: tuple[str, ...], dirs: set[bytes],
             specials: list[tuple[bytes, bytes]]) -> Baseline:
     """The baseline of one start walk: record every watched entry present
     now (a few lstats per repository and editor directory)."""
     known: dict[bytes, tuple[int, int]] = {}
-    heads: set[bytes] = set()
-    commondirs: set[bytes] = set()
-    vscode: list[bytes] = []
-    idea: list[bytes] = []
-    gits: set[bytes] = set()
-    for path, kind in specials:
-        k = kind[:1]
-        if k == b"e" or (k == b"l" and _base(path) in LINK_NAMES):
-            dev, _, ino = kind[1:].partition(b".")
-            try:
-                known[path] = (int(dev), int(ino))
-            except ValueError:
-                continue
-        elif k == b"h":
-            heads.add(_parent(path))
-        elif k == b"c":
-            commondirs.add(_parent(path))
-        elif k == b"d":
-            base = _base(path)
-            if base == b".git":
-                gits.add(path)
-            elif base == b".vscode":
-                vscode.append(path)
-            elif base == b".idea":
-                idea.append(path)
-            elif base == b".envrc":  # a directory by that name: its identity, like a file's
-                ident = _lstat_id(path)
-                if ident is not None:
-                    known[path] = ident
-    for h in heads:
-        if (h + b"/objects" in dirs and h + b"/refs" in dirs) or h in commondirs:
-            gits.add(h)
+    gits, vscode, idea = _sort_specials(specials, dirs, known)
     for g in gits:
         _record(g, IN_GIT_DIR, known, listed=b"hooks")
     for v in vscode:
@@ -202,6 +199,10 @@ def _is_git_dir(d: bytes, names: set[bytes]) -> bool:
     """What git takes for a git dir (``is_git_directory``), by the names it holds."""
     return _base(d) == b".git" or (b"HEAD" in names and ((b"objects" in names and b"refs" in names)
                                                          or b"commondir" in names))
+
+
+def _under(p: bytes, skip: bytes) -> bool:
+    return bool(skip) and (p == skip or p.startswith(skip + b"/"))
 
 
 def _changed(b: Baseline, skip: bytes) -> list[bytes]:
@@ -219,9 +220,7 @@ def _changed(b: Baseline, skip: bytes) -> list[bytes]:
             continue  # gone: what replaced it is an entry of a changed parent
         if st.st_ctime_ns >= floor and stat.S_ISDIR(st.st_mode):
             out.append(d)
-    if skip:
-        out = [d for d in out if d != skip and not d.startswith(skip + b"/")]
-    return out
+    return [d for d in out if not _under(d, skip)] if skip else out
 
 
 def _worktree_commondir(p: bytes) -> bool:
@@ -244,11 +243,38 @@ def _worktree_commondir(p: bytes) -> bool:
         os.close(fd)
 
 
-def check(b: Baseline, *, skip: str = "") -> tuple[list[str], list[tuple[str, str]]]:
-    """After the run: (watched entries the command left, in walk order;
-    directories that changed and could not be listed, with the reason)."""
-    skipb = os.fsencode(skip) if skip else b""
-    todo = _changed(b, skipb)
+def _candidates(d: bytes, entries: dict[bytes, os.DirEntry[bytes]]) -> list[bytes]:
+    """The watched paths that the listing of ``d`` names."""
+    names = set(entries)
+    out: list[bytes] = []
+    if b".envrc" in names:
+        out.append(d + b"/.envrc")
+    for link in (b".vscode", b".idea"):
+        if link in names and entries[link].is_symlink():
+            out.append(d + b"/" + link)
+    # The watched dirs' entries, from the listing of the dir itself and from
+    # its parent's (a directory moved in whole is listed here even on a
+    # filesystem that keeps its ctime on rename).
+    sources = [d] + [d + b"/" + sub for sub in (b".vscode", b".idea", b".git")
+                     if sub in names and entries[sub].is_dir(follow_symlinks=False)]
+    for w in sources:
+        wb = _base(w)
+        if wb == b".vscode":
+            out += [w + b"/" + n for n in VSCODE]
+        elif wb == b".idea":
+            out += [w + b"/" + n for n in IDEA]
+        elif wb == b".git" or (w == d and _is_git_dir(d, names)):
+            out += [w + b"/" + n for n in IN_GIT_DIR]
+    base, parent = _base(d), _parent(d)
+    if (base == b"runConfigurations" and _base(parent) == b".idea") or (
+            base == b"hooks" and (_base(parent) == b".git" or os.path.lexists(parent + b"/HEAD"))):
+        out += [d + b"/" + n for n in names]
+    return out
+
+
+def _walk(b: Baseline, skip: bytes) -> tuple[list[bytes], list[tuple[str, str]]]:
+    """List the changed directories and every new one; (candidates, unlistable)."""
+    todo = _changed(b, skip)
     dirs = b.dirs
     seen: set[bytes] = set()
     candidates: list[bytes] = []
@@ -261,42 +287,24 @@ def check(b: Baseline, *, skip: str = "") -> tuple[list[str], list[tuple[str, st
         try:
             with os.scandir(d) as it:
                 entries = {e.name: e for e in it}
-        except PermissionError as e:
-            unlistable.append((os.fsdecode(d), e.strerror or "permission denied"))
+        except PermissionError as err:
+            unlistable.append((os.fsdecode(d), err.strerror or "permission denied"))
             continue
         except OSError:
             continue  # gone, or no longer a directory: its parent's listing covers it
-        for e in entries.values():
-            if e.is_dir(follow_symlinks=False) and (dirs is None or e.path not in dirs):
-                if not skipb or (e.path != skipb and not e.path.startswith(skipb + b"/")):
-                    todo.append(e.path)  # new since the start: every directory in it is listed
-        names = set(entries)
-        base = _base(d)
-        if b".envrc" in names:
-            candidates.append(d + b"/.envrc")
-        for link in (b".vscode", b".idea"):
-            if link in names and entries[link].is_symlink():
-                candidates.append(d + b"/" + link)
-        # The watched dirs' entries, from the listing of the dir itself and
-        # from its parent's (a directory moved in whole is listed here even
-        # on a filesystem that keeps its ctime on rename).
-        sources = [(d, names)]
-        for sub in (b".vscode", b".idea", b".git"):
-            if sub in names and entries[sub].is_dir(follow_symlinks=False):
-                sources.append((d + b"/" + sub, set()))
-        for w, wnames in sources:
-            wb = _base(w)
-            if wb == b".vscode":
-                candidates += [w + b"/" + n for n in VSCODE]
-            elif wb == b".idea":
-                candidates += [w + b"/" + n for n in IDEA]
-            elif wb == b".git" or (w == d and _is_git_dir(d, wnames)):
-                candidates += [w + b"/" + n for n in IN_GIT_DIR]
-        parent = _parent(d)
-        if base == b"runConfigurations" and _base(parent) == b".idea":
-            candidates += [d + b"/" + n for n in names]
-        elif base == b"hooks" and (_base(parent) == b".git" or os.path.lexists(parent + b"/HEAD")):
-            candidates += [d + b"/" + n for n in names]
+        for entry in entries.values():
+            if (entry.is_dir(follow_symlinks=False) and (dirs is None or entry.path not in dirs)
+                    and not _under(entry.path, skip)):
+                todo.append(entry.path)  # new since the start: every directory in it is listed
+        candidates += _candidates(d, entries)
+    return candidates, unlistable
+
+
+def check(b: Baseline, *, skip: str = "") -> tuple[list[str], list[tuple[str, str]]]:
+    """After the run: (watched entries the command left, shallow first, none
+    inside another; directories that changed and could not be listed, with
+    the reason). ``skip``: a directory never looked at (safebox's state)."""
+    candidates, unlistable = _walk(b, os.fsencode(skip) if skip else b"")
     planted: list[str] = []
     done: set[bytes] = set()
     for c in candidates:
@@ -418,7 +426,7 @@ def move_out(path: str, root: str, qdir: str) -> str:
     return os.path.join(qdir, dest)
 
 
-def settle(b: Baseline, state: str, *, guard: Callable[[str], bool] = lambda p: False,
+def settle(b: Baseline, state: str, *, guard: Callable[[str], bool] | None = None,
            say: Callable[[str], None], killed: bool = False) -> tuple[list[str], str]:
     """Check after the run and move what the command left to the quarantine;
     say each. ``guard``: paths never to move (the read-only binds of this
@@ -431,8 +439,10 @@ def settle(b: Baseline, state: str, *, guard: Callable[[str], bool] = lambda p: 
     roots = Nearest(b.roots)
     qdir = os.path.join(state, "quarantine", time.strftime("%Y%m%dT%H%M%S"))
     moved: list[str] = []
-    todo: list[tuple[str, str]] = [(p, "") for p in planted if not guard(p)]
-    todo += [(d, why) for d, why in unlistable if not guard(d)]
+    todo: list[tuple[str, str]] = [(p, "") for p in planted]
+    todo += unlistable
+    if guard is not None:
+        todo = [(p, why) for p, why in todo if not guard(p)]
     for p, why in todo:
         root = roots.at_or_above(p)
         if root is None or root == p:

@@ -513,7 +513,7 @@ class RootScan:
                              hint="install findutils")
         self.rg = _rg_start(rg, root, depth, more=more)
         try:
-            self.links = _find_links_start(find, root, depth, more=more)
+            self.links = _find_links_start(find, root, more=more)
         except BaseException:
             self.rg.cancel()
             raise

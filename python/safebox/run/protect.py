@@ -119,7 +119,6 @@ def settle(rp: ResolvedPolicy, state: str, *, say: Callable[[str], None]) -> tup
         say(f"protected symlink {link}: the command {what}; the link is restored")
     out = [m[0] for m in moved]
     if rp.watch_deep is not None:
-        from safebox import deepwatch
         from safebox.builder.paths import Nearest
 
         # The read-only binds could not have changed: never moved, whatever
@@ -130,7 +129,7 @@ def settle(rp: ResolvedPolicy, state: str, *, say: Callable[[str], None]) -> tup
 
 
 def _settle_deep(deep: Baseline, state: str, *, say: Callable[[str], None], killed: bool = False,
-                 guard: Callable[[str], bool] = lambda p: False) -> list[str]:
+                 guard: Callable[[str], bool] | None = None) -> list[str]:
     """The watch at any depth (safebox.deepwatch), then the quarantine's bound."""
     from safebox import deepwatch
 
