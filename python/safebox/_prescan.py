@@ -52,8 +52,8 @@ def start_find(find: str, root: str, *, more: tuple[str, ...] = ()) -> Spawned:
     """Start find(1) listing, under ``root`` and ``more`` roots, the symlinks
     and directories whose names begin with a dot (collected and narrowed to
     protected names by ``resolve._find_links_finish``), and for the watch at
-    any depth (``safebox.deepwatch``) every directory, every ``.envrc`` and
-    the ``HEAD`` and ``commondir`` files that make a directory a git dir.
+    any depth (``safebox.deepwatch``) every directory (``objects`` ones
+    marked: git dirs are found by them) and every ``.envrc``.
 
     ripgrep lists files only: it never lists a symlink without ``--follow``
     (and following would walk wherever links point), nor an empty directory.
@@ -61,7 +61,9 @@ def start_find(find: str, root: str, *, more: tuple[str, ...] = ()) -> Spawned:
     ``.vscode -> shared/vscode`` or an empty ``.vscode/`` went unprotected:
     writes through the link landed on the target, and files could be created
     in the empty directory (found in review). Cheap tests only: forty
-    ``-name`` tests made find four times slower than the walk itself.
+    ``-name`` tests made find four times slower than the walk itself; a file
+    meets one (``-name '.*'``) as before, the rest are for directories and
+    dot files.
 
     No ``-maxdepth``: the watch covers every depth (issue 22), so the walk
     goes as deep as the tree; the dot names for the read-only binds are
@@ -74,11 +76,10 @@ def start_find(find: str, root: str, *, more: tuple[str, ...] = ()) -> Spawned:
     # A root that begins with "-" or is "(" would read as an expression: every
     # root is absolute, so none can.
     cmd = [find, root, *more, "-mindepth", "1",
-           "(", "-type", "d", "(", "-name", ".*", "-printf", "%p//d\\0", "-o", "-printf", "%p\\0", ")", ")",
-           "-o", "(", "-name", ".*", "-type", "l", "-printf", "%p//l%D.%i\\0", ")",
-           "-o", "(", "-name", ".envrc", "-printf", "%p//e%D.%i\\0", ")",
-           "-o", "(", "-name", "HEAD", "-printf", "%p//h\\0", ")",
-           "-o", "(", "-name", "commondir", "-printf", "%p//c\\0", ")"]
+           "(", "-type", "d", "(", "-name", ".*", "-printf", "%p//d\\0",
+           "-o", "-name", "objects", "-printf", "%p//o\\0", "-o", "-printf", "%p\\0", ")", ")",
+           "-o", "(", "-name", ".*", "(", "-type", "l", "-printf", "%p//l%D.%i\\0",
+           "-o", "-name", ".envrc", "-printf", "%p//e%D.%i\\0", ")", ")"]
     # The coarse clock is the one file times are taken from: a change made
     # after this line has a ctime at or after it (the watch also allows for
     # filesystems with coarser times).

@@ -15,9 +15,8 @@ of a write root, and existing ones to the search depth, are protected by
 How, without another walk of the tree after the run:
 
 1. the start walk (``_prescan.start_find``) already lists the directories
-   of every write root; it lists all of them, at every depth, with the
-   ``.envrc``, ``HEAD`` and ``commondir`` files, and the file clock taken
-   before it began (``since``);
+   of every write root; it lists all of them, at every depth, with every
+   ``.envrc``, and the file clock taken before it began (``since``);
 2. :func:`capture` records the device and inode of every watched entry
    present then (a few per repository);
 3. after the run each directory listed at the start is lstat'ed: one whose
@@ -97,7 +96,7 @@ class Baseline:
 
 def parse(out: bytes) -> tuple[set[bytes], list[tuple[bytes, bytes]]]:
     """The start walk's records: (every directory, the others as (path, kind
-    and fields)). A dot directory is in both. C-level passes over the
+    and fields)). A dot directory and an ``objects`` one are in both. C-level passes over the
     records: 13,000 directories cost about a millisecond."""
     recs = out.split(b"\0")
     marked = [r for r in recs if b"//" in r]
@@ -107,7 +106,7 @@ def parse(out: bytes) -> tuple[set[bytes], list[tuple[bytes, bytes]]]:
     for r in marked:
         dirs.discard(r)
         path, _, kind = r.partition(b"//")
-        if kind == b"d":
+        if kind in (b"d", b"o"):
             dirs.add(path)
         specials.append((path, kind))
     return dirs, specials
@@ -154,20 +153,20 @@ def _record(d: bytes, names: tuple[bytes, ...], known: dict[bytes, tuple[int, in
 def _sort_specials(specials: list[tuple[bytes, bytes]], dirs: set[bytes],
                    known: dict[bytes, tuple[int, int]]) -> tuple[set[bytes], list[bytes], list[bytes]]:
     """Record the identities the walk printed; return (the git dirs, the
-    ``.vscode`` and the ``.idea`` directories) it saw."""
-    heads: set[bytes] = set()
-    commondirs: set[bytes] = set()
+    ``.vscode`` and the ``.idea`` directories) it saw. A git dir is a
+    ``.git`` directory, or one holding ``objects/``, ``refs/`` and ``HEAD``
+    (a bare repository, a submodule's), or a linked worktree's admin dir
+    under a git dir's ``worktrees/``."""
     by_name: dict[bytes, list[bytes]] = {b".git": [], b".vscode": [], b".idea": [], b".envrc": []}
+    objects: list[bytes] = []
     for path, kind in specials:
         k = kind[:1]
         if k == b"e" or (k == b"l" and _base(path) in LINK_NAMES):
             dev, _, ino = kind[1:].partition(b".")
             if dev.isdigit() and ino.isdigit():
                 known[path] = (int(dev), int(ino))
-        elif k == b"h":
-            heads.add(_parent(path))
-        elif k == b"c":
-            commondirs.add(_parent(path))
+        elif k == b"o":
+            objects.append(_parent(path))
         elif k == b"d" and _base(path) in by_name:
             by_name[_base(path)].append(path)
     for d in by_name[b".envrc"]:  # a directory by that name: its identity, like a file's
@@ -175,7 +174,14 @@ def _sort_specials(specials: list[tuple[bytes, bytes]], dirs: set[bytes],
         if ident is not None:
             known[d] = ident
     gits = set(by_name[b".git"])
-    gits.update(h for h in heads if (h + b"/objects" in dirs and h + b"/refs" in dirs) or h in commondirs)
+    gits.update(g for g in objects if g + b"/refs" in dirs and os.path.lexists(g + b"/HEAD"))
+    for g in list(gits):
+        wt = g + b"/worktrees"
+        if wt in dirs:
+            try:
+                gits.update(wt + b"/" + n for n in os.listdir(wt))
+            except OSError:
+                pass
     return gits, by_name[b".vscode"], by_name[b".idea"]
 
 
