@@ -111,7 +111,7 @@ def test_across_filesystems_the_move_copies_without_following_links_then_removes
     real_rename = os.rename
 
     def exdev(src: str, dst: str, *, src_dir_fd: int | None = None, dst_dir_fd: int | None = None) -> None:
-        if src_dir_fd is not None:
+        if src_dir_fd is not None or dst_dir_fd is not None:  # the move's renameat: another filesystem
             raise OSError(errno.EXDEV, os.strerror(errno.EXDEV))
         real_rename(src, dst)
 
