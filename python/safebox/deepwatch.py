@@ -74,14 +74,17 @@ class Baseline:
     (``None`` for a killed run's, which is walked whole), the watched
     entries that existed (path: (device, inode)), and the clock."""
 
-    __slots__ = ("dirs", "known", "roots", "since_ns")
+    __slots__ = ("dirs", "git_config", "known", "roots", "since_ns")
 
     def __init__(self, *, since_ns: int, roots: tuple[str, ...], dirs: set[bytes] | None,
-                 known: dict[bytes, tuple[int, int]]) -> None:
+                 known: dict[bytes, tuple[int, int]], git_config: bool = True) -> None:
         self.since_ns = since_ns
         self.roots = roots
         self.dirs = dirs
         self.known = known
+        # False with filesystem.allowGitConfig: a git dir's config is the
+        # command's to write, at any depth as at the top.
+        self.git_config = git_config
 
     def __repr__(self) -> str:
         n = "all" if self.dirs is None else len(self.dirs)
@@ -91,7 +94,13 @@ class Baseline:
         """Both baselines as one (write roots walked in separate batches)."""
         dirs = None if self.dirs is None or other.dirs is None else self.dirs | other.dirs
         return Baseline(since_ns=min(self.since_ns, other.since_ns), roots=(*self.roots, *other.roots),
-                        dirs=dirs, known={**self.known, **other.known})
+                        dirs=dirs, known={**self.known, **other.known},
+                        git_config=self.git_config and other.git_config)
+
+    def without_git_config(self) -> Baseline:
+        """The same baseline for a policy with filesystem.allowGitConfig."""
+        return Baseline(since_ns=self.since_ns, roots=self.roots, dirs=self.dirs, known=self.known,
+                        git_config=False)
 
 
 def parse(out: bytes) -> tuple[set[bytes], list[tuple[bytes, bytes]]]:
@@ -322,6 +331,8 @@ def check(b: Baseline, *, skip: str = "") -> tuple[list[str], list[tuple[str, st
             continue
         if _base(c) == b"commondir" and _worktree_commondir(c):
             continue
+        if not b.git_config and _base(c) == b"config":
+            continue  # only a git dir's config is a candidate by that name
         planted.append(os.fsdecode(c))
     # A directory before what lies in it: moving hooks/ moves its entries too.
     planted.sort(key=lambda p: (p.count("/"), p))
@@ -479,7 +490,7 @@ def settle(b: Baseline, state: str, *, guard: Callable[[str], bool] | None = Non
 def watch_lines(b: Baseline) -> list[str]:
     """The watch file's lines for a killed run's check: ``deep SINCE``,
     ``deeproot HEXROOT``, ``known DEV INO HEXPATH``."""
-    lines = [f"deep {b.since_ns}"]
+    lines = [f"deep {b.since_ns}"] + ([] if b.git_config else ["deepgitconfig allowed"])
     lines += [f"deeproot {os.fsencode(r).hex()}" for r in b.roots]
     lines += [f"known {dev} {ino} {p.hex()}" for p, (dev, ino) in b.known.items()]
     return lines
@@ -490,11 +501,14 @@ def from_watch_lines(lines: Iterable[str]) -> Baseline | None:
     since: int | None = None
     roots: list[str] = []
     known: dict[bytes, tuple[int, int]] = {}
+    git_config = True
     for line in lines:
         kind, _, rest = line.partition(" ")
         try:
             if kind == "deep":
                 since = int(rest)
+            elif kind == "deepgitconfig":
+                git_config = False
             elif kind == "deeproot":
                 roots.append(os.fsdecode(bytes.fromhex(rest)))
             elif kind == "known":
@@ -504,7 +518,7 @@ def from_watch_lines(lines: Iterable[str]) -> Baseline | None:
             continue  # our own file, 0600 in a private dir: a torn write at most
     if since is None or not roots:
         return None
-    return Baseline(since_ns=since, roots=tuple(roots), dirs=None, known=known)
+    return Baseline(since_ns=since, roots=tuple(roots), dirs=None, known=known, git_config=git_config)
 
 
 __all__ = ["Baseline", "Refused", "capture", "check", "from_watch_lines", "move_out", "parse", "settle",

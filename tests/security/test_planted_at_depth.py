@@ -16,6 +16,7 @@ watched files that existed before the run, stay where they are.
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -227,3 +228,19 @@ def test_a_file_planted_at_depth_before_safebox_was_sigkilled_is_quarantined_at_
     finally:
         proc.kill()
         proc.communicate()
+
+
+def test_with_allow_git_config_a_new_repositorys_config_at_depth_stays_and_its_hooks_do_not(
+        fresh_home: FakeHome) -> None:
+    """``filesystem.allowGitConfig`` makes every git dir's config the
+    command's to write (docs/policy-reference.md); the watch at depth keeps
+    to it, and still moves the hooks."""
+    policy = fresh_home.root / "policy.json"
+    policy.write_text(json.dumps({"filesystem": {"allowGitConfig": True}}))
+    work = fresh_home.work
+    r = fresh_home.run(["sh", "-c", "git init -q sub/new && echo evil > sub/new/.git/hooks/pre-commit"],
+                       opts=["-p", str(policy)])
+    assert r.returncode == 0, r.stderr
+    assert (work / "sub" / "new" / ".git" / "config").exists()
+    assert not (work / "sub" / "new" / ".git" / "hooks").exists()
+    assert (_moved_to(r.stderr, work / "sub" / "new" / ".git" / "hooks") / "pre-commit").read_text() == "evil\n"

@@ -772,7 +772,8 @@ def protected_paths(scans: dict[str, RootScan], write_roots: list[str], home: st
                for m in missing for d in (parent_dir(m),)}
     seen = {("git", g) for g in gits if os.path.basename(g) != ".git"} | {("admin", a) for a in admins}
     return Protected(existing=sorted(existing - set(git_dirs)), missing=sorted(missing - existing),
-                     known=sorted(seen), tops=f.tops, deep=deep,
+                     known=sorted(seen), tops=f.tops,
+                     deep=deep.without_git_config() if deep is not None and allow_git_config else deep,
                      sealed=f.sealed, git_dirs=git_dirs, links=sorted(links.items()))
 
 
