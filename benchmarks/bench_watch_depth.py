@@ -13,8 +13,8 @@ there (made once; it takes a minute on a busy 2-core machine).
 Two measurements, both in this one run:
 
 1. the parts, in this process, interleaved: the start walk with the
-   watch's find expression against the one before it (every directory and
-   three more names, and no -maxdepth), parsing its output and recording
+   watch's find expression against the one before it (every directory,
+   ``.envrc`` files, and no -maxdepth), parsing its output and recording
    the watched entries (``deepwatch.parse``, ``capture``), and the check
    after a run that changed nothing (``deepwatch.check``);
 2. with --baseline, whole runs of ``safebox exec -- true`` in the tree by
@@ -150,7 +150,7 @@ def main() -> int:
         "```", "",
         "| part | median |", "|---|---|",
         f"| the start walk before (find, dot names to depth 9) | {med['old find']:.1f} ms |",
-        f"| the start walk with the watch (every directory, `.envrc`, `HEAD`, `commondir`, any depth) "
+        f"| the start walk with the watch (every directory, `objects/` marked, `.envrc`, any depth) "
         f"| {med['new find']:.1f} ms |",
         f"| parsing it and recording the watched entries | {med['parse+capture']:.1f} ms |",
         f"| the check after a run that changed nothing (an lstat per directory) | {med['check']:.1f} ms |",

@@ -287,8 +287,30 @@ def _candidates(d: bytes, entries: dict[bytes, os.DirEntry[bytes]]) -> list[byte
     return out
 
 
+def _make_listable(d: bytes) -> bool:
+    """Give the owner read, write and search on ``d`` when it is a directory
+    we own (the command, running as us, made it unreadable to hide what it
+    put there); True when it was changed. Through a descriptor opened
+    without following a link: the mode lands on that directory only."""
+    try:
+        fd = os.open(d, _PATH_DIR)
+    except OSError:
+        return False
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid():
+            return False
+        os.chmod(f"/proc/self/fd/{fd}", stat.S_IMODE(st.st_mode) | 0o700)
+        return True
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
+
+
 def _walk(b: Baseline, skip: bytes) -> tuple[list[bytes], list[tuple[str, str]]]:
-    """List the changed directories and every new one; (candidates, unlistable)."""
+    """List the changed directories and every new one; (candidates,
+    directories made listable or left unlistable, with what was done)."""
     todo = _changed(b, skip)
     dirs = b.dirs
     seen: set[bytes] = set()
@@ -303,8 +325,16 @@ def _walk(b: Baseline, skip: bytes) -> tuple[list[bytes], list[tuple[str, str]]]
             with os.scandir(d) as it:
                 entries = {e.name: e for e in it}
         except PermissionError as err:
-            unlistable.append((os.fsdecode(d), err.strerror or "permission denied"))
-            continue
+            why = err.strerror or "permission denied"
+            if not _make_listable(d):
+                unlistable.append((os.fsdecode(d), why))
+                continue
+            unlistable.append((os.fsdecode(d), ""))
+            try:
+                with os.scandir(d) as it:
+                    entries = {e.name: e for e in it}
+            except OSError:
+                continue
         except OSError:
             continue  # gone, or no longer a directory: its parent's listing covers it
         for entry in entries.values():
@@ -317,8 +347,10 @@ def _walk(b: Baseline, skip: bytes) -> tuple[list[bytes], list[tuple[str, str]]]
 
 def check(b: Baseline, *, skip: str = "") -> tuple[list[str], list[tuple[str, str]]]:
     """After the run: (watched entries the command left, shallow first, none
-    inside another; directories that changed and could not be listed, with
-    the reason). ``skip``: a directory never looked at (safebox's state)."""
+    inside another; directories that changed and that safebox could not
+    list, with the reason, or "" where it made them listable: ours, made
+    unreadable by the command). ``skip``: a directory never looked at
+    (safebox's state)."""
     candidates, unlistable = _walk(b, os.fsencode(skip) if skip else b"")
     planted: list[str] = []
     done: set[bytes] = set()
@@ -455,17 +487,17 @@ def settle(b: Baseline, state: str, *, guard: Callable[[str], bool] | None = Non
     who = "a killed earlier run's command" if killed else "the command"
     roots = Nearest(b.roots)
     qdir = os.path.join(state, "quarantine", time.strftime("%Y%m%dT%H%M%S"))
+    for d, why in unlistable:
+        if why:
+            say(f"cannot look in {d} after the run ({why}; it is not yours): what {who} may have planted "
+                "there was not checked; check it by hand")
+        else:
+            say(f"{who} made {d} unreadable; safebox gave its owner read, write and search (u+rwx) "
+                "to check what is in it")
     moved: list[str] = []
-    todo: list[tuple[str, str]] = [(p, "") for p in planted]
-    todo += unlistable
-    if guard is not None:
-        todo = [(p, why) for p, why in todo if not guard(p)]
-    for p, why in todo:
+    for p in planted:
         root = roots.at_or_above(p)
-        if root is None or root == p:
-            if why:
-                say(f"{who} changed the write root {p} and it cannot be listed after the run ({why}): "
-                    "nothing in it could be checked; check it by hand")
+        if root is None or root == p or (guard is not None and guard(p)):
             continue
         try:
             dest = move_out(p, root, qdir)
@@ -479,11 +511,7 @@ def settle(b: Baseline, state: str, *, guard: Callable[[str], bool] | None = Non
                 "delete it before you open that directory")
             continue
         moved.append(p)
-        if why:
-            say(f"{who} changed {p} during the run and it cannot be listed ({why}): "
-                f"nothing in it could be checked, so all of it was moved to {dest}")
-        else:
-            say(f"{who} created protected file {p}; moved it to {dest}")
+        say(f"{who} created protected file {p}; moved it to {dest}")
     return moved, qdir
 
 

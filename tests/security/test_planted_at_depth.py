@@ -244,3 +244,21 @@ def test_with_allow_git_config_a_new_repositorys_config_at_depth_stays_and_its_h
     assert (work / "sub" / "new" / ".git" / "config").exists()
     assert not (work / "sub" / "new" / ".git" / "hooks").exists()
     assert (_moved_to(r.stderr, work / "sub" / "new" / ".git" / "hooks") / "pre-commit").read_text() == "evil\n"
+
+
+def test_a_repository_hidden_in_a_directory_the_command_made_unreadable_is_still_found(
+        fresh_home: FakeHome) -> None:
+    """``chmod 0100 sub``: nobody can list ``sub``, but a path through it
+    still works, and git in ``sub/new`` would read the planted config. As
+    root safebox lists it anyway; as the user it gives the owner (the user:
+    the command ran as them) u+rwx back, says so, and checks it."""
+    work = fresh_home.work
+    config = work / "sub" / "new" / ".git" / "config"
+    r = fresh_home.run(["sh", "-c", f"{FSMONITOR.format(marker=fresh_home.root / 'ran')} && chmod 0100 sub"])
+    assert r.returncode == 0, r.stderr
+    assert not os.path.lexists(config)
+    assert "fsmonitor" in _moved_to(r.stderr, config).read_text()
+    if os.geteuid() != 0:
+        assert f"safebox: the command made {work}/sub unreadable; safebox gave its owner read, write and " \
+               "search (u+rwx)" in r.stderr, r.stderr
+        assert (work / "sub").stat().st_mode & 0o700 == 0o700
