@@ -262,3 +262,21 @@ def test_a_repository_hidden_in_a_directory_the_command_made_unreadable_is_still
         assert f"safebox: the command made {work}/sub unreadable; safebox gave its owner read, write and " \
                "search (u+rwx)" in r.stderr, r.stderr
         assert (work / "sub").stat().st_mode & 0o700 == 0o700
+
+
+def test_a_users_envrc_symlink_at_depth_replaced_by_the_command_is_restored_and_not_quarantined_again(
+        fresh_home: FakeHome) -> None:
+    """``sub/.envrc -> envrc.shared`` is the user's (a protected symlink,
+    restored after the run when replaced). The replacement goes to the
+    quarantine once; the restored link, a new inode where the start saw
+    the old one, stays."""
+    sub = fresh_home.work / "sub"
+    sub.mkdir()
+    (sub / "envrc.shared").write_text("use nix\n")
+    (sub / ".envrc").symlink_to("envrc.shared")
+    r = fresh_home.run(["sh", "-c", "rm sub/.envrc && echo evil > sub/.envrc"])
+    assert r.returncode == 0, r.stderr
+    assert os.readlink(sub / ".envrc") == "envrc.shared"
+    assert (sub / "envrc.shared").read_text() == "use nix\n"
+    assert f"protected symlink {sub}/.envrc: the command replaced it; moved the replacement to " in r.stderr
+    assert "created protected file" not in r.stderr, r.stderr

@@ -97,7 +97,8 @@ def settle_watch(run_dir: str, state: str) -> list[str]:
 
     deep = deepwatch.from_watch_lines(raw.decode("ascii", "replace").splitlines())
     if deep is not None:
-        _settle_deep(deep, state, say=out.append, killed=True)
+        restored = {link for link, _ in links}
+        _settle_deep(deep, state, say=out.append, killed=True, guard=restored.__contains__)
     return out
 
 
@@ -122,9 +123,13 @@ def settle(rp: ResolvedPolicy, state: str, *, say: Callable[[str], None]) -> tup
         from safebox.builder.paths import Nearest
 
         # The read-only binds could not have changed: never moved, whatever
-        # the check makes of them.
+        # the check makes of them. Nor the protected links just restored
+        # (a new inode where the check remembers the old one): what replaced
+        # them is in the quarantine already.
         bound = Nearest(rp.read_only)
-        out += _settle_deep(rp.watch_deep, state, guard=lambda p: bound.at_or_above(p) is not None, say=say)
+        restored = {link for link, _ in rp.watch_links}
+        out += _settle_deep(rp.watch_deep, state, say=say,
+                            guard=lambda p: p in restored or bound.at_or_above(p) is not None)
     return out, [link for link, _ in relinked]
 
 
