@@ -483,7 +483,10 @@ def settle(b: Baseline, state: str, *, guard: Callable[[str], bool] | None = Non
     quarantine entry they went to)."""
     from safebox.builder.paths import Nearest
 
-    planted, unlistable = check(b, skip=state)
+    # The state dir as the walk names it (resolved): the quarantine in it
+    # holds what earlier runs planted, under the same names inside moved
+    # directories, and is safebox's own, never the command's.
+    planted, unlistable = check(b, skip=os.path.realpath(state))
     who = "a killed earlier run's command" if killed else "the command"
     roots = Nearest(b.roots)
     qdir = os.path.join(state, "quarantine", time.strftime("%Y%m%dT%H%M%S"))
