@@ -86,7 +86,7 @@ def start_find(find: str, root: str, *, more: tuple[str, ...] = ()) -> Spawned:
     since = time.clock_gettime_ns(_CLOCK_REALTIME_COARSE)
     try:
         # LC_ALL=C: the error lines are matched in resolve._find_links_finish.
-        proc = Spawned(cmd, env={**os.environ, "LC_ALL": "C"})
+        proc = Spawned(cmd, env={**os.environ, "LC_ALL": "C"}, memfd_out=True)
     except OSError as e:
         raise BuildError(f"find failed under {root}: {e}; cannot find protected symlinks") from None
     proc.since_ns = since
