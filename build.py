@@ -16,6 +16,9 @@ Two roles in one file, both standard library only:
       python3 build.py helper  # compile the helper only
       python3 build.py lint    # ruff, mypy --strict, clang-format check (also part of `test`, first)
       python3 build.py wheel   # dist/: sdist, and a manylinux wheel built from it, checked by auditwheel
+      python3 build.py install [--root DIR]    # as root: safebox root-owned in DIR/safebox-VERSION-DIGEST
+                                               # (default /opt), runtime dependencies from ci/requirements.lock
+      python3 build.py installed [--root DIR]  # print that installation's safebox if it is there and intact
 
 ``python -m build`` in this directory runs pypa/build, not this file (see
 ``_run_pypa_build`` at the end).
@@ -79,6 +82,9 @@ TEST_NEEDS = {
     "rsync": ("rsync", "rsync", "rsync"),
     # `build.py lint` checks helper/'s format against .clang-format.
     "clang-format": ("clang-format", "clang-tools-extra", "clang"),
+    # The Action's test runs its steps as a fresh user with passwordless sudo, as a hosted runner is
+    # (tests/integration/test_ci_github.py).
+    "sudo": ("sudo", "sudo", "sudo"),
 }
 # By path: a cargo the unprivileged test user can run (a rustup cargo under
 # /root/.cargo is on root's PATH but not theirs).
@@ -92,6 +98,9 @@ TOOLS = ROOT / ".tools"
 VENV_TEST_TOOLS = {"pypi-server": "pypiserver>=2", "uv": "uv>=0.4"}
 LIBSECCOMP = ("libseccomp-dev", "libseccomp-devel", "libseccomp")
 UNPRIVILEGED_USER = "safebox-ci"
+# `build.py install`: safebox's runtime dependencies, pinned by hash.
+LOCK = ROOT / "ci" / "requirements.lock"
+INSTALL_ROOT = "/opt"
 
 
 class BuildError(Exception):
@@ -391,7 +400,7 @@ def ensure_host_packages(*, for_tests: bool) -> None:
 def _tree_digest() -> str:
     """What the installed package was built from; equal digest ⇒ reinstall is a no-op."""
     h = hashlib.sha256()
-    files = [ROOT / "pyproject.toml", ROOT / "build.py"]
+    files = [ROOT / "pyproject.toml", ROOT / "build.py", LOCK]
     files += sorted(HELPER_DIR.glob("*.[ch]"))
     files += sorted((ROOT / "python").rglob("*.py"))
     files += sorted((ROOT / "python").rglob("*.json"))
@@ -431,7 +440,7 @@ def ensure_venv() -> Path:
     return py
 
 
-def _write_launcher(py: Path) -> None:
+def _write_launcher(py: Path, venv: Path = VENV, site: str | None = None, script: Path | None = None) -> None:
     """Replace pip's .venv/bin/safebox with one that runs Python with -IS.
 
     `site` costs about 1.6 ms of every `safebox exec` (measured: 7.7 against
@@ -449,15 +458,16 @@ def _write_launcher(py: Path) -> None:
     ordinary one: slower (`safebox.cli.main` starts the walks itself then,
     after its own import), and a PYTHONPATH holding a write root is refused
     (125) rather than ignored (docs/index.md, "As a Python tool")."""
-    site = subprocess.run([str(py), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                          capture_output=True, text=True, check=True).stdout.strip()
-    script = VENV / "bin" / "safebox"
+    if site is None:
+        site = subprocess.run([str(py), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                              capture_output=True, text=True, check=True).stdout.strip()
+    script = script or venv / "bin" / "safebox"
     tmp = script.with_name("safebox.tmp")
     tmp.write_text(f"""#!{py} -IS
 # safebox launcher written by build.py (see _write_launcher there): no `site`, no PYTHON* variables,
 # and the walks of the working directory start before safebox is imported.
 import sys
-sys.prefix = sys.exec_prefix = {str(VENV)!r}
+sys.prefix = sys.exec_prefix = {str(venv)!r}
 sys.path.append({site!r})
 from safebox._prescan import early
 early(sys.argv[1:])
@@ -490,6 +500,7 @@ def ensure_test_tools(py: Path) -> None:
         _say(f"installing test tools into .venv: {' '.join(missing)}")
         _run([str(py), "-m", "pip", "install", "-q", "--disable-pip-version-check", *missing],
              stdout=subprocess.DEVNULL)
+    _ensure_wheelhouse(py)
     lock = TOOLS / "package-lock.json"
     stamp = TOOLS / "node_modules" / ".safebox-stamp"
     digest = hashlib.sha256(lock.read_bytes() + (TOOLS / "package.json").read_bytes()).hexdigest()
@@ -503,6 +514,24 @@ def ensure_test_tools(py: Path) -> None:
     stamp.write_text(digest)
 
 
+#: The wheels of ci/requirements.lock for this host, so the Action's test installs offline (PIP_NO_INDEX,
+#: PIP_FIND_LINKS) exactly what a runner installs from PyPI: the same files, checked by the same hashes.
+WHEELHOUSE = TOOLS / "wheelhouse"
+
+
+def _ensure_wheelhouse(py: Path) -> None:
+    stamp = WHEELHOUSE / ".safebox-stamp"
+    digest = hashlib.sha256(LOCK.read_bytes() + _venv_python_candidate().encode()).hexdigest()
+    if stamp.exists() and stamp.read_text() == digest:
+        return
+    _say(f"downloading the wheels of {LOCK.relative_to(ROOT)} into {WHEELHOUSE}")
+    # For the interpreter `build.py install` uses, which may not be the venv's.
+    _run([_venv_python_candidate(), "-m", "pip", "download", "-q", "--disable-pip-version-check", "--require-hashes",
+          "--no-deps", "--only-binary", ":all:", "-r", str(LOCK), "-d", str(WHEELHOUSE)], stdout=subprocess.DEVNULL)
+    stamp.write_text(digest)
+    del py
+
+
 def _compile_helper_if_changed() -> None:
     """Re-running set-up changes nothing: the helper is rebuilt only when its
     sources, the flags or the compiler changed (a stamp in helper/out/)."""
@@ -514,6 +543,131 @@ def _compile_helper_if_changed() -> None:
     compile_helper()
     stamp.parent.mkdir(parents=True, exist_ok=True)
     stamp.write_text(key)
+
+
+# ------------------------------------------------------ root-owned install
+
+def install_prefix(root: str = INSTALL_ROOT) -> Path:
+    """Where `build.py install` puts this checkout: one directory per
+    version and tree digest, so two pinned refs never share one and a
+    self-hosted runner's administrator, installing from a checkout of the
+    same commit, makes the very directory the Action looks for."""
+    return Path(root) / f"safebox-{VERSION}-{_tree_digest()[:16]}"
+
+
+def _root_owned(path: Path) -> str | None:
+    """Why a process other than root could change ``path`` or what lies
+    under it by renaming: it, or a directory above it, is not owned by root
+    or is group/world writable (sticky /tmp is not good enough: its owner
+    could be anyone). None when only root can."""
+    p = Path(os.path.realpath(path))
+    for d in (p, *p.parents):
+        st = os.lstat(d)
+        if st.st_uid != 0:
+            return f"{d} is owned by uid {st.st_uid}, not root"
+        if st.st_mode & 0o022:
+            return f"{d} is group- or world-writable (mode {st.st_mode & 0o7777:04o})"
+    return None
+
+
+def installed(root: str = INSTALL_ROOT) -> Path:
+    """The safebox command of this checkout's root-owned installation;
+    BuildError saying what is wrong when it is missing or anyone but root
+    could have changed it. Runs unprivileged (the Action's steps ask it)."""
+    prefix = install_prefix(root)
+    exe = prefix / "bin" / "safebox"
+    stamp = prefix / ".safebox-install"
+    if not prefix.is_dir():
+        raise BuildError(f"safebox is not installed at {prefix}")
+    try:
+        if stamp.read_text() != _tree_digest():
+            raise BuildError(f"{prefix} was not installed from this checkout (its stamp differs)")
+    except OSError as e:
+        raise BuildError(f"{prefix} is incomplete: {stamp}: {e.strerror}") from None
+    for p in (exe, stamp):
+        why = _root_owned(p)
+        if why is not None:
+            raise BuildError(f"{prefix} is not root-owned: {why}")
+    return exe
+
+
+def install(root: str = INSTALL_ROOT) -> Path:
+    """As root: this checkout installed where no step of a CI job can
+    write: ROOT/safebox-VERSION-DIGEST, a venv holding safebox's runtime
+    dependencies from ci/requirements.lock (pip --require-hashes --no-deps,
+    wheels only, no pip upgrade), safebox's own package copied from
+    python/ and the helper compiled from helper/, everything owned by root
+    and writable by root alone. Idempotent; returns the safebox command."""
+    if os.geteuid() != 0:
+        raise BuildError(f"`build.py install` makes a root-owned installation: run it as root, "
+                         f"e.g. `sudo {sys.executable} {ROOT / 'build.py'} install`")
+    os.umask(0o022)
+    try:
+        return installed(root)
+    except BuildError:
+        pass
+    ensure_host_packages(for_tests=False)
+    base = Path(root)
+    base.mkdir(mode=0o755, parents=True, exist_ok=True)
+    why = _root_owned(base)
+    if why is not None:
+        raise BuildError(f"--root {root}: {why}; a step could replace what is installed there")
+    import fcntl
+
+    # Two jobs of one self-hosted host installing at once: one installs, the other finds it done.
+    lock = os.open(base / ".safebox-install.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o644)
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            return installed(root)
+        except BuildError:
+            return _install_locked(base, root)
+    finally:
+        os.close(lock)
+
+
+def _install_locked(base: Path, root: str) -> Path:
+    prefix = install_prefix(root)
+    _say(f"installing safebox into {prefix}")
+    tmp = Path(tempfile.mkdtemp(prefix=f".{prefix.name}.", dir=base))
+    try:
+        py = _venv_python_candidate()
+        # With pip from ensurepip (no index); it and setuptools go again at the end.
+        _run([py, "-m", "venv", str(tmp)])
+        vpy = tmp / "bin" / "python"
+        _run([str(vpy), "-m", "pip", "install", "-q", "--disable-pip-version-check", "--no-cache-dir",
+              "--require-hashes", "--no-deps", "--only-binary", ":all:", "-r", str(LOCK)])
+        subprocess.run([str(vpy), "-m", "pip", "uninstall", "-y", "-q", "pip", "setuptools"],
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        site = Path(subprocess.run([str(vpy), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                                   capture_output=True, text=True, check=True).stdout.strip())
+        shutil.copytree(ROOT / "python" / "safebox", site / "safebox",
+                        ignore=shutil.ignore_patterns("__pycache__", "*.pyc", "_bin"))
+        compile_helper(site / "safebox" / "_bin" / "safebox-helper", strip=True)
+        _run([str(vpy), "-m", "compileall", "-q", str(site / "safebox")], stdout=subprocess.DEVNULL)
+        # The launcher names the final paths: the directory is renamed into place last.
+        _write_launcher(prefix / "bin" / "python", venv=prefix, site=str(prefix / site.relative_to(tmp)),
+                        script=tmp / "bin" / "safebox")
+        for name in os.listdir(tmp / "bin"):  # pip's leftovers and activate scripts name the temporary path
+            if name not in ("safebox", "python", "python3") and not name.startswith("python3."):
+                os.unlink(tmp / "bin" / name)
+        (tmp / ".safebox-install").write_text(_tree_digest())
+        for d, dirs, files in os.walk(tmp):
+            for n in (d, *(os.path.join(d, f) for f in (*dirs, *files))):
+                os.lchown(n, 0, 0)
+                st = os.lstat(n)
+                if not os.path.islink(n) and st.st_mode & 0o022:
+                    os.chmod(n, st.st_mode & ~0o022)
+        os.chmod(tmp, 0o755)
+        if prefix.exists():  # an earlier one that failed the checks: set aside, then removed
+            aside = Path(tempfile.mkdtemp(prefix=f".{prefix.name}.old.", dir=base))
+            os.rename(prefix, aside / "old")
+            shutil.rmtree(aside)
+        os.rename(tmp, prefix)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp)
+    return installed(root)
 
 
 # -------------------------------------------------------------------- demo
@@ -642,6 +796,9 @@ def test(pytest_args: list[str]) -> int:
     rc = subprocess.run(base, cwd=ROOT, env=env).returncode
     if os.geteuid() == 0 and not pytest_args:
         user = _ensure_unprivileged_user()
+        # The GPU tests' stand-in nodes: a user cannot mknod them (tests/sbx.py).
+        _run([str(py), "-c", "import sys; sys.path.insert(0, 'tests'); from sbx import gpu_standins; gpu_standins()"],
+             cwd=ROOT)
         _say(f"pytest as unprivileged user {user}: integration and security tests")
         uenv = {k: v for k, v in env.items() if k in ("PATH", "LANG", "CI", "SAFEBOX_MUST_WORK", "TERM")}
         home = subprocess.run(["getent", "passwd", user], capture_output=True, text=True).stdout.split(":")[5]
@@ -674,6 +831,15 @@ def main(argv: list[str]) -> int:
             return 0
         if cmd == "test":
             return test(rest)
+        if cmd in ("install", "installed"):
+            root = INSTALL_ROOT
+            if rest[:1] == ["--root"] and len(rest) == 2:
+                root = rest[1]
+            elif rest:
+                _say(f"usage: python3 build.py {cmd} [--root DIR]")
+                return 2
+            print(install(root) if cmd == "install" else installed(root))
+            return 0
         if cmd == "wheel":
             for f in wheel():
                 _say(f"built {f}")

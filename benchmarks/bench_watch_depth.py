@@ -97,7 +97,7 @@ def parts(tree: Path, runs: int) -> dict[str, list[float]]:
         rc, stdout, _ = proc.collect(timeout=120)
         out["new find"].append((time.perf_counter() - t) * 1000)
         t = time.perf_counter()
-        dirs, specials = deepwatch.parse(stdout)
+        dirs, specials, _ = deepwatch.parse(stdout)
         base = deepwatch.capture(proc.since_ns, (str(tree),), dirs, specials)
         out["parse+capture"].append((time.perf_counter() - t) * 1000)
         t = time.perf_counter()
@@ -180,7 +180,7 @@ def main() -> int:
         if start in doc and end in doc:
             doc = doc[:doc.index(start) + len(start)] + "\n" + text + doc[doc.index(end):]
         else:
-            doc += f"\n## The watch at any depth (issue 22)\n\n{start}\n{text}{end}\n"
+            doc += f"\n## The watch at any depth\n\n{start}\n{text}{end}\n"
         args.write.write_text(doc)
     return 0
 

@@ -20,7 +20,10 @@
  *      (open_tree(OPEN_TREE_CLONE)), each made read-write as --bind does;
  *   4. pins, read-only binds and masks, from a copy taken after the write
  *      roots and a read-only copy of it (one bind per read-only entry: the
- *      copy carries the flags).
+ *      copy carries the flags); a file is masked by safebox's own empty
+ *      file (the plan's E), never by /dev/null.
+ *
+ * Each copy is detached by its descriptor, never by its path (detach()).
  *
  * Binding from a copy, never from the live tree, keeps the cost linear: a
  * recursive bind copies what is mounted beneath its source, and a live
@@ -74,6 +77,7 @@ struct mounter {
 	const char *scratch;
 	char cwd[2 * MP_PATH_MAX]; /* where the last chdir went; "" unknown, "\1" the first mask */
 	const char *first_dir, *first_file;
+	int empty_tree; /* a detached copy of the plan's E (what masks a file), or -1 */
 };
 
 /* DST = A + the first N bytes of B (all of B: N < 0).  Dies if it does not
@@ -175,11 +179,30 @@ static int snapshot(void)
 	return fd;
 }
 
-/* Attach the copy TREE at WHERE and close it.  Dies on failure. */
+/* Attach the copy TREE at WHERE; TREE stays open, naming the attached
+ * copy, for detach.  Dies on failure. */
 static void attach(int tree, const char *where)
 {
 	if (syscall(__NR_move_mount, tree, "", AT_FDCWD, where, SB_MOVE_MOUNT_F_EMPTY_PATH) < 0)
 		die_errno("cannot attach a copy at %s", where);
+}
+
+/* Detach the copy TREE that attach() put at WHERE, and close it.  By the
+ * descriptor, never by the path: a write root bound above WHERE since
+ * then hides the copy, and umount2(WHERE) would detach whatever the path
+ * leads to now, the run dir's read-only bind in the root's new tree (found
+ * in review: the run dir, and with it the state dir, became writable).
+ * The working directory is the copy's root, and "." names that mount (no
+ * plan entry lies at WHERE, so nothing is mounted on top of it: mountplan.c
+ * refuses one).  Dies on failure. */
+static void detach(int tree, const char *where)
+{
+	if (fchdir(tree) < 0)
+		die_errno("cannot enter the copy at %s", where);
+	if (umount2(".", MNT_DETACH) < 0)
+		die_errno("cannot detach the copy from %s", where);
+	if (chdir("/") < 0)
+		die_errno("chdir /");
 	close(tree);
 }
 
@@ -195,8 +218,9 @@ static int set_attr(int dfd, const char *path, unsigned flags, uint64_t set, uin
 static void write_roots(const struct mount_plan *p, const char *scratch)
 {
 	char src[2 * MP_PATH_MAX];
+	int tree = snapshot();
 
-	attach(snapshot(), scratch);
+	attach(tree, scratch);
 	for (size_t i = 0; i < p->n; i++) {
 		const char *path = p->ops[i].path;
 
@@ -211,8 +235,7 @@ static void write_roots(const struct mount_plan *p, const char *scratch)
 		    errno != EPERM)
 			die_errno("cannot make write root %s writable", path);
 	}
-	if (umount2(scratch, MNT_DETACH) < 0)
-		die_errno("cannot detach the copy from %s", scratch);
+	detach(tree, scratch);
 }
 
 /* BASE + PATH as mount(2) should get it: the last component, from a
@@ -275,9 +298,17 @@ static void make(struct mounter *m, char op, const char *path, const char *ro_ba
 		break;
 	case 'F':
 		if (m->first_file == NULL) {
-			join(src, sizeof(src), m->scratch, "/dev/null", -1);
-			if (mount(src, path, NULL, MS_BIND, NULL) < 0)
+			/* safebox's own empty file (0200, in the run dir), never
+			 * /dev/null: a host whose /dev/null had become a regular
+			 * file (a root `--learn /dev/null` once did that) showed
+			 * every masked file's new contents.  Its copy was taken
+			 * before the copies of the tree hid the run dir. */
+			if (m->empty_tree < 0)
+				die("mount plan: a file mask without the empty file");
+			if (syscall(__NR_move_mount, m->empty_tree, "", AT_FDCWD, path, SB_MOVE_MOUNT_F_EMPTY_PATH) < 0)
 				die_errno("cannot mask %s", path);
+			close(m->empty_tree);
+			m->empty_tree = -1;
 			if (set_attr(AT_FDCWD, path, 0, SB_MOUNT_ATTR_RDONLY | SB_MOUNT_ATTR_NOSUID | SB_MOUNT_ATTR_NODEV,
 				     0) < 0)
 				die_errno("cannot make %s read-only", path);
@@ -310,15 +341,14 @@ static void others(const struct mount_plan *p, struct mounter *m)
 	attach(tree, m->scratch);
 	/* The run dir inside the first copy: no entry lies beneath it. */
 	join(ro_base, sizeof(ro_base), m->scratch, m->scratch, -1);
-	if (ro >= 0)
+	if (ro >= 0) {
 		attach(ro, ro_base);
+		close(ro); /* a child of TREE: detached with it */
+	}
 	for (size_t i = 0; i < p->n; i++)
 		if (p->ops[i].op != 'W')
 			make(m, p->ops[i].op, p->ops[i].path, ro_base);
-	if (chdir("/") < 0) /* out of the copies before they go */
-		die_errno("chdir /");
-	if (umount2(m->scratch, MNT_DETACH) < 0)
-		die_errno("cannot detach the copies from %s", m->scratch);
+	detach(tree, m->scratch);
 }
 
 int mounter_main(int argc, char **argv)
@@ -351,6 +381,14 @@ int mounter_main(int argc, char **argv)
 		fork_holder(ns, hold);
 	enter(ns); /* 2 */
 	m.scratch = p.scratch;
+	m.empty_tree = -1;
+	if (p.empty != NULL) {
+		/* Now, while the run dir is in view: the copies of the tree
+		 * are attached over it later. */
+		m.empty_tree = (int)syscall(__NR_open_tree, AT_FDCWD, p.empty, SB_OPEN_TREE_CLONE | O_CLOEXEC);
+		if (m.empty_tree < 0)
+			die_errno("cannot copy the empty file %s", p.empty);
+	}
 	for (size_t i = 0; i < p.n; i++)
 		writes += p.ops[i].op == 'W';
 	if (writes) /* 3 */

@@ -43,6 +43,17 @@ static int normalised(const char *path, size_t len)
 	return 0;
 }
 
+/* Whether PATH (LEN bytes, normalised) is DIR (normalised) or lies
+ * beneath it. */
+static int under(const char *path, size_t len, const char *dir)
+{
+	size_t n = strlen(dir);
+
+	if (n == 1) /* "/" holds everything */
+		return 1;
+	return len >= n && memcmp(path, dir, n) == 0 && (len == n || path[n] == '/');
+}
+
 /* The next NUL-terminated field at *AT in BUF[0..LEN).  Returns its length,
  * or -1 if it runs off the end; advances *AT past its NUL. */
 static long field(const char *buf, size_t len, size_t *at, const char **out)
@@ -72,7 +83,7 @@ int mount_plan_parse(const char *buf, size_t len, struct mount_plan *p, char *er
 		np = field(buf, len, &at, &path);
 		if (np < 0)
 			return mount_plan_free(p), fail(err, errlen, "record %zu: no NUL after the path", p->n + 1);
-		if (nl != 1 || strchr("SWPRDF", letter[0]) == NULL)
+		if (nl != 1 || strchr("SEWPRDF", letter[0]) == NULL)
 			return mount_plan_free(p), fail(err, errlen, "record %zu: unknown operation", p->n + 1);
 		if (np >= MP_PATH_MAX || !normalised(path, (size_t)np))
 			return mount_plan_free(p),
@@ -85,6 +96,18 @@ int mount_plan_parse(const char *buf, size_t len, struct mount_plan *p, char *er
 		}
 		if (p->scratch == NULL)
 			return mount_plan_free(p), fail(err, errlen, "the plan does not begin with its scratch dir");
+		if (letter[0] == 'E') {
+			if (p->empty != NULL || p->n > 0)
+				return mount_plan_free(p), fail(err, errlen, "the empty file is not the second record");
+			p->empty = path;
+			continue;
+		}
+		if (letter[0] == 'F' && p->empty == NULL)
+			return mount_plan_free(p),
+			       fail(err, errlen, "record %zu: a file mask without the empty file (E)", p->n + 1);
+		if (under(path, (size_t)np, p->scratch))
+			return mount_plan_free(p),
+			       fail(err, errlen, "record %zu: at or beneath the scratch dir", p->n + 1);
 		if (p->n == MP_OPS_MAX)
 			return mount_plan_free(p), fail(err, errlen, "more than %d operations", MP_OPS_MAX);
 		if (p->n == cap) {
@@ -111,4 +134,5 @@ void mount_plan_free(struct mount_plan *p)
 	p->ops = NULL;
 	p->n = 0;
 	p->scratch = NULL;
+	p->empty = NULL;
 }

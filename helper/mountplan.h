@@ -5,15 +5,19 @@
  * operation letter and an absolute path, both NUL-terminated:
  *
  *   S /scratch\0   exactly once, first: where the copies of the tree are attached
+ *   E /empty\0     at most once, second: the empty file that masks a file
+ *                  (needed by F; safebox's own, never /dev/null)
  *   W /path\0      a write root, read-write           (bwrap --bind W W)
  *   P /path\0      a directory pinned onto itself     (bwrap --bind P P)
  *   R /path\0      a recursive read-only bind         (bwrap --ro-bind R R)
  *   D /path\0      masked by an empty read-only tmpfs (bwrap --tmpfs D)
- *   F /path\0      masked by /dev/null, read-only     (bwrap --ro-bind /dev/null F)
+ *   F /path\0      masked by the empty file, read-only (bwrap --ro-bind EMPTY F)
  *
  * i.e. "S\0/scratch\0R\0/a\0...".  Raw paths, not hex: NUL is the one byte
  * a path cannot hold.  The order is the plan's: W first, then P, then the
- * rest, ancestors before what lies beneath them (bulk.py keeps it).
+ * rest, ancestors before what lies beneath them (bulk.py keeps it).  No
+ * operation lies at or beneath the scratch dir: the mounter attaches its
+ * copies there, and must find them there to detach them.
  */
 #ifndef SAFEBOX_MOUNTPLAN_H
 #define SAFEBOX_MOUNTPLAN_H
@@ -32,13 +36,16 @@ struct mp_op {
 
 struct mount_plan {
 	const char *scratch;
+	const char *empty; /* NULL: no E record */
 	struct mp_op *ops; /* malloc'd; free with mount_plan_free */
 	size_t n;
 };
 
 /* Parse BUF (LEN bytes, which the plan's paths then point into: it must
  * outlive P).  Returns 0, or -1 with a message in ERR (at most ERRLEN bytes)
- * on anything but a well-formed plan: a missing or repeated S, an unknown
+ * on anything but a well-formed plan: a missing or repeated S, an E that
+ * is repeated or not second, an F without E, an operation at or beneath
+ * the scratch dir, an unknown
  * letter, an empty, relative, over-long or unterminated path, a path with
  * a "." or ".." component or a doubled or trailing slash, or too many
  * operations.  Pure; allocates only P->ops. */

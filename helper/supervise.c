@@ -37,6 +37,7 @@
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/statfs.h>
 #include <sys/syscall.h>
 #include <sys/uio.h>
 #include <time.h>
@@ -276,87 +277,235 @@ static int base_dir(pid_t tid, int dirfd, char *base, size_t cap)
 	return 0;
 }
 
+/* The most components one walk opens, links' targets included.  A path
+ * is at most NT_PATH_MAX bytes and at most RESOLVE_LINKS links are
+ * followed, each adding up to NT_PATH_MAX; beyond this budget the path is
+ * shown as written (NT_UNKNOWN).  A component costs two or three system
+ * calls, so the walk of a path with a link in it costs at most a few
+ * milliseconds; a path without one costs a single openat2
+ * (resolve_plain).  Measured in docs/violations.md, "Prediction". */
+#define RESOLVE_STEPS 1024
+#define RESOLVE_LINKS 40
+#define PROC_SUPER_MAGIC_ 0x9fa0
+#ifndef RESOLVE_NO_MAGICLINKS
+#define RESOLVE_NO_MAGICLINKS 0x02
+#endif
+#ifndef RESOLVE_NO_SYMLINKS
+#define RESOLVE_NO_SYMLINKS 0x04
+#endif
+#ifndef RESOLVE_IN_ROOT
+#define RESOLVE_IN_ROOT 0x10
+#endif
+
+struct open_how_ {
+	__u64 flags, mode, resolve;
+};
+
+/* The fast path of resolve(): PATH (normalised, absolute) opened with one
+ * openat2 from ROOT, RESOLVE_IN_ROOT (nothing outside the root) and
+ * RESOLVE_NO_SYMLINKS (no link anywhere, the last one only when not
+ * FOLLOW: the object found is at PATH itself, so PATH is its resolved
+ * name); a missing PATH whose parent opens so is NT_ABSENT.  Returns
+ * NT_EXISTS, NT_ABSENT, or NT_UNKNOWN when the walk must decide: a link on
+ * the way (ELOOP), a missing parent, a kernel without openat2. */
+static int resolve_plain(int root, const char *path, int follow)
+{
+	static char parent[NT_PATH_MAX];
+	struct open_how_ how = { .flags = O_PATH | O_CLOEXEC | (follow ? 0 : O_NOFOLLOW),
+				 .resolve = RESOLVE_IN_ROOT | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS };
+	int fd;
+
+	if (path[1] == '\0')
+		return NT_EXISTS;
+	fd = (int)syscall(__NR_openat2, root, path + 1, &how, sizeof(how));
+	if (fd >= 0) {
+		close(fd);
+		return NT_EXISTS;
+	}
+	if (errno != ENOENT || nt_parent(path, parent, sizeof(parent)) < 0)
+		return NT_UNKNOWN;
+	if (parent[1] == '\0')
+		return NT_ABSENT;
+	how.flags = O_PATH | O_DIRECTORY | O_CLOEXEC;
+	fd = (int)syscall(__NR_openat2, root, parent + 1, &how, sizeof(how));
+	if (fd < 0)
+		return NT_UNKNOWN;
+	close(fd);
+	return NT_ABSENT;
+}
+
+/* Replace *DIR (a descriptor of ours, or ROOT, which is never closed here)
+ * with FD.  Never fails. */
+static void step_to(int *dir, int root, int fd)
+{
+	if (*dir != root)
+		close(*dir);
+	*dir = fd;
+}
+
 /* Resolve the normalised absolute PATH as task TID sees it: symlinks
  * followed (the last one only when FOLLOW), absolute targets from its root,
  * ".." from the resolved directory.  OUT (capacity CAP) gets the result;
  * returns NT_EXISTS, NT_ABSENT, NT_NO_PARENT, or NT_UNKNOWN when the walk
- * cannot be done (OUT then holds PATH).  The walk only reads links: the
- * sandbox can swap a directory for a link between two steps, which makes
- * the explanation wrong, never the sandbox weaker (docs/violations.md). */
+ * cannot be done (OUT then holds PATH).
+ *
+ * The walk never leaves the task's root (issue 22, item 11).  It starts at
+ * a descriptor of /proc/TID/root and opens one component at a time,
+ * O_PATH|O_NOFOLLOW, from the previous component's descriptor: the kernel
+ * never resolves more than one name here, so it never follows a link.  A
+ * link's target is read from the descriptor of the link itself and walked
+ * by this loop, an absolute one from the root descriptor; ".." at the root
+ * stays there; a link on procfs (a magic link: /proc/N/cwd, fd/N) is never
+ * followed (NT_UNKNOWN).  The sandbox can still swap a directory for a link
+ * between two steps, which makes the explanation wrong (a name it holds
+ * reads as another), never the sandbox weaker, and never names anything
+ * outside its root (docs/violations.md, "Prediction"). */
 static int resolve(pid_t tid, const char *path, int follow, char *out, size_t cap)
 {
-	static char cur[NT_PATH_MAX], rest[NT_PATH_MAX], next[NT_PATH_MAX], target[NT_PATH_MAX],
-		comp[NT_PATH_MAX], joined[NT_PATH_MAX];
+	static char cur[NT_PATH_MAX], rest[NT_PATH_MAX], target[NT_PATH_MAX], joined[NT_PATH_MAX];
 	char link[64];
 	cleanup_fd int root = -1;
-	int links = 0;
+	const char *p;
+	size_t len = 1; /* strlen(cur): names are appended, never re-joined (linear in the depth) */
+	int dir, links = 0, steps = 0, ret = NT_UNKNOWN;
 
-	if (snprintf(out, cap, "%s", path) >= (int)cap)
+	if (snprintf(out, cap, "%s", path) >= (int)cap || snprintf(rest, sizeof(rest), "%s", path) >= (int)sizeof(rest))
 		return NT_UNKNOWN;
 	snprintf(link, sizeof(link), "/proc/%d/root", (int)tid);
 	root = open(link, O_PATH | O_DIRECTORY | O_CLOEXEC);
 	if (root < 0)
 		return NT_UNKNOWN;
+	ret = resolve_plain(root, path, follow);
+	if (ret != NT_UNKNOWN)
+		return ret; /* OUT holds PATH, its resolved name */
+	dir = root;
 	strcpy(cur, "/");
-	snprintf(rest, sizeof(rest), "%s", path);
+	p = rest;
 	for (;;) {
-		const char *p = rest;
+		char comp[256]; /* NAME_MAX + 1 */
+		struct stat st;
+		struct statfs sfs;
 		size_t clen;
 		ssize_t n;
-		int last;
+		int fd, last;
 
 		while (*p == '/')
 			p++;
 		if (*p == '\0')
 			break;
 		clen = strcspn(p, "/");
+		if (clen >= sizeof(comp))
+			goto done; /* ENAMETOOLONG */
 		memcpy(comp, p, clen);
 		comp[clen] = '\0';
 		p += clen;
 		while (*p == '/')
 			p++;
 		last = *p == '\0';
-		memmove(rest, p, strlen(p) + 1);
-		if (nt_join(cur, comp, next, sizeof(next)) < 0)
-			return NT_UNKNOWN;
-		if (strcmp(comp, "..") == 0 || strcmp(comp, ".") == 0 || strcmp(next, "/") == 0) {
-			strcpy(cur, next);
+		if (strcmp(comp, ".") == 0)
+			continue;
+		if (++steps > RESOLVE_STEPS)
+			goto done;
+		if (strcmp(comp, "..") == 0) {
+			if (len == 1)
+				continue; /* ".." at the root is the root */
+			while (len > 1 && cur[len - 1] != '/')
+				len--;
+			if (len > 1)
+				len--; /* the slash before the name */
+			cur[len] = '\0';
+			if (len == 1) {
+				step_to(&dir, root, root);
+			} else {
+				fd = openat(dir, "..", O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+				if (fd < 0)
+					goto done;
+				step_to(&dir, root, fd);
+			}
 			continue;
 		}
-		n = readlinkat(root, next + 1, target, sizeof(target) - 1);
-		if (n < 0) {
-			if (errno == EINVAL) { /* not a symlink: it exists */
-				strcpy(cur, next);
-				continue;
-			}
+		if (len + (len > 1) + clen >= sizeof(cur))
+			goto done;
+		if (len > 1)
+			cur[len++] = '/';
+		memcpy(cur + len, comp, clen + 1);
+		len += clen;
+		/* A directory on the way: one openat (O_DIRECTORY refuses a
+		 * link with ENOTDIR, and the second openat looks at it). */
+		fd = last ? -1 : openat(dir, comp, O_PATH | O_NOFOLLOW | O_DIRECTORY | O_CLOEXEC);
+		if (fd >= 0) {
+			step_to(&dir, root, fd);
+			continue;
+		}
+		fd = openat(dir, comp, O_PATH | O_NOFOLLOW | O_CLOEXEC);
+		if (fd < 0) {
 			if (errno == ENOENT && last) {
-				snprintf(out, cap, "%s", next);
-				return NT_ABSENT;
-			}
-			if (errno == ENOENT || errno == ENOTDIR) {
+				snprintf(out, cap, "%s", cur);
+				ret = NT_ABSENT;
+			} else if (errno == ENOENT || errno == ENOTDIR) {
 				/* Shown as written; the call fails whatever the sandbox says. */
-				if (nt_join(next, rest, out, cap) < 0)
-					snprintf(out, cap, "%s", next);
-				return NT_NO_PARENT;
+				if (nt_join(cur, p, out, cap) < 0)
+					snprintf(out, cap, "%s", cur);
+				ret = NT_NO_PARENT;
 			}
-			return NT_UNKNOWN;
+			goto done;
 		}
-		target[n] = '\0';
+		if (fstat(fd, &st) < 0) {
+			close(fd);
+			goto done;
+		}
+		if (!S_ISLNK(st.st_mode)) {
+			step_to(&dir, root, fd);
+			if (!last && !S_ISDIR(st.st_mode)) {
+				if (nt_join(cur, p, out, cap) < 0)
+					snprintf(out, cap, "%s", cur);
+				ret = NT_NO_PARENT; /* ENOTDIR */
+				goto done;
+			}
+			continue;
+		}
 		if (last && !follow) {
-			snprintf(out, cap, "%s", next);
-			return NT_EXISTS;
+			close(fd);
+			snprintf(out, cap, "%s", cur);
+			ret = NT_EXISTS;
+			goto done;
 		}
-		if (++links > 40 || n == 0)
-			return NT_NO_PARENT; /* ELOOP / ENOENT: the call fails whatever the sandbox says */
-		if (snprintf(joined, sizeof(joined), "%s/%s", target, rest) >= (int)sizeof(joined))
-			return NT_UNKNOWN;
-		if (target[0] == '/')
-			strcpy(cur, "/");
+		if (fstatfs(fd, &sfs) < 0 || sfs.f_type == PROC_SUPER_MAGIC_) {
+			close(fd);
+			goto done; /* a magic link: never followed */
+		}
+		n = readlinkat(fd, "", target, sizeof(target) - 1);
+		close(fd);
+		if (n < 0)
+			goto done;
+		target[n] = '\0';
+		if (++links > RESOLVE_LINKS || n == 0) {
+			ret = NT_NO_PARENT; /* ELOOP / ENOENT: the call fails whatever the sandbox says */
+			goto done;
+		}
+		/* The link's name leaves cur; its target is walked from its
+		 * directory (dir, unchanged), or from the root. */
+		len -= clen;
+		if (len > 1)
+			len--;
+		cur[len] = '\0';
+		if (snprintf(joined, sizeof(joined), "%s/%s", target, p) >= (int)sizeof(joined))
+			goto done;
+		if (target[0] == '/') {
+			step_to(&dir, root, root);
+			len = 1;
+			cur[1] = '\0';
+		}
 		memcpy(rest, joined, strlen(joined) + 1);
+		p = rest;
 	}
-	if (snprintf(out, cap, "%s", cur) >= (int)cap)
-		return NT_UNKNOWN;
-	return NT_EXISTS;
+	if (snprintf(out, cap, "%s", cur) < (int)cap)
+		ret = NT_EXISTS;
+done:
+	step_to(&dir, root, root);
+	if (ret == NT_UNKNOWN)
+		snprintf(out, cap, "%s", path);
+	return ret;
 }
 
 /* Read "NStgid:" (the process id inside the sandbox's pid namespace) and
@@ -725,8 +874,9 @@ static void on_term(int sig)
  * (SIGTERM, sent until this process exits) or no task uses the filter any
  * more.  A blocking RECV, not poll() then RECV: one system call less per
  * notification, and with SYNC_WAKE_UP the notifying task and this process
- * hand the CPU to each other directly.  Never fails. */
-static void serve(struct sup *s)
+ * hand the CPU to each other directly.  Returns 0, or -1 when the listener
+ * failed. */
+static int serve(struct sup *s)
 {
 	size_t size = notif_size();
 	cleanup_free struct seccomp_notif *req = xcalloc(1, size);
@@ -754,10 +904,13 @@ static void serve(struct sup *s)
 			if (r == 1 && (p.revents & POLLIN))
 				continue;
 			if (stopping || (r == 1 && (p.revents & (POLLHUP | POLLERR))))
-				return;
+				return 0;
 			continue;
 		}
-		return; /* the listener is unusable: the kernel answers ENOSYS from now on */
+		/* The listener is unusable: the kernel answers ENOSYS from now
+		 * on.  A failure, which safebox reports and ends the run for. */
+		fprintf(stderr, "safebox-helper: --supervise: the seccomp listener failed: %s\n", strerror(errno));
+		return -1;
 	}
 }
 
@@ -786,7 +939,7 @@ static void ignore_group_signals(void)
 int supervise_main(int argc, char **argv)
 {
 	const char *table_path = NULL;
-	int events = -1, sock = -1, i;
+	int events = -1, sock = -1, i, rc = 0;
 	unsigned long n;
 	struct nt_table t;
 	static struct sup s; /* 256 KiB of cwd cache: not on the stack */
@@ -819,13 +972,13 @@ int supervise_main(int argc, char **argv)
 	s.listener = receive_listener(sock);
 	close(sock);
 	if (s.listener >= 0) {
-		serve(&s);
+		rc = serve(&s) < 0 ? 1 : 0;
 		close(s.listener);
 	}
 	if (s.dropped > 0)
 		dprintf(events, "dropped %lu\n", s.dropped);
 	nt_table_free(&t);
-	return 0;
+	return rc;
 }
 
 /* 1 if the kernel has SECCOMP_RET_USER_NOTIF (supervise.h). */

@@ -1,7 +1,9 @@
 """Generic test markers and the "skips are failures" switch.
 
-* ``needs_bwrap``: skipped unless bubblewrap can create a sandbox here.
-* ``needs_landlock(abi)``: skipped unless the kernel's Landlock ABI is >= abi.
+* ``needs_bwrap``: the test fails (never skips) unless bubblewrap can create
+  a sandbox here, naming what is missing.
+* ``needs_landlock(abi)``: the test fails unless the kernel's Landlock ABI is
+  >= abi.
 * ``SAFEBOX_MUST_WORK=1`` (CI): every skip is turned into a failure, as
   bubblewrap's ``BWRAP_MUST_WORK`` does — a missing helper, probe, bwrap or
   Landlock must not make a green run.

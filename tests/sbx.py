@@ -26,6 +26,7 @@ import os
 import secrets
 import shutil
 import signal
+import stat
 import subprocess
 import tempfile
 import time
@@ -257,3 +258,28 @@ def kill_tree_by_arg(arg: str) -> None:
             os.kill(pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
+
+
+#: GPU stand-ins (tests/integration/test_gpu.py, tests/unit/test_gpu_devices.py):
+#: character devices with /dev/null's numbers, laid out as /dev would hold a
+#: GPU's nodes, plus a DRM primary node that must never be bound. Made by
+#: `build.py test` as root before the unprivileged pass (a user cannot mknod).
+GPU_STANDINS = Path("/var/tmp/safebox-gpu-standins")
+GPU_STANDIN_NODES = ("nvidia0", "nvidia1", "nvidiactl", "nvidia-uvm", "nvidia-uvm-tools",
+                     "nvidia-caps/nvidia-cap1", "dri/renderD128", "dri/card0")
+
+
+def gpu_standins() -> Path:
+    """The stand-in node directory, made now when this is root."""
+    if all((GPU_STANDINS / n).exists() for n in GPU_STANDIN_NODES):
+        return GPU_STANDINS
+    if os.geteuid() != 0:
+        missing(f"{GPU_STANDINS} is missing: `python3 build.py test` makes it as root (mknod needs root)")
+    for n in GPU_STANDIN_NODES:
+        p = GPU_STANDINS / n
+        p.parent.mkdir(parents=True, exist_ok=True)
+        os.chmod(p.parent, 0o755)
+        if not p.exists():
+            os.mknod(p, 0o666 | stat.S_IFCHR, os.makedev(1, 3))
+        os.chmod(p, 0o666)
+    return GPU_STANDINS

@@ -65,6 +65,14 @@ def start_find(find: str, root: str, *, more: tuple[str, ...] = ()) -> Spawned:
     meets one (``-name '.*'``) as before, the rest are for directories and
     dot files.
 
+    It also lists, prefixed with ``!``, every directory we cannot list
+    (no read or no search permission), and does not descend into it: neither
+    walk can see the protected files in it, and the command, running as us,
+    could make it listable again and write beneath it (found in review:
+    ``chmod 0300 .`` in one run, ``chmod 755 .`` and a planted
+    ``.git/hooks/pre-commit`` in the next). ``resolve`` keeps each one
+    read-only for the run. One ``access(2)`` per directory.
+
     No ``-maxdepth``: the watch covers every depth (issue 22), so the walk
     goes as deep as the tree; the dot names for the read-only binds are
     kept to ``depth + 3`` by the caller. Records end in NUL; a directory is
@@ -74,9 +82,11 @@ def start_find(find: str, root: str, *, more: tuple[str, ...] = ()) -> Spawned:
     began (what the watch compares directory ctimes with).
     """
     # A root that begins with "-" or is "(" would read as an expression: every
-    # root is absolute, so none can.
+    # root is absolute, so none can. Every path printed begins with the root,
+    # so with "/": a leading "!" cannot be part of one.
     cmd = [find, root, *more, "-mindepth", "1",
-           "(", "-type", "d", "(", "-name", ".*", "-printf", "%p//d\\0",
+           "-type", "d", "(", "!", "-readable", "-o", "!", "-executable", ")", "-printf", "!%p\\0", "-prune",
+           "-o", "(", "-type", "d", "(", "-name", ".*", "-printf", "%p//d\\0",
            "-o", "-name", "objects", "-printf", "%p//o\\0", "-o", "-printf", "%p\\0", ")", ")",
            "-o", "(", "-name", ".*", "(", "-type", "l", "-printf", "%p//l%D.%i\\0",
            "-o", "-name", ".envrc", "-printf", "%p//e%D.%i\\0", ")", ")"]

@@ -98,6 +98,17 @@ class Policy:
         return merge(validated, ctx)
 
 
+PolicyLike = Policy | Mapping[str, Any] | str | os.PathLike[str]
+
+
+def _as_policy(policy: PolicyLike) -> Policy:
+    if isinstance(policy, Policy):
+        return policy
+    if isinstance(policy, Mapping):
+        return Policy.from_dict(policy)
+    return Policy.from_file(policy)
+
+
 # ------------------------------------------------------------------ events
 
 
@@ -142,8 +153,10 @@ class CompletedRun:
 class Sandbox:
     """One sandbox for many commands: one policy, one run dir, one proxy.
 
-    ``policy``: a :class:`Policy`, a dict shaped like a policy file, or a
-    policy file's path; None: the built-in defaults. ``cwd``: the work dir
+    ``policy``: a :class:`Policy`, a dict shaped like a policy file, a
+    policy file's path, or a list of these: layers, first to last, merged
+    as ``safebox exec -p A -p B`` merges files (lists add up, other values
+    are replaced); None: the built-in defaults. ``cwd``: the work dir
     (a write root, ``.`` in the policy); default: the process's.
     ``presets``: toolchain presets (docs/toolchains.md). ``audit_log``: the
     JSON-lines log (docs/audit-log.md). ``processes``, ``memory``,
@@ -156,21 +169,20 @@ class Sandbox:
     (a harness started from its own repo); docs/api.md says what it costs.
     """
 
-    def __init__(self, policy: Policy | Mapping[str, Any] | str | os.PathLike[str] | None = None, *,
+    def __init__(self, policy: PolicyLike | Sequence[PolicyLike] | None = None, *,
                  cwd: str | os.PathLike[str] | None = None, presets: Sequence[str] = (),
                  audit_log: str | os.PathLike[str] | None = None, processes: str | int | None = None,
                  memory: str | None = None, tmp_size: str | None = None, wall_time: str | None = None,
                  strict: bool = False, without: str | None = None,
                  on_event: Callable[[Event], None] | None = None, env: Mapping[str, str] | None = None,
                  allow_import_roots: bool = True) -> None:
-        if isinstance(policy, Policy):
-            pol = policy
-        elif isinstance(policy, Mapping):
-            pol = Policy.from_dict(policy)
-        elif policy is not None:
-            pol = Policy.from_file(policy)
-        else:
+        if policy is None:
             pol = Policy()
+        elif isinstance(policy, (Policy, Mapping, str, os.PathLike)):
+            pol = _as_policy(policy)
+        else:
+            # Layers, first to last, as `safebox exec -p base.json -p more.json`.
+            pol = Policy().merge(*(_as_policy(p) for p in policy))
         limits = {"processes": None if processes is None else str(processes), "memory": memory,
                   "tmpSize": tmp_size, "wallTime": wall_time}
         self._on_event = on_event

@@ -1,6 +1,9 @@
 """JSON-lines audit log: one event per line, appended.
 
-The file is opened ``O_APPEND`` (mode 0600 when created) and every event is a
+The file is opened ``O_APPEND`` (mode 0600 when created) through
+:mod:`safebox.hostio`: never through a symlink (an earlier run may have
+planted ``audit.jsonl -> ~/.bashrc``), and only a regular file of this user
+with one link. Every event is a
 single ``write(2)`` of one complete line, so concurrent writers — threads here,
 or several safebox runs sharing a log — never interleave within a line.
 """
@@ -35,9 +38,10 @@ class AuditLog:
         self.path = pathlib.Path(path)
         self.run = run
         self._lock = threading.Lock()
-        self._fd: int | None = os.open(
-            self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600
-        )
+        from safebox.hostio import open_append
+
+        # HostFileError (a SafeboxError) names the path and what is wrong with it.
+        self._fd: int | None = open_append(os.fspath(path), mode=0o600)
 
     def event(self, kind: str, /, **fields: Any) -> None:
         """Append one event line; silently dropped after :meth:`close`."""

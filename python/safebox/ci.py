@@ -45,15 +45,21 @@ from __future__ import annotations
 
 import os
 import re
+import stat
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-__all__ = ["ENV_DENY", "ENV_DENY_PREFIXES", "CiRun", "Refusal", "detect", "parse_file_command",
-           "path_entry_refusal", "prepare", "scrub_git_config"]
+if TYPE_CHECKING:
+    from safebox.hostio import PinnedDir
 
-#: Variables a sandboxed step may not set for later steps through
-#: ``$GITHUB_ENV``: each makes some later program run code, load a library,
-#: trust a certificate or reach a host of the writer's choosing. Exact names.
+__all__ = ["ENV_DENY", "ENV_DENY_PREFIXES", "CiRun", "Passing", "Refusal", "code_running", "detect", "env_refusal",
+           "parse_file_command", "path_entry_refusal", "prepare", "scrub_git_config"]
+
+#: Variables known to make some later program run code, load a library,
+#: trust a certificate or reach a host of the writer's choosing. Not the
+#: gate (``ci.passEnv`` is, an allowlist): these only never pass through a
+#: wildcard, and their refusal says why. Exact names.
 ENV_DENY: dict[str, str] = {
     # the dynamic loader and glibc
     "GCONV_PATH": "loads code into every glibc program",
@@ -121,18 +127,37 @@ ENV_DENY: dict[str, str] = {
     "AWS_CONFIG_FILE": "AWS credential_process commands", "AWS_SHARED_CREDENTIALS_FILE": "AWS credentials",
     "GOOGLE_APPLICATION_CREDENTIALS": "Google credentials",
     "CLOUDSDK_AUTH_CREDENTIAL_FILE_OVERRIDE": "Google credentials",
+    # found in review (issue 22): each ran code in a later step
+    "XDG_CONFIG_HOME": "where git, and most tools, read their configuration (core.fsmonitor runs)",
+    "XDG_CONFIG_DIRS": "where tools read their configuration",
+    "XDG_DATA_HOME": "where tools find plugins and data", "XDG_DATA_DIRS": "where tools find plugins and data",
+    "MAKEFILES": "makefiles every make reads first ($(shell ...) runs)",
+    "TAR_OPTIONS": "options for every tar (--use-compress-program runs a program; actions/cache runs tar)",
+    "OPENSSL_CONF": "an OpenSSL configuration (it loads engines and providers)",
+    "OPENSSL_ENGINES": "where OpenSSL loads engines from", "OPENSSL_MODULES": "where OpenSSL loads providers from",
+    "JAVA_HOME": "the JVM later builds run", "CURL_HOME": "where curl reads .curlrc",
+    "WGETRC": "a wget start-up file", "LUA_INIT": "Lua code run at every start",
+    "VIMINIT": "commands vim runs at start", "EXINIT": "commands vi runs at start", "MYVIMRC": "a vimrc",
+    "GLIBC_TUNABLES": "glibc's tunables (a past loader exploit)", "PROMPT_DIRTRIM": "changes bash prompts",
+    "INPUTRC": "readline's start-up file", "TERMINFO": "terminal descriptions programs load",
+    "GNUPGHOME": "gpg's keys and configuration", "SSH_AUTH_SOCK": "which agent ssh signs with",
+    "GPG_TTY": "where gpg asks for passphrases", "DBUS_SESSION_BUS_ADDRESS": "the session bus later steps talk to",
 }
+#: Go's variables (not every name starting with GO: GOOGLE_CLOUD_PROJECT, GOAL).
+_GO_NAMES = frozenset({"GOFLAGS", "GOPROXY", "GOTOOLCHAIN", "GOROOT", "GOPATH", "GOBIN", "GOENV", "GOPRIVATE",
+                       "GONOSUMDB", "GONOSUMCHECK", "GONOPROXY", "GOSUMDB", "GOINSECURE", "GOEXPERIMENT",
+                       "GOCACHE", "GOMODCACHE", "GOWORK", "GOVCS", "GOAUTH", "GODEBUG"})
 #: Name prefixes refused the same way (``LD_PRELOAD``, ``GIT_SSH_COMMAND``, ...).
 ENV_DENY_PREFIXES: dict[str, str] = {
     "LD_": "a dynamic-loader variable (LD_PRELOAD, LD_AUDIT, LD_LIBRARY_PATH) loads code into every program",
     "BASH_FUNC_": "an exported bash function runs in every later bash",
     "PYTHON": "a Python start-up variable (PYTHONSTARTUP, PYTHONPATH, PYTHONHOME) runs code in every python",
+    "LUA_INIT": "Lua code run at every start",
     "PIP_": "pip's configuration (index, trusted hosts) for later installs",
     "UV_": "uv's configuration (index) for later installs",
     "NPM_CONFIG_": "npm's configuration (registry, script-shell) for later installs",
     "YARN_": "yarn's configuration for later installs",
     "GIT_": "git's configuration (GIT_SSH_COMMAND, GIT_CONFIG_*, GIT_EXEC_PATH) runs code",
-    "GO": "go's configuration (GOFLAGS, GOPROXY, GOTOOLCHAIN) for later builds",
     "CGO_": "cgo's compiler flags for later builds",
     "CARGO_": "cargo's configuration (build.rustc-wrapper, registries) for later builds",
     "RUSTUP_": "rustup's configuration (toolchain) for later builds",
@@ -329,44 +354,91 @@ def parse_file_command(data: str, *, file: str) -> tuple[list[tuple[str, str]], 
     return entries, refused
 
 
-def env_refusal(name: str) -> str | None:
-    """Why ``name`` may not be set for later steps through $GITHUB_ENV, or None."""
+@dataclass(frozen=True)
+class Passing:
+    """What the policy lets a step pass on to later, unsandboxed steps.
+    ``always``: the temporary directories every run may write (a private
+    copy inside, but the host's own is shared by every later step)."""
+
+    #: ``ci.passEnv``: names or patterns (``*``, ``?``) of $GITHUB_ENV variables.
+    env: tuple[str, ...] = ()
+    #: ``ci.passPath``: absolute directories $GITHUB_PATH may add.
+    path: tuple[str, ...] = ()
+    #: Every place a sandboxed run could have written: no PATH entry lies in one.
+    writable: tuple[str, ...] = ()
+    #: Directories any run may write (:data:`ALWAYS_WRITABLE`); tests set their own.
+    always: tuple[str, ...] = ("/tmp", "/var/tmp", "/dev/shm", "/run/user")
+
+
+def env_refusal(name: str, allowed: tuple[str, ...] = ()) -> str | None:
+    """Why ``name`` may not be set for later steps through $GITHUB_ENV, or
+    None: it must be a plain name that ``ci.passEnv`` (``allowed``) names; a
+    name known to run code must be named exactly, never by a wildcard."""
+    from safebox._record import glob_match
+
     if not _NAME.match(name):
         return "not a plain variable name ([A-Za-z_][A-Za-z0-9_]*)"
+    if name in allowed:
+        return None
+    runs_code = code_running(name)
+    if any(glob_match(name, p) for p in allowed if p != name):
+        if runs_code is None:
+            return None
+        return (f"{runs_code}: a wildcard in ci.passEnv never passes it; fix, only if a later step must have it: "
+                f"add {name!r} itself to ci.passEnv")
+    if runs_code is not None:
+        return (f"not in ci.passEnv ({runs_code}); fix, only if a later step must have it: add {name!r} to "
+                "ci.passEnv in the policy")
+    return f"not in ci.passEnv; fix: add {name!r} to ci.passEnv in the policy"
+
+
+def code_running(name: str) -> str | None:
+    """Why a variable is known to make a later program run code, or None
+    (the names a wildcard in ``ci.passEnv`` never passes)."""
     upper = name.upper()
     why = ENV_DENY.get(upper)
     if why is not None:
         return why
+    if upper in _GO_NAMES:
+        return "go's configuration (GOFLAGS, GOPROXY, GOTOOLCHAIN) for later builds"
     for prefix, why in ENV_DENY_PREFIXES.items():
-        if upper.startswith(prefix):
+        # PYTHON_VERSION is a setup-python output, not Python's own variable.
+        if upper.startswith(prefix) and not (prefix == "PYTHON" and upper.startswith("PYTHON_")):
             return why
     if upper.endswith("_PROXY"):
         return "where later steps' traffic goes"
     return None
 
 
-def path_entry_refusal(entry: str, write_roots: tuple[str, ...]) -> str | None:
+def path_entry_refusal(entry: str, passing: Passing) -> str | None:
     """Why ``entry`` may not be prepended to later steps' PATH, or None: it
-    must be an absolute path to an existing directory, holding no ``:``,
-    outside every write root of this run (the sandboxed command could fill
-    it), and writable by nobody but its owner."""
+    must be an absolute path that ``ci.passPath`` lists, to an existing
+    directory, holding no ``:``, outside everything a sandboxed run could
+    write (whatever the list says), owned by this user or root and
+    writable by nobody else, with no symlink on the way that leads into
+    such a place."""
     if not entry.startswith("/"):
         return "not an absolute path"
     if ":" in entry:
         return "holds ':', which would add more than one PATH entry"
-    real = os.path.realpath(entry)
-    for root in write_roots:
+    norm = os.path.normpath(entry)
+    real = os.path.realpath(norm)
+    for root in (*passing.writable, *passing.always):
         r = os.path.realpath(root)
-        if real == r or real.startswith(r.rstrip("/") + "/"):
-            return f"inside {root}, which the sandboxed command could write"
+        for p in (norm, real):
+            if p == r or p.startswith(r.rstrip("/") + "/"):
+                return (f"inside {root}, which a sandboxed run could write; a PATH entry there would run what "
+                        "the step planted (never passed on, whatever ci.passPath says)")
+    if not any(os.path.normpath(p) in (norm, real) for p in passing.path):
+        return f"not in ci.passPath; fix: add {norm!r} to ci.passPath in the policy"
     try:
         st = os.stat(real)
     except OSError:
         return "not an existing directory"
-    import stat as stat_mod
-
-    if not stat_mod.S_ISDIR(st.st_mode):
+    if not stat.S_ISDIR(st.st_mode):
         return "not a directory"
+    if st.st_uid not in (0, os.geteuid()):
+        return f"owned by uid {st.st_uid}, neither this user nor root"
     if st.st_mode & 0o022:
         return "writable by others than its owner"
     return None
@@ -403,6 +475,12 @@ class CiRun:
     files: dict[str, tuple[str, str]] = field(default_factory=dict)
     commands_dir: str | None = None
     notes: list[str] = field(default_factory=list)
+    #: commands_dir, pinned when it was made: this run's files are read
+    #: beneath it, never through a name the command replaced.
+    pinned: PinnedDir | None = None
+    #: variable -> (the runner file's directory pinned before the run, the
+    #: file's (st_dev, st_ino) then, or None when it did not exist yet)
+    runner_files: dict[str, tuple[PinnedDir, tuple[int, int] | None]] = field(default_factory=dict)
 
     def materialize(self, run_dir: str, *, dry_run: bool = False) -> tuple[tuple[str, str], ...]:
         """Write the scrubbed copies into the run dir (private, read-only
@@ -419,8 +497,29 @@ class CiRun:
             out.append((copy, path))
         return tuple(out)
 
+    def attach(self, var: str, ours: str, theirs: str) -> None:
+        """Give ``var`` this run's file ``ours`` (created empty, 0600; every
+        file in one directory, pinned at the first) and the runner's
+        ``theirs`` (its directory and identity pinned now, before the run)."""
+        from safebox.hostio import pin
+
+        if self.pinned is None:
+            self.pinned = pin(os.path.dirname(ours))
+        elif os.path.dirname(ours) != self.pinned.path:
+            raise ValueError(f"{ours}: this run's files share one directory ({self.pinned.path})")
+        self.pinned.write_exclusive(os.path.basename(ours), b"")
+        _pin_runner_file(self, var, theirs)
+        self.files[var] = (ours, theirs)
+
     def cleanup(self) -> None:
-        """Remove this run's file-command directory (idempotent)."""
+        """Remove this run's file-command directory and release the pinned
+        directories (idempotent)."""
+        for d, _ in self.runner_files.values():
+            d.close()
+        self.runner_files = {}
+        if self.pinned is not None:
+            self.pinned.close()
+            self.pinned = None
         if self.commands_dir:
             from safebox._record import rmtree
 
@@ -432,40 +531,68 @@ class CiRun:
         pair = self.files.get("GITHUB_STEP_SUMMARY")
         return pair[1] if pair else None
 
-    def finish(self, write_roots: tuple[str, ...]) -> list[Refusal]:
+    def finish(self, passing: Passing) -> list[Refusal]:
         """Pass the safe entries of each file command on to the runner's file;
         returns what was refused. Call once, after the command ended."""
         refused: list[Refusal] = []
         for var, kind in FILE_COMMANDS:
             pair = self.files.get(var)
-            if pair is None:
+            if pair is None or self.pinned is None:
                 continue
             ours, theirs = pair
+            from safebox.hostio import HostFileError
+
+            # This run's file lies in a directory the command could write:
+            # read beneath the directory pinned when it was made, without
+            # following a link (a step's `ln -sf ~/.ssh/id_x
+            # $GITHUB_STEP_SUMMARY` must not publish the key), and only a
+            # regular file of this user with one link (a hard link to
+            # /etc/shadow is refused whole), at most MAX_FILE bytes.
             try:
-                size = os.lstat(ours).st_size
-                if size == 0:
-                    continue
-                if size > MAX_FILE:
-                    refused.append(Refusal(var, "*", f"{size} bytes, more than {MAX_FILE}: refused whole"))
-                    continue
-                with open(ours, "rb") as f:
-                    data = f.read(MAX_FILE + 1).decode("utf-8", "replace")
-            except FileNotFoundError:
+                raw = self.pinned.read(os.path.basename(ours), max_size=MAX_FILE)
+            except HostFileError as e:
+                refused.append(Refusal(var, "*", f"refused whole: {e.why}"))
                 continue
-            except OSError as e:
-                refused.append(Refusal(var, "*", f"cannot read it: {e.strerror or e}"))
+            if not raw:
                 continue
-            out = self._filter(var, kind, data, write_roots, refused)
+            out = self._filter(var, kind, raw.decode("utf-8", "replace"), passing, refused)
             if out:
-                fd = os.open(theirs, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644)
                 try:
-                    os.write(fd, out.encode())
-                finally:
-                    os.close(fd)
+                    self._append_theirs(var, theirs, out.encode())
+                except HostFileError as e:
+                    refused.append(Refusal(var, "*", f"not passed on: the runner's file {e.why}"))
         return refused
 
+    def _append_theirs(self, var: str, theirs: str, data: bytes) -> None:
+        """Append to the runner's own file beneath its directory pinned
+        before the run: the very file that was there then (same device and
+        inode), or, when there was none, a new regular file of this user."""
+        from safebox.hostio import HostFileError, check_regular
+
+        pinned = self.runner_files.get(var)
+        if pinned is None:
+            raise HostFileError(theirs, "has a directory safebox could not pin before the run")
+        d, ident = pinned
+        name = os.path.basename(theirs)
+        flags = os.O_WRONLY | os.O_APPEND | os.O_NONBLOCK | (os.O_CREAT if ident is None else 0)
+        try:
+            fd = d.open(name, flags, 0o644)
+        except OSError as e:
+            raise HostFileError(theirs, e.strerror or str(e)) from None
+        try:
+            st = os.fstat(fd)
+            if ident is None:
+                check_regular(theirs, st, max_size=None)
+            elif (st.st_dev, st.st_ino) != ident or not stat.S_ISREG(st.st_mode):
+                raise HostFileError(theirs, "is not the file the runner gave (replaced during the run)")
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view):]
+        finally:
+            os.close(fd)
+
     @staticmethod
-    def _filter(var: str, kind: str, data: str, write_roots: tuple[str, ...], refused: list[Refusal]) -> str:
+    def _filter(var: str, kind: str, data: str, passing: Passing, refused: list[Refusal]) -> str:
         if kind == "summary":
             return data if data.endswith("\n") else data + "\n"
         if kind == "path":
@@ -473,7 +600,7 @@ class CiRun:
             for line in _lines(data):
                 if not line:
                     continue
-                why = path_entry_refusal(line, write_roots)
+                why = path_entry_refusal(line, passing)
                 if why:
                     refused.append(Refusal(var, line[:200], why))
                 else:
@@ -484,7 +611,7 @@ class CiRun:
         good = []
         for name, value in entries:
             if kind == "env":
-                why = env_refusal(name)
+                why = env_refusal(name, passing.env)
             else:
                 why = None if _OUTPUT_NAME.match(name) else "not a plain name ([A-Za-z_][A-Za-z0-9_-]*)"
             if why:
@@ -586,14 +713,34 @@ def _file_commands(ci: CiRun, environ: Mapping[str, str], *, dry_run: bool) -> l
     for var, theirs in present:
         ours = os.path.join(ci.commands_dir or "/nonexistent", var.lower())
         if ci.commands_dir:
-            os.close(os.open(ours, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600))
-        ci.files[var] = (ours, theirs)
+            ci.attach(var, ours, theirs)
+        else:
+            ci.files[var] = (ours, theirs)
         ci.env[var] = ours
         if os.path.lexists(theirs):
             deny_write.append(theirs)
     if ci.commands_dir:
         ci.allow_write = (ci.commands_dir,)
     return deny_write
+
+
+def _pin_runner_file(ci: CiRun, var: str, theirs: str) -> None:
+    """Pin the directory of the runner's file, and the file's identity,
+    before the command runs (see :meth:`CiRun._append_theirs`). A directory
+    that cannot be pinned leaves the variable without one: its entries are
+    then refused after the run, said."""
+    from safebox.hostio import HostFileError, pin
+
+    try:
+        d = pin(os.path.dirname(os.path.abspath(theirs)))
+    except HostFileError:
+        return
+    st = d.lstat(os.path.basename(theirs)) if os.path.basename(theirs) else None
+    ident = (st.st_dev, st.st_ino) if st is not None and stat.S_ISREG(st.st_mode) else None
+    if st is not None and ident is None:
+        d.close()  # a link, a directory, a fifo: nothing is ever appended to it
+        return
+    ci.runner_files[var] = (d, ident)
 
 
 def prepare(environ: Mapping[str, str], *, kind: str, cwd: str, home: str, bwrap: bool,

@@ -36,11 +36,16 @@ class Opt(Frozen):
     value: str | None = None  # metavar when the option takes a value
     multiple: bool = False
     choices: tuple[str, ...] = ()
+    # The value when the option is given bare (--allow-gpu); a value then
+    # only comes inline (--allow-gpu=0,2), never from the next argument.
+    optional: str | None = None
 
 
 EXEC_OPTIONS: tuple[Opt, ...] = (
-    Opt(long="--policy", dest="policy_file",
-        help="Policy file (JSON or TOML), layered after the user and project files.", short="-p", value="FILE"),
+    Opt(long="--policy", dest="policy_files",
+        help="Policy file (JSON or TOML), layered after the user and project files; repeatable: each later "
+             "file adds to the lists and replaces the other values of the ones before "
+             "(docs/policy-reference.md#layers).", short="-p", value="FILE", multiple=True),
     Opt(long="--allow-write", dest="allow_write", help="Also allow writing beneath PATH (repeatable).", value="PATH", multiple=True),
     Opt(long="--deny-read", dest="deny_read",
         help="Also make PATH unreadable (repeatable; a glob pattern such as '**/.env' denies every match).",
@@ -71,6 +76,9 @@ EXEC_OPTIONS: tuple[Opt, ...] = (
     Opt(long="--timeout", dest="timeout",
         help="Stop the whole sandbox after DURATION (90s, 30m, 1h30m; limits.wallTime) and exit 124.",
         value="DURATION"),
+    Opt(long="--allow-gpu", dest="allow_gpu",
+        help="Bind the GPU device nodes (NVIDIA's, DRI render nodes) and allow exactly them; --allow-gpu=0,2 "
+             "selects GPUs (devices.gpu; docs/gpu.md).", value="LIST", optional="all"),
     Opt(long="--strict", dest="strict", help="Refuse to run unless every layer is fully enforced."),
     Opt(long="--without", dest="without", help="Run one layer alone: 'bwrap' (helper only) or 'helper' (bubblewrap only).",
         value="LAYER", choices=("bwrap", "helper")),
@@ -138,6 +146,9 @@ def fast_parse_exec(args: list[str]) -> dict[str, Any] | None:
         if eq:
             val = inline
             i += 1
+        elif opt.optional is not None:
+            val = opt.optional
+            i += 1
         else:
             if i + 1 >= len(args):
                 raise ExecUsageError(f"{name} needs a value ({opt.value})")
@@ -166,14 +177,14 @@ def _request(parsed: dict[str, Any]) -> ExecRequest:
 
     return ExecRequest(
         command=tuple(parsed["command"]),
-        policy_file=parsed["policy_file"],
+        policy_files=tuple(parsed["policy_files"]),
         flags=Flags(allow_write=tuple(parsed["allow_write"]), deny_read=tuple(parsed["deny_read"]),
                     allow_read=tuple(parsed["allow_read"]),
                     deny_write=tuple(parsed["deny_write"]), allow_domains=tuple(parsed["allow_domains"]),
                     deny_domains=tuple(parsed["deny_domains"]), strict=bool(parsed["strict"]),
                     presets=tuple(parsed["presets"]), limit_processes=parsed["limit_processes"],
                     limit_memory=parsed["limit_memory"], limit_tmp_size=parsed["limit_tmp_size"],
-                    timeout=parsed["timeout"]),
+                    timeout=parsed["timeout"], allow_gpu=parsed["allow_gpu"]),
         without=Without(parsed["without"]) if parsed["without"] else None,
         strict=bool(parsed["strict"]), dry_run=bool(parsed["dry_run"]),
         publish=tuple(parsed["publish"]),
@@ -256,32 +267,41 @@ def _run_exec(parsed: dict[str, Any]) -> int:
 
 # ------------------------------------------------------------------ click
 
-def _policy_show(policy_file: str | None, presets: tuple[str, ...], as_json: bool) -> int:
+def _policy_show(policy_files: tuple[str, ...], presets: tuple[str, ...], as_json: bool) -> int:
     """``safebox policy show``: the merged policy, where each entry came from, the presets."""
     import json
 
     import click
 
     from safebox.policy.defaults import credential_env
-    from safebox.policy.load import Context, Flags, load, policy_document, state_dir
+    from safebox.policy.layers import replaced_values
+    from safebox.policy.load import Context, Flags, merge, policy_document, read_layers, state_dir
     from safebox.policy.presets import describe
     from safebox.run.host import home as _host_home
 
     home = _host_home(os.environ)
-    eff = load(Context(cwd=os.path.realpath(os.getcwd()), home=home,
-                       credential_env=credential_env(os.environ)),
-               policy_file=policy_file, flags=Flags(presets=presets))
-    expanded = describe(eff.presets, eff.cache_presets, state=state_dir(home), home=home)
+    cwd = os.path.realpath(os.getcwd())
+    ctx = Context(cwd=cwd, home=home, credential_env=credential_env(os.environ))
+    layers = read_layers(ctx, policy_files=policy_files, flags=Flags(presets=presets))
+    eff = merge(layers, ctx)
+    expanded = describe(eff.presets, eff.cache_presets, state=state_dir(home), home=home, work_dir=cwd)
     sources = eff.sources or ()
+    named = [layer.name for layer, doc in layers if doc]
     try:
         if as_json:
             click.echo(json.dumps({
                 "policy": policy_document(eff),
+                "layers": named,
                 "sources": [{"key": k, "value": v, "source": src} for k, v, src in sources],
+                "replaced": [{"key": k, "value": v, "source": src, "by": by}
+                             for k, (v, src, by) in replaced_values([(layer.name, doc) for layer, doc in layers])],
                 "presets": expanded,
             }, indent=2))
             return 0
-        _show_sources(sources, patterns={*eff.deny_read_globs, *eff.allow_read_globs, *eff.deny_write_globs})
+        _show_sources(sources, patterns={*eff.deny_read_globs, *eff.allow_read_globs, *eff.deny_write_globs},
+                      replaced=dict(replaced_values([(layer.name, doc) for layer, doc in layers])))
+        click.echo(f"layers, first to last (a later one adds list entries and replaces other values): "
+                   f"{' < '.join(named)}")
         _show_presets(expanded)
         if eff.allowed_domains:
             click.echo(f"network: on, through safebox's proxy, to the {len(eff.allowed_domains)} "
@@ -297,8 +317,9 @@ def _policy_show(policy_file: str | None, presets: tuple[str, ...], as_json: boo
 
 
 def _show_sources(sources: tuple[tuple[str, Any, str], ...] | list[tuple[str, Any, str]], *,
-                  patterns: set[str]) -> None:
-    """Each key, then each of its entries with the layer it came from."""
+                  patterns: set[str], replaced: dict[str, tuple[Any, str, str]]) -> None:
+    """Each key, then each of its entries with the layer it came from; a
+    value that replaced an earlier layer's different one says so."""
     import json
 
     import click
@@ -314,6 +335,10 @@ def _show_sources(sources: tuple[tuple[str, Any, str], ...] | list[tuple[str, An
             shown = value if isinstance(value, str) else json.dumps(value)
             if isinstance(value, str) and key.startswith("filesystem.") and any(c in value for c in "*?[]"):
                 shown += " (glob pattern)" if value in patterns else " (literal path)"
+            was = replaced.get(key)
+            if was is not None and was[2] == src:
+                shown_was = was[0] if isinstance(was[0], str) else json.dumps(was[0])
+                src += f" (replaces {shown_was} from {was[1]})"
             click.echo(f"  {shown}  <- {src}")
 
 
@@ -349,6 +374,37 @@ def _policy_check(file: str) -> int:
     return 0
 
 
+def _read_policy(file: str) -> dict[str, Any]:
+    """One policy file, validated, as its document (defaults left out)."""
+    from safebox.errors import PolicyError
+    from safebox.policy.load import Layer, _read_file, parse_document, validate_layer
+
+    try:
+        raw = _read_file(file)
+    except FileNotFoundError:
+        raise PolicyError(f"{file}: policy file not found") from None
+    return validate_layer(Layer(name=file, data=parse_document(file, raw)))
+
+
+def _policy_diff(old: str, new: str, as_json: bool) -> int:
+    """``safebox policy diff``: exit 0 when OLD and NEW are the same policy, 1 when not."""
+    import json
+
+    from safebox.policy.diff import diff, render_text
+
+    changes = diff(_read_policy(old), _read_policy(new))
+    try:
+        if as_json:
+            sys.stdout.write(json.dumps({"old": old, "new": new, "equal": not changes,
+                                         "changes": [c.as_json() for c in changes]}, indent=2) + "\n")
+        else:
+            sys.stdout.write(render_text(changes, old_name=old, new_name=new))
+        sys.stdout.flush()
+    except BrokenPipeError:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    return 1 if changes else 0
+
+
 def _policy_suggest(logs: tuple[str, ...], output: str | None) -> int:
     """``safebox policy suggest``: one policy from the runs in audit logs."""
     import json
@@ -356,12 +412,10 @@ def _policy_suggest(logs: tuple[str, ...], output: str | None) -> int:
     import click
 
     from safebox.learn import suggest, write_policy
-    from safebox.report import ReportError, read_events, runs_from_events
+    from safebox.report import runs_from_logs
     from safebox.run.host import home as _host_home
 
-    runs = runs_from_events(read_events(logs))
-    if not runs:
-        raise ReportError(f"no run found in {', '.join(logs)} (was it written by safebox exec --audit-log?)")
+    runs = runs_from_logs(logs)
     doc, notes = suggest(runs, home=_host_home(os.environ))
     for note in notes:
         click.echo(f"safebox: {note}", err=True)
@@ -375,10 +429,11 @@ def _policy_suggest(logs: tuple[str, ...], output: str | None) -> int:
 
 def _report(logs: tuple[str, ...], fmt: str) -> int:
     """``safebox report``: each run in the audit logs."""
-    from safebox.report import read_events, render, runs_from_events
+    from safebox.report import render, runs_from_logs
 
+    text = render(runs_from_logs(logs), fmt)
     try:
-        sys.stdout.write(render(runs_from_events(read_events(logs)), fmt))
+        sys.stdout.write(text)
         sys.stdout.flush()
     except BrokenPipeError:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
@@ -408,7 +463,9 @@ def _click_app() -> click.Group:
                 f = click.option(*names, o.dest, is_flag=True, help=o.help)(f)
             else:
                 typ = click.Choice(o.choices) if o.choices else click.STRING
-                f = click.option(*names, o.dest, metavar=o.value, type=typ, multiple=o.multiple, help=o.help)(f)
+                extra: dict[str, Any] = {"is_flag": False, "flag_value": o.optional} if o.optional else {}
+                f = click.option(*names, o.dest, metavar=o.value, type=typ, multiple=o.multiple, help=o.help,
+                                 **extra)(f)
         return f
 
     @app.command("exec", context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
@@ -460,14 +517,27 @@ def _click_app() -> click.Group:
         sys.exit(_guarded(_policy_suggest, logs, output))
 
     @policy_grp.command("show")
-    @click.option("-p", "--policy", "policy_file", metavar="FILE", help="Also layer FILE, as exec --policy does.")
+    @click.option("-p", "--policy", "policy_files", metavar="FILE", multiple=True,
+                  help="Also layer FILE, as exec --policy does (repeatable, in order).")
     @click.option("--preset", "presets", metavar="NAME", multiple=True,
                   help="Also apply preset NAME, as exec --preset does (repeatable).")
     @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text.")
-    def policy_show(policy_file: str | None, presets: tuple[str, ...], as_json: bool) -> None:
-        """Print the effective merged policy, each entry with where it came from,
-        and what each preset expanded to."""
-        sys.exit(_guarded(_policy_show, policy_file, presets, as_json))
+    def policy_show(policy_files: tuple[str, ...], presets: tuple[str, ...], as_json: bool) -> None:
+        """Print the effective merged policy, each entry with the layer it came from
+        (and the value a later layer replaced), the layers in order, and what each
+        preset expanded to."""
+        sys.exit(_guarded(_policy_show, policy_files, presets, as_json))
+
+    @policy_grp.command("diff")
+    @click.argument("old", type=click.Path(dir_okay=False))
+    @click.argument("new", type=click.Path(dir_okay=False))
+    @click.option("--json", "as_json", is_flag=True, help="Print the changes as JSON.")
+    def policy_diff(old: str, new: str, as_json: bool) -> None:
+        """What changes from policy file OLD to NEW (JSON or TOML), key by key:
+        list entries added (+) and removed (-), other values old -> new, each
+        change that widens the sandbox marked. Exit 0 when they are the same
+        policy, 1 when they differ, 125 when one is not a valid policy."""
+        sys.exit(_guarded(_policy_diff, old, new, as_json))
 
     @app.command("report")
     @click.argument("logs", nargs=-1, required=True, type=click.Path(dir_okay=False))

@@ -105,23 +105,30 @@ class Baseline:
         return b
 
 
-def parse(out: bytes) -> tuple[list[bytes], list[tuple[bytes, bytes]]]:
+def parse(out: bytes) -> tuple[list[bytes], list[tuple[bytes, bytes]], list[str]]:
     """The start walk's records: (every directory, in the walk's order; the
-    others as (path, kind and fields)). A dot directory and an ``objects``
-    one are in both. C-level passes over the records: 13,000 directories
-    cost about a millisecond. The walk's order is kept because the check
-    after the run lstats them in it: neighbours share cached inode and
-    directory blocks (a third faster than a set's order here)."""
+    others as (path, kind and fields); the directories find could not list,
+    ``!PATH``). A dot directory and an ``objects`` one are in the first two;
+    an unlistable one is a directory of the start too (it is read-only for
+    the run, not new after it). C-level passes over the records: 13,000
+    directories cost about a millisecond. The walk's order is kept because
+    the check after the run lstats them in it: neighbours share cached
+    inode and directory blocks (a third faster than a set's order here)."""
     recs = out.split(b"\0")
-    marked = [r for r in recs if b"//" in r]
-    dirs = [r for r in recs if r and b"//" not in r] if marked else [r for r in recs if r]
+    marked = [r for r in recs if b"//" in r or r[:1] == b"!"]
+    dirs = [r for r in recs if r and b"//" not in r and r[:1] != b"!"] if marked else [r for r in recs if r]
     specials = []
+    unlistable = []
     for r in marked:
+        if r[:1] == b"!":
+            dirs.append(r[1:])
+            unlistable.append(os.fsdecode(r[1:]))
+            continue
         path, _, kind = r.partition(b"//")
         if kind in (b"d", b"o"):
             dirs.append(path)
         specials.append((path, kind))
-    return dirs, specials
+    return dirs, specials, unlistable
 
 
 def _base(p: bytes) -> bytes:
@@ -291,30 +298,49 @@ def _candidates(d: bytes, entries: dict[bytes, os.DirEntry[bytes]]) -> list[byte
     return out
 
 
-def _make_listable(d: bytes) -> bool:
+def _make_listable(d: bytes) -> int | None:
     """Give the owner read, write and search on ``d`` when it is a directory
     we own (the command, running as us, made it unreadable to hide what it
-    put there); True when it was changed. Through a descriptor opened
-    without following a link: the mode lands on that directory only."""
+    put there); returns the mode it had, or None when nothing was changed.
+    Through a descriptor opened without following a link: the mode lands on
+    that directory only. :func:`_set_mode` puts the mode back after the
+    check, so the next start still sees the directory as the command left
+    it (and keeps it read-only, or refuses, as for any unlistable one)."""
     try:
         fd = os.open(d, _PATH_DIR)
     except OSError:
-        return False
+        return None
     try:
         st = os.fstat(fd)
         if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid():
-            return False
+            return None
         os.chmod(f"/proc/self/fd/{fd}", stat.S_IMODE(st.st_mode) | 0o700)
-        return True
+        return stat.S_IMODE(st.st_mode)
     except OSError:
-        return False
+        return None
     finally:
         os.close(fd)
 
 
-def _walk(b: Baseline, skip: bytes) -> tuple[list[bytes], list[tuple[str, str]]]:
-    """List the changed directories and every new one; (candidates,
-    directories made listable or left unlistable, with what was done)."""
+def _set_mode(d: bytes, mode: int) -> None:
+    """Put back the mode :func:`_make_listable` changed (same descriptor rule)."""
+    try:
+        fd = os.open(d, _PATH_DIR)
+    except OSError:
+        return
+    try:
+        os.chmod(f"/proc/self/fd/{fd}", mode)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def _walk(b: Baseline, skip: bytes,
+          reopened: list[tuple[bytes, int]]) -> tuple[list[bytes], list[tuple[str, str]]]:
+    """List the changed directories and every new one; (candidates, the
+    directories that could not be listed, with why). ``reopened`` gets the
+    directories made listable for the check, with the mode to put back."""
     todo = _changed(b, skip)
     dirs = b.dirs
     seen: set[bytes] = set()
@@ -329,11 +355,11 @@ def _walk(b: Baseline, skip: bytes) -> tuple[list[bytes], list[tuple[str, str]]]
             with os.scandir(d) as it:
                 entries = {e.name: e for e in it}
         except PermissionError as err:
-            why = err.strerror or "permission denied"
-            if not _make_listable(d):
-                unlistable.append((os.fsdecode(d), why))
+            mode = _make_listable(d)
+            if mode is None:
+                unlistable.append((os.fsdecode(d), err.strerror or "permission denied"))
                 continue
-            unlistable.append((os.fsdecode(d), ""))
+            reopened.append((d, mode))
             try:
                 with os.scandir(d) as it:
                     entries = {e.name: e for e in it}
@@ -349,13 +375,20 @@ def _walk(b: Baseline, skip: bytes) -> tuple[list[bytes], list[tuple[str, str]]]
     return candidates, unlistable
 
 
-def check(b: Baseline, *, skip: str = "") -> tuple[list[str], list[tuple[str, str]]]:
+def check(b: Baseline, *, skip: str = "",
+          reopened: list[tuple[bytes, int]] | None = None) -> tuple[list[str], list[tuple[str, str]]]:
     """After the run: (watched entries the command left, shallow first, none
     inside another; directories that changed and that safebox could not
-    list, with the reason, or "" where it made them listable: ours, made
-    unreadable by the command). ``skip``: a directory never looked at
-    (safebox's state)."""
-    candidates, unlistable = _walk(b, os.fsencode(skip) if skip else b"")
+    list, with why). ``skip``: a directory never looked at (safebox's
+    state). ``reopened`` gets the directories of ours the command made
+    unreadable, made listable for the check, with the mode to put back
+    (:func:`settle` does, after the moves); without it they are put back
+    at once."""
+    opened: list[tuple[bytes, int]] = [] if reopened is None else reopened
+    candidates, unlistable = _walk(b, os.fsencode(skip) if skip else b"", opened)
+    if reopened is None:
+        for d, mode in reversed(opened):
+            _set_mode(d, mode)
     planted: list[str] = []
     done: set[bytes] = set()
     for c in candidates:
@@ -485,22 +518,33 @@ def settle(b: Baseline, state: str, *, guard: Callable[[str], bool] | None = Non
     say each. ``guard``: paths never to move (the read-only binds of this
     run: they could not have changed). Returns (the paths moved, the
     quarantine entry they went to)."""
-    from safebox.builder.paths import Nearest
-
     # The state dir as the walk names it (resolved): the quarantine in it
     # holds what earlier runs planted, under the same names inside moved
     # directories, and is safebox's own, never the command's.
-    planted, unlistable = check(b, skip=os.path.realpath(state))
+    reopened: list[tuple[bytes, int]] = []
+    planted, unlistable = check(b, skip=os.path.realpath(state), reopened=reopened)
+    try:
+        return _settle(b, state, planted, unlistable, reopened, guard=guard, say=say, killed=killed)
+    finally:
+        for d, mode in reversed(reopened):  # children before their parents
+            _set_mode(d, mode)
+
+
+def _settle(b: Baseline, state: str, planted: list[str], unlistable: list[tuple[str, str]],
+            reopened: list[tuple[bytes, int]], *, guard: Callable[[str], bool] | None,
+            say: Callable[[str], None], killed: bool) -> tuple[list[str], str]:
+    """:func:`settle` once the check is done: say and move."""
+    from safebox.builder.paths import Nearest
+
     who = "a killed earlier run's command" if killed else "the command"
     roots = Nearest(b.roots)
     qdir = os.path.join(state, "quarantine", time.strftime("%Y%m%dT%H%M%S"))
     for d, why in unlistable:
-        if why:
-            say(f"cannot look in {d} after the run ({why}; it is not yours): what {who} may have planted "
-                "there was not checked; check it by hand")
-        else:
-            say(f"{who} made {d} unreadable; safebox gave its owner read, write and search (u+rwx) "
-                "to check what is in it")
+        say(f"cannot look in {d} after the run ({why}; it is not yours): what {who} may have planted "
+            "there was not checked; check it by hand")
+    for raw, mode in reopened:
+        say(f"{who} made {os.fsdecode(raw)} unreadable (mode {mode:04o}); safebox opened it to its owner "
+            f"(u+rwx) to check what is in it, then set the mode back")
     moved: list[str] = []
     for p in planted:
         root = roots.at_or_above(p)

@@ -651,11 +651,17 @@ def check_helper(helper: Path, *, standalone: bool) -> Check:
                      f"helper {version} does not match safebox {__version__}", build, True)
     reason = _writable_reason(helper)
     if reason is not None:
+        import shutil
+
+        own = f"chown root:root {helper} {helper.parent} && chmod 0755 {helper} {helper.parent}"
+        # A self-hosted CI runner often has no sudo: then the fix is an administrator's, said so.
+        own = (f"`sudo {own.replace(' && ', ' && sudo ')}`" if shutil.which("sudo")
+               else f"as root (this host has no sudo): `{own}`")
         return Check("helper", Status.FAIL,
                      f"{reason}: a process other than root could replace the helper, and with it the "
                      "inner layer (`exec --strict` refuses to run, `exec` warns)",
-                     f"install safebox system-wide as root, or `sudo chown root:root {helper} {helper.parent} && "
-                     f"sudo chmod 0755 {helper} {helper.parent}`", True)
+                     "install safebox system-wide as root (from a checkout: `python3 build.py install`, root-owned "
+                     f"in /opt; docs/ci.md#self-hosted-runners), or {own}", True)
     found = f"safebox-helper {version}" + (f" build {build_id}" if build_id else "")
     # From a checkout the sources are next door: another digest means the
     # helper was built from other (usually older) sources.
@@ -732,6 +738,18 @@ def check_limits() -> Check:
 # ------------------------------------------------------------------ runner
 
 
+def check_gpu() -> Check:
+    """Informational: what ``--allow-gpu`` would bind here (builder/devices.py)."""
+    from safebox.builder.devices import find_gpu_nodes
+    from safebox.errors import BuildError
+
+    try:
+        nodes = find_gpu_nodes(None)
+    except BuildError as e:
+        return Check("gpu", Status.OK, f"no GPU device node: --allow-gpu would be refused ({e.message})", None, False)
+    return Check("gpu", Status.OK, "--allow-gpu would bind " + ", ".join(n.inside for n in nodes), None, False)
+
+
 def run_checks(*, helper_path: Path | None, standalone: bool = False) -> list[Check]:
     """Run every check in a fixed order; a crashing check becomes a ``fail``.
 
@@ -753,6 +771,7 @@ def run_checks(*, helper_path: Path | None, standalone: bool = False) -> list[Ch
         ("violations", False, lambda: check_violations(helper)),
         ("userns", False, check_userns),
         ("limits", False, check_limits),
+        ("gpu", False, check_gpu),
     ]
     results = []
     for name, required, fn in checks:

@@ -19,18 +19,28 @@ The suggestion is srt-compatible JSON (``network.allowedDomains``,
 * ``allowWrite``: the directory of each write refused only because it lay
   outside the write roots (violations feed, ``denied`` events with rule
   ``filesystem.allowWrite``); never a protected file, a credential path or
-  safebox's own files.
+  safebox's own files, and never a directory the summary's fix lines never
+  name either (system_dirs.never_suggested: a system directory, ``/``, the
+  home or a directory above it). Such a write is left out and named on
+  stderr, with why; nothing narrower is suggested instead: ``allowWrite``
+  makes a missing path a directory, so ``~/x`` for a file the command
+  creates would not even work, and a single file in a system directory is
+  still the host's configuration (``/etc/cron.d/x``). The command should
+  write under the work dir or ``$TMPDIR``, or the user adds the entry by hand.
 """
 
 from __future__ import annotations
 
 import json
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from safebox.report import Run
+from safebox.report import ReportError, Run
 
-__all__ = ["COLLAPSE_AT", "NEVER_COLLAPSE", "collapse", "suggest", "write_policy"]
+if TYPE_CHECKING:
+    from safebox.hostio import PinnedDir
+
+__all__ = ["COLLAPSE_AT", "NEVER_COLLAPSE", "collapse", "complete", "suggest", "write_policy"]
 
 COLLAPSE_AT = 3
 #: Parents under which names belong to unrelated parties (shared hosting,
@@ -88,7 +98,7 @@ def suggest(runs: list[Run], *, home: str) -> tuple[dict[str, Any], list[str]]:
     used: set[str] = set()
     refused: dict[str, str] = {}
     presets: list[str] = []
-    writes: set[str] = set()
+    writes: dict[str, str] = {}  # directory -> the first refused path in it
     for run in runs:
         for p in run.presets:
             if p not in presets:
@@ -101,29 +111,75 @@ def suggest(runs: list[Run], *, home: str) -> tuple[dict[str, Any], list[str]]:
                 used.add(host)
             else:
                 refused.setdefault(host, str(h.get("reason") or h.get("rule") or "refused"))
-        writes.update(_denied_write_dirs(run.denied))
+        for d, path in _denied_write_dirs(run.denied).items():
+            writes.setdefault(d, path)
     notes = []
     for host, why in sorted(refused.items()):
         if host not in used:
             notes.append(f"not suggested: {host} was refused ({why})")
-    kept = _shallowest(writes)
+    allowed: set[str] = set()
+    for d, path in sorted(writes.items()):
+        never = _never_suggested(d, home=home)
+        if never is None:
+            allowed.add(d)
+        else:
+            notes.append(f"not suggested: {_tilde(path, home)}: {never}; safebox never suggests it (write under "
+                         "$TMPDIR or the work dir instead)")
+    kept = _shallowest(allowed)
     doc: dict[str, Any] = {"network": {"allowedDomains": collapse(used)}}
     if kept:
         doc["filesystem"] = {"allowWrite": sorted(_tilde(d, home) for d in kept)}
     if presets:
         doc["presets"] = presets
+    ci = _ci_entries(runs, notes)
+    if ci:
+        doc["ci"] = ci
     return doc, notes
 
 
-def _denied_write_dirs(denied: list[dict[str, Any]]) -> set[str]:
-    """The directories of the writes ``allowWrite`` would have let through."""
-    writes: set[str] = set()
+def _ci_entries(runs: list[Run], notes: list[str]) -> dict[str, list[str]]:
+    """``ci.passEnv`` / ``ci.passPath`` for the runner-file entries the
+    steps wrote and the policy did not list (their ``refusedEntries``). A
+    name known to run code later, or a PATH entry that can never pass (in a
+    write root, a temporary directory), becomes a note, never a suggestion."""
+    env: list[str] = []
+    path: list[str] = []
+    for run in runs:
+        for e in run.refused_entries:
+            file, name, reason = str(e.get("file", "")), str(e.get("name", "")), str(e.get("reason", ""))
+            if file == "GITHUB_ENV" and reason.startswith("not in ci.passEnv;"):
+                env.append(name)
+            elif file == "GITHUB_PATH" and reason.startswith("not in ci.passPath;"):
+                path.append(name)
+            elif file in ("GITHUB_ENV", "GITHUB_PATH") and name != "*":
+                notes.append(f"not suggested: {file} entry {name!r} ({reason})")
+    out: dict[str, list[str]] = {}
+    if env:
+        out["passEnv"] = sorted(set(env))
+    if path:
+        out["passPath"] = list(dict.fromkeys(path))
+    return out
+
+
+def _denied_write_dirs(denied: list[dict[str, Any]]) -> dict[str, str]:
+    """The directories of the writes ``allowWrite`` would have let through,
+    each with the first refused path in it."""
+    writes: dict[str, str] = {}
     for ev in denied:
         if ev.get("kind") == "write" and ev.get("rule") == RULE_ALLOW_WRITE and isinstance(ev.get("path"), str):
             path = os.path.normpath(ev["path"])
             if path.startswith("/"):
-                writes.add(os.path.dirname(path) if path != "/" else path)
+                writes.setdefault(os.path.dirname(path) if path != "/" else path, path)
     return writes
+
+
+def _never_suggested(directory: str, *, home: str) -> str | None:
+    """Why ``directory`` is never suggested (system_dirs.never_suggested), as
+    named and with symlinks resolved (a link in the work dir to ``/etc``
+    must not make ``/etc`` a suggestion under another name), or None."""
+    from safebox.system_dirs import never_suggested
+
+    return never_suggested(directory, home=home) or never_suggested(os.path.realpath(directory), home=home)
 
 
 def _shallowest(dirs: set[str]) -> list[str]:
@@ -135,14 +191,57 @@ def _shallowest(dirs: set[str]) -> list[str]:
     return kept
 
 
-def write_policy(path: str, doc: dict[str, Any]) -> None:
-    """Write ``doc`` to ``path`` as JSON (atomically; mode 0644)."""
+def complete(ran_under: dict[str, Any], learned: dict[str, Any]) -> dict[str, Any]:
+    """The policy ``--learn`` writes: the one the run ran under (its layers
+    and flags as one document), then what it learned, merged as policy files
+    layer (policy/layers.py). Enforcing it alone (``safebox exec -p OUT``)
+    keeps every setting the learn run had: a base policy's
+    ``allowLocalDestinations``, its denies, its limits."""
+    from safebox.policy.layers import merge_documents
+
+    return merge_documents([ran_under, learned])
+
+
+def shell_line(argv: tuple[str, ...] | list[str]) -> str:
+    """``argv`` as one line a shell runs as it is (``shlex.join``), and one
+    line whatever it holds: an argument with a newline or another control
+    character is written ``$'...'`` with escapes (bash, zsh, ksh and POSIX
+    2024 sh), so that it can neither split the message nor forge a line."""
+    import shlex
+
+    def quote(arg: str) -> str:
+        if arg.isprintable():
+            return shlex.quote(arg)
+        out = []
+        for c in arg:
+            if c in "\\'":
+                out.append("\\" + c)
+            elif c.isprintable():
+                out.append(c)
+            else:
+                n = ord(c)
+                out.append({"\n": "\\n", "\t": "\\t", "\r": "\\r"}.get(c, f"\\x{n:02x}" if n < 0x80
+                                                                     else f"\\u{n:04x}" if n < 0x10000
+                                                                     else f"\\U{n:08x}"))
+        return "$'" + "".join(out) + "'"
+
+    return " ".join(quote(a) for a in argv)
+
+
+def write_policy(path: str, doc: dict[str, Any], *, pinned: PinnedDir | None = None) -> None:
+    """Write ``doc`` to ``path`` as JSON, mode 0644, through
+    :mod:`safebox.hostio`: a temporary file beside it renamed over a regular
+    file of this user, never over anything else; a character device
+    (``--learn /dev/null``) is written in place, never replaced; a symlink
+    is never followed. With ``pinned``, the name is taken beneath that
+    directory, pinned before the run. Raises ReportError naming the path."""
+    from safebox.hostio import HostFileError, replace
+
     data = (json.dumps(doc, indent=2) + "\n").encode()
-    tmp = f"{path}.safebox-tmp-{os.getpid()}-{os.urandom(4).hex()}"
-    # O_EXCL|O_NOFOLLOW: never through a name someone else planted.
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
     try:
-        os.write(fd, data)
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
+        if pinned is not None:
+            pinned.replace(os.path.basename(path), data, mode=0o644)
+        else:
+            replace(path, data, mode=0o644)
+    except HostFileError as e:
+        raise ReportError(f"cannot write the policy to {path}: {e.why}") from None

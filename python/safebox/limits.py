@@ -548,11 +548,14 @@ def full_tmp(watch: list[tuple[str, int]]) -> list[str]:
     return full
 
 
-def wait_until(pid: int, deadline: float) -> int | None:
+def wait_until(pid: int, deadline: float, *, watch: tuple[int, Callable[[], None]] | None = None) -> int | None:
     """``waitpid(pid)`` until the ``time.monotonic()`` deadline: the wait
     status, or None when the deadline passed first (``pid`` still runs).
     Through a pidfd (Linux 5.3; polled before), so the wait needs neither a
-    signal nor a thread; signal handlers (the relay) run while it waits."""
+    signal nor a thread; signal handlers (the relay) run while it waits.
+    ``watch``: (descriptor, callback): the callback runs, once, as soon as
+    the descriptor is readable (the violations supervisor's pidfd: its
+    death ends the run at once, run/supervise.py)."""
     import select
     import time
 
@@ -560,6 +563,9 @@ def wait_until(pid: int, deadline: float) -> int | None:
         fd = os.pidfd_open(pid)
     except OSError:  # Linux < 5.3: poll the child instead, every 50 ms
         while time.monotonic() < deadline:
+            if watch is not None and select.select([watch[0]], [], [], 0)[0]:
+                watch[1]()
+                watch = None
             try:
                 done, status = os.waitpid(pid, os.WNOHANG)
             except InterruptedError:
@@ -571,12 +577,21 @@ def wait_until(pid: int, deadline: float) -> int | None:
     try:
         poller = select.poll()
         poller.register(fd, select.POLLIN)
+        if watch is not None:
+            poller.register(watch[0], select.POLLIN)
         while True:
             left = deadline - time.monotonic()
+            # Polled at least once, even past the deadline (poll(), a
+            # timeout of 0): the watch is looked at on every call.
+            ready = {r for r, _ in poller.poll(max(0.0, min(left, 86400.0)) * 1000 + (1 if left > 0 else 0))}
+            if watch is not None and watch[0] in ready:
+                poller.unregister(watch[0])
+                watch[1]()
+                watch = None
+            if fd in ready:
+                break
             if left <= 0:
                 return None
-            if poller.poll(min(left, 86400.0) * 1000 + 1):
-                break
     finally:
         os.close(fd)
     while True:
@@ -587,14 +602,16 @@ def wait_until(pid: int, deadline: float) -> int | None:
 
 
 def stop_at_deadline(pid: int, deadline: float, *, terminate: Callable[[], None],
-                     kill: Callable[[], None]) -> tuple[int | None, bool]:
+                     kill: Callable[[], None],
+                     watch: tuple[int, Callable[[], None]] | None = None) -> tuple[int | None, bool]:
     """Wait for ``pid``; at the deadline ``terminate()`` (SIGTERM to the
     command), and ``kill()`` (SIGKILL to the whole sandbox) after
     :data:`TIMEOUT_GRACE` seconds. Returns (wait status or None when
-    ``kill`` was needed and the caller must reap, whether the deadline passed)."""
+    ``kill`` was needed and the caller must reap, whether the deadline
+    passed). ``watch``: as for :func:`wait_until`, until the deadline."""
     import time
 
-    status = wait_until(pid, deadline)
+    status = wait_until(pid, deadline, watch=watch)
     if status is not None:
         return status, False
     terminate()

@@ -48,6 +48,8 @@ def supported() -> bool:
 def encode(plan: BulkPlan) -> bytes:
     """The plan in the helper's format (helper/mountplan.h)."""
     parts = [b"S\0", os.fsencode(plan.scratch), b"\0"]
+    if plan.empty:
+        parts += [b"E\0", os.fsencode(plan.empty), b"\0"]
     for op, path in plan.ops:
         parts += [_LETTER[op], b"\0", os.fsencode(path), b"\0"]
     return b"".join(parts)

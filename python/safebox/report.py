@@ -17,11 +17,14 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from safebox.errors import SafeboxError
+
+if TYPE_CHECKING:
+    from safebox.hostio import PinnedDir
 
 __all__ = ["FORMATS", "MemoryLog", "Recorder", "ReportError", "Run", "Tee", "append_summary", "read_events",
            "render", "runs_from_events"]
@@ -47,6 +50,8 @@ class Run:
     enforced: dict[str, Any] | None = None
     mode: str = "enforce"
     policy: str | None = None
+    #: Every ``--policy`` file, in layer order (``policy`` is the last).
+    policies: list[str] = field(default_factory=list)
     presets: list[str] = field(default_factory=list)
     ci: str | None = None
     exit: int | None = None
@@ -71,7 +76,7 @@ class Run:
         return {
             "run": self.run, "time": self.time, "command": self.command, "cwd": self.cwd,
             "layers": self.layers, "enforced": self.enforced, "mode": self.mode, "policy": self.policy,
-            "presets": self.presets, "ci": self.ci, "exit": self.exit, "duration": self.duration,
+            "policies": self.policies, "presets": self.presets, "ci": self.ci, "exit": self.exit, "duration": self.duration,
             "hosts": self.hosts, "denied": self.denied, "quarantined": self.quarantined,
             "restoredLinks": self.restored_links, "refusedEntries": self.refused_entries,
             **({"learnOut": self.learn_out} if self.learn_out else {}),
@@ -81,13 +86,19 @@ class Run:
 def read_events(paths: Iterable[str]) -> Iterator[dict[str, Any]]:
     """The events of each JSON-lines file, in order. A line that is not a
     JSON object (a torn line of a killed writer) is skipped; a file that
-    cannot be opened raises :class:`ReportError` naming it."""
+    cannot be opened raises :class:`ReportError` naming it. Opened through
+    :mod:`safebox.hostio`: a log in a write root may have been swapped for
+    a link to a file the run could not read (the report may go to a public
+    step summary), so only a regular file of this user with one link is
+    read, never through a symlink."""
+    from safebox.hostio import HostFileError, open_read
+
     for path in paths:
         try:
-            f = open(path, "rb")  # noqa: SIM115 — closed below
-        except OSError as e:
-            raise ReportError(f"{path}: cannot read the audit log: {e.strerror or e}") from None
-        with f:
+            fd = open_read(path)
+        except HostFileError as e:
+            raise ReportError(f"{path}: cannot read the audit log: {e.why}") from None
+        with os.fdopen(fd, "rb") as f:
             for raw in f:
                 if len(raw) > MAX_LINE:
                     continue
@@ -128,6 +139,7 @@ def _apply_start(run: Run, ev: dict[str, Any]) -> None:
     run.layers = ev.get("layers")
     run.mode = str(ev.get("mode") or "enforce")
     run.policy = ev.get("policy")
+    run.policies = [str(p) for p in _list(ev.get("policies"))] or ([str(run.policy)] if run.policy else [])
     run.presets = [str(p) for p in _list(ev.get("presets"))]
     run.ci = ev.get("ci")
 
@@ -147,6 +159,17 @@ def _apply_stop(run: Run, ev: dict[str, Any]) -> None:
     run.refused_entries = [e for e in _list(ev.get("refused_entries")) if isinstance(e, dict)]
     if isinstance(ev.get("learn_out"), str):
         run.learn_out = ev["learn_out"]
+
+
+def runs_from_logs(logs: Iterable[str]) -> list[Run]:
+    """The runs in the audit logs ``logs``; :class:`ReportError` when there
+    is none (a file that is not an audit log, or an empty one): `report` and
+    `policy suggest` then exit 125 with one line, never print nothing."""
+    logs = list(logs)
+    runs = runs_from_events(read_events(logs))
+    if not runs:
+        raise ReportError(f"no run found in {', '.join(logs)} (was it written by safebox exec --audit-log?)")
+    return runs
 
 
 def runs_from_events(events: Iterable[dict[str, Any]]) -> list[Run]:
@@ -307,8 +330,8 @@ def render_markdown(runs: list[Run]) -> str:
                    f"{_md(_status(run))} in {_md(_duration(run))}")
         out.append("")
         meta = [f"**layers**: {_md(enforced_text(run))}", f"**mode**: {_md(run.mode)}"]
-        if run.policy:
-            meta.append(f"**policy**: {_md(run.policy)}")
+        if run.policies:
+            meta.append(f"**policy**: {_md(' + '.join(run.policies))}")
         if run.presets:
             meta.append(f"**presets**: {_md(', '.join(run.presets))}")
         out.append(" · ".join(meta))
@@ -362,8 +385,8 @@ def render_text(runs: list[Run]) -> str:
     for run in runs:
         out.append(f"run {run.run or '?'}: {_printable(_command(run))}")
         out.append(f"  {_status(run)} in {_duration(run)}; mode {run.mode}; layers: {enforced_text(run)}")
-        if run.policy or run.presets:
-            out.append(f"  policy {_printable(run.policy or '-')}; presets {', '.join(run.presets) or '-'}")
+        if run.policies or run.presets:
+            out.append(f"  policy {_printable(' + '.join(run.policies) or '-')}; presets {', '.join(run.presets) or '-'}")
         for h in sorted(run.hosts, key=lambda h: (h.get("verdict") != "deny", str(h.get("host")))):
             if h.get("verdict") == "deny":
                 out.append(f"  refused {_printable(h.get('host'))}:{_int(h.get('port'))} x{_int(h.get('count'))} "
@@ -401,19 +424,23 @@ def render(runs: list[Run], fmt: str) -> str:
     raise ReportError(f"--format: unknown format {fmt!r} (one of {', '.join(FORMATS)})")
 
 
-def append_summary(path: str, text: str) -> None:
+def append_summary(path: str, text: str, *, pinned: PinnedDir | None = None) -> None:
     """Append ``text`` to ``path`` (the step summary, or --summary FILE),
-    creating it 0644 if missing; one write. Raises ReportError naming it."""
+    creating it 0644 if missing; one write. Never through a symlink, and only
+    to a regular file of this user with one link (a runner file swapped for
+    a link to ``~/.ssh/id_*`` must not publish the key). With ``pinned``,
+    the name is taken beneath that directory, pinned before the run. Raises
+    ReportError naming it."""
+    from safebox.hostio import HostFileError, append
+
+    data = text.encode("utf-8", "replace")
     try:
-        # O_NOFOLLOW: a symlink planted at the name (--summary in a write
-        # root) must not turn the append into a write to ~/.bashrc.
-        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o644)
-    except OSError as e:
-        raise ReportError(f"cannot write the summary to {path}: {e.strerror or e}") from None
-    try:
-        os.write(fd, text.encode("utf-8", "replace"))
-    finally:
-        os.close(fd)
+        if pinned is not None:
+            pinned.append(os.path.basename(path), data, mode=0o644)
+        else:
+            append(path, data, mode=0o644)
+    except HostFileError as e:
+        raise ReportError(f"cannot write the summary to {path}: {e.why}") from None
 
 
 # ------------------------------------------------------- the run being run
@@ -443,12 +470,17 @@ class Tee:
             s.event(kind, **fields)
 
 
-def _checked_parent(path: str) -> tuple[str, str]:
-    """(path, its resolved parent) taken before the run: the file is written
-    after it only if the parent still resolves the same (a sandboxed command
-    may replace a directory on the way with a symlink)."""
+def _pinned_parent(path: str, flag: str) -> tuple[str, PinnedDir]:
+    """(path, its directory pinned now, before the run): the file is written
+    after the run beneath that very directory, never through a name the
+    sandboxed command could have replaced with a symlink on the way."""
+    from safebox.hostio import HostFileError, pin
+
     path = os.path.abspath(path)
-    return path, os.path.realpath(os.path.dirname(path))
+    try:
+        return path, pin(os.path.dirname(path))
+    except HostFileError as e:
+        raise ReportError(f"{flag}: cannot use the directory of {path}: {e.why}") from None
 
 
 class Recorder:
@@ -458,26 +490,32 @@ class Recorder:
     The runner creates one only when one of those is asked for."""
 
     def __init__(self, *, audit_log: str | None, summary: str | None, learn: str | None,
-                 run: str | None = None) -> None:
+                 run: str | None = None, learn_base: Callable[[], dict[str, Any]] | None = None,
+                 enforce_argv: tuple[str, ...] = ()) -> None:
+        #: ``--learn``: the policy the run ran under (one document), and the
+        #: command line that enforces the file written.
+        self.learn_base = learn_base
+        self.enforce_argv = enforce_argv
         # The session's run id: the proxy's events carry the same one.
         self.run = run or os.urandom(8).hex()
         self.t0 = 0.0
-        self.summary = _checked_parent(summary) if summary else None
+        self.summary = _pinned_parent(summary, "--summary") if summary else None
         if self.summary is not None:
             # Created now (never through a symlink), so that it exists to be
             # kept read-only inside (the runner's run_files): the command can
             # neither forge the report nor swap the file for a link.
-            append_summary(self.summary[0], "")
-        self.learn = _checked_parent(learn) if learn else None
+            append_summary(self.summary[0], "", pinned=self.summary[1])
+        self.learn = _pinned_parent(learn, "--learn") if learn else None
         self.memory = MemoryLog(self.run) if (summary or learn) else None
         file_log = None
         if audit_log:
             from safebox.audit import AuditLog
+            from safebox.hostio import HostFileError
 
             try:
                 file_log = AuditLog(audit_log, run=self.run)
-            except OSError as e:
-                raise ReportError(f"cannot open audit log {audit_log}: {e.strerror or e}") from None
+            except HostFileError as e:
+                raise ReportError(f"cannot open audit log {audit_log}: {e.why}") from None
         sinks = [s for s in (file_log, self.memory) if s is not None]
         self.audit: Any = sinks[0] if len(sinks) == 1 else Tee(*sinks)
 
@@ -505,25 +543,29 @@ class Recorder:
             return said
         runs = runs_from_events(self.memory.events)
         if self.learn is not None:
-            from safebox.learn import suggest, write_policy
+            import shlex
 
-            path, parent = self.learn
-            doc, notes = suggest(runs, home=home)
+            from safebox.learn import complete, shell_line, suggest, write_policy
+
+            path, pinned = self.learn
+            learned, notes = suggest(runs, home=home)
             said += notes
-            if os.path.realpath(os.path.dirname(path)) != parent:
-                raise ReportError(f"--learn: a directory on the way to {path} was replaced during the run; "
-                                  "the suggested policy was not written")
-            try:
-                write_policy(path, doc)
-            except OSError as e:
-                raise ReportError(f"--learn: cannot write {path}: {e.strerror or e}") from None
-            n = len(doc["network"]["allowedDomains"])
+            # The policy the run ran under (every layer and flag), then what
+            # it learned: `safebox exec -p OUT` alone enforces both.
+            doc = complete(self.learn_base() if self.learn_base is not None else {}, learned)
+            write_policy(path, doc, pinned=pinned)
+            n = len(learned["network"]["allowedDomains"])
+            enforce = shell_line(self.enforce_argv) if self.enforce_argv else f"safebox exec -p {shlex.quote(path)} -- ..."
             said.append(f"learned {n} host pattern{'s' if n != 1 else ''}; suggested policy written to {path} "
-                        f"(enforce it with: safebox exec -p {path} -- ...)")
+                        "(the policy this run ran under, every layer and flag, plus what it learned)")
+            said.append(f"enforce it with: {enforce}")
         if self.summary is not None:
-            path, parent = self.summary
-            if os.path.realpath(os.path.dirname(path)) != parent:
-                raise ReportError(f"--summary: a directory on the way to {path} was replaced during the run; "
-                                  "nothing was written")
-            append_summary(path, render_markdown(runs))
+            path, pinned = self.summary
+            append_summary(path, render_markdown(runs), pinned=pinned)
         return said
+
+    def close(self) -> None:
+        """Release the pinned directories; idempotent."""
+        for pair in (self.summary, self.learn):
+            if pair is not None:
+                pair[1].close()

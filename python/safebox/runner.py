@@ -25,6 +25,7 @@ run path"):
 
 from __future__ import annotations
 
+import os
 import sys
 
 from safebox import _signals
@@ -46,7 +47,7 @@ class ExecRequest(Frozen):
     """Everything ``safebox exec`` was asked to do."""
 
     command: tuple[str, ...]
-    policy_file: str | None = None
+    policy_files: tuple[str, ...] = ()  # -p FILE..., layered in order
     flags: Flags = Flags()
     without: Without | None = None
     strict: bool = False
@@ -66,6 +67,35 @@ def say(msg: str) -> None:
     sys.stderr.flush()
 
 
+def enforce_argv(req: ExecRequest) -> tuple[str, ...]:
+    """The ``safebox exec`` command line that enforces what ``req --learn
+    OUT`` writes: ``-p OUT``, then the options that shape the run but are not
+    policy (``--without``, ``--publish``), then the command. OUT holds every
+    policy layer and flag of the run, so none is repeated. ``safebox`` is
+    named as it was run unless that is the one on PATH."""
+    assert req.learn is not None
+    argv = [*_program(), "exec", "-p", req.learn]
+    if req.without is not None:
+        argv += ["--without", req.without.value]
+    for port in req.publish:
+        argv += ["--publish", port]
+    return (*argv, "--", *req.command)
+
+
+def _program() -> list[str]:
+    """How to run this safebox again: ``safebox`` when PATH finds this one,
+    else its path (``python -m safebox``: the interpreter and ``-m``)."""
+    import shutil
+
+    me = sys.argv[0] if sys.argv and sys.argv[0] else "safebox"
+    if os.path.basename(me) == "__main__.py":
+        return [sys.executable, "-m", "safebox"]
+    found = shutil.which("safebox")
+    if found is not None and os.path.realpath(found) == os.path.realpath(me):
+        return ["safebox"]
+    return [os.path.abspath(me)]
+
+
 def run(req: ExecRequest, *, prescan: dict[tuple[str, int], Any] | None = None) -> int:
     """Run ``req.command`` sandboxed; return the exit status for ``safebox exec``.
 
@@ -76,12 +106,24 @@ def run(req: ExecRequest, *, prescan: dict[tuple[str, int], Any] | None = None) 
     _signals.catch()  # 1. the cli did already; run() called otherwise must not lose one either
     flags = req.flags.replace(strict=True) if req.strict and not req.flags.strict else req.flags
 
+    ran_under: list[dict[str, Any]] = []  # --learn: the policy the run ran under, as one document
+
     def load(ctx: Context, cache_dir: str) -> EffectivePolicy:
-        return load_cached(ctx, policy_file=req.policy_file, flags=flags, cache_dir=cache_dir)
+        if req.learn:
+            # Not from the cache: the learned policy is written from the
+            # same bytes the run's policy was merged from.
+            from safebox.policy.load import load_with_document
+
+            policy, doc = load_with_document(ctx, policy_files=req.policy_files, flags=flags)
+            ran_under.append(doc)
+            return policy
+        return load_cached(ctx, policy_files=req.policy_files, flags=flags, cache_dir=cache_dir)
 
     opts = Options(strict=req.strict, without=req.without, dry_run=req.dry_run, audit_log=req.audit_log,
                    verbose=req.verbose, publish=req.publish, quiet=req.quiet, learn=req.learn, summary=req.summary,
-                   observe=req.observe, policy_file=req.policy_file, cli=True)
+                   observe=req.observe, policy_files=req.policy_files, cli=True,
+                   learn_base=(lambda: ran_under[-1]) if req.learn else None,
+                   enforce_argv=enforce_argv(req) if req.learn else ())
     with Session(load, opts=opts, say=say) as session:  # 2.
         command = session.command(req.command, prescan=prescan)
         text = command.prepare()  # 3.

@@ -42,7 +42,17 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		if (strchr("WPRDF", p.ops[i].op) == NULL || p.ops[i].op == '\0')
 			abort();
 		check_path(p.ops[i].path, data, size);
+		/* Nothing at or beneath the scratch dir, and no file mask
+		 * without safebox's empty file. */
+		if (strcmp(p.scratch, "/") == 0 || (strncmp(p.ops[i].path, p.scratch, strlen(p.scratch)) == 0 &&
+						    (p.ops[i].path[strlen(p.scratch)] == '\0' ||
+						     p.ops[i].path[strlen(p.scratch)] == '/')))
+			abort();
+		if (p.ops[i].op == 'F' && p.empty == NULL)
+			abort();
 	}
+	if (p.empty != NULL)
+		check_path(p.empty, data, size);
 	mount_plan_free(&p);
 	return 0;
 }

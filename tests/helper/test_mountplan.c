@@ -28,7 +28,16 @@ static const struct {
 	const char *err; /* NULL: must parse */
 } rows[] = {
 	ROW("scratch alone", S, NULL),
-	ROW("every operation", S "W\0/w\0P\0/w/p\0R\0/w/p/r\0D\0/h/.ssh\0F\0/h/.netrc\0", NULL),
+	ROW("every operation", S "E\0/run/x/empty\0W\0/w\0P\0/w/p\0R\0/w/p/r\0D\0/h/.ssh\0F\0/h/.netrc\0", NULL),
+	ROW("a file mask without the empty file", S "F\0/h/.netrc\0", "without the empty file"),
+	ROW("the empty file twice", S "E\0/e\0E\0/e\0", "not the second record"),
+	ROW("the empty file after an operation", S "R\0/a\0E\0/e\0", "not the second record"),
+	ROW("the empty file before the scratch dir", "E\0/e\0S\0/s\0", "does not begin with its scratch dir"),
+	ROW("an operation at the scratch dir", S "R\0/run/x\0", "at or beneath the scratch dir"),
+	ROW("an operation beneath the scratch dir", S "D\0/run/x/y\0", "at or beneath the scratch dir"),
+	ROW("a write root above the scratch dir is no operation beneath it", S "W\0/run\0", NULL),
+	ROW("a sibling sharing the scratch dir's prefix", S "R\0/run/xy\0", NULL),
+	ROW("scratch at /: every operation lies beneath it", "S\0/\0R\0/a\0", "at or beneath the scratch dir"),
 	ROW("root as a path", S "R\0/\0", NULL),
 	ROW("empty plan", "", "does not begin with its scratch dir"),
 	ROW("no scratch", "R\0/a\0", "does not begin with its scratch dir"),
@@ -86,12 +95,12 @@ static void check_contents(void)
 static void check_limits(void)
 {
 	/* A path of MP_PATH_MAX bytes is one too long (its NUL must fit too). */
-	size_t n = 2 + 2 + 2 + MP_PATH_MAX + 1, at;
+	size_t n = 2 + 3 + 2 + MP_PATH_MAX + 1, at;
 	char *buf = calloc(n, 1), err[256];
 	struct mount_plan p;
 
-	memcpy(buf, "S\0/", 3);
-	at = 3;
+	memcpy(buf, "S\0/s", 4);
+	at = 4;
 	buf[at++] = '\0';
 	buf[at++] = 'R';
 	buf[at++] = '\0';

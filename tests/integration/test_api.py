@@ -195,6 +195,21 @@ def test_one_proxy_serves_every_command_of_a_sandbox_without_a_listener_left_per
         assert fds() < before + 10, (before, fds())
 
 
+def test_a_list_of_policies_layers_in_order_as_repeated_p_does(fresh_home: FakeHome) -> None:
+    (fresh_home.work / "secret.txt").write_text(f"{fresh_home.secret}\n")
+    base = fresh_home.root / "base.json"
+    base.write_text('{"filesystem": {"denyRead": ["secret.txt"]}, "strict": true}')
+    more = {"strict": False, "network": {"allowedDomains": ["a.example.com"]}}
+    with sandbox(fresh_home, [str(base), more]) as sb:
+        r = sb.run(["cat", "secret.txt"], capture_output=True)
+        assert (sb.policy.strict, sb.policy.allowed_domains) == (False, ("a.example.com",))
+    assert r.returncode == 1 and fresh_home.secret.encode() not in r.stdout, r.stderr
+    assert b"Permission denied" in r.stderr
+    # Control: the later layer alone leaves the file readable.
+    with sandbox(fresh_home, more) as sb:
+        assert sb.run(["cat", "secret.txt"], capture_output=True).stdout == f"{fresh_home.secret}\n".encode()
+
+
 def test_a_policy_error_names_the_key_as_the_cli_does(shared_home: FakeHome) -> None:
     with pytest.raises(safebox.PolicyError) as e:
         safebox.Policy.from_dict({"network": {"allowedDomains": ["http://x.com"]}})

@@ -138,28 +138,41 @@ echo "LD_PRELOAD=/direct.so" >> "$REAL_ENV" 2>/dev/null || echo "direct write re
 """
 
 
-def test_file_commands_pass_on_safe_entries_only_and_name_each_refusal(fresh_home: FakeHome, runner: Runner) -> None:
+PASSING = {"ci": {"passEnv": ["BUILD_ID", "NOTES", "SNEAKY", "*_OPTIONS", "LD_*"], "passPath": ["/usr/local/bin"]}}
+
+
+def test_file_commands_pass_on_listed_entries_only_and_name_each_refusal(fresh_home: FakeHome,
+                                                                          runner: Runner) -> None:
     real_env = runner.files["GITHUB_ENV"]
     real_env.write_text("EARLIER=1\n")
-    r = fresh_home.run(["bash", "-c", POISON], env=runner.env(REAL_ENV=str(real_env)))
+    pol = fresh_home.root / "ci-policy.json"
+    pol.write_text(json.dumps(PASSING))
+    r = fresh_home.run(["bash", "-c", POISON + "echo UNLISTED=1 >> \"$GITHUB_ENV\"\n"],
+                       env=runner.env(REAL_ENV=str(real_env)), opts=["-p", str(pol)])
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip() == "direct write refused"  # the runner's own file is read-only inside
     env_text = real_env.read_text()
     assert env_text.startswith("EARLIER=1\nBUILD_ID=42\nNOTES<<ghadelimiter_safebox_")
     assert "line one\nline two\n" in env_text and "SNEAKY=1\n" in env_text
-    for bad in ("LD_PRELOAD", "NODE_OPTIONS", "BASH_ENV"):
+    for bad in ("LD_PRELOAD", "NODE_OPTIONS", "BASH_ENV", "UNLISTED"):
         assert bad not in env_text
     assert runner.files["GITHUB_PATH"].read_text() == "/usr/local/bin\n"
     assert runner.files["GITHUB_OUTPUT"].read_text() == "artifact=dist/app.tgz\n"
     w = fresh_home.work
     for line in [
         "safebox: refused GITHUB_ENV entry 'LD_PRELOAD': a dynamic-loader variable (LD_PRELOAD, LD_AUDIT, "
-        "LD_LIBRARY_PATH) loads code into every program (not passed on to later steps; docs/ci.md)",
-        "safebox: refused GITHUB_ENV entry 'NODE_OPTIONS': options (--require) for every node process "
+        "LD_LIBRARY_PATH) loads code into every program: a wildcard in ci.passEnv never passes it; fix, only if "
+        "a later step must have it: add 'LD_PRELOAD' itself to ci.passEnv (not passed on to later steps; docs/ci.md)",
+        "safebox: refused GITHUB_ENV entry 'NODE_OPTIONS': options (--require) for every node process: a wildcard "
+        "in ci.passEnv never passes it; fix, only if a later step must have it: add 'NODE_OPTIONS' itself to "
+        "ci.passEnv (not passed on to later steps; docs/ci.md)",
+        "safebox: refused GITHUB_ENV entry 'BASH_ENV': not in ci.passEnv (a file bash runs before every script); "
+        "fix, only if a later step must have it: add 'BASH_ENV' to ci.passEnv in the policy "
         "(not passed on to later steps; docs/ci.md)",
-        "safebox: refused GITHUB_ENV entry 'BASH_ENV': a file bash runs before every script "
-        "(not passed on to later steps; docs/ci.md)",
-        f"safebox: refused GITHUB_PATH entry '{w}/bin': inside {w}, which the sandboxed command could write "
+        "safebox: refused GITHUB_ENV entry 'UNLISTED': not in ci.passEnv; fix: add 'UNLISTED' to ci.passEnv in "
+        "the policy (not passed on to later steps; docs/ci.md)",
+        f"safebox: refused GITHUB_PATH entry '{w}/bin': inside {w}, which a sandboxed run could write; a PATH "
+        "entry there would run what the step planted (never passed on, whatever ci.passPath says) "
         "(not passed on to later steps; docs/ci.md)",
         f"safebox: refused GITHUB_PATH entry '/usr/bin:{w}/bin': holds ':', which would add more than one PATH "
         "entry (not passed on to later steps; docs/ci.md)",
@@ -220,7 +233,8 @@ def test_learn_then_enforce_passes_and_refuses_and_reports_anything_new(fresh_ho
     get = f"curl -sS -o /dev/null -w '%{{http_code}}\\n' --max-time 20 http://localhost:{server}/"
     r = fresh_home.run(["sh", "-c", get], opts=["--learn", str(out)])
     assert (r.returncode, r.stdout) == (0, "200\n"), r.stderr
-    assert json.loads(out.read_text()) == {"network": {"allowedDomains": ["localhost"]}}
+    # The user's policy the run ran under is in it too: the file alone enforces the run.
+    assert json.loads(out.read_text()) == {"network": {"allowLocalDestinations": True, "allowedDomains": ["localhost"]}}
     assert f"safebox: learned 1 host pattern; suggested policy written to {out}" in r.stderr
 
     summary = fresh_home.root / "summary.md"
@@ -304,7 +318,8 @@ def test_the_summary_file_is_read_only_inside_and_never_written_through_a_symlin
     summary.symlink_to(target)
     r2 = fresh_home.run(["sh", "-c", "echo ran"], opts=["--summary", str(summary)])
     assert (r2.returncode, r2.stdout) == (125, "")
-    assert f"safebox: cannot write the summary to {summary}: Too many levels of symbolic links" in r2.stderr
+    assert (f"safebox: cannot write the summary to {summary}: a symlink; safebox never follows one in a place "
+            "a sandboxed command could write") in r2.stderr
     assert target.read_text() == before
 
 
@@ -331,3 +346,93 @@ def test_a_run_that_asks_for_no_report_pays_for_none(fresh_home: FakeHome) -> No
     summary = fresh_home.root / "summary.md"
     assert _imported(fresh_home, {"GITHUB_ACTIONS": "true", "GITHUB_STEP_SUMMARY": str(summary)}) == {
         "json", "safebox.report", "safebox.ci", "safebox.audit"}
+
+
+def test_a_write_to_the_runners_own_file_is_explained_as_the_runners_file_not_a_denywrite_entry(
+        fresh_home: FakeHome, runner: Runner) -> None:
+    real_env = runner.files["GITHUB_ENV"]
+    script = 'echo X=1 >> "$REAL_ENV" 2>/dev/null || echo refused; echo Y=2 >> "$GITHUB_ENV"'
+    pol = fresh_home.root / "pass-y.json"
+    pol.write_text(json.dumps({"ci": {"passEnv": ["Y"]}}))
+    r = fresh_home.run(["sh", "-c", script], env=runner.env(REAL_ENV=str(real_env)), opts=["-p", str(pol)])
+    assert (r.returncode, r.stdout) == (0, "refused\n"), r.stderr
+    assert "filesystem.denyWrite" not in r.stderr
+    assert r.stderr.splitlines()[-1] == (
+        "safebox: the commonest (1 write refused by runner file) cannot be allowed: safebox keeps the runner's own "
+        "files read-only; write to $GITHUB_ENV instead (inside it names this run's copy, whose entries the policy "
+        "lists in ci.passEnv or ci.passPath safebox passes on after the step; "
+        "docs/ci.md#what-passes-cipassenv-and-cipasspath)"), r.stderr
+    # What the fix says works: the write to $GITHUB_ENV reached the runner's file after the step.
+    assert real_env.read_text() == "Y=2\n"
+    # Control: outside CI, with its directory a write root, the same file is writable (nothing but the CI
+    # handling made it read-only).
+    control = fresh_home.run(["sh", "-c", script], env={"REAL_ENV": str(real_env), "GITHUB_ENV": "/dev/null"},
+                             opts=["--allow-write", str(real_env.parent)])
+    assert (control.returncode, control.stdout) == (0, ""), control.stderr
+    assert real_env.read_text() == "Y=2\nX=1\n"
+
+
+def test_a_read_of_the_runners_secret_is_explained_as_the_runners_not_a_denyread_entry(
+        fresh_home: FakeHome, runner: Runner) -> None:
+    r = fresh_home.run(["sh", "-c", f"cat {runner.root}/.credentials"], env=runner.env(), opts=["--observe", "all"])
+    assert runner.runner_secret not in r.stdout
+    assert "filesystem.denyRead" not in r.stderr
+    assert r.stderr.splitlines()[-1] == (
+        "safebox: the commonest (1 read refused by runner secret) cannot be allowed: safebox hides the CI runner's "
+        "own secrets (its credentials, configuration, file-type variables) from every sandboxed step "
+        "(docs/ci.md#what-safebox-hides-from-a-step); a step that must read one says so: "
+        f"--allow-read {runner.root}/.credentials"), r.stderr
+
+
+# ------------------------------------------------------------ passing on by allowlist (issue 22)
+
+def test_learn_proposes_the_runner_entries_a_step_used_and_enforcing_them_passes_them_on(
+        fresh_home: FakeHome, runner: Runner) -> None:
+    step = ('echo VERSION=1.2.3 >> "$GITHUB_ENV"; echo "LD_PRELOAD=$PWD/x.so" >> "$GITHUB_ENV"; '
+            'echo /usr/local/bin >> "$GITHUB_PATH"')
+    learned = fresh_home.root / "learned.json"
+    r = fresh_home.run(["sh", "-c", step], env=runner.env(), opts=["--learn", str(learned)])
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(learned.read_text())
+    assert doc["ci"] == {"passEnv": ["VERSION"], "passPath": ["/usr/local/bin"]}
+    assert "safebox: not suggested: GITHUB_ENV entry 'LD_PRELOAD' (not in ci.passEnv (a dynamic-loader" in r.stderr
+    assert runner.files["GITHUB_ENV"].read_text() == ""  # nothing listed yet: nothing passed
+    r2 = fresh_home.run(["sh", "-c", step], env=runner.env(), opts=["-p", str(learned)])
+    assert r2.returncode == 0, r2.stderr
+    assert runner.files["GITHUB_ENV"].read_text() == "VERSION=1.2.3\n"
+    assert runner.files["GITHUB_PATH"].read_text() == "/usr/local/bin\n"
+
+
+def test_the_quarantine_is_never_a_path_entry_even_when_the_policy_lists_it(fresh_home: FakeHome,
+                                                                            runner: Runner) -> None:
+    """Review finding 4: a planted `.vscode/git` moved to the predictable
+    quarantine, then that directory handed to $GITHUB_PATH."""
+    state = fresh_home.root / ".cache" / "safebox"
+    qdir = state / "quarantine" / "planted" / "bin"
+    qdir.mkdir(parents=True)
+    (qdir / "git").write_text("#!/bin/sh\necho pwned\n")
+    (qdir / "git").chmod(0o755)
+    pol = fresh_home.root / "p.json"
+    pol.write_text(json.dumps({"ci": {"passPath": [str(qdir), str(fresh_home.work / "bin")]}}))
+    (fresh_home.work / "bin").mkdir()
+    r = fresh_home.run(["sh", "-c", f'echo {qdir} >> "$GITHUB_PATH"; echo "$PWD/bin" >> "$GITHUB_PATH"'],
+                       env=runner.env(), opts=["-p", str(pol)])
+    assert r.returncode == 0, r.stderr
+    assert runner.files["GITHUB_PATH"].read_text() == ""
+    assert (f"safebox: refused GITHUB_PATH entry '{qdir}': inside {state}, which a sandboxed run could write; a PATH "
+            "entry there would run what the step planted (never passed on, whatever ci.passPath says)") in r.stderr
+    assert f"refused GITHUB_PATH entry '{fresh_home.work}/bin': inside {fresh_home.work}, which" in r.stderr
+
+
+def test_a_code_running_variable_is_refused_even_under_a_wildcard_allowlist(fresh_home: FakeHome,
+                                                                           runner: Runner) -> None:
+    """Review finding 5: XDG_CONFIG_HOME, MAKEFILES, TAR_OPTIONS got past the denylist."""
+    pol = fresh_home.root / "p.json"
+    pol.write_text(json.dumps({"ci": {"passEnv": ["*"]}}))
+    step = ('echo "XDG_CONFIG_HOME=$PWD/cfg" >> "$GITHUB_ENV"; echo "MAKEFILES=$PWD/evil.mk" >> "$GITHUB_ENV"; '
+            'echo "TAR_OPTIONS=--use-compress-program=$PWD/x" >> "$GITHUB_ENV"; echo GOAL=ship >> "$GITHUB_ENV"')
+    r = fresh_home.run(["sh", "-c", step], env=runner.env(), opts=["-p", str(pol)])
+    assert r.returncode == 0, r.stderr
+    assert runner.files["GITHUB_ENV"].read_text() == "GOAL=ship\n"
+    for name in ("XDG_CONFIG_HOME", "MAKEFILES", "TAR_OPTIONS"):
+        assert f"refused GITHUB_ENV entry '{name}': " in r.stderr and "a wildcard in ci.passEnv never passes it" in r.stderr

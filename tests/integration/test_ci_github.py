@@ -7,9 +7,9 @@ each linter's control is a workflow with a known flaw that it must flag.
 The action's steps run here as a runner runs them: the environment a runner
 gives a step (RUNNER_TEMP, GITHUB_ENV, GITHUB_PATH, GITHUB_OUTPUT,
 GITHUB_STEP_SUMMARY, GITHUB_WORKSPACE), the step's script written to a file
-and passed to the shell in place of ``{0}``. `install` is not run (it
-installs host packages with sudo and builds safebox, which build.py setup
-already did for this checkout): SAFEBOX_BIN names the installed safebox.
+and passed to the shell in place of ``{0}``. `install` is not run here:
+SAFEBOX_BIN names this checkout's safebox. test_ci_github_hosted.py runs
+every step of action.yml, `install` included, as a hosted runner's user.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pytest
 
+from safebox.policy.presets import project_key
 from sbx import PATH, REPO, SAFEBOX, FakeHome, missing
 
 pytestmark = pytest.mark.needs_bwrap
@@ -121,13 +122,15 @@ class FakeRunner:
                               env=self.env(SAFEBOX_BIN=str(SAFEBOX), **inputs),
                               capture_output=True, text=True, timeout=120, check=False)
 
-    def run_step(self, script: str, shell: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
-        """A `run:` step: the script to a file in RUNNER_TEMP, `{0}` replaced by its path."""
+    def run_step(self, script: str, shell: str, timeout: float = 300,
+                 step_id: str | None = None) -> subprocess.CompletedProcess[str]:
+        """A `run:` step: the script to a file in RUNNER_TEMP, `{0}` replaced by its path;
+        GITHUB_ACTION is the step's id, or __run, __run_2, ... as the runner names steps without one."""
         self.steps += 1
         path = self.temp / f"step-{self.steps}.sh"
         path.write_text(script)
         argv = [a.replace("{0}", str(path)) for a in shell.split()]
-        env = self.env()
+        env = self.env(GITHUB_JOB="ci", GITHUB_ACTION=step_id or ("__run" if self.steps == 1 else f"__run_{self.steps}"))
         exe = shutil.which(argv[0], path=env["PATH"])
         assert exe is not None, f"{argv[0]} not on the step's PATH {env['PATH']}"
         return subprocess.run([exe, *argv[1:]], cwd=self.home.work, env=env, capture_output=True, text=True,
@@ -152,7 +155,8 @@ def test_configure_writes_the_step_shell_and_a_step_runs_sandboxed(fresh_home: F
     assert step.returncode == 0, step.stderr
     lines = step.stdout.splitlines()
     assert lines[0] == "unreadable"  # .github/safebox.toml, found by default, holds
-    assert lines[1].endswith("/sandbox-caches/npm/npm")  # the preset input holds
+    # The preset input holds, with the caches of the workspace's project.
+    assert lines[1].endswith(f"/sandbox-caches/{project_key(str(fresh_home.work))}/npm/npm")
     assert fresh_home.secret not in step.stdout
     events = [json.loads(x) for x in Path(out["audit-log"]).read_text().splitlines()]
     # The two refused reads are `denied` events of the violations feed.
@@ -221,3 +225,102 @@ def test_the_action_names_every_input_its_script_reads() -> None:
     for var in ("SAFEBOX_POLICY", "SAFEBOX_PRESETS", "SAFEBOX_MODE", "SAFEBOX_LEARN_OUT", "SAFEBOX_APPARMOR"):
         assert f"{var}: ${{{{ inputs." in action and var in script
     assert PATH  # the fake runner's PATH starts from the tests' own
+
+
+def test_safebox_step_is_a_posix_sh_script_even_for_paths_bash_would_quote_as_dollar_strings(
+        fresh_home: FakeHome) -> None:
+    # bash's printf %q writes a tab as $'\t', which dash (Ubuntu's /bin/sh) reads as a `$` and a quoted string.
+    gh = FakeRunner(fresh_home)
+    odd = fresh_home.work / ".github" / "it's a $dir\twith tab"
+    odd.mkdir(parents=True)
+    (odd / "safebox.toml").write_text('[filesystem]\ndenyRead = ["README.md"]\n')
+    r = gh.action("configure", SAFEBOX_POLICY=str((odd / "safebox.toml").relative_to(fresh_home.work)),
+                  SAFEBOX_MODE="learn")
+    assert r.returncode == 0, r.stderr
+    step_sh = gh.temp / "safebox" / "bin" / "safebox-step"
+    assert step_sh.read_text().startswith("#!/bin/sh\n")
+    for sh in ("dash", "sh"):
+        check = subprocess.run([sh, "-n", str(step_sh)], capture_output=True, text=True, timeout=30, check=False)
+        assert (check.returncode, check.stderr) == (0, ""), sh
+    assert "$'" not in step_sh.read_text()
+    # Run by dash, as the runner's `shell: safebox-step {0}` does through its #!/bin/sh: the policy holds.
+    gh.run_step("true\n", "safebox-step {0}")  # PATH set-up as the runner does
+    path = gh.temp / "step-x.sh"
+    path.write_text("cat README.md || echo unreadable\n")
+    step = subprocess.run(["dash", str(step_sh), str(path)], cwd=fresh_home.work, env=gh.env(), capture_output=True,
+                          text=True, timeout=300, check=False)
+    assert (step.returncode, step.stdout) == (0, "unreadable\n"), step.stderr
+    # Control: the same README is readable without the policy.
+    assert (fresh_home.work / "README.md").read_text()
+
+
+# ------------------------------------------------------------ per-step learn -> enforce (issue 23, item 4)
+
+BUILD = 'mkdir -p "$HOME/build-out" && echo built > "$HOME/build-out/app"\n'
+
+
+def test_learn_mode_writes_one_complete_policy_per_step_and_a_summary_to_commit(fresh_home: FakeHome) -> None:
+    gh = FakeRunner(fresh_home)
+    (fresh_home.work / ".github").mkdir()
+    (fresh_home.work / ".github" / "safebox.toml").write_text('[filesystem]\ndenyRead = ["README.md"]\n')
+    (fresh_home.root / "build-out").mkdir()
+    r = gh.action("configure", SAFEBOX_MODE="learn")
+    assert r.returncode == 0, r.stderr
+    learned = Path(gh.outputs()["learned-dir"])
+    # Learn mode opens the network, not the files: the write is refused, and learned.
+    assert gh.run_step(BUILD.rstrip() + " || true\n", "safebox-step {0}", step_id="build").returncode == 0
+    assert gh.run_step("cat README.md || true\n", "safebox-step {0}", step_id="unit-tests").returncode == 0
+    build = json.loads((learned / "ci" / "build.json").read_text())
+    tests = json.loads((learned / "ci" / "unit-tests.json").read_text())
+    assert build["filesystem"]["allowWrite"] == ["~/build-out"]
+    assert "allowWrite" not in tests.get("filesystem", {})
+    for doc in (build, tests):  # complete: the job's policy is in each
+        assert doc["filesystem"]["denyRead"] == ["README.md"] or str(fresh_home.work / "README.md") in \
+            doc["filesystem"]["denyRead"], doc
+    summary = gh.files["GITHUB_STEP_SUMMARY"].read_text()
+    assert "### safebox learned step `ci/build`" in summary
+    assert "Commit it as `.github/safebox/ci/build.json`" in summary
+    assert "filesystem.allowWrite" in summary.split("### safebox learned step `ci/build`")[1].split("<details>")[0]
+
+
+def test_enforce_mode_runs_each_step_under_its_own_file_and_the_others_under_the_jobs(fresh_home: FakeHome) -> None:
+    gh = FakeRunner(fresh_home)
+    steps = fresh_home.work / ".github" / "safebox" / "ci"
+    steps.mkdir(parents=True)
+    (steps / "build.json").write_text(json.dumps({"filesystem": {"allowWrite": ["~/build-out"]}}))
+    (fresh_home.root / "build-out").mkdir()
+    r = gh.action("configure", SAFEBOX_MODE="enforce")
+    assert r.returncode == 0, r.stderr
+    assert "step policy: .github/safebox/ci/build.json" in r.stderr
+    ok = gh.run_step(BUILD, "safebox-step {0}", step_id="build")
+    assert ok.returncode == 0, ok.stderr
+    assert (fresh_home.root / "build-out" / "app").read_text() == "built\n"
+    (fresh_home.root / "build-out" / "app").unlink()
+    other = gh.run_step(BUILD, "safebox-step {0}", step_id="deploy")  # no file of its own: the job's policy
+    assert other.returncode != 0
+    assert "Read-only file system" in other.stderr or "Permission denied" in other.stderr, other.stderr
+    assert not (fresh_home.root / "build-out" / "app").exists()
+
+
+def test_a_step_cannot_rewrite_the_policy_a_later_step_runs_under(fresh_home: FakeHome) -> None:
+    """The policies are copied out of the workspace at configure time: a
+    sandboxed step may write the workspace, never the copies."""
+    gh = FakeRunner(fresh_home)
+    steps = fresh_home.work / ".github" / "safebox" / "ci"
+    steps.mkdir(parents=True)
+    (fresh_home.work / ".github" / "safebox.toml").write_text('[filesystem]\ndenyRead = ["README.md"]\n')
+    (steps / "build.json").write_text(json.dumps({"filesystem": {"allowWrite": ["~/build-out"]}}))
+    (fresh_home.root / "build-out").mkdir()
+    assert gh.action("configure").returncode == 0
+    widen = ("printf '%s' '{\"filesystem\": {\"allowWrite\": [\"~\"]}}' > .github/safebox/ci/deploy.json; "
+             "printf '%s' '{\"filesystem\": {\"allowWrite\": [\"~\"]}}' > .github/safebox/ci/build.json; "
+             "printf '[filesystem]\\nallowWrite = [\"~\"]\\n' > .github/safebox.toml\n")
+    w = gh.run_step(widen, "safebox-step {0}", step_id="prepare")
+    assert w.returncode == 0, w.stderr
+    assert '"~"' in (steps / "deploy.json").read_text()  # control: the workspace copy was rewritten
+    later = gh.run_step('echo x > "$HOME/planted"\n', "safebox-step {0}", step_id="deploy")
+    assert later.returncode != 0 and not (fresh_home.root / "planted").exists(), later.stderr
+    build = gh.run_step('echo x > "$HOME/planted"\n', "safebox-step {0}", step_id="build")
+    assert build.returncode != 0 and not (fresh_home.root / "planted").exists(), build.stderr
+    release = gh.run_step('echo x > "$HOME/planted"\n', "safebox-step {0}", step_id="release")  # the job's policy
+    assert release.returncode != 0 and not (fresh_home.root / "planted").exists(), release.stderr

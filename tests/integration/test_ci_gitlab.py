@@ -10,11 +10,13 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
-from sbx import REPO, SAFEBOX, FakeHome, missing
+from ciuser import CiUser, ci_user, install_root
+from sbx import PATH, REPO, SAFEBOX, FakeHome, missing, token
 
 pytestmark = pytest.mark.needs_bwrap
 
@@ -87,3 +89,134 @@ def test_an_unknown_mode_fails_the_job_naming_the_variable(fresh_home: FakeHome)
                      SAFEBOX_MODE="audit")
     assert r.returncode != 0
     assert "safebox: SAFEBOX_MODE must be enforce or learn, not 'audit'" in r.stdout + r.stderr
+
+
+# ------------------------------------------------- the install, as gitlab-runner
+
+WHEELHOUSE = REPO / ".tools" / "wheelhouse"
+SPEC = "safebox-sandbox==0.1.0"
+JOB = ("build:\n  extends: .safebox\n  script:\n"
+       "    - sandboxed sh -c 'cat ~/.ssh/id_rsa || echo key-hidden'\n    - sandboxed echo sandboxed-ok\n")
+
+
+def pipeline_as(u: CiUser, work: Path, jobs: str, **variables: str) -> subprocess.CompletedProcess[str]:
+    """gitlab-ci-local's shell executor as ``u`` (gitlab-runner's user), safebox not on its PATH."""
+    if not (GCL.is_file() and os.access(GCL, os.X_OK)):
+        missing(f"{GCL} is not installed: run `python3 build.py setup --tests`")
+    work.mkdir(parents=True, exist_ok=True)
+    shutil.copy(TEMPLATE, work / "safebox.gitlab-ci.yml")
+    (work / ".gitlab-ci.yml").write_text("include:\n  - local: safebox.gitlab-ci.yml\n" + jobs)
+    shutil.rmtree(work / ".gitlab-ci-local", ignore_errors=True)
+    u.own(work)
+    env = u.env()
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@t.invalid"]
+    if not (work / ".git").exists():
+        for cmd in (["init", "-q", "-b", "main", "."], ["add", "-A"], ["commit", "-qm", "ci"],
+                    ["update-ref", "refs/remotes/origin/main", "HEAD"],
+                    ["symbolic-ref", "refs/remotes/origin/HEAD", "refs/remotes/origin/main"]):
+            assert u.run([*git, *cmd], env, cwd=work).returncode == 0
+    argv = [str(GCL), "--ignore-predefined-vars", "GITLAB_CI", "--variable", "GITLAB_CI=true"]
+    for k, v in variables.items():
+        argv += ["--variable", f"{k}={v}"]
+    return u.run(argv, env, cwd=work)
+
+
+@pytest.fixture(scope="module")
+def wheels(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """safebox's wheel (built from a copy of the checkout, as test_packaging.py does) beside the wheels of
+    ci/requirements.lock: the job's mirror, offline (PIP_NO_INDEX, PIP_FIND_LINKS)."""
+    out = tmp_path_factory.mktemp("wheels")
+    if os.geteuid() != 0:
+        return out  # never used: only root can create the users the installing half needs
+    src = tmp_path_factory.mktemp("src") / "checkout"
+    keep = {"pyproject.toml", "build.py", "MANIFEST.in", "README.md", "doctor", "helper", "python", "docs", "ci"}
+    shutil.copytree(REPO, src, ignore=lambda d, names: {n for n in names if n not in keep} if Path(d) == REPO
+                    else {n for n in names if n in ("out", "_bin", "__pycache__") or n.endswith(".egg-info")})
+    r = subprocess.run([sys.executable, "-m", "build", "--wheel", "--outdir", str(out)], cwd=src,
+                       capture_output=True, text=True, timeout=600, check=False)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    if not (WHEELHOUSE / ".safebox-stamp").is_file():
+        missing(f"{WHEELHOUSE} is empty")
+    for w in WHEELHOUSE.glob("*.whl"):
+        shutil.copy(w, out)
+    out.chmod(0o755)
+    for p in (out, *out.parents):
+        if p == Path("/"):
+            break
+        p.chmod(p.stat().st_mode | 0o005)  # the job's user reads the mirror (as root the test made it)
+    return out
+
+
+def _job_with_key(u: CiUser) -> str:
+    secret = f"FAKE-KEY-{token()}"
+    (u.home / ".ssh").mkdir(exist_ok=True)
+    (u.home / ".ssh" / "id_rsa").write_text(secret + "\n")
+    u.own(u.home / ".ssh")
+    (u.home / ".ssh").chmod(0o700)
+    (u.home / ".ssh" / "id_rsa").chmod(0o600)
+    return secret
+
+
+def _passes(r: subprocess.CompletedProcess[str], secret: str) -> None:
+    assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-2000:]
+    assert "build > key-hidden" in r.stdout and "build > sandboxed-ok" in r.stdout
+    assert secret not in r.stdout
+
+
+def test_as_gitlab_runner_the_install_ends_root_owned_or_fails_with_the_administrators_command(
+        wheels: Path) -> None:
+    with install_root() as root, ci_user(sudo=False) as u:
+        secret = _job_with_key(u)
+        mirror = {"PIP_NO_INDEX": "1", "PIP_FIND_LINKS": str(wheels)}
+        r = pipeline_as(u, u.home / "proj", JOB, SAFEBOX_INSTALL_ROOT=str(root), **mirror)
+        prefix = root / f"safebox-pip-{SPEC}"
+        fix = (f"python3 -m venv {prefix} && {prefix}/bin/pip install --disable-pip-version-check '{SPEC}'")
+        assert r.returncode != 0
+        assert ("safebox: this runner has no passwordless sudo, and safebox must be installed root-owned so that no "
+                "job can replace its helper: an administrator runs, once, as root on this runner: "
+                f"{fix} (or sets SAFEBOX_BIN to a root-owned safebox; docs/ci.md#gitlab-ci)") in r.stdout + r.stderr
+        assert "build > sandboxed-ok" not in r.stdout
+        assert not (u.home / ".cache" / "safebox-ci").exists()  # no user-owned venv, as before
+        if os.geteuid() != 0:
+            return  # the rest needs root: an administrator's fix, and a user with sudo
+        # The administrator runs the fix verbatim; the job, still without sudo, then passes.
+        admin = subprocess.run(["sh", "-c", fix], env={"PATH": PATH, **mirror}, capture_output=True, text=True,
+                               timeout=600, check=False)
+        assert admin.returncode == 0, admin.stdout + admin.stderr
+        _passes(pipeline_as(u, u.home / "proj", JOB, SAFEBOX_INSTALL_ROOT=str(root), **mirror), secret)
+    # A runner user with passwordless sudo: the template installs the pinned spec itself, root-owned.
+    with install_root() as root, ci_user(sudo=True) as u:
+        secret = _job_with_key(u)
+        r = pipeline_as(u, u.home / "proj", JOB, SAFEBOX_INSTALL_ROOT=str(root), **mirror)
+        _passes(r, secret)
+        assert f"safebox: installing {SPEC}, root-owned, into {root}/safebox-pip-{SPEC}" in r.stdout + r.stderr
+        prefix = root / f"safebox-pip-{SPEC}"
+        helper = next(prefix.glob("lib/python3*/site-packages/safebox/_bin/safebox-helper"))
+        for p in (prefix, prefix / "bin" / "safebox", helper, helper.parent):
+            assert p.stat().st_uid == 0 and not p.stat().st_mode & 0o022, p
+
+
+def test_learn_mode_writes_each_jobs_complete_policy_and_enforce_runs_the_job_under_it(fresh_home: FakeHome) -> None:
+    """Issue 23, item 4, through the template: the job's lines learn into
+    .safebox/learned/JOB.json (an artifact); committed as
+    .gitlab/safebox/JOB.json, enforce mode runs that job under it, and a
+    job without one under the template's policy."""
+    for d in ("out-a", "out-b"):
+        (fresh_home.root / d).mkdir()
+    jobs = ("build:\n  extends: .safebox\n  script:\n"
+            "    - sandboxed sh -c 'echo a > $HOME/out-a/f' || true\n"
+            "    - sandboxed sh -c 'echo b > $HOME/out-b/f' || true\n")
+    r = run_pipeline(fresh_home, jobs, SAFEBOX_MODE="learn")
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
+    learned = json.loads((fresh_home.work / ".safebox" / "learned" / "build.json").read_text())
+    assert learned["filesystem"]["allowWrite"] == ["~/out-a", "~/out-b"]  # both lines, one file
+    own = fresh_home.work / ".gitlab" / "safebox"
+    own.mkdir(parents=True)
+    (own / "build.json").write_text(json.dumps(learned))
+    jobs2 = jobs.replace(" || true", "") + ("deploy:\n  extends: .safebox\n  script:\n"
+                                            "    - sandboxed sh -c 'echo c > $HOME/out-a/g'\n")
+    r2 = run_pipeline(fresh_home, jobs2.replace("build:", "build:\n  stage: build").replace("deploy:", "deploy:\n  stage: test"))
+    out = r2.stdout + r2.stderr
+    assert "job build runs under its own policy .gitlab/safebox/build.json" in out, out[-3000:]
+    assert (fresh_home.root / "out-b" / "f").read_text() == "b\n"
+    assert not (fresh_home.root / "out-a" / "g").exists()  # deploy has no file of its own: refused

@@ -16,15 +16,17 @@ from pathlib import Path
 
 import pytest
 
-from sbx import BOTH, BWRAP_ONLY, HELPER_ONLY, FakeHome, host, token, tree_listing
+from safebox.policy.presets import PRESETS, project_key
+from sbx import BOTH, BWRAP_ONLY, HELPER_ONLY, FakeHome, host, missing, token, tree_listing
 
 pytestmark = pytest.mark.needs_bwrap
 
 MODES = [BOTH, HELPER_ONLY, BWRAP_ONLY]
 
 
-def caches(home: FakeHome) -> Path:
-    return home.root / ".cache" / "safebox" / "sandbox-caches"
+def caches(home: FakeHome, work: Path | None = None) -> Path:
+    """The caches of the runs in ``work`` (default: the home's work tree)."""
+    return home.root / ".cache" / "safebox" / "sandbox-caches" / project_key(str(work or home.work))
 
 
 def safebox_lines(stderr: str) -> list[str]:
@@ -43,7 +45,7 @@ def test_a_preset_gives_the_tool_a_writable_private_cache_and_keeps_the_hosts_re
                         'echo cache-ok; echo poisoned > ~/.npm/_cacache/index; echo rc=$?'],
                        mode=mode, cwd=fresh_home.root, opts=["--preset", "npm"])
     assert r.returncode == 0, r.stderr
-    leaf = caches(fresh_home) / "npm" / "npm"
+    leaf = caches(fresh_home, fresh_home.root) / "npm" / "npm"
     assert r.stdout.splitlines()[0] == str(leaf)
     assert "cache-ok" in r.stdout
     assert "rc=2" in r.stdout and ("Read-only file system" in r.stderr or "Permission denied" in r.stderr)
@@ -53,8 +55,11 @@ def test_a_preset_gives_the_tool_a_writable_private_cache_and_keeps_the_hosts_re
 
 
 def test_control_without_a_preset_the_host_cache_under_a_write_root_is_writable(fresh_home: FakeHome) -> None:
+    # With the work dir at $HOME its dot entries are read-only unless a write
+    # root is named inside them (issue 22): the control names ~/.npm.
     (fresh_home.root / ".npm").mkdir()
-    r = fresh_home.run(["sh", "-c", "echo x > ~/.npm/probe"], cwd=fresh_home.root)
+    r = fresh_home.run(["sh", "-c", "echo x > ~/.npm/probe"], cwd=fresh_home.root,
+                       opts=["--allow-write", str(fresh_home.root / ".npm")])
     assert r.returncode == 0, r.stderr
     assert (fresh_home.root / ".npm" / "probe").read_text() == "x\n"
 
@@ -99,6 +104,110 @@ def test_allowing_a_registry_by_hand_redirects_its_cache_too(fresh_home: FakeHom
     # The README's `safebox exec --allow-domain registry.npmjs.org -- npm install`.
     r = fresh_home.run(["sh", "-c", 'echo "$npm_config_cache"'], opts=["--allow-domain", "registry.npmjs.org"])
     assert r.stdout.strip() == str(caches(fresh_home) / "npm" / "npm")
+
+
+# ------------------------------------------------------------------ one project cannot steer another
+# Review finding (issue 22 item 8): the caches were keyed by preset only, so
+# what one project's run wrote there (CARGO_HOME/config.toml naming a
+# rustc-wrapper, a package manager under COREPACK_HOME) ran in every later run
+# of every project, with that project's write roots and credentials.
+
+CARGO = "/usr/bin/cargo"  # Debian's: root's rustup cargo is not the unprivileged user's
+
+
+def cargo_project(work: Path) -> None:
+    (work / "src").mkdir(parents=True, exist_ok=True)
+    (work / "Cargo.toml").write_text('[package]\nname = "hello"\nversion = "0.1.0"\nedition = "2018"\n')
+    (work / "src" / "main.rs").write_text('fn main() { println!("hello"); }\n')
+
+
+# Project A's run plants a rustc-wrapper in its CARGO_HOME: the wrapper
+# leaves a mark in the work tree of whichever run's cargo executes it.
+PLANT_WRAPPER = (
+    'mkdir -p "$CARGO_HOME/bin" && '
+    'printf \'#!/bin/sh\\necho "wrapper ran in $PWD" >> "$PWD/PWNED"\\nexec "$@"\\n\' > "$CARGO_HOME/bin/wrap" && '
+    'chmod +x "$CARGO_HOME/bin/wrap" && '
+    'printf \'[build]\\nrustc-wrapper = "%s/bin/wrap"\\n\' "$CARGO_HOME" > "$CARGO_HOME/config.toml" && echo planted')
+
+
+def other_project(home: FakeHome) -> Path:
+    b = home.root / "other-project"
+    b.mkdir()
+    return b
+
+
+def test_a_rustc_wrapper_one_project_plants_in_cargo_home_never_runs_in_another_projects_build(
+        fresh_home: FakeHome) -> None:
+    if not os.access(CARGO, os.X_OK):
+        missing(f"cargo is not installed at {CARGO} (apt-get install cargo; build.py setup --tests does it)")
+    a, b = fresh_home.work, other_project(fresh_home)
+    cargo_project(a)
+    cargo_project(b)
+    r = fresh_home.run(["sh", "-c", PLANT_WRAPPER], opts=["--preset", "cargo"], cwd=a)
+    assert r.stdout.strip() == "planted", r.stderr
+    env = {"CARGO_TARGET_DIR": "target"}
+    rb = fresh_home.run([CARGO, "build", "-q", "--offline"], opts=["--preset", "cargo"], cwd=b, env=env,
+                        timeout=300)
+    assert rb.returncode == 0, rb.stderr
+    assert not (b / "PWNED").exists()
+    assert (b / "target" / "debug" / "hello").is_file()
+    # Control: the wrapper is real and cargo runs it, in the project that
+    # planted it (its own cache is its own to poison: it can write its tree anyway).
+    ra = fresh_home.run([CARGO, "build", "-q", "--offline"], opts=["--preset", "cargo"], cwd=a, env=env,
+                        timeout=300)
+    assert ra.returncode == 0, ra.stderr
+    assert (a / "PWNED").read_text().startswith(f"wrapper ran in {a}")
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_no_cache_of_any_preset_is_shared_between_two_work_dirs(fresh_home: FakeHome, mode: str) -> None:
+    # Every variable a preset sets (COREPACK_HOME, PNPM_HOME, GOMODCACHE,
+    # maven.repo.local, ...) names a dir of the run's own project: a file
+    # project A leaves in its dirs is not in project B's, and B cannot write A's.
+    presets = [n for n, p in PRESETS.items() if p.caches]
+    opts = [x for n in presets for x in ("--preset", n)]
+    show = ('{ for v in npm_config_cache YARN_CACHE_FOLDER PNPM_HOME COREPACK_HOME PIP_CACHE_DIR UV_CACHE_DIR '
+            'CARGO_HOME GOMODCACHE GOCACHE; do eval "echo \\$$v"; done; '
+            'echo "$MAVEN_OPTS" | sed -n "s/.*-Dmaven.repo.local=\\([^ ]*\\).*/\\1/p"; }')
+    a, b = fresh_home.work, other_project(fresh_home)
+    mark = token()
+    ra = fresh_home.run(["sh", "-c", f'{show} | while read d; do echo {mark} > "$d/planted" || exit 1; done; {show}'],
+                        mode=mode, opts=opts, cwd=a)
+    assert ra.returncode == 0, ra.stderr
+    dirs_a = ra.stdout.split()
+    assert len(dirs_a) == 10 and all(d.startswith(str(caches(fresh_home, a)) + "/") for d in dirs_a)
+    assert all(Path(d, "planted").read_text().strip() == mark for d in dirs_a)
+    rb = fresh_home.run(["sh", "-c", f'{show}; for d in {" ".join(dirs_a)}; do echo x > "$d/planted"; echo rc=$?; '
+                         'done; ' + f'{show} | while read d; do ls -A "$d"; done; echo end'],
+                        mode=mode, opts=opts, cwd=b)
+    assert rb.returncode == 0, rb.stderr
+    lines = rb.stdout.split()
+    dirs_b = lines[:10]
+    assert all(d.startswith(str(caches(fresh_home, b)) + "/") for d in dirs_b)
+    assert not set(dirs_a) & set(dirs_b)
+    # B cannot plant in A's caches (the state dir is read-only inside) ...
+    assert lines[10:20] == ["rc=2"] * 10  # dash: a redirection that fails
+    err = "Read-only file system" if mode != HELPER_ONLY else "Permission denied"
+    assert rb.stderr.count(err) == 10, rb.stderr
+    assert all(Path(d, "planted").read_text().strip() == mark for d in dirs_a)
+    # ... and its own caches hold nothing of A's: they start empty.
+    assert lines[20:] == ["end"]
+    # Control: A's next run finds what A left.
+    again = fresh_home.run(["sh", "-c", f'{show} | while read d; do cat "$d/planted"; done'], mode=mode, opts=opts,
+                           cwd=a)
+    assert again.stdout.split() == [mark] * 10, again.stderr
+
+
+def test_a_run_in_a_subdirectory_does_not_share_the_parent_projects_caches(fresh_home: FakeHome) -> None:
+    # The subdirectory's run can write less than its parent's: what it
+    # plants must not run in a run that can write the whole tree.
+    sub = fresh_home.work / "sub"
+    sub.mkdir()
+    r = fresh_home.run(["sh", "-c", 'echo "$CARGO_HOME"'], opts=["--preset", "cargo"], cwd=sub)
+    top = fresh_home.run(["sh", "-c", 'echo "$CARGO_HOME"'], opts=["--preset", "cargo"])
+    assert r.stdout.strip() == str(caches(fresh_home, sub) / "cargo" / "cargo-home")
+    assert top.stdout.strip() == str(caches(fresh_home) / "cargo" / "cargo-home")
+    assert r.stdout != top.stdout
 
 
 # ------------------------------------------------------------------ refusals

@@ -36,6 +36,7 @@ from pathlib import Path
 
 import pytest
 
+from safebox.policy.presets import project_key
 from sbx import REPO, FakeHome, missing, token
 
 pytestmark = pytest.mark.needs_bwrap
@@ -107,7 +108,8 @@ def seed_host_cache(home: FakeHome, rel: str) -> tuple[Path, dict[str, str]]:
 
 
 def sandbox_cache(home: FakeHome, preset: str, name: str) -> Path:
-    return home.root / ".cache" / "safebox" / "sandbox-caches" / preset / name
+    """The cache leaf of the runs in ``home.work`` (each work dir has its own)."""
+    return home.root / ".cache" / "safebox" / "sandbox-caches" / project_key(str(home.work)) / preset / name
 
 
 # ------------------------------------------------------------------ npm, yarn, pnpm

@@ -1,6 +1,7 @@
-"""Write roots of ``/`` and work dirs that make a whole system tree writable
-(issue 11 item 12): ``/`` is refused by the flag or key that asked for it, and a
-work dir of ``$HOME`` or a system directory is warned about on every run."""
+"""Write roots of ``/`` and write roots that make a whole system tree writable
+(issue 11 item 12, issue 22 item 6): ``/`` is refused by the flag or key that
+asked for it, and a work dir or an ``allowWrite`` entry of ``$HOME``, a
+directory above it or a system directory is warned about on every run."""
 
 from __future__ import annotations
 
@@ -64,10 +65,87 @@ def test_a_work_dir_of_etc_is_warned_about_without_verbose(shared_home: FakeHome
                         "project directory to narrow it\n"), r.stderr
 
 
+def test_a_work_dir_above_the_home_is_warned_about_without_verbose(fresh_home: FakeHome) -> None:
+    above = fresh_home.root.parent
+    r = fresh_home.run(["true"], cwd=above)
+    assert r.returncode == 0, r.stderr
+    assert r.stderr == (f"safebox: warning: the work dir {above} is a directory that holds your home directory, and "
+                        f"the work dir is writable: all of {above} is writable inside but for the protected and "
+                        "denied paths; run from a project directory to narrow it\n"), r.stderr
+
+
 def test_every_warned_system_dir_is_listed_in_the_guide() -> None:
-    from safebox.run.host import SYSTEM_DIRS
+    from safebox.system_dirs import WARNED
 
     guide = (Path(__file__).resolve().parents[2] / "docs" / "index.md").read_text()
     section = guide[guide.index("### The work dir is a write root"):]
-    for d in sorted(SYSTEM_DIRS):
+    for d in sorted(WARNED):
         assert f"`{d}`" in section, d
+
+
+def _warned(entry: str, what: str, path: str, via: str = "") -> str:
+    return (f"safebox: warning: {entry}{via} is {what}: all of {path} is writable inside but for the protected and "
+            "denied paths; allow only the directories the command writes\n")
+
+
+def test_allow_write_of_a_system_directory_is_warned_about_as_a_work_dir_is(shared_home: FakeHome) -> None:
+    # Issue 22 item 6: `--allow-write /etc` was silent where a work dir of
+    # /etc was not.
+    r = shared_home.run(["true"], opts=["--allow-write", "/etc"])
+    assert r.returncode == 0, r.stderr
+    assert r.stderr == _warned("--allow-write /etc", "a system directory", "/etc"), r.stderr
+    # Control: a directory of the project's own, or deeper in a system tree
+    # (a root the user wrote on purpose, as /usr/src/app is a work dir), is
+    # not warned about.
+    for ok_root in (str(shared_home.work), "/etc/cron.d"):
+        ok = shared_home.run(["true"], opts=["--allow-write", ok_root])
+        assert ok.returncode == 0 and ok.stderr == "", (ok_root, ok.stderr)
+
+
+def test_allow_write_of_the_home_or_a_directory_above_it_is_warned_about(fresh_home: FakeHome) -> None:
+    home, above = str(fresh_home.root), str(fresh_home.root.parent)
+    r = fresh_home.run(["true"], opts=["--allow-write", home])
+    assert r.returncode == 0, r.stderr
+    assert r.stderr == _warned(f"--allow-write {home}", "your home directory", home), r.stderr
+    r = fresh_home.run(["true"], opts=["--allow-write", above])
+    assert r.returncode == 0, r.stderr
+    assert r.stderr == _warned(f"--allow-write {above}", "a directory that holds your home directory", above), r.stderr
+
+
+def test_allow_write_through_a_link_to_a_system_directory_is_warned_about(fresh_home: FakeHome) -> None:
+    link = fresh_home.root / "config"
+    link.symlink_to("/etc")
+    r = fresh_home.run(["true"], opts=["--allow-write", str(link)])
+    assert r.returncode == 0, r.stderr
+    assert r.stderr == _warned(f"--allow-write {link}", "a system directory", str(link), " (it resolves to /etc)")
+
+
+def test_allow_write_of_a_system_directory_in_a_policy_file_is_warned_about_naming_the_file(
+        fresh_home: FakeHome) -> None:
+    pol = fresh_home.root / "p.json"
+    pol.write_text(json.dumps({"filesystem": {"allowWrite": ["/etc"]}}))
+    r = fresh_home.run(["true"], opts=["--policy", str(pol)])
+    assert r.returncode == 0, r.stderr
+    assert r.stderr == _warned(f"{pol}: filesystem.allowWrite entry /etc", "a system directory", "/etc"), r.stderr
+
+
+def test_a_home_under_tmp_is_no_reason_to_warn_about_the_private_tmp() -> None:
+    # The built-in allowWrite entry /tmp is the sandbox's own tmpfs: that a
+    # home lies under the host's /tmp (a CI job's, a test's) is no warning.
+    import shutil
+    import tempfile
+
+    from sbx import make_home
+
+    base = Path(tempfile.mkdtemp(prefix="safebox-tmp-home-", dir="/tmp"))
+    try:
+        base.chmod(0o755)
+        home = make_home(base)
+        r = home.run(["true"])
+        assert r.returncode == 0 and r.stderr == "", r.stderr
+        # Control: an entry above that home, asked for, is warned about.
+        w = home.run(["true"], opts=["--allow-write", str(base)])
+        assert w.returncode == 0, w.stderr
+        assert w.stderr == _warned(f"--allow-write {base}", "a directory that holds your home directory", str(base))
+    finally:
+        shutil.rmtree(base, ignore_errors=True)

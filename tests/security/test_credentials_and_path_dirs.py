@@ -271,7 +271,8 @@ def test_control_with_allow_write_path_dirs_or_outside_the_sandbox_planting_work
 
 
 def test_a_missing_path_directory_created_by_the_command_is_quarantined(fresh_home: FakeHome) -> None:
-    cargo_bin = fresh_home.root / ".cargo" / "bin"
+    # Not a dot directory: a new one of those is quarantined whole, on PATH or not (issue 22).
+    cargo_bin = fresh_home.root / "cargo" / "bin"
     env = {"PATH": f"{cargo_bin}:{PATH}"}
     r = fresh_home.run(["sh", "-c", f"mkdir -p {cargo_bin} && {_plant_git(cargo_bin)}"], env=env,
                        cwd=fresh_home.root)

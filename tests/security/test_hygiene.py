@@ -51,6 +51,39 @@ def test_credential_variables_are_scrubbed_while_path_and_home_stay(shared_home:
     assert inside["SAFE_VAR"] == "kept"
 
 
+# Issue 22 item 7: secrets and pointers to them by the word in their name.
+REVIEW_SECRETS = {"PASSWORD": "pw-1", "TOKEN": "tok-1", "SECRET": "sec-1", "GPG_PASSPHRASE": "gpg-1",
+                  "DOCKER_PASS": "dock-1", "DB_PASS": "db-1", "DEPLOY_KEY": "dep-1", "SIGNING_KEY": "sig-1",
+                  "OPENAI_KEY": "oai-1", "STRIPE_SK": "sk-1", "GIT_ASKPASS": "/x/askpass-1",
+                  "PGPASSFILE": "/x/pgpass-1", "GPG_AGENT_INFO": "/x/agent-1", "SSH_ASKPASS": "/x/sshask-1"}
+LOOK_ALIKES = {"TOKENIZERS_PARALLELISM": "false", "KEY_LENGTH_BITS": "4096", "SSH_TTY": "/dev/pts/9",
+               "XDG_SESSION_TYPE": "tty", "CLAUDE_CODE_MAX_OUTPUT_TOKENS": "8192"}
+
+
+def test_secret_names_and_pointers_are_scrubbed_by_word_and_look_alikes_reach_the_command(
+        fresh_home: FakeHome) -> None:
+    env = {**REVIEW_SECRETS, **LOOK_ALIKES}
+    control = _env_dict(host(["env"], env=fresh_home.env(env)).stdout)
+    assert all(control[k] == v for k, v in env.items())
+
+    r = fresh_home.run(["env"], env=env)
+    assert r.returncode == 0, r.stderr
+    inside = _env_dict(r.stdout)
+    assert sorted(k for k in REVIEW_SECRETS if k in inside) == []
+    assert not [v for v in REVIEW_SECRETS.values() if v in r.stdout]
+    assert {k: inside.get(k) for k in LOOK_ALIKES} == LOOK_ALIKES
+
+    # Passed on purpose: env.allow in a --policy file lets one through, and
+    # only that one.
+    pol = fresh_home.root / "pass-deploy-key.json"
+    pol.write_text('{"env": {"allow": ["DEPLOY_KEY"]}}')
+    r = fresh_home.run(["env"], env=env, opts=["--policy", str(pol)])
+    assert r.returncode == 0, r.stderr
+    inside = _env_dict(r.stdout)
+    assert sorted(k for k in REVIEW_SECRETS if k in inside) == ["DEPLOY_KEY"]
+    assert inside["DEPLOY_KEY"] == "dep-1"
+
+
 @pytest.mark.parametrize("mode", ALL_MODES)
 def test_only_stdin_stdout_and_stderr_are_inherited(shared_home: FakeHome, mode: str) -> None:
     r_fd, w_fd = os.pipe()

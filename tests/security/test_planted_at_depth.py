@@ -250,18 +250,21 @@ def test_a_repository_hidden_in_a_directory_the_command_made_unreadable_is_still
         fresh_home: FakeHome) -> None:
     """``chmod 0100 sub``: nobody can list ``sub``, but a path through it
     still works, and git in ``sub/new`` would read the planted config. As
-    root safebox lists it anyway; as the user it gives the owner (the user:
-    the command ran as them) u+rwx back, says so, and checks it."""
+    root safebox lists it anyway; as the user it opens it to its owner (the
+    user: the command ran as them), checks it, sets the mode back (the next
+    start then keeps it read-only, as any directory it cannot list) and
+    says so."""
     work = fresh_home.work
     config = work / "sub" / "new" / ".git" / "config"
     r = fresh_home.run(["sh", "-c", f"{FSMONITOR.format(marker=fresh_home.root / 'ran')} && chmod 0100 sub"])
     assert r.returncode == 0, r.stderr
     assert not os.path.lexists(config)
     assert "fsmonitor" in _moved_to(r.stderr, config).read_text()
+    assert (work / "sub").stat().st_mode & 0o777 == 0o100
     if os.geteuid() != 0:
-        assert f"safebox: the command made {work}/sub unreadable; safebox gave its owner read, write and " \
-               "search (u+rwx)" in r.stderr, r.stderr
-        assert (work / "sub").stat().st_mode & 0o700 == 0o700
+        assert (f"safebox: the command made {work}/sub unreadable (mode 0100); safebox opened it to its owner "
+                "(u+rwx) to check what is in it, then set the mode back") in r.stderr, r.stderr
+    (work / "sub").chmod(0o755)
 
 
 def test_a_users_envrc_symlink_at_depth_replaced_by_the_command_is_restored_and_not_quarantined_again(

@@ -17,6 +17,7 @@ from safebox.builder.paths import Nearest, by_depth, collapse
 from safebox.builder.regions import Regions
 from safebox.builder.resolve import HostFacts, pin_ancestors, resolve
 from safebox.builder.resolved import Layers, ResolvedPolicy
+from safebox.mounter import encode
 from safebox.policy.effective import EffectivePolicy
 from safebox.proxy.rules import HostError, NetworkRules, _matches, validate_pattern, validate_patterns
 
@@ -226,6 +227,53 @@ def test_a_write_root_holding_a_host_mount_point_stays_with_bubblewrap() -> None
     rp = _big(read_only=ENTRIES, write_roots=("/home/u/proj", "/srv/out", "/srv/data"))
     left, plan = split(rp, host_mounts=frozenset({"/", "/srv/data/disk"}))
     assert "/srv/data" in left.write_roots and (BulkOp.WRITE, "/srv/out") in plan.ops
+
+
+STATE = "/home/u/.cache/safebox"
+
+
+def test_a_write_root_at_a_read_only_bind_bubblewrap_keeps_stays_with_bubblewrap() -> None:
+    """Issue 22's review: the state dir holds the run dir, so bubblewrap
+    keeps its read-only bind; the mounter's write bind of the same path,
+    made after it, made the state dir writable."""
+    rp = _big(read_only=(*ENTRIES, STATE), write_roots=("/home/u/proj", "/srv/out", STATE))
+    left, plan = split(rp)
+    assert STATE in left.read_only and STATE in left.write_roots
+    assert (BulkOp.WRITE, STATE) not in plan.ops and (BulkOp.WRITE, "/srv/out") in plan.ops
+
+
+def test_a_write_root_above_the_run_dir_stays_with_bubblewrap() -> None:
+    """The mounter's scratch is the run dir: a write root bound above it
+    would hide it, and the copy could not be found there to detach."""
+    rp = _big(read_only=ENTRIES, write_roots=("/home/u/proj", "/srv/out", "/home/u/.cache"))
+    left, plan = split(rp)
+    assert "/home/u/.cache" in left.write_roots
+    assert not any(op is BulkOp.WRITE and (plan.scratch + "/").startswith(p + "/") for op, p in plan.ops)
+
+
+def test_a_moved_write_root_holds_nothing_bubblewrap_mounts_so_read_only_comes_after_it() -> None:
+    # Whatever bubblewrap keeps (a read-only entry above the working dir,
+    # a sealed .git, a preset cache, an overlay) pins the root above it to
+    # bubblewrap, which binds roots first.
+    keep = {"read_only": ("/srv/a/ro",), "sealed_dirs": (("/srv/b/.git", ("/srv/b/.git/objects",)),),
+            "cache_dirs": ("/srv/c/cache",), "overlays": (("/run/copy", "/srv/d/.git/config"),)}
+    roots = ("/home/u/proj", "/srv/a", "/srv/b", "/srv/c", "/srv/d", "/srv/out")
+    rp = _big(cwd="/srv/a/ro/x", read_only=(*ENTRIES, "/srv/a/ro"), write_roots=roots,
+              **{k: v for k, v in keep.items() if k != "read_only"})
+    left, plan = split(rp)
+    assert {"/srv/a", "/srv/b", "/srv/c", "/srv/d"} <= set(left.write_roots)
+    assert (BulkOp.WRITE, "/srv/out") in plan.ops
+    kept = [*left.read_only, *left.mask_dirs, *left.mask_files, *left.pinned_dirs]
+    for op, w in plan.ops:
+        if op is BulkOp.WRITE:
+            assert not any(k == w or k.startswith(w + "/") for k in kept), (w, kept)
+
+
+def test_the_mounter_masks_a_file_with_the_empty_file_of_the_policy() -> None:
+    rp = _big(read_only=ENTRIES, mask_files=("/etc/shadow",), empty_file="/home/u/.cache/safebox/run/1/empty")
+    _, plan = split(rp)
+    assert plan.empty == "/home/u/.cache/safebox/run/1/empty" and (BulkOp.MASK_FILE, "/etc/shadow") in plan.ops
+    assert encode(plan).startswith(b"S\0/home/u/.cache/safebox/run/1\0E\0/home/u/.cache/safebox/run/1/empty\0")
 
 
 def test_without_bubblewrap_nothing_moves() -> None:

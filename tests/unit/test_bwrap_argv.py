@@ -11,7 +11,7 @@ from safebox.builder.resolved import Bridge, Layers, NetKind, ResolvedPolicy
 def policy(**kw) -> ResolvedPolicy:
     base = dict(layers=Layers.BOTH, cwd="/home/u/proj", write_roots=("/home/u/proj",), read_only=(),
                 sealed_dirs=(), helper_path="/opt/sb/safebox-helper", policy_path="/run/sb/1/policy",
-                run_dir="/run/sb/1")
+                run_dir="/run/sb/1", empty_file="/run/sb/1/empty")
     base.update(kw)
     return ResolvedPolicy(**base)
 
@@ -54,8 +54,8 @@ def test_full_policy_produces_the_golden_argv() -> None:
         "--ro-bind", "/home/u/proj/.git/hooks", "/home/u/proj/.git/hooks",
         "--tmpfs", "/home/u/.ssh",
         "--tmpfs", "/mnt/c/Users/u/.aws",
-        "--ro-bind", "/dev/null", "/home/u/.netrc",
-        "--ro-bind", "/dev/null", "/etc/shadow",
+        "--ro-bind", "/run/sb/1/empty", "/home/u/.netrc",
+        "--ro-bind", "/run/sb/1/empty", "/etc/shadow",
         "--ro-bind", "/run/sb/1", "/run/sb/1",
         "--remount-ro", "/proc/1",
         "--remount-ro", "/home/u/.ssh",
@@ -92,8 +92,8 @@ def test_a_work_dir_under_tmp_keeps_its_masks_in_the_golden_argv() -> None:
         "--bind", "/tmp/task", "/tmp/task",
         "--ro-bind", "/tmp/task/.bashrc", "/tmp/task/.bashrc",
         "--tmpfs", "/tmp/task/.ssh",
-        "--ro-bind", "/dev/null", "/tmp/task/s",
-        "--ro-bind", "/dev/null", "/home/u/.netrc",
+        "--ro-bind", "/run/sb/1/empty", "/tmp/task/s",
+        "--ro-bind", "/run/sb/1/empty", "/home/u/.netrc",
         "--ro-bind", "/run/sb/1", "/run/sb/1",
         "--remount-ro", "/proc/1",
         "--remount-ro", "/tmp/task/.ssh",
@@ -116,7 +116,7 @@ def test_a_mask_under_the_private_tmp_comes_after_the_tmpfs_and_the_bind_that_br
     tmpfs_tmp = a.index("/tmp") if a[a.index("/tmp") - 1] == "--tmpfs" else -1
     assert tmpfs_tmp > 0
     d, f = a.index("/tmp/w2/d"), a.index("/tmp/w/f")
-    assert a[d - 1] == "--tmpfs" and a[f - 2:f] == ["--ro-bind", "/dev/null"]
+    assert a[d - 1] == "--tmpfs" and a[f - 2:f] == ["--ro-bind", "/run/sb/1/empty"]
     assert tmpfs_tmp < a.index("/tmp/w") < f
     assert tmpfs_tmp < a.index("/tmp/w2") < d
     assert a[-2:] == ["--remount-ro", "/tmp/w2/d"]
@@ -187,7 +187,7 @@ def test_a_carve_out_is_bound_back_over_its_mask_and_the_mounts_beneath_it_come_
         "--tmpfs", "/tmp",
         "--ro-bind", "/usr/x", "/usr/x",
         "--tmpfs", "/home/u",
-        "--ro-bind", "/dev/null", "/etc/shadow",
+        "--ro-bind", "/run/sb/1/empty", "/etc/shadow",
         "--bind", "/home/u/proj", "/home/u/proj",
         "--bind", "/home/u/proj/.git", "/home/u/proj/.git",
         "--ro-bind", "/home/u/proj/.git/config", "/home/u/proj/.git/config",
@@ -205,3 +205,30 @@ def test_nested_carve_outs_are_bound_shallow_first_each_after_its_own_mask() -> 
     assert order == sorted(order)
     assert a[a.index("/home/u/p") - 1] == "--ro-bind" and a[a.index("/home/u/p/vendor/x") - 1] == "--ro-bind"
     assert a[-4:] == ["--remount-ro", "/home/u", "--remount-ro", "/home/u/p/vendor"]
+
+
+def test_a_masked_file_is_covered_by_safeboxs_own_empty_file_never_the_hosts_dev_null() -> None:
+    """Issue 22: a host whose /dev/null had become a regular file showed
+    every masked file's contents; the mask no longer depends on it."""
+    a = mount_args(policy(mask_files=("/home/u/.netrc",)))
+    assert "/dev/null" not in a
+    f = a.index("/home/u/.netrc")
+    assert a[f - 2:f] == ["--ro-bind", "/run/sb/1/empty"]
+
+
+def test_a_masked_file_without_an_empty_file_is_an_error_never_a_dev_null_bind() -> None:
+    with pytest.raises(ValueError, match="no empty file to mask /home/u/.netrc"):
+        mount_args(policy(mask_files=("/home/u/.netrc",), empty_file=""))
+
+
+def test_the_state_dirs_read_only_bind_comes_after_every_write_bind_above_it() -> None:
+    """Self-protection beneath a write root: read-only after read-write, in
+    every carve-out region too (issue 22)."""
+    state = "/home/u/.cache/safebox"
+    rp = policy(write_roots=("/home/u", "/home/u/.cache"), read_only=(state,), mask_dirs=(f"{state}/cache",),
+                carve_outs=(("/home/u/.cache", True),))
+    a = mount_args(rp)
+    ro = [i for i in range(len(a)) if a[i] == "--ro-bind" and a[i + 1] == state]
+    rw = [i for i in range(len(a)) if a[i] == "--bind" and a[i + 1] in ("/home/u", "/home/u/.cache")]
+    assert ro and rw and min(ro) > max(rw), a
+    assert a.index(f"{state}/cache") > min(ro)

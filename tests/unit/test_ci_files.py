@@ -12,6 +12,7 @@ import pytest
 from safebox.ci import (
     ENV_DENY,
     CiRun,
+    Passing,
     detect,
     env_refusal,
     parse_file_command,
@@ -71,20 +72,41 @@ def test_malformed_lines_are_refused_by_name() -> None:
                                   "GIT_SSH_COMMAND", "GIT_CONFIG_COUNT", "PATH", "HOME", "PS4", "GOFLAGS",
                                   "RUSTC_WRAPPER", "https_proxy", "HTTPS_PROXY", "NPM_CONFIG_REGISTRY",
                                   "npm_config_script_shell", "GITHUB_TOKEN", "RUNNER_TEMP", "SAFEBOX_CI",
-                                  "BASH_FUNC_ls%%", "A-B", "1A", ""])
-def test_variables_that_would_run_code_later_are_refused(name: str) -> None:
+                                  "BASH_FUNC_ls%%", "A-B", "1A", "",
+                                  # found in review: each ran code in a later step through the old denylist
+                                  "XDG_CONFIG_HOME", "MAKEFILES", "TAR_OPTIONS", "OPENSSL_CONF", "JAVA_HOME",
+                                  "CURL_HOME", "LUA_INIT", "VIMINIT", "GLIBC_TUNABLES"])
+def test_variables_that_would_run_code_later_are_never_passed_by_a_wildcard(name: str) -> None:
     assert env_refusal(name) is not None
+    assert env_refusal(name, ("*",)) is not None
+    assert env_refusal(name, ("*", name[:1] + "*")) is not None
 
 
-@pytest.mark.parametrize("name", ["NODE_ENV", "MY_VERSION", "CI", "BUILD_ID", "RELEASE_TAG"])
-def test_ordinary_variables_pass(name: str) -> None:
-    assert env_refusal(name) is None
+@pytest.mark.parametrize("name", ["XDG_CONFIG_HOME", "MAKEFILES", "LD_PRELOAD", "NODE_OPTIONS"])
+def test_a_variable_that_runs_code_passes_when_the_policy_names_it_exactly(name: str) -> None:
+    assert env_refusal(name, (name,)) is None
+
+
+@pytest.mark.parametrize("name", ["NODE_ENV", "MY_VERSION", "CI", "BUILD_ID", "RELEASE_TAG", "GOOGLE_CLOUD_PROJECT",
+                                  "GOAL", "PYTHON_VERSION", "IMAGE_TAG"])
+def test_ordinary_variables_pass_only_when_listed(name: str) -> None:
+    assert env_refusal(name) == f"not in ci.passEnv; fix: add {name!r} to ci.passEnv in the policy"
+    assert env_refusal(name, (name,)) is None
+    assert env_refusal(name, ("*",)) is None
+    assert env_refusal(name, ("OTHER", "NOPE_*")) is not None
 
 
 def test_every_deny_list_entry_is_documented() -> None:
     doc = (Path(__file__).resolve().parents[2] / "docs" / "ci.md").read_text()
     for name in ENV_DENY:
         assert f"`{name}`" in doc, name
+
+
+@pytest.mark.parametrize("d", ["/tmp", "/var/tmp", "/dev/shm"])
+def test_a_path_entry_in_a_temporary_directory_is_never_passed_whatever_the_list_says(d: str) -> None:
+    assert path_entry_refusal(f"{d}/bin", Passing(path=(f"{d}/bin",))) == (
+        f"inside {d}, which a sandboxed run could write; a PATH entry there would run what the step planted "
+        "(never passed on, whatever ci.passPath says)")
 
 
 def test_path_entries_must_be_plain_owner_only_directories_outside_the_write_roots(tmp_path: Path) -> None:
@@ -97,10 +119,15 @@ def test_path_entries_must_be_plain_owner_only_directories_outside_the_write_roo
     open_dir.chmod(0o777)
     link = tmp_path / "sneaky"
     link.symlink_to(root / "bin")
-    roots = (str(root),)
+    listed = [str(p) for p in (ok, root / "bin", link, open_dir, tmp_path / "missing", tmp_path / "file")]
+    roots = Passing(path=tuple(listed), writable=(str(root),), always=())
+    inside = (f"inside {root}, which a sandboxed run could write; a PATH entry there would run what the step "
+              "planted (never passed on, whatever ci.passPath says)")
     assert path_entry_refusal(str(ok), roots) is None
-    assert path_entry_refusal(str(root / "bin"), roots) == f"inside {root}, which the sandboxed command could write"
-    assert path_entry_refusal(str(link), roots) == f"inside {root}, which the sandboxed command could write"
+    assert path_entry_refusal(str(ok), Passing(writable=(str(root),), always=())) == (
+        f"not in ci.passPath; fix: add {str(ok)!r} to ci.passPath in the policy")
+    assert path_entry_refusal(str(root / "bin"), roots) == inside
+    assert path_entry_refusal(str(link), roots) == inside
     assert path_entry_refusal("bin", roots) == "not an absolute path"
     assert path_entry_refusal(f"{ok}:{root}/bin", roots) == "holds ':', which would add more than one PATH entry"
     assert path_entry_refusal(str(tmp_path / "missing"), roots) == "not an existing directory"
@@ -122,10 +149,11 @@ def test_entries_are_passed_on_canonically_with_a_delimiter_not_in_the_value() -
 
 def test_finish_passes_safe_entries_on_and_reports_the_rest(tmp_path: Path) -> None:
     ours, theirs = tmp_path / "ours", tmp_path / "theirs"
-    ours.write_text("OK=1\nLD_PRELOAD=/x.so\nN<<E\na\nb\nE\n")
     theirs.write_text("EARLIER=1\n")
-    ci = CiRun(kind="github", files={"GITHUB_ENV": (str(ours), str(theirs))})
-    refused = ci.finish(())
+    ci = CiRun(kind="github")
+    ci.attach("GITHUB_ENV", str(ours), str(theirs))
+    ours.write_text("OK=1\nLD_PRELOAD=/x.so\nN<<E\na\nb\nE\n")
+    refused = ci.finish(Passing(env=("OK", "N", "*")))
     assert [(r.file, r.name) for r in refused] == [("GITHUB_ENV", "LD_PRELOAD")]
     text = theirs.read_text()
     assert text.startswith("EARLIER=1\nOK=1\nN<<")

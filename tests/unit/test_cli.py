@@ -33,6 +33,7 @@ def click_parse(args: list[str]) -> dict | None:
     ["-p", "pol.toml", "--strict", "--without", "helper", "--dry-run", "--", "sh", "-c", "echo --"],
     ["--allow-domain", "*.x.com", "--deny-domain", "y.x.com", "--audit-log", "/tmp/a", "curl", "x"],
     ["--without=bwrap", "--verbose", "--", "--weird-command-name"],
+    ["-p", "base.json", "--policy=learned.toml", "-p", "more.json", "--", "make"],
 ])
 def test_the_fast_parser_agrees_with_click(args: list[str]) -> None:
     fast = fast_parse_exec(args)
@@ -51,11 +52,16 @@ def test_only_help_goes_to_click(args: list[str]) -> None:
 
 @pytest.mark.parametrize("args", [
     ["--without", "both", "--", "true"], ["--policy"], ["--"], [], ["-v"], ["--strict=1", "--", "true"],
-    ["-p", "a", "-p", "b", "--", "true"],
+    ["--audit-log", "a", "--audit-log", "b", "--", "true"],
 ])
 def test_the_fast_parser_refuses_a_malformed_exec_line(args: list[str]) -> None:
     with pytest.raises(ExecUsageError):
         fast_parse_exec(args)
+
+
+def test_policy_files_layer_in_the_order_given() -> None:
+    parsed = fast_parse_exec(["-p", "base.json", "--policy", "learned.toml", "--policy=x.json", "--", "true"])
+    assert parsed is not None and parsed["policy_files"] == ["base.json", "learned.toml", "x.json"]
 
 
 def test_a_mistyped_option_is_an_error_not_the_command() -> None:
@@ -75,7 +81,7 @@ NO_COMMAND = "safebox: exec: no command given (usage: safebox exec [OPTIONS] -- 
     (["--without", "both", "--", "true"], "safebox: exec: --without: 'both' is not one of bwrap, helper"),
     (["--policy"], "safebox: exec: --policy needs a value (FILE)"),
     (["--strict=1", "--", "true"], "safebox: exec: --strict takes no value"),
-    (["-p", "a.toml", "--policy", "b.toml", "--", "true"], "safebox: exec: --policy given twice (it takes one FILE)"),
+    (["--audit-log", "a", "--audit-log", "b", "--", "true"], "safebox: exec: --audit-log given twice (it takes one FILE)"),
 ])
 def test_exec_usage_errors_are_one_safebox_line_and_exit_125(args: list[str], message: str) -> None:
     """Through the installed launcher (the fast path) and ``python -m

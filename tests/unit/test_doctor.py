@@ -387,6 +387,23 @@ def test_helper_owned_by_a_user_fails(fp, helper, monkeypatch):
     assert "chown root:root" in check.fix
 
 
+@pytest.mark.parametrize("sudo", [True, False])
+def test_a_user_owned_helpers_fix_says_sudo_only_where_there_is_sudo(fp, helper, monkeypatch, sudo: bool):
+    import shutil
+
+    _register_helper_version(fp, helper, f"safebox-helper {__version__}")
+    monkeypatch.setattr(doctor, "stat_path", lambda p: _fake_stat(1000, 0o100755 if p == helper else 0o40755))
+    real = shutil.which
+    monkeypatch.setattr(shutil, "which", lambda c, *a, **k: (None if c == "sudo" else real(c, *a, **k))
+                        if not sudo else ("/usr/bin/sudo" if c == "sudo" else real(c, *a, **k)))
+    fix = doctor.check_helper(helper, standalone=False).fix
+    d = helper.parent
+    assert fix == ("install safebox system-wide as root (from a checkout: `python3 build.py install`, root-owned in "
+                   "/opt; docs/ci.md#self-hosted-runners), or "
+                   + (f"`sudo chown root:root {helper} {d} && sudo chmod 0755 {helper} {d}`" if sudo else
+                      f"as root (this host has no sudo): `chown root:root {helper} {d} && chmod 0755 {helper} {d}`"))
+
+
 def test_helper_in_a_directory_owned_by_a_user_fails(fp, helper, monkeypatch):
     _register_helper_version(fp, helper, f"safebox-helper {__version__}")
     monkeypatch.setattr(doctor, "stat_path", lambda p: _fake_stat(0 if p == helper else 1000,
@@ -511,14 +528,15 @@ def test_a_crashing_check_becomes_a_failure_not_a_traceback(monkeypatch):
         raise RuntimeError("kaboom")
 
     for name in ("check_linux", "check_kernel", "check_bwrap", "check_socat", "check_ripgrep",
-                 "check_seccomp", "check_libseccomp", "check_userns", "check_limits"):
+                 "check_seccomp", "check_libseccomp", "check_userns", "check_limits", "check_gpu"):
         monkeypatch.setattr(doctor, name, boom)
     monkeypatch.setattr(doctor, "check_landlock", lambda _helper: boom())
     monkeypatch.setattr(doctor, "check_helper", lambda _helper, **_kw: boom())
     monkeypatch.setattr(doctor, "check_violations", lambda _helper: boom())
     checks = doctor.run_checks(helper_path=Path("/nonexistent"))
     assert [c.name for c in checks] == ["linux", "kernel", "bwrap", "socat", "ripgrep",
-                                        "landlock", "seccomp", "libseccomp", "helper", "violations", "userns", "limits"]
+                                        "landlock", "seccomp", "libseccomp", "helper", "violations", "userns", "limits",
+                                        "gpu"]
     assert all(c.status is Status.FAIL for c in checks)
     assert "RuntimeError: kaboom" in checks[0].found
     assert doctor.exit_code(checks) == 1

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from safebox._record import glob_match
 from safebox.builder.env import build_env, scrub
 from safebox.builder.resolved import Bridge
-from safebox.policy.defaults import ENV_DENY_PATTERNS
+from safebox.policy.defaults import ENV_DENY_PATTERNS, ENV_LOOKALIKES
 
 
 @pytest.mark.parametrize("name", [
@@ -127,3 +127,125 @@ def test_ssh_through_the_proxy_never_shares_a_connection() -> None:
     cmd = env["GIT_SSH_COMMAND"]
     assert cmd.startswith("ssh -o ControlMaster=no -o ControlPath=none ")
     assert "ProxyCommand='socat - PROXY:127.0.0.1:%h:%p,proxyport=3128'" in cmd
+
+
+# Issue 22 item 7: the scrub goes by the word a secret's name holds.
+REVIEW_SECRETS = ["PASSWORD", "TOKEN", "SECRET", "GPG_PASSPHRASE", "DOCKER_PASS", "DB_PASS", "DEPLOY_KEY",
+                  "SIGNING_KEY", "OPENAI_KEY", "STRIPE_SK",
+                  # pointers to secrets
+                  "GIT_ASKPASS", "PGPASSFILE", "GPG_AGENT_INFO", "SSH_ASKPASS", "SSH_AUTH_SOCK", "SUDO_ASKPASS",
+                  "KRB5CCNAME", "GNOME_KEYRING_CONTROL", "VSCODE_GIT_IPC_HANDLE", "BW_SESSION", "OP_SESSION_my",
+                  "SSHPASS", "TWINE_PASSWORD", "DB_PASSWD", "SLACK_WEBHOOK", "SERVICE_CREDENTIAL",
+                  "DEPLOY_KEY_FILE", "TLS_KEYFILE", "R2_ACCESS_KEY_ID", "PRIVATE_KEY_PEM", "REDIS_AUTH",
+                  "PASSWORD_STORE_DIR"]
+
+
+@pytest.mark.parametrize("name", [*REVIEW_SECRETS, *(n.lower() for n in REVIEW_SECRETS)])
+def test_the_reviews_secret_names_and_pointers_are_scrubbed_whatever_their_case(name: str) -> None:
+    kept, removed = scrub({name: "s3cr3t", "PATH": "/bin"}, deny=ENV_DENY_PATTERNS, allow=())
+    assert removed == [name] and kept == {"PATH": "/bin"}
+
+
+ORDINARY = ["TOKENIZERS_PARALLELISM", "KEY_LENGTH_BITS", "XDG_RUNTIME_DIR", "XDG_CONFIG_HOME", "XDG_SESSION_TYPE",
+            "SSH_TTY", "SSH_CONNECTION", "SSH_CLIENT", "SSH_AGENT_PID", "GPG_TTY", "TIKTOKEN_CACHE_DIR",
+            "CLAUDE_CODE_MAX_OUTPUT_TOKENS", "MAX_THINKING_TOKENS", "PATCH_LEVEL", "KEYTIMEOUT", "LESSKEY",
+            "BYPASS_CACHE", "PASSES", "COMPASS_DIR", "DISK", "AUTHOR", "GIT_AUTHOR_NAME", "OAUTH_CLIENT_ID",
+            "DATABASE_HOST", "GITHUB_SHA", "RUNNER_TEMP", "GITHUB_WORKSPACE", "HOME", "PATH", "LANG"]
+
+
+@pytest.mark.parametrize("name", ORDINARY)
+def test_ordinary_look_alikes_reach_the_command(name: str) -> None:
+    kept, removed = scrub({name: "v"}, deny=ENV_DENY_PATTERNS, allow=())
+    assert kept == {name: "v"} and removed == []
+
+
+@pytest.mark.parametrize("name", sorted(ENV_LOOKALIKES))
+def test_each_listed_look_alike_matches_a_pattern_and_is_kept_unless_env_deny_names_it(name: str) -> None:
+    assert any(fnmatch.fnmatchcase(name, p) for p in ENV_DENY_PATTERNS)  # else it need not be listed
+    assert scrub({name: "v"}, deny=ENV_DENY_PATTERNS, allow=()) == ({name: "v"}, [])
+    # The user's own deny entry for the name itself wins.
+    assert scrub({name: "v"}, deny=(*ENV_DENY_PATTERNS, name), allow=()) == ({}, [name])
+
+
+def test_env_allow_passes_a_scrubbed_variable_on_purpose() -> None:
+    environ = {"DEPLOY_KEY": "k", "SIGNING_KEY": "s"}
+    assert scrub(environ, deny=ENV_DENY_PATTERNS, allow=("DEPLOY_KEY",)) == ({"DEPLOY_KEY": "k"}, ["SIGNING_KEY"])
+
+
+_NAME_CHARS = "ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_"
+_ALWAYS = ("LD_PRELOAD", "LD_AUDIT", "SAFEBOX_*", "HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "NO_PROXY",
+           "FTP_PROXY", "GRPC_PROXY")
+
+
+def _oracle_removes(name: str, deny: tuple[str, ...] = ENV_DENY_PATTERNS) -> bool:
+    """The rule, stated the slow way: each pattern by fnmatch, one by one."""
+    key = name.upper()
+    if any(fnmatch.fnmatchcase(key, p) for p in _ALWAYS):
+        return True
+    return any(fnmatch.fnmatchcase(key, p.upper()) for p in deny) and (
+        key not in ENV_LOOKALIKES or key in {p.upper() for p in deny})
+
+
+@st.composite
+def _matching_name(draw: st.DrawFn) -> str:
+    """A name made from a pattern, each ``*`` replaced by any name text, in any case."""
+    pattern = draw(st.sampled_from(ENV_DENY_PATTERNS))
+    parts = pattern.split("*")
+    fill = [draw(st.text(alphabet=_NAME_CHARS, max_size=6)) for _ in parts[1:]]
+    name = parts[0] + "".join(f + p for f, p in zip(fill, parts[1:], strict=True))
+    return draw(st.sampled_from([name, name.lower(), name.capitalize()]))
+
+
+@given(_matching_name())
+def test_a_name_made_to_match_a_pattern_is_scrubbed(name: str) -> None:
+    if name.upper() in ENV_LOOKALIKES:
+        return  # made to look like one by chance: the look-alike test covers it
+    kept, removed = scrub({name: "v", "PATH": "/bin"}, deny=ENV_DENY_PATTERNS, allow=())
+    assert removed == [name] and kept == {"PATH": "/bin"}
+
+
+#: Fragments of secret words and of their look-alikes, so that generated
+#: names come near the patterns from both sides.
+_FRAGMENTS = ["_", "A", "S", "X", "1", "TOK", "EN", "TOKEN", "IZERS", "S_", "KEY", "KEY_", "_KEY", "PASS", "WORD",
+              "WD", "PHRASE", "SK", "_SK", "DI", "AUTH", "_AUTH", "OR", "SECRET", "CRED", "ENTIAL", "WEB", "HOOK",
+              "ASK", "FILE", "JWT", "PAT", "CH", "DSN", "XDG", "SSH", "TTY", "LENGTH", "BITS", "SAFEBOX_", "LD_",
+              "PRELOAD", "PROXY", "HTTP"]
+
+
+@given(st.lists(st.sampled_from(_FRAGMENTS), min_size=1, max_size=6).map("".join))
+def test_a_name_is_scrubbed_exactly_when_a_pattern_matches_it(name: str) -> None:
+    kept, removed = scrub({name: "v"}, deny=ENV_DENY_PATTERNS, allow=())
+    assert (removed == [name]) == _oracle_removes(name), name
+    assert (kept == {name: "v"}) == (not _oracle_removes(name)), name
+
+
+@given(st.text(alphabet="ABCDFGHIJLMNOQRUVWXYZ0123456789_", min_size=1, max_size=20))
+def test_a_name_from_the_safe_alphabet_reaches_the_command(name: str) -> None:
+    # Without E, K, P, S and T no pattern's fixed part can be spelt.
+    assert scrub({name: "v"}, deny=ENV_DENY_PATTERNS, allow=()) == ({name: "v"}, [])
+
+
+@given(st.lists(st.lists(st.sampled_from(_FRAGMENTS), min_size=1, max_size=5).map("".join), max_size=12,
+                unique=True))
+def test_a_whole_environment_scrubs_as_each_name_alone(names: list[str]) -> None:
+    # Every *WORD* pattern searches all the names joined at once: a word
+    # never spans two names, and every name it is in is found.
+    environ = {n: "v" for n in names}
+    kept, removed = scrub(environ, deny=ENV_DENY_PATTERNS, allow=())
+    assert sorted(removed) == sorted(n for n in names if _oracle_removes(n))
+    assert kept == {n: "v" for n in names if not _oracle_removes(n)}
+
+
+def test_a_name_holding_the_separator_is_matched_on_its_own() -> None:
+    # Not from a real environment (a name ends at the first `=`), but a
+    # Mapping may hold one: it is tested alone, never split.
+    environ = {"A=TOKEN": "v", "X=Y": "v", "B": "v"}
+    assert scrub(environ, deny=ENV_DENY_PATTERNS, allow=()) == ({"X=Y": "v", "B": "v"}, ["A=TOKEN"])
+
+
+@given(st.lists(st.lists(st.sampled_from([*_FRAGMENTS, "="]), min_size=1, max_size=5).map("".join), max_size=8,
+                unique=True))
+def test_names_that_hold_the_separator_scrub_as_the_slow_rule_says(names: list[str]) -> None:
+    environ = {n: "v" for n in names}
+    kept, removed = scrub(environ, deny=ENV_DENY_PATTERNS, allow=())
+    assert sorted(removed) == sorted(n for n in names if _oracle_removes(n))

@@ -42,20 +42,74 @@ def test_refused_writes_outside_the_write_roots_become_allow_write_and_nothing_p
     denied = [
         {"kind": "write", "path": "/home/u/.cache/tool/x/a.bin", "rule": "filesystem.allowWrite"},
         {"kind": "write", "path": "/home/u/.cache/tool/b.bin", "rule": "filesystem.allowWrite"},
-        {"kind": "write", "path": "/opt/data/out.txt", "rule": "filesystem.allowWrite"},
+        {"kind": "write", "path": "/data/out/out.txt", "rule": "filesystem.allowWrite"},
         {"kind": "write", "path": "/home/u/.bashrc", "rule": "protected file"},
         {"kind": "write", "path": "/home/u/.ssh/known_hosts", "rule": "filesystem.denyRead (built-in credential list)"},
         {"kind": "read", "path": "/home/u/.npmrc", "rule": "filesystem.denyRead"},
     ]
     doc, _ = suggest([run_with([], denied)], home="/home/u")
-    assert doc["filesystem"] == {"allowWrite": ["/opt/data", "~/.cache/tool"]}
+    assert doc["filesystem"] == {"allowWrite": ["/data/out", "~/.cache/tool"]}
     assert doc["network"] == {"allowedDomains": []}
+
+
+def _writes(*paths: str) -> Run:
+    return run_with([], [{"kind": "write", "path": p, "rule": "filesystem.allowWrite"} for p in paths])
+
+
+def test_learn_never_suggests_a_system_directory_the_home_or_a_directory_above_it() -> None:
+    # Issue 22 item 6, the review's reproduction: `touch /etc/cron.d/x
+    # /usr/local/bin/git ~/x` learned allowWrite ["/etc", "/usr/local/bin", "~"].
+    doc, notes = suggest([_writes("/etc/cron.d/x", "/usr/local/bin/git", "/home/u/x", "/home/v", "/x",
+                                  "/opt/tool/bin/x", "/var/lib/dpkg/status", "/lib64/x.so")], home="/home/u")
+    assert "filesystem" not in doc
+    tail = "; safebox never suggests it (write under $TMPDIR or the work dir instead)"
+    assert notes == [
+        f"not suggested: /x: / is the whole system{tail}",
+        f"not suggested: /etc/cron.d/x: /etc/cron.d is a system directory{tail}",
+        f"not suggested: /home/v: /home holds the home{tail}",
+        f"not suggested: ~/x: ~ is the home itself, with its dotfiles{tail}",
+        f"not suggested: /lib64/x.so: /lib64 is a system directory{tail}",
+        f"not suggested: /opt/tool/bin/x: /opt/tool/bin is a system directory{tail}",
+        f"not suggested: /usr/local/bin/git: /usr/local/bin is a system directory{tail}",
+        f"not suggested: /var/lib/dpkg/status: /var/lib/dpkg is a system directory{tail}",
+    ]
+
+
+def test_control_learn_suggests_a_directory_beside_them_and_a_left_out_one_swallows_nothing() -> None:
+    # ~ left out must not hide ~/.cache/tool (it would have covered it), and
+    # the caches under /var are not system directories.
+    doc, notes = suggest([_writes("/home/u/x", "/home/u/.cache/tool/a", "/var/tmp/t/f", "/var/cache/c/f",
+                                  "/srv2/out/f")], home="/home/u")
+    assert doc["filesystem"] == {"allowWrite": ["/srv2/out", "/var/cache/c", "/var/tmp/t", "~/.cache/tool"]}
+    assert [n.split(":")[1] for n in notes] == [" ~/x"]
+
+
+def test_learn_and_the_summary_share_one_rule_for_what_is_never_suggested() -> None:
+    from types import SimpleNamespace
+
+    from safebox.learn import _never_suggested
+    from safebox.violations.feed import Feed
+
+    summary = SimpleNamespace(home="/home/u")
+    for d in ("/etc", "/etc/cron.d", "/usr/local/bin", "/home/u", "/home", "/", "/opt/x", "/srv/y", "/data/out",
+              "/var/cache/x", "/home/u/.cache"):
+        assert _never_suggested(d, home="/home/u") == Feed._never_writable(summary, d), d  # type: ignore[arg-type]
+
+
+def test_learn_leaves_out_a_directory_that_resolves_to_a_system_one(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    # A link the command planted in its work dir must not smuggle /etc in
+    # under another name.
+    (tmp_path / "link").symlink_to("/etc")
+    doc, notes = suggest([_writes(f"{tmp_path}/link/x")], home="/home/u")
+    assert "filesystem" not in doc
+    assert notes == [f"not suggested: {tmp_path}/link/x: /etc is a system directory; safebox never suggests it "
+                     "(write under $TMPDIR or the work dir instead)"]
 
 
 def test_a_suggested_policy_is_a_valid_policy_file() -> None:
     doc, _ = suggest([run_with([("a.x.com", "allow"), ("b.x.com", "allow"), ("c.x.com", "allow"),
                                 ("203.0.113.7", "allow")],
-                               [{"kind": "write", "path": "/srv/out/f", "rule": "filesystem.allowWrite"}])],
+                               [{"kind": "write", "path": "/data/out/f", "rule": "filesystem.allowWrite"}])],
                      home="/home/u")
     doc["presets"] = ["npm"]
     validate_layer(Layer(name="suggested.json", data=doc))

@@ -116,23 +116,23 @@ def _ctx(tmp_path, monkeypatch, user: dict | None = None, project: dict | None =
 def test_limits_from_a_file_are_normalised_and_flags_win(tmp_path, monkeypatch) -> None:
     ctx = _ctx(tmp_path, monkeypatch, user={"limits": {"processes": 256, "memory": "2GiB", "tmpSize": "512M",
                                                        "wallTime": "1h"}})
-    p = load(ctx, policy_file=None, flags=Flags())
+    p = load(ctx, policy_files=(), flags=Flags())
     assert (p.limit_processes, p.limit_memory, p.limit_tmp_size, p.limit_wall_time) == (256, 2 * GiB, 512 * MiB, 3600)
-    p = load(ctx, policy_file=None, flags=Flags(limit_memory="unlimited", timeout="90s", limit_processes="64",
+    p = load(ctx, policy_files=(), flags=Flags(limit_memory="unlimited", timeout="90s", limit_processes="64",
                                                 limit_tmp_size="1GiB"))
     assert (p.limit_processes, p.limit_memory, p.limit_tmp_size, p.limit_wall_time) == (64, 0, GiB, 90)
     assert ("limits.memory", "unlimited", "command line") in p.sources
 
 
 def test_unset_limits_stay_unset_so_the_host_default_applies(tmp_path, monkeypatch) -> None:
-    p = load(_ctx(tmp_path, monkeypatch), policy_file=None, flags=Flags())
+    p = load(_ctx(tmp_path, monkeypatch), policy_files=(), flags=Flags())
     assert (p.limit_processes, p.limit_memory, p.limit_tmp_size, p.limit_wall_time) == (None, None, None, None)
     assert "limits" not in policy_document(p)
 
 
 def test_the_effective_document_with_limits_passes_policy_check(tmp_path, monkeypatch) -> None:
     ctx = _ctx(tmp_path, monkeypatch, user={"limits": {"memory": "unlimited", "wallTime": 1.5, "tmpSize": "1G"}})
-    doc = policy_document(load(ctx, policy_file=None, flags=Flags()))
+    doc = policy_document(load(ctx, policy_files=(), flags=Flags()))
     assert doc["limits"] == {"memory": "unlimited", "tmpSize": GiB, "wallTime": 1.5}
     validate_layer(Layer(name="saved.json", data=doc))
 
@@ -146,7 +146,7 @@ def test_the_effective_document_with_limits_passes_policy_check(tmp_path, monkey
 def test_a_bad_flag_value_names_the_flag_as_typed(tmp_path, monkeypatch, flag: str, value: str,
                                                   message: str) -> None:
     with pytest.raises(PolicyError) as e:
-        load(_ctx(tmp_path, monkeypatch), policy_file=None, flags=Flags(**{flag: value}))
+        load(_ctx(tmp_path, monkeypatch), policy_files=(), flags=Flags(**{flag: value}))
     assert e.value.message.startswith(message)
 
 
@@ -156,23 +156,23 @@ def test_a_bad_flag_value_names_the_flag_as_typed(tmp_path, monkeypatch, flag: s
 def test_a_project_file_cannot_raise_a_limit_over_the_default(tmp_path, monkeypatch, project: dict) -> None:
     ctx = _ctx(tmp_path, monkeypatch, project=project)
     with pytest.raises(PolicyError, match="a project file may not raise a limit") as e:
-        load(ctx, policy_file=None, flags=Flags())
+        load(ctx, policy_files=(), flags=Flags())
     assert e.value.hint and "trustProjectFiles" in e.value.hint
 
 
 def test_a_project_file_cannot_raise_the_users_limit_but_may_lower_it(tmp_path, monkeypatch) -> None:
     ctx = _ctx(tmp_path, monkeypatch, user={"limits": {"wallTime": "10m"}}, project={"limits": {"wallTime": "1h"}})
     with pytest.raises(PolicyError, match=r"limits.wallTime: a project file may not raise a limit \(to 1h, over 10m\)"):
-        load(ctx, policy_file=None, flags=Flags())
+        load(ctx, policy_files=(), flags=Flags())
     (tmp_path / "proj" / ".safebox.json").write_text(json.dumps({"limits": {"wallTime": "5m", "processes": 64,
                                                                            "memory": "1GiB"}}))
-    p = load(ctx, policy_file=None, flags=Flags())
+    p = load(ctx, policy_files=(), flags=Flags())
     assert (p.limit_wall_time, p.limit_processes, p.limit_memory) == (300, 64, GiB)  # lowering (or setting) is fine
 
 
 def test_a_trusted_project_file_may_raise_a_limit(tmp_path, monkeypatch) -> None:
     ctx = _ctx(tmp_path, monkeypatch, user={"trustProjectFiles": True}, project={"limits": {"processes": 8192}})
-    assert load(ctx, policy_file=None, flags=Flags()).limit_processes == 8192
+    assert load(ctx, policy_files=(), flags=Flags()).limit_processes == 8192
 
 
 # ------------------------------------------------------------------ the mechanism of each limit

@@ -80,7 +80,7 @@ def test_layers_concatenate_lists_in_order_and_later_scalars_win(tmp_path, monke
                 project={"network": {"deniedDomains": ["b.com"], "allowLocalBinding": False}})
     pfile = tmp_path / "extra.toml"
     pfile.write_text('[network]\nallowedDomains = ["c.com"]\n')
-    eff = load(ctx, policy_file=str(pfile), flags=Flags(allow_domains=("d.com",)))
+    eff = load(ctx, policy_files=(str(pfile),), flags=Flags(allow_domains=("d.com",)))
     assert eff.allowed_domains == ("a.com", "c.com", "d.com")
     assert eff.denied_domains == ("b.com",)
     assert eff.allow_local_binding is False
@@ -91,19 +91,19 @@ def test_layers_concatenate_lists_in_order_and_later_scalars_win(tmp_path, monke
 def test_a_project_file_cannot_widen_the_sandbox_without_trust(tmp_path, monkeypatch) -> None:
     ctx = _home(tmp_path, monkeypatch, project={"network": {"allowedDomains": ["evil.com"]}})
     with pytest.raises(PolicyError) as e:
-        load(ctx, policy_file=None, flags=Flags())
+        load(ctx, policy_files=(), flags=Flags())
     assert "network.allowedDomains: a project file may not widen the sandbox" in e.value.message
 
 
 def test_a_project_file_may_widen_when_the_user_trusts_project_files(tmp_path, monkeypatch) -> None:
     ctx = _home(tmp_path, monkeypatch, user={"trustProjectFiles": True},
                 project={"network": {"allowedDomains": ["ok.com"]}})
-    assert load(ctx, policy_file=None, flags=Flags()).allowed_domains == ("ok.com",)
+    assert load(ctx, policy_files=(), flags=Flags()).allowed_domains == ("ok.com",)
 
 
 def test_a_project_file_may_narrow_without_trust(tmp_path, monkeypatch) -> None:
     ctx = _home(tmp_path, monkeypatch, project={"filesystem": {"denyRead": ["secrets"]}})
-    assert f"{ctx.cwd}/secrets" in load(ctx, policy_file=None, flags=Flags()).deny_read
+    assert f"{ctx.cwd}/secrets" in load(ctx, policy_files=(), flags=Flags()).deny_read
 
 
 def test_malformed_files_name_the_file(tmp_path, monkeypatch) -> None:
@@ -111,10 +111,10 @@ def test_malformed_files_name_the_file(tmp_path, monkeypatch) -> None:
     bad = tmp_path / "bad.json"
     bad.write_text("{not json")
     with pytest.raises(PolicyError) as e:
-        load(ctx, policy_file=str(bad), flags=Flags())
+        load(ctx, policy_files=(str(bad),), flags=Flags())
     assert e.value.message.startswith(f"{bad}: invalid JSON")
     with pytest.raises(PolicyError, match="policy file not found"):
-        load(ctx, policy_file=str(tmp_path / "missing.toml"), flags=Flags())
+        load(ctx, policy_files=(str(tmp_path / "missing.toml"),), flags=Flags())
 
 
 def test_the_cache_returns_the_same_policy_and_follows_file_changes(tmp_path, monkeypatch) -> None:
@@ -122,33 +122,33 @@ def test_the_cache_returns_the_same_policy_and_follows_file_changes(tmp_path, mo
     pfile = tmp_path / "p.json"
     pfile.write_text(json.dumps({"network": {"allowedDomains": ["a.com"]}}))
     cache = str(tmp_path / "cache")
-    first = load_cached(ctx, policy_file=str(pfile), flags=Flags(), cache_dir=cache)
-    again = load_cached(ctx, policy_file=str(pfile), flags=Flags(), cache_dir=cache)
-    assert first == again == load(ctx, policy_file=str(pfile), flags=Flags())
+    first = load_cached(ctx, policy_files=(str(pfile),), flags=Flags(), cache_dir=cache)
+    again = load_cached(ctx, policy_files=(str(pfile),), flags=Flags(), cache_dir=cache)
+    assert first == again == load(ctx, policy_files=(str(pfile),), flags=Flags())
     pfile.write_text(json.dumps({"network": {"allowedDomains": ["b.com"]}}))
-    assert load_cached(ctx, policy_file=str(pfile), flags=Flags(), cache_dir=cache).allowed_domains == ("b.com",)
+    assert load_cached(ctx, policy_files=(str(pfile),), flags=Flags(), cache_dir=cache).allowed_domains == ("b.com",)
 
 
 def test_a_cache_file_that_is_not_private_is_ignored(tmp_path, monkeypatch) -> None:
     ctx = _home(tmp_path, monkeypatch)
     cache = tmp_path / "cache"
-    load_cached(ctx, policy_file=None, flags=Flags(), cache_dir=str(cache))
+    load_cached(ctx, policy_files=(), flags=Flags(), cache_dir=str(cache))
     (entry,) = cache.iterdir()
     entry.write_bytes(b"garbage")
     entry.chmod(0o644)
-    assert load_cached(ctx, policy_file=None, flags=Flags(), cache_dir=str(cache)) == load(
-        ctx, policy_file=None, flags=Flags())
+    assert load_cached(ctx, policy_files=(), flags=Flags(), cache_dir=str(cache)) == load(
+        ctx, policy_files=(), flags=Flags())
 
 
 def test_a_project_file_cannot_lower_the_search_depth_or_turn_strict_off(tmp_path, monkeypatch) -> None:
     ctx = _home(tmp_path, monkeypatch, user={"strict": True}, project={"mandatoryDenySearchDepth": 1})
     with pytest.raises(PolicyError, match="mandatoryDenySearchDepth: a project file may not lower it"):
-        load(ctx, policy_file=None, flags=Flags())
+        load(ctx, policy_files=(), flags=Flags())
     (tmp_path / "proj" / ".safebox.json").write_text(json.dumps({"strict": False}))
     with pytest.raises(PolicyError, match="strict: a project file may not turn strict mode off"):
-        load(ctx, policy_file=None, flags=Flags())
+        load(ctx, policy_files=(), flags=Flags())
     (tmp_path / "proj" / ".safebox.json").write_text(json.dumps({"mandatoryDenySearchDepth": 9}))
-    assert load(ctx, policy_file=None, flags=Flags()).search_depth == 9  # raising is fine
+    assert load(ctx, policy_files=(), flags=Flags()).search_depth == 9  # raising is fine
 
 
 # ------------------------------------------------------------------ messages in the user's words
@@ -238,6 +238,15 @@ WRONG: list[tuple[str, object, str]] = [
     ("env.deny", ["A B"], 'env.deny[0] = "A B": an environment variable pattern uses only letters'),
     ("env.allow", [None], "env.allow[0]: must be an environment variable pattern, not null"),
     ("env.allow", ["A-B"], 'env.allow[0] = "A-B": an environment variable pattern uses only letters'),
+    ("ci", ["VERSION"], "ci: must be a table/object, not a list"),
+    ("devices", True, "devices: must be a table/object, not true"),
+    ("devices.gpu", "yes", "devices.gpu = \"yes\": must be true, false, or a non-empty list of GPU indices"),
+    ("devices.gpu", [64], "devices.gpu: must be true, false, or a non-empty list of GPU indices from 0 to 63"),
+    ("devices.gpu", [0, 2], None),
+    ("ci.passEnv", "VERSION", 'ci.passEnv: must be a list of environment variable patterns, not the string "VERSION"'),
+    ("ci.passEnv", ["A=B"], 'ci.passEnv[0] = "A=B": an environment variable pattern uses only letters'),
+    ("ci.passPath", "/opt/bin", 'ci.passPath: must be a list of paths, not the string "/opt/bin"'),
+    ("ci.passPath", [""], 'ci.passPath[0] = "": a path must be non-empty'),
     ("strict", "yes", 'strict: must be true or false, not the string "yes"'),
     ("trustProjectFiles", 0, "trustProjectFiles: must be true or false, not the number 0"),
     ("mandatoryDenySearchDepth", "6", 'mandatoryDenySearchDepth: must be a whole number from 1 to 20, '
@@ -368,7 +377,7 @@ def test_an_srt_key_safebox_does_not_support_says_so_and_why(doc: dict, key: str
 ])
 def test_a_bad_flag_value_is_reported_with_the_flag_the_user_typed(flags: Flags, message: str) -> None:
     with pytest.raises(PolicyError) as e:
-        load(CTX, policy_file=None, flags=flags)
+        load(CTX, policy_files=(), flags=flags)
     assert e.value.message.startswith(message), e.value.message
     assert "command line" not in e.value.message and "network." not in e.value.message
 
@@ -379,7 +388,8 @@ def test_every_flag_that_feeds_a_policy_key_has_its_name_for_messages() -> None:
 
     flag_of = {o.dest: o.long for o in EXEC_OPTIONS}
     for field in Flags.__fields__:
-        data = flags_layer(Flags(**{field: True if field == "strict" else ("x.com",)})).data
+        value = True if field == "strict" else "all" if field == "allow_gpu" else ("x.com",)
+        data = flags_layer(Flags(**{field: value})).data
         key: tuple[str, ...] = ()
         node = data
         while isinstance(node, dict):
@@ -409,17 +419,17 @@ def test_a_thousand_distinct_policies_stay_within_the_cache_bound(tmp_path, monk
     ctx = _home(tmp_path, monkeypatch)
     cache = tmp_path / "cache"
     first = Flags(deny_write=("first",))
-    load_cached(ctx, policy_file=None, flags=first, cache_dir=str(cache))
+    load_cached(ctx, policy_files=(), flags=first, cache_dir=str(cache))
     (first_entry,) = _entries(cache)
     for i in range(1000):
         flags = Flags(deny_write=(f"d{i}",))
-        assert load_cached(ctx, policy_file=None, flags=flags, cache_dir=str(cache)).deny_write[-1].endswith(f"/d{i}")
+        assert load_cached(ctx, policy_files=(), flags=flags, cache_dir=str(cache)).deny_write[-1].endswith(f"/d{i}")
         if i % 100 == 0:
             # Used again now and then, each time after a minute's rest (an
             # mtime long past): a hit marks it used, so it outlives the
             # entries written with it.
             os.utime(first_entry, (1, 1))
-            assert load_cached(ctx, policy_file=None, flags=first, cache_dir=str(cache)).deny_write[-1].endswith("/first")
+            assert load_cached(ctx, policy_files=(), flags=first, cache_dir=str(cache)).deny_write[-1].endswith("/first")
             assert first_entry.stat().st_mtime > 1
     entries = _entries(cache)
     assert len(entries) == POLICY_CACHE_MAX_ENTRIES
@@ -428,7 +438,7 @@ def test_a_thousand_distinct_policies_stay_within_the_cache_bound(tmp_path, monk
     # The newest are kept: the last policy is a hit (its entry is unchanged).
     last = Flags(deny_write=("d999",))
     before = {p: p.stat().st_mtime_ns for p in entries}
-    load_cached(ctx, policy_file=None, flags=last, cache_dir=str(cache))
+    load_cached(ctx, policy_files=(), flags=last, cache_dir=str(cache))
     assert {p: p.stat().st_mtime_ns for p in _entries(cache)} == before
     assert not [p for p in cache.iterdir() if p.name.endswith(".tmp")]
 
@@ -457,14 +467,14 @@ def test_the_cache_is_bounded_by_size_too_and_never_evicts_the_entry_just_writte
 def test_a_cache_hit_does_not_scan_the_cache_dir(tmp_path, monkeypatch) -> None:
     ctx = _home(tmp_path, monkeypatch)
     cache = str(tmp_path / "cache")
-    load_cached(ctx, policy_file=None, flags=Flags(), cache_dir=cache)
+    load_cached(ctx, policy_files=(), flags=Flags(), cache_dir=cache)
     from safebox.policy import load as load_mod
 
     def boom(*_a, **_k):
         raise AssertionError("evicted on a hit")
 
     monkeypatch.setattr(load_mod, "evict_policy_cache", boom)
-    load_cached(ctx, policy_file=None, flags=Flags(), cache_dir=cache)
+    load_cached(ctx, policy_files=(), flags=Flags(), cache_dir=cache)
 
 
 def test_the_srt_network_and_credential_keys_merge_and_show_as_a_policy_that_validates(tmp_path) -> None:
@@ -480,7 +490,7 @@ def test_the_srt_network_and_credential_keys_merge_and_show_as_a_policy_that_val
                     "parentProxy": {"https": "http://p.corp:3128"}},
         "credentials": {"envVars": [{"name": "T", "mode": "mask"}], "files": [{"path": "~/tok", "mode": "deny"}]}}))
     ctx = Context(cwd=str(tmp_path), home="/home/u")
-    eff = load(ctx, policy_file=str(first), flags=Flags(allow_domains=("b.example.com",)))
+    eff = load(ctx, policy_files=(str(first),), flags=Flags(allow_domains=("b.example.com",)))
     assert eff.allowed_domains == ("api.example.com:443", "b.example.com")
     assert eff.tls_terminate and eff.tls_exclude_domains == ("mtls.example.com",)
     assert eff.tls_extra_ca_cert_paths == ("/home/u/ca.pem",)

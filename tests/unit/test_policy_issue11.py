@@ -58,7 +58,7 @@ def test_a_glob_in_a_read_or_deny_write_list_is_a_pattern(tmp_path: Path, monkey
                                                           key: tuple[str, str], entry: str) -> None:
     ctx = _ctx(tmp_path, monkeypatch)
     (Path(ctx.cwd) / "p.json").write_text(json.dumps({key[0]: {key[1]: [entry]}}))
-    eff = load(ctx, policy_file="p.json", flags=Flags())
+    eff = load(ctx, policy_files=("p.json",), flags=Flags())
     field = {"denyRead": "deny_read", "allowRead": "allow_read", "denyWrite": "deny_write"}[key[1]]
     expanded = os.path.normpath(os.path.join(ctx.cwd, entry.replace("~", ctx.home, 1) if entry.startswith("~")
                                              else entry))
@@ -70,7 +70,7 @@ def test_the_literal_form_keeps_glob_characters_plain(tmp_path: Path, monkeypatc
     ctx = _ctx(tmp_path, monkeypatch)
     (Path(ctx.cwd) / "p.json").write_text(json.dumps({"filesystem": {"denyRead": [
         {"path": "build[1]/*.log", "literal": True}, {"path": "*.pem", "literal": False}]}}))
-    eff = load(ctx, policy_file="p.json", flags=Flags())
+    eff = load(ctx, policy_files=("p.json",), flags=Flags())
     assert f"{ctx.cwd}/build[1]/*.log" in eff.deny_read and eff.deny_read_globs == (f"{ctx.cwd}/*.pem",)
     # `policy show --json` writes it back in the same form.
     doc = policy_document(eff)
@@ -99,7 +99,7 @@ def test_a_glob_shaped_write_root_flag_is_refused_naming_the_flag(tmp_path: Path
                                                                   field: str, flag: str) -> None:
     ctx = _ctx(tmp_path, monkeypatch)
     with pytest.raises(PolicyError) as e:
-        load(ctx, policy_file=None, flags=Flags(**{field: ("**/.env",)}))
+        load(ctx, policy_files=(), flags=Flags(**{field: ("**/.env",)}))
     assert e.value.message.startswith(f"{flag} '**/.env': glob patterns are not supported here")
     assert "\n" not in e.value.message
 
@@ -109,10 +109,10 @@ def test_a_glob_shaped_write_root_flag_is_refused_naming_the_flag(tmp_path: Path
 def test_a_glob_flag_value_is_a_pattern(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, field: str,
                                         flag: str) -> None:
     ctx = _ctx(tmp_path, monkeypatch)
-    eff = load(ctx, policy_file=None, flags=Flags(**{field: ("**/.env",)}))
+    eff = load(ctx, policy_files=(), flags=Flags(**{field: ("**/.env",)}))
     assert getattr(eff, field + "_globs") == (f"{ctx.cwd}/**/.env",)
     with pytest.raises(PolicyError) as e:
-        load(ctx, policy_file=None, flags=Flags(**{field: ("*.{a,b}",)}))
+        load(ctx, policy_files=(), flags=Flags(**{field: ("*.{a,b}",)}))
     assert e.value.message.startswith(f"{flag} '*.{{a,b}}': braces are not expanded")
 
 
@@ -127,7 +127,7 @@ def test_control_a_literal_path_is_accepted(entry: str) -> None:
 def test_every_new_default_credential_path_is_denied_by_default(tmp_path: Path,
                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
     ctx = _ctx(tmp_path, monkeypatch)
-    deny = load(ctx, policy_file=None, flags=Flags()).deny_read
+    deny = load(ctx, policy_files=(), flags=Flags()).deny_read
     for p in ("~/.claude/.credentials.json", "~/.codex/auth.json", "~/.config/git/credentials", "~/.pgpass",
               "~/.my.cnf", "~/.m2/settings.xml", "~/.gradle/gradle.properties", "~/.config/containers/auth.json",
               "~/.boto", "~/.s3cfg", "~/.vault-token", "~/.terraformrc", "~/.terraform.d/credentials.tfrc.json",
@@ -164,13 +164,13 @@ def test_a_store_moved_by_an_environment_variable_is_denied_and_named_by_its_var
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, var: str) -> None:
     value, expected = ENV_STORES[var]
     ctx = _ctx(tmp_path, monkeypatch, env={var: value, "UNRELATED": "/c/x"})
-    eff = load(ctx, policy_file=None, flags=Flags())
+    eff = load(ctx, policy_files=(), flags=Flags())
     for p in expected:
         p = p.format(cwd=ctx.cwd)
         assert p in eff.deny_read
         assert ("filesystem.denyRead", p, f"${var}") in (eff.sources or ())
     # Control: without the variable, none of these is on the list.
-    plain = load(_ctx(tmp_path, monkeypatch), policy_file=None, flags=Flags())
+    plain = load(_ctx(tmp_path, monkeypatch), policy_files=(), flags=Flags())
     assert not any(p.format(cwd=ctx.cwd) in plain.deny_read for p in expected)
 
 
@@ -180,20 +180,20 @@ def test_an_empty_credential_variable_adds_nothing() -> None:
 
 def test_env_store_paths_are_literal_not_globs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     ctx = _ctx(tmp_path, monkeypatch, env={"GNUPGHOME": "/c/gnupg[1]"})
-    assert "/c/gnupg[1]" in load(ctx, policy_file=None, flags=Flags()).deny_read
+    assert "/c/gnupg[1]" in load(ctx, policy_files=(), flags=Flags()).deny_read
 
 
 def test_the_policy_cache_is_keyed_on_the_credential_variables(tmp_path: Path,
                                                                monkeypatch: pytest.MonkeyPatch) -> None:
     cache = str(tmp_path / "cache")
-    first = load_cached(_ctx(tmp_path, monkeypatch, env={"GNUPGHOME": "/c/one"}), policy_file=None,
+    first = load_cached(_ctx(tmp_path, monkeypatch, env={"GNUPGHOME": "/c/one"}), policy_files=(),
                         flags=Flags(), cache_dir=cache)
-    second = load_cached(_ctx(tmp_path, monkeypatch, env={"GNUPGHOME": "/c/two"}), policy_file=None,
+    second = load_cached(_ctx(tmp_path, monkeypatch, env={"GNUPGHOME": "/c/two"}), policy_files=(),
                          flags=Flags(), cache_dir=cache)
     assert "/c/one" in first.deny_read and "/c/one" not in second.deny_read
     assert "/c/two" in second.deny_read
     # Control: the same variables are a cache hit (one entry per distinct value).
-    load_cached(_ctx(tmp_path, monkeypatch, env={"GNUPGHOME": "/c/two"}), policy_file=None, flags=Flags(),
+    load_cached(_ctx(tmp_path, monkeypatch, env={"GNUPGHOME": "/c/two"}), policy_files=(), flags=Flags(),
                 cache_dir=cache)
     assert len(os.listdir(cache)) == 2
 
@@ -201,7 +201,7 @@ def test_the_policy_cache_is_keyed_on_the_credential_variables(tmp_path: Path,
 def test_allow_read_takes_a_whole_default_entry_off_the_deny_list(tmp_path: Path,
                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     ctx = _ctx(tmp_path, monkeypatch, env={"GNUPGHOME": "/c/gnupg"})
-    eff = load(ctx, policy_file=None, flags=Flags(allow_read=("~/.m2/settings.xml", "/c/gnupg")))
+    eff = load(ctx, policy_files=(), flags=Flags(allow_read=("~/.m2/settings.xml", "/c/gnupg")))
     assert f"{ctx.home}/.m2/settings.xml" not in eff.deny_read and "/c/gnupg" not in eff.deny_read
     assert f"{ctx.home}/.ssh" in eff.deny_read  # the rest stays
     assert ("filesystem.denyRead", f"{ctx.home}/.m2/settings.xml",
@@ -217,14 +217,14 @@ def test_allow_read_inside_a_denied_directory_is_kept_for_the_builder(tmp_path: 
                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
     # A carve-out is decided against the host (builder/regions.py): the deny stays, the allow joins it.
     ctx = _ctx(tmp_path, monkeypatch)
-    eff = load(ctx, policy_file=None, flags=Flags(allow_read=("~/.ssh/config",)))
+    eff = load(ctx, policy_files=(), flags=Flags(allow_read=("~/.ssh/config",)))
     assert f"{ctx.home}/.ssh" in eff.deny_read and eff.allow_read == (f"{ctx.home}/.ssh/config",)
 
 
 def test_an_allow_read_pattern_takes_the_same_deny_pattern_off(tmp_path: Path,
                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
     ctx = _ctx(tmp_path, monkeypatch)
-    eff = load(ctx, policy_file=None, flags=Flags(deny_read=("**/.env", "*.pem"), allow_read=("**/.env",)))
+    eff = load(ctx, policy_files=(), flags=Flags(deny_read=("**/.env", "*.pem"), allow_read=("**/.env",)))
     assert eff.deny_read_globs == (f"{ctx.cwd}/*.pem",)
     assert ("filesystem.denyRead", f"{ctx.cwd}/**/.env",
             "command line (re-allowed by filesystem.allowRead from command line)") in (eff.sources or ())
@@ -233,8 +233,8 @@ def test_an_allow_read_pattern_takes_the_same_deny_pattern_off(tmp_path: Path,
 def test_allow_read_of_a_path_that_is_not_denied_changes_nothing(tmp_path: Path,
                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
     ctx = _ctx(tmp_path, monkeypatch)
-    base = load(ctx, policy_file=None, flags=Flags())
-    assert load(ctx, policy_file=None, flags=Flags(allow_read=("~", "/usr"))).deny_read == base.deny_read
+    base = load(ctx, policy_files=(), flags=Flags())
+    assert load(ctx, policy_files=(), flags=Flags(allow_read=("~", "/usr"))).deny_read == base.deny_read
 
 
 @pytest.mark.parametrize("doc", [{"filesystem": {"allowRead": ["~/.pgpass"]}},
@@ -244,7 +244,7 @@ def test_a_project_file_cannot_re_allow_or_open_path_dirs(tmp_path: Path, monkey
     ctx = _ctx(tmp_path, monkeypatch)
     (Path(ctx.cwd) / ".safebox.json").write_text(json.dumps(doc))
     with pytest.raises(PolicyError, match="a project file may not widen the sandbox"):
-        load(ctx, policy_file=None, flags=Flags())
+        load(ctx, policy_files=(), flags=Flags())
 
 
 # ---------------------------------------------------------------- item 5
@@ -272,3 +272,19 @@ def test_path_dirs_in_a_write_root_are_found_resolved_and_missing_ones_watched(t
     # Control: no write root holds them, nothing is found.
     none = path_dirs_in_write_roots((f"{home}/.local/bin", f"{home}/bin"), [str(tmp_path / "elsewhere")])
     assert (none.existing, none.missing, none.links) == ([], [], [])
+
+
+def test_the_policy_cache_is_keyed_on_the_built_in_lists(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Issue 22 item 7: a safebox upgraded in place (same version) with more
+    # scrub patterns must not be served the old list from its cache.
+    cache = str(tmp_path / "cache")
+    first = load_cached(_ctx(tmp_path, monkeypatch), policy_files=(), flags=Flags(), cache_dir=cache)
+    assert "*NEW_SECRET_WORD*" not in first.env_deny
+    monkeypatch.setattr(defaults, "ENV_DENY_PATTERNS", (*defaults.ENV_DENY_PATTERNS, "*NEW_SECRET_WORD*"))
+    monkeypatch.setattr(defaults, "CREDENTIAL_PATHS", (*defaults.CREDENTIAL_PATHS, "~/.new-store"))
+    second = load_cached(_ctx(tmp_path, monkeypatch), policy_files=(), flags=Flags(), cache_dir=cache)
+    assert "*NEW_SECRET_WORD*" in second.env_deny
+    assert str(tmp_path / "home" / ".new-store") in second.deny_read
+    # Control: unchanged lists are a cache hit.
+    load_cached(_ctx(tmp_path, monkeypatch), policy_files=(), flags=Flags(), cache_dir=cache)
+    assert len(os.listdir(cache)) == 2

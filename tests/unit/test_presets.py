@@ -18,7 +18,7 @@ from safebox.builder.write_roots import create_missing
 from safebox.errors import BuildError, PolicyError
 from safebox.policy.load import Context, Flags, Layer, _load_from, merge, policy_document, validate_layer
 from safebox.policy.model import _check_domain_pattern
-from safebox.policy.presets import PRESETS, active, describe, presets_for_host
+from safebox.policy.presets import PRESETS, active, describe, presets_for_host, project_key
 from safebox.proxy.explain import MAX_LINES, Explainer, refusal_line
 from safebox.proxy.rules import NetworkRules
 from safebox.run.host import hidden_tmp_hint
@@ -100,9 +100,9 @@ def test_a_registry_allowed_by_hand_activates_its_presets_caches() -> None:
 
 
 def test_policy_show_describes_each_presets_caches(tmp_path: Path) -> None:
-    out = describe(("maven",), (), state=str(tmp_path), home="/home/u")
+    out = describe(("maven",), (), state=str(tmp_path), home="/home/u", work_dir=WORK)
     cache = out["maven"]["caches"][0]
-    assert cache["dir"] == str(tmp_path / "sandbox-caches" / "maven" / "m2-repository")
+    assert cache["dir"] == str(tmp_path / "sandbox-caches" / project_key(WORK) / "maven" / "m2-repository")
     assert cache["env"]["MAVEN_OPTS"].startswith(f"... -Dmaven.repo.local={cache['dir']} ")
     assert cache["hostPaths"] == ["/home/u/.m2/repository"]
 
@@ -114,41 +114,87 @@ def test_a_refused_hosts_preset_is_suggested() -> None:
 
 # ------------------------------------------------------------------ caches
 
+WORK = "/srv/proj"
+
+
 def test_cache_leaves_are_created_private_and_named_by_variables(tmp_path: Path) -> None:
-    plan = prepare(("pip",), state=str(tmp_path), home="/home/u")
+    plan = prepare(("pip",), state=str(tmp_path), home="/home/u", work_dir=WORK)
     base = tmp_path / "sandbox-caches"
-    assert plan.dirs == (str(base / "pip" / "pip"), str(base / "pip" / "uv"))
-    for d in (base, base / "pip", *map(Path, plan.dirs)):
+    project = base / project_key(WORK)
+    assert plan.dirs == (str(project / "pip" / "pip"), str(project / "pip" / "uv"))
+    for d in (base, project, project / "pip", *map(Path, plan.dirs)):
         assert stat.S_IMODE(d.stat().st_mode) == 0o700
     assert cache_env(plan, {}, proxy=None) == {"PIP_CACHE_DIR": plan.dirs[0], "UV_CACHE_DIR": plan.dirs[1]}
     assert plan.host_paths == ("/home/u/.cache/pip", "/home/u/.cache/uv")
 
 
 def test_a_cache_leaf_loosened_by_the_command_is_made_private_again(tmp_path: Path) -> None:
-    plan = prepare(("go",), state=str(tmp_path), home="/h")
+    plan = prepare(("go",), state=str(tmp_path), home="/h", work_dir=WORK)
     os.chmod(plan.dirs[0], 0o777)
-    prepare(("go",), state=str(tmp_path), home="/h")
+    prepare(("go",), state=str(tmp_path), home="/h", work_dir=WORK)
     assert stat.S_IMODE(os.stat(plan.dirs[0]).st_mode) == 0o700
 
 
 def test_a_cache_leaf_replaced_by_a_symlink_is_refused(tmp_path: Path) -> None:
-    plan = prepare(("npm",), state=str(tmp_path), home="/h")
+    plan = prepare(("npm",), state=str(tmp_path), home="/h", work_dir=WORK)
     target = tmp_path / "elsewhere"
     target.mkdir()
     os.rmdir(plan.dirs[0])
     os.symlink(target, plan.dirs[0])
     with pytest.raises(BuildError, match="is not a directory owned by you"):
-        prepare(("npm",), state=str(tmp_path), home="/h")
+        prepare(("npm",), state=str(tmp_path), home="/h", work_dir=WORK)
+
+
+@pytest.mark.parametrize("level", ["sandbox-caches", "project", "preset"])
+def test_a_cache_level_above_the_leaf_replaced_by_a_symlink_is_refused(tmp_path: Path, level: str) -> None:
+    plan = prepare(("npm",), state=str(tmp_path), home="/h", work_dir=WORK)
+    preset = Path(plan.dirs[0]).parent
+    d = {"sandbox-caches": preset.parent.parent, "project": preset.parent, "preset": preset}[level]
+    moved = d.with_name(d.name + ".moved")
+    d.rename(moved)
+    d.symlink_to(moved)
+    with pytest.raises(BuildError, match=f"sandbox cache {d} is not a directory owned by you"):
+        prepare(("npm",), state=str(tmp_path), home="/h", work_dir=WORK)
+
+
+def test_a_cache_level_that_is_a_file_is_refused(tmp_path: Path) -> None:
+    plan = prepare(("go",), state=str(tmp_path), home="/h", work_dir=WORK)
+    os.rmdir(plan.dirs[1])
+    Path(plan.dirs[1]).write_text("")
+    with pytest.raises(BuildError, match="is not a directory owned by you"):
+        prepare(("go",), state=str(tmp_path), home="/h", work_dir=WORK)
+
+
+def test_each_work_dir_has_caches_of_its_own(tmp_path: Path) -> None:
+    a = prepare(("cargo",), state=str(tmp_path), home="/h", work_dir="/srv/a")
+    b = prepare(("cargo",), state=str(tmp_path), home="/h", work_dir="/srv/b")
+    again = prepare(("cargo",), state=str(tmp_path), home="/h", work_dir="/srv/a")
+    assert a.dirs != b.dirs and again.dirs == a.dirs
+    # A subdirectory is a project of its own: it writes less than its parent.
+    assert prepare(("cargo",), state=str(tmp_path), home="/h", work_dir="/srv/a/sub").dirs != a.dirs
+
+
+def test_a_project_key_is_the_work_dirs_real_path_digested(tmp_path: Path) -> None:
+    real = tmp_path / "proj"
+    real.mkdir()
+    (tmp_path / "link").symlink_to(real)
+    assert project_key(str(tmp_path / "link")) == project_key(str(real))
+    key = project_key(str(real))
+    assert key.startswith("proj-") and len(key) == len("proj-") + 32
+    # The readable part is for ls only: odd characters become _, / is "root".
+    assert project_key("/srv/a b$(x)").startswith("a_b__x_-")
+    assert project_key("/").startswith("root-")
+    assert project_key("/srv/.hidden").startswith("hidden-")
 
 
 def test_a_dry_run_creates_no_cache(tmp_path: Path) -> None:
-    plan = prepare(("cargo",), state=str(tmp_path), home="/h", create=False)
-    assert plan.dirs == (str(tmp_path / "sandbox-caches" / "cargo" / "cargo-home"),)
+    plan = prepare(("cargo",), state=str(tmp_path), home="/h", work_dir=WORK, create=False)
+    assert plan.dirs == (str(tmp_path / "sandbox-caches" / project_key(WORK) / "cargo" / "cargo-home"),)
     assert not (tmp_path / "sandbox-caches").exists()
 
 
 def test_mavens_options_are_appended_with_the_proxy_filled_in(tmp_path: Path) -> None:
-    plan = prepare(("maven",), state=str(tmp_path), home="/h")
+    plan = prepare(("maven",), state=str(tmp_path), home="/h", work_dir=WORK)
     env = cache_env(plan, {"MAVEN_OPTS": "-Xmx1g"}, proxy=("127.0.0.1", 3128))
     assert env["MAVEN_OPTS"] == (f"-Xmx1g -Dmaven.repo.local={plan.dirs[0]} -Dhttp.proxyHost=127.0.0.1 "
                                  "-Dhttp.proxyPort=3128 -Dhttps.proxyHost=127.0.0.1 -Dhttps.proxyPort=3128 "
@@ -156,7 +202,7 @@ def test_mavens_options_are_appended_with_the_proxy_filled_in(tmp_path: Path) ->
 
 
 def test_github_has_no_cache(tmp_path: Path) -> None:
-    assert prepare(("github",), state=str(tmp_path), home="/h").dirs == ()
+    assert prepare(("github",), state=str(tmp_path), home="/h", work_dir=WORK).dirs == ()
 
 
 def test_cache_binds_come_after_the_read_only_rebinds_of_the_state_dir() -> None:

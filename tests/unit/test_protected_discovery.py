@@ -65,14 +65,74 @@ def test_a_find_error_other_than_a_vanished_or_unreadable_entry_fails_closed(tmp
         protected_paths({root: scan}, [root], root)
 
 
-def test_unreadable_or_vanished_entries_are_not_walk_failures(tmp_path: Path) -> None:
+def test_a_vanished_entry_is_not_a_walk_failure(tmp_path: Path) -> None:
     fake = tmp_path / "find"
-    fake.write_text("#!/bin/sh\necho \"find: '/x/a': Permission denied\" >&2\n"
-                    "echo \"find: '/x/b': No such file or directory\" >&2\nexit 1\n")
+    fake.write_text("#!/bin/sh\necho \"find: '/x/b': No such file or directory\" >&2\nexit 1\n")
     fake.chmod(0o755)
     root = str(tmp_path)
     prot = protected_paths({root: RootScan(rg="/usr/bin/rg", find=str(fake), root=root, depth=6)}, [root], root)
     assert prot.links == []
+
+
+def test_a_permission_error_find_did_not_report_as_unlistable_fails_closed_with_the_fix(tmp_path: Path) -> None:
+    """find reports the directories it cannot list itself (``-readable``) and
+    does not enter them: an EACCES on its stderr is one that changed under
+    the walk, and what it hides is unknown."""
+    from safebox.errors import BuildError
+
+    fake = tmp_path / "find"
+    fake.write_text("#!/bin/sh\necho \"find: '/x/a': Permission denied\" >&2\nexit 1\n")
+    fake.chmod(0o755)
+    root = str(tmp_path)
+    with pytest.raises(BuildError, match="find failed under .*Permission denied") as e:
+        protected_paths({root: RootScan(rg="/usr/bin/rg", find=str(fake), root=root, depth=6)}, [root], root)
+    assert e.value.hint == "make it listable: chmod u+rx /x/a"
+
+
+@pytest.mark.parametrize(("stderr", "harmless"), [
+    (b"/w/a: IO error for operation on /w/a: Permission denied (os error 13)\n", True),
+    (b"/w/a/b: IO error for operation on /w/a/b: Permission denied (os error 13)\n", True),
+    (b"rg: /w/a/b: Permission denied (os error 13)\n", True),
+    (b"/w/gone: IO error for operation on /w/gone: No such file or directory (os error 2)\n", True),
+    # Not beneath a directory find reported: the review's attack hid here.
+    (b"/w/other: IO error for operation on /w/other: Permission denied (os error 13)\n", False),
+    (b"/w/ab: IO error for operation on /w/ab: Permission denied (os error 13)\n", False),
+    (b"/w/a: IO error for operation on /w/a: Input/output error (os error 5)\n", False),
+    (b"", False),
+])
+def test_only_permission_errors_beneath_directories_find_reported_are_harmless(stderr: bytes,
+                                                                               harmless: bool) -> None:
+    from safebox.builder.resolve import _only_harmless_walk_errors
+
+    assert _only_harmless_walk_errors(stderr, frozenset({"/w/a"})) is harmless
+
+
+def test_an_unlistable_directory_is_reported_and_its_permission_errors_are_not_failures(tmp_path: Path) -> None:
+    if os.geteuid() == 0 and _root_reads_anything():
+        # DAC does not stop root: nothing is unlistable, which the walk says too.
+        (tmp_path / "blind").mkdir(mode=0o300)
+        root = str(tmp_path)
+        assert protected_paths({root: _scan(tmp_path)}, [root], root).unlistable == []
+        return
+    for name, mode in (("blind", 0o300), ("dark", 0o600), ("open", 0o755)):
+        (tmp_path / name / ".git" / "hooks").mkdir(parents=True)
+        (tmp_path / name / ".git" / "HEAD").write_text("ref: refs/heads/main\n")
+        (tmp_path / name).chmod(mode)
+    root = str(tmp_path)
+    try:
+        prot = protected_paths({root: _scan(tmp_path)}, [root], root)
+    finally:
+        for name in ("blind", "dark"):
+            (tmp_path / name).chmod(0o755)
+    assert prot.unlistable == [f"{root}/blind", f"{root}/dark"]
+    assert f"{root}/open/.git/hooks" in prot.existing  # control: a listable one is searched as before
+
+
+def _root_reads_anything() -> bool:
+    """Whether this root process has CAP_DAC_READ_SEARCH (bit 2) in its effective set."""
+    with open("/proc/self/status") as f:
+        eff = next(int(ln.split()[1], 16) for ln in f if ln.startswith("CapEff:"))
+    return bool(eff & (1 << 2))
 
 
 def test_find_missing_is_a_clear_error() -> None:
@@ -80,3 +140,21 @@ def test_find_missing_is_a_clear_error() -> None:
 
     with pytest.raises(BuildError, match="find not found"):
         RootScan(rg="/usr/bin/rg", find=None, root=os.getcwd(), depth=6)
+
+
+def test_a_remembered_git_dir_made_unlistable_is_read_only_whole(tmp_path: Path) -> None:
+    if os.geteuid() == 0 and _root_reads_anything():
+        return  # root lists it anyway: nothing to decide (the walk test above says so too)
+    git = tmp_path / "lib.git"
+    for d in ("hooks", "objects", "refs"):
+        (git / d).mkdir(parents=True)
+    (git / "HEAD").write_text("ref: refs/heads/main\n")
+    git.chmod(0o300)
+    root = str(tmp_path)
+    try:
+        # Deeper than this walk looks (depth 0: find tests nothing): the memory alone names it.
+        scan = RootScan(rg="/usr/bin/rg", find="/usr/bin/find", root=root, depth=-3)
+        prot = protected_paths({root: scan}, [root], root, known=(("git", str(git)),))
+    finally:
+        git.chmod(0o755)
+    assert prot.unlistable == [str(git)]  # read-only whole for the run, said with the fix

@@ -132,3 +132,16 @@ def test_the_report_command_exits_125_naming_an_unreadable_log(tmp_path: Path) -
     r = CliRunner().invoke(_click_app(), ["report", str(tmp_path / "missing.jsonl")])
     assert r.exit_code == 125
     assert f"safebox: {tmp_path}/missing.jsonl: cannot read the audit log: No such file or directory" in r.output
+
+
+@pytest.mark.parametrize("content", [b"garbage\n\x00\xff{\"a\": 1}\n[1, 2]\n", b""])
+def test_report_refuses_a_file_that_holds_no_run_with_125_and_one_line_as_policy_suggest_does(
+        tmp_path: Path, content: bytes) -> None:
+    from safebox.cli import _click_app
+
+    log = tmp_path / "garbage.jsonl"
+    log.write_bytes(content)
+    line = f"safebox: no run found in {log} (was it written by safebox exec --audit-log?)\n"
+    for argv in (["report", str(log)], ["report", "--format", "json", str(log)], ["policy", "suggest", str(log)]):
+        r = CliRunner().invoke(_click_app(), argv)
+        assert (r.exit_code, r.output) == (125, line), argv

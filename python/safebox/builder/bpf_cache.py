@@ -8,9 +8,26 @@ cache does) and the options, with the identity of the libseccomp file the
 entry was compiled with checked on read (one stat: an upgraded library is a
 miss), and imports ``seccomp`` only on a miss (``seccomp.compile_with_id``).
 
-The cache lives in the state dir, which the sandbox can never write
-(builder/resolve.py binds it read-only, Landlock grants it no write). Entries
-are still checked on read: ours, 0600, magic, size a non-zero multiple of 8.
+An entry's digest is its own: it catches a torn or corrupt file, not a
+forgery (a writer could recompute it, as the review's forged allow-all
+programs did). What the entry is checked against is where it lives: out of
+every sandbox's reach (issue 22).
+
+1. The state dir is read-only inside, whatever the policy: a write root at
+   or inside it is refused, and one above it is bound before the state
+   dir's read-only bind, in bubblewrap's argv and in the mounter's plan
+   (builder/resolve.py ``_state_masks``, builder/bulk.py).
+2. Under bubblewrap ``STATE/cache`` is masked in every sandbox, an empty
+   read-only tmpfs made after every write bind: the command can neither
+   read nor write an entry, even through a mount mistake in (1).
+3. On a helper-only host Landlock keeps the state dir out of every write
+   grant (builder/resolve.py ``landlock_rules``, ``write_exclude``).
+
+Chosen over recomputing the digest, which needs the compile this cache
+exists to skip (~20 ms a start), and over an HMAC, whose key would have to
+be hidden from every sandbox the same way (a mask) to mean anything, and
+then adds nothing to (2). Entries are still checked on read: ours, 0600,
+magic, digest, size a non-zero multiple of 8, the same libseccomp.
 """
 
 from __future__ import annotations
@@ -36,13 +53,16 @@ def fast_key(*, allow_unix_sockets: bool, inet: str, observe: str = "off") -> st
 
 
 def _read(path: str) -> tuple[bytes, str] | None:
+    from safebox.hostio import HostFileError, open_read
+
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
-    except OSError:
+        # hostio: no link followed, a regular file of ours with one link.
+        fd = open_read(path, max_size=1 << 16)
+    except HostFileError:
         return None
     try:
         st = os.fstat(fd)
-        if st.st_uid != os.getuid() or st.st_mode & 0o077 or st.st_size > 1 << 16:
+        if st.st_mode & 0o077:
             return None
         data = os.read(fd, st.st_size + 1)
     finally:
@@ -82,18 +102,12 @@ def load(*, cache_dir: str, allow_unix_sockets: bool, inet: str, observe: str = 
 
     program, fid, lib = compile_with_id(allow_unix_sockets=allow_unix_sockets, allow_inet=InetMode(inet),
                                         observe=Observe(observe))
+    from safebox.hostio import HostFileError, replace
+
     try:
         os.makedirs(cache_dir, mode=0o700, exist_ok=True)
-        tmp = f"{path}.{os.getpid()}.tmp"
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-        try:
-            blob = _MAGIC + f"{fid} {sha256_hex(program)} {lib.encode().hex()}\n".encode() + program
-            view = memoryview(blob)
-            while view:
-                view = view[os.write(fd, view):]
-        finally:
-            os.close(fd)
-        os.replace(tmp, path)
-    except OSError:
+        blob = _MAGIC + f"{fid} {sha256_hex(program)} {lib.encode().hex()}\n".encode() + program
+        replace(path, blob, mode=0o600)
+    except (OSError, HostFileError):
         pass  # an unwritable cache only costs speed
     return program, fid

@@ -24,7 +24,13 @@ that changes nothing:
   ``--publish`` dir, the ``allowRead`` carve-outs), which must stay on top;
 * a write root holds no host mount point (bubblewrap binds it from the host,
   where such a mount keeps its own flags; the sandbox's view of it is
-  read-only).
+  read-only);
+* a write root holds nothing bubblewrap keeps: no read-only entry, mask or
+  pin that stays, no sealed ``.git``, preset cache or overlay, not the run
+  dir (the mounter's scratch). Moved, it would be bound after them: over a
+  read-only bind at its own path, made writable, or hiding the run dir's
+  (issue 22: the state dir became writable). So read-only self-protection
+  always comes after every write bind, in both mount paths.
 
 Everything else commutes: a mount made later that lies above one bubblewrap
 made is a recursive bind of the sandbox's current view and carries it along
@@ -34,7 +40,7 @@ made is a recursive bind of the sandbox's current view and carries it along
 from __future__ import annotations
 
 from safebox._record import Frozen, StrEnum
-from safebox.builder.paths import Nearest, ancestors
+from safebox.builder.paths import Nearest, ancestors, parent_dir
 from safebox.builder.resolved import Layers, ResolvedPolicy
 
 #: Below this many movable mounts bubblewrap makes them all: its cost per
@@ -63,6 +69,21 @@ class BulkPlan(Frozen):
     # Where the mounter attaches its snapshot of the sandbox's tree while it
     # works (the run dir: nothing is mounted beneath it).
     scratch: str = ""
+    # What masks a file (ResolvedPolicy.empty_file).
+    empty: str = ""
+
+
+def _at_or_above(paths: list[str]) -> set[str]:
+    """Every path of ``paths`` and every directory above one: each
+    directory walked once, however many entries share it."""
+    out: set[str] = set()
+    for p in paths:
+        while p not in out:
+            out.add(p)
+            if p == "/":
+                break
+            p = parent_dir(p)
+    return out
 
 
 def split(rp: ResolvedPolicy, *, host_mounts: frozenset[str] | set[str] = frozenset(),
@@ -89,9 +110,12 @@ def split(rp: ResolvedPolicy, *, host_mounts: frozenset[str] | set[str] = frozen
     # when a mask hides it): bubblewrap binds each back over its mask, so a
     # mask or read-only bind that holds one must be made before it, by
     # bubblewrap, not after it by the mounter (which would hide it again).
+    # The presets' cache leaves too: bubblewrap binds them read-write after
+    # the read-only re-binds, and the mounter's read-only copy would take
+    # that back.
     late = tuple(p for p in (*rp.socket_binds, rp.run_dir, rp.publish_dir,
                              *(h for h in (rp.helper_path,) if h and in_tmp(h)),
-                             *(c for c, _ in rp.carve_outs)) if p)
+                             *(c for c, _ in rp.carve_outs), *rp.cache_dirs) if p)
     holds_late = {a for p in late for a in ancestors(p)}
     above_cwd = set(ancestors(rp.cwd)) if rp.cwd else set()
     # Write roots bubblewrap binds from the host: what lies beneath them is
@@ -105,11 +129,24 @@ def split(rp: ResolvedPolicy, *, host_mounts: frozenset[str] | set[str] = frozen
     def movable(p: str) -> bool:
         return visible(p) and p not in above_cwd
 
-    moved_roots = [w for w in outer if movable(w) and not in_tmp(w) and w not in host_held]
     pins = [p for p in rp.pinned_dirs if movable(p)]
     ro = [p for p in rp.read_only if movable(p) and p not in holds_late]
     mdirs = [d for d in rp.mask_dirs if movable(d) and d not in holds_late]
     mfiles = [f for f in rp.mask_files if movable(f) and f not in holds_late]
+    # A write root moves only when bubblewrap keeps nothing at or beneath
+    # it. The mounter binds it after every mount of bubblewrap's, so one
+    # that held a read-only bind bubblewrap kept (the state dir, which holds
+    # the run dir) would land on top of it and be made writable, and one
+    # above the run dir would hide the run dir's read-only bind (issue 22).
+    # Kept with bubblewrap, the root is bound before everything beneath it:
+    # read-only self-protection always comes after every write bind.
+    gone = {*pins, *ro, *mdirs, *mfiles}
+    kept = [*late, *(p for p in (*rp.pinned_dirs, *rp.read_only, *rp.mask_dirs, *rp.mask_files) if p not in gone),
+            *(p for d, kids in rp.sealed_dirs for p in (d, *kids)), *(real for real, _ in rp.masked_files),
+            *(f for _, f in rp.overlays)]
+    holds_kept = _at_or_above(kept)
+    moved_roots = [w for w in outer if movable(w) and not in_tmp(w) and w not in host_held
+                   and w not in holds_kept]
     if len(moved_roots) + len(pins) + len(ro) + len(mdirs) + len(mfiles) < minimum:
         return rp, BulkPlan()
     ops: list[tuple[BulkOp, str]] = []
@@ -132,5 +169,5 @@ def split(rp: ResolvedPolicy, *, host_mounts: frozenset[str] | set[str] = frozen
     left = rp.replace(write_roots=tuple(w for w in rp.write_roots if w in kept_roots),
                       pinned_dirs=rest(rp.pinned_dirs, pins), read_only=rest(rp.read_only, ro),
                       mask_dirs=rest(rp.mask_dirs, mdirs), mask_files=rest(rp.mask_files, mfiles))
-    return left, BulkPlan(ops=tuple(ops), scratch=rp.run_dir)
+    return left, BulkPlan(ops=tuple(ops), scratch=rp.run_dir, empty=rp.empty_file)
 

@@ -12,7 +12,9 @@ path shadows an earlier one, so the order *is* the policy):
 3. ``--tmpfs /tmp``: private, writable, gone with the sandbox. With
    ``limits.tmpSize``, ``--size N`` before it, and a tmpfs of the same size
    on ``/dev/shm`` (otherwise a directory of bwrap's unbounded ``/dev``
-   tmpfs, a way around the /tmp limit).
+   tmpfs, a way around the /tmp limit). ``--allow-gpu``: each GPU node
+   with ``--dev-bind NODE /dev/...`` into that ``/dev`` (builder/devices.py;
+   ``--bind`` would be ``nodev``), and no other.
 4. Write roots, shallow first: ``--bind W W``.
 5. Pinned directories (``.git``, and every directory between a write root
    and a protected, masked or self-protected path): ``--bind G G`` so they
@@ -25,7 +27,9 @@ path shadows an earlier one, so the order *is* the policy):
    safebox's own installation and state dir; then the sandbox-private tool
    caches of the presets (leaves of the state dir), ``--bind C C``.
 8. Deny-read: directories get ``--tmpfs D`` (made read-only in step 10, so a
-   write there fails rather than vanishing), files get ``--ro-bind /dev/null F``.
+   write there fails rather than vanishing), files get ``--ro-bind EMPTY F``
+   (safebox's own empty file, mode 0200, in the run dir: never the host's
+   ``/dev/null``, which root can turn into a regular file).
    After every bind of steps 4-7, so none of them can uncover a mask; under
    the private ``/tmp`` only where such a bind brought the host path back
    (``needs_mask``). Then masked credential files (``credentials.files``,
@@ -41,7 +45,10 @@ path shadows an earlier one, so the order *is* the policy):
    the paths beneath it, which its bind covered (a write root, a protected
    file, a ``denyRead`` path more specific than the carve-out, a covered
    file). Every path belongs to the deepest carve-out at or above it, or to
-   none.
+   none. A write root inside a read-only dot entry of ``$HOME``
+   (``--allow-write ~/.cache/foo`` with the work dir at ``~``;
+   builder/home_files.py) is such a carve-out too, ``--bind``, over the
+   read-only bind instead of a mask.
 9. Allowed unix sockets under the private ``/tmp`` or a mask, bound back in;
    then the run dir, read-only, so the helper finds its policy even when a
    mask covers the run dir's parent. (Unlisted host sockets are among the
@@ -109,6 +116,9 @@ def mount_args(rp: ResolvedPolicy) -> list[str]:
         a += [*size, "--tmpfs", t]
     if size:
         a += [*size, "--tmpfs", "/dev/shm"]
+    for node, inside in rp.gpu_nodes:
+        # --dev-bind: a plain --bind is nodev, and the node would not open.
+        a += ["--dev-bind", node, inside]
     masked: list[str] = []
     groups = _by_carve_out(rp)
     a += _region_args(groups[""] if groups else rp, masked, whole=rp)
@@ -160,7 +170,9 @@ def _region_args(rp: ResolvedPolicy, masked: list[str], *, whole: ResolvedPolicy
     for f in rp.mask_files:
         if not needs_mask(whole, f):
             continue
-        a += ["--ro-bind", "/dev/null", f]
+        if not whole.empty_file:
+            raise ValueError(f"no empty file to mask {f} with")  # fail closed: resolve() always sets it
+        a += ["--ro-bind", whole.empty_file, f]
     for real, copy in rp.masked_files:
         a += ["--ro-bind", copy, real]
     for copy, f in rp.overlays:

@@ -1,13 +1,23 @@
 """Sandbox-private tool caches for the presets a run uses (policy/presets.py).
 
-Each cache is a leaf directory ``STATE/sandbox-caches/PRESET/CACHE``,
-created on demand with mode 0700 and kept so across runs. The command gets
-write access to the leaf only (a bind onto itself under bubblewrap, a
-Landlock write rule), never to its parents: a command that could replace a
-leaf with a symlink would have the next run bind the symlink's target
-read-write (for example ``~/.ssh``). Before every run each leaf is checked to
-be a real directory, ours, and not reached through a symlink; its mode is set
-back to 0700 (the command, running as the same user, may have loosened it).
+Each cache is a leaf directory ``STATE/sandbox-caches/PROJECT/PRESET/CACHE``,
+created on demand with mode 0700 and kept so across runs. ``PROJECT`` names
+the run's work dir (presets.project_key): a cache holds configuration and
+executables the tool runs (``CARGO_HOME/config.toml`` and ``bin/``,
+``COREPACK_HOME``'s package managers, pip's and go's build caches), so a
+cache shared between projects would let one project's run decide what every
+other project's runs execute, with their write roots and credentials. Nothing
+is shared between work dirs (docs/toolchains.md says why not even the
+content-addressed parts).
+
+The command gets write access to the leaf only (a bind onto itself under
+bubblewrap, a Landlock write rule), never to its parents: a command that
+could replace a leaf with a symlink would have the next run bind the
+symlink's target read-write (for example ``~/.ssh``). Before every run each
+level is checked to be a real directory, ours, and not a symlink, opened one
+component at a time beneath its parent without following links; its mode is
+set back to 0700 (the command, running as the same user, may have loosened
+it).
 
 The tools are pointed at the leaves through their own variables, not by
 mounting over their default paths: a mount point would have to exist in the
@@ -24,7 +34,7 @@ import stat
 
 from safebox._record import Frozen
 from safebox.errors import BuildError
-from safebox.policy.presets import CACHE_SUBDIR, PRESETS
+from safebox.policy.presets import CACHE_SUBDIR, PRESETS, project_cache_dir
 
 
 class CachePlan(Frozen):
@@ -38,35 +48,80 @@ class CachePlan(Frozen):
     host_paths: tuple[str, ...] = ()
 
 
-def _leaf(path: str, *, create: bool) -> None:
-    """Make ``path`` a private directory of ours; refuse anything else."""
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+def _refuse(path: str) -> BuildError:
+    return BuildError(f"sandbox cache {path} is not a directory owned by you; refusing to use it",
+                      hint="remove it; safebox creates it again")
+
+
+def _level(parent: int | None, path: str, *, create: bool) -> int | None:
+    """Open ``path`` (its last component beneath the ``parent`` fd, or the
+    whole path when None) as a private directory of ours, creating it when
+    ``create``; None when it is missing and not created (--dry-run). A
+    symlink, a non-directory, another owner: BuildError. The mode goes back
+    to 0700 through the fd, never through the path."""
+    name = os.path.basename(path) if parent is not None else path
     if create:
         try:
-            os.mkdir(path, 0o700)
+            os.mkdir(name, 0o700, dir_fd=parent)
         except FileExistsError:
             pass
         except OSError as e:
             raise BuildError(f"cannot create the sandbox cache {path}: {e.strerror}") from None
     try:
-        st = os.lstat(path)
+        fd = os.open(name, _DIR_FLAGS, dir_fd=parent)
     except FileNotFoundError:
         if not create:
-            return  # --dry-run: it would be created
-        raise
+            return None  # --dry-run: it would be created
+        raise _refuse(path) from None  # removed between mkdir and open: someone else is at work here
+    except OSError:  # ELOOP (a symlink), ENOTDIR, EACCES
+        raise _refuse(path) from None
+    st = os.fstat(fd)
     if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid():
-        raise BuildError(f"sandbox cache {path} is not a directory owned by you; refusing to use it",
-                         hint="remove it; safebox creates it again")
+        os.close(fd)
+        raise _refuse(path)
     if stat.S_IMODE(st.st_mode) != 0o700:
-        os.chmod(path, 0o700)
+        os.fchmod(fd, 0o700)
+    return fd
 
 
-def prepare(presets: tuple[str, ...], *, state: str, home: str, create: bool = True) -> CachePlan:
+def _leaves(state: str, work_dir: str, preset: str, names: tuple[str, ...], *, create: bool) -> list[str]:
+    """Check (and create) ``sandbox-caches``, the project's dir, the preset's
+    and each leaf, every level opened beneath the one above; the leaves."""
+    base = os.path.join(state, CACHE_SUBDIR)
+    path = [base, project_cache_dir(state, work_dir)]
+    path.append(os.path.join(path[-1], preset))
+    fds: list[int] = []
+    try:
+        # safebox's state dir above is private_dir's (0700, ours); a
+        # symlinked ~/.cache above it is the user's own.
+        for p in path:
+            fd = _level(fds[-1] if fds else None, p, create=create)
+            if fd is None:
+                return [os.path.join(path[-1], n) for n in names]
+            fds.append(fd)
+        out = []
+        for n in names:
+            leaf = os.path.join(path[-1], n)
+            fd = _level(fds[-1], leaf, create=create)
+            if fd is not None:
+                os.close(fd)
+            out.append(leaf)
+        return out
+    finally:
+        for fd in fds:
+            os.close(fd)
+
+
+def prepare(presets: tuple[str, ...], *, state: str, home: str, work_dir: str, create: bool = True) -> CachePlan:
     """Create (unless ``create`` is false: --dry-run) and check the cache
-    leaves of ``presets``; the variables and host paths that go with them.
-    Raises BuildError when a leaf is not a private directory of ours."""
+    leaves of ``presets`` for a run in ``work_dir``; the variables and host
+    paths that go with them. Raises BuildError when a level is not a
+    private directory of ours."""
     if not presets:
         return CachePlan()
-    base = os.path.join(state, CACHE_SUBDIR)
     dirs: list[str] = []
     env: list[tuple[str, str, bool]] = []
     host: list[str] = []
@@ -74,14 +129,10 @@ def prepare(presets: tuple[str, ...], *, state: str, home: str, create: bool = T
         preset = PRESETS[name]
         if not preset.caches:
             continue
-        parent = os.path.join(base, name)
-        _leaf(base, create=create)
-        _leaf(parent, create=create)
-        for cache in preset.caches:
-            d = os.path.join(parent, cache.name)
-            _leaf(d, create=create)
-            # The leaf and its two parents are no symlinks (checked above);
-            # a symlinked ~/.cache above them is the user's own.
+        leaves = _leaves(state, work_dir, name, tuple(c.name for c in preset.caches), create=create)
+        for cache, d in zip(preset.caches, leaves, strict=True):
+            # Every level was checked above, no symlink among them; a
+            # symlinked ~/.cache above the state dir is the user's own.
             d = os.path.realpath(d)
             dirs.append(d)
             env += [(v.name, v.value.replace("{dir}", d), v.append) for v in cache.env]

@@ -17,9 +17,10 @@ from safebox import _prescan
 from safebox._prescan import start_find as _find_links_start
 from safebox._prescan import start_rg as _rg_start
 from safebox._record import Frozen, Spawned, path_outside, read_small, realpath_cached, which
+from safebox.builder.home_files import home_files
 from safebox.builder.paths import Nearest, ancestors, at_or_beneath, by_depth, collapse, parent_dir
 from safebox.builder.regions import Regions
-from safebox.builder.resolved import Bridge, Layers, NetKind, ResolvedPolicy
+from safebox.builder.resolved import EMPTY_FILE, Bridge, Layers, NetKind, ResolvedPolicy
 from safebox.errors import BuildError
 from safebox.policy import defaults
 from safebox.policy.effective import EffectivePolicy
@@ -202,22 +203,35 @@ def _parent(path: str) -> str:
     return os.path.dirname(path) or "/"
 
 
-def _only_harmless_walk_errors(stderr: bytes) -> bool:
+def _only_harmless_walk_errors(stderr: bytes, unlistable: frozenset[str] | set[str] = frozenset()) -> bool:
     """ripgrep exits 2 on any walk error. Two kinds cannot hide a protected file
     that the sandbox could write: an entry that vanished during the walk
-    (ENOENT, os error 2) and a directory we may not read (EACCES, os error 13:
-    the command, running as us, cannot write beneath it either)."""
+    (ENOENT, os error 2), and a directory we may not read (EACCES, os error
+    13) at or beneath one of ``unlistable``, the directories find reported
+    as such, which are kept read-only for the run. Any other EACCES is not
+    harmless: the command owns the directory it made unlistable and could
+    make it listable again and write beneath it (found in review)."""
     lines = [ln for ln in stderr.decode(errors="replace").splitlines() if ln.strip()]
-    return bool(lines) and all("(os error 2)" in ln or "(os error 13)" in ln for ln in lines)
+    if not lines:
+        return False
+    prefixes = tuple(p for u in unlistable for p in (u + ":", u + "/"))
+    for ln in lines:
+        if ln.rstrip().endswith("(os error 2)"):
+            continue
+        path = ln[4:] if ln.startswith("rg: ") else ln
+        if not (ln.rstrip().endswith("(os error 13)") and prefixes and path.startswith(prefixes)):
+            return False
+    return True
 
 
-def _rg_finish(proc: Spawned, root: str) -> list[str]:
-    """Protected files and directories under ``root`` found by ripgrep, as paths."""
+def _rg_finish(proc: Spawned, root: str, unlistable: frozenset[str] | set[str] = frozenset()) -> list[str]:
+    """Protected files and directories under ``root`` found by ripgrep, as
+    paths; ``unlistable``: the directories find could not list."""
     try:
         rc, stdout, stderr = proc.collect(timeout=60)
     except TimeoutError as e:
         raise BuildError(f"ripgrep failed under {root}: {e}; cannot find protected files") from None
-    if rc == 2 and _only_harmless_walk_errors(stderr):
+    if rc == 2 and _only_harmless_walk_errors(stderr, unlistable):
         rc = 0
     if rc not in (0, 1):  # 1 = nothing found
         raise BuildError(f"ripgrep failed under {root} (exit {rc}): "
@@ -259,16 +273,32 @@ _KNOWN_LOW = _KNOWN_MAX * 3 // 4
 _KNOWN_LOW_BYTES = _KNOWN_MAX_BYTES * 3 // 4
 
 
+def _read_memory(path: str) -> bytes | None:
+    """The first 1 MiB of a state-dir memory file, through safebox.hostio (no
+    link followed, a regular file of ours with one link); None when missing
+    or unusable."""
+    from safebox.hostio import HostFileError, open_read
+
+    try:
+        fd = open_read(path)
+    except HostFileError:
+        return None
+    try:
+        return os.read(fd, _KNOWN_MAX_BYTES)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+
+
 def read_known_git_dirs(path: str) -> tuple[tuple[str, str], ...]:
     """The git dirs and worktree admin dirs remembered by earlier runs
     (``KIND HEXPATH`` lines in the state dir, which the sandbox cannot
     write). A missing or unreadable file is an empty memory; a last line
     without its newline (a file cut short) is ignored, never read as the
     shorter path its hex prefix would name."""
-    try:
-        with open(path, "rb") as f:
-            raw = f.read(_KNOWN_MAX_BYTES)
-    except OSError:
+    raw = _read_memory(path)
+    if raw is None:
         return ()
     out = []
     for line in raw[:raw.rfind(b"\n") + 1].decode("ascii", "replace").splitlines():
@@ -312,15 +342,11 @@ def _write_memory(path: str, entries: list[tuple[str, str]]) -> None:
                 keep.append(line)
                 size += len(line)
         lines = keep
-    tmp = f"{path}.{os.getpid()}.tmp"
+    from safebox.hostio import HostFileError, replace
+
     try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-        try:
-            os.write(fd, "".join(lines).encode())
-        finally:
-            os.close(fd)
-        os.replace(tmp, path)
-    except OSError:
+        replace(path, "".join(lines).encode(), mode=0o600)
+    except (OSError, HostFileError):
         pass
 
 
@@ -333,10 +359,8 @@ def read_write_roots(path: str) -> dict[str, float]:
     cannot write), most recently added first. A missing or unreadable file
     is an empty memory; a last line cut short is ignored. Same bound as the
     git-dir memory (4096 entries, 1 MiB)."""
-    try:
-        with open(path, "rb") as f:
-            raw = f.read(_KNOWN_MAX_BYTES)
-    except OSError:
+    raw = _read_memory(path)
+    if raw is None:
         return {}
     out: dict[str, float] = {}
     for line in raw[:raw.rfind(b"\n") + 1].decode("ascii", "replace").splitlines():
@@ -445,12 +469,15 @@ def _dot_names() -> frozenset[str]:
     return frozenset(names)
 
 
-def _find_links_finish(proc: Spawned, roots: tuple[str, ...], depth: int) -> tuple[list[str], Baseline]:
-    """The symlinks and directories ``_find_links_start`` found whose names
-    begin a protected path, to ``depth + 3`` below their root (as paths),
-    and the baseline of the watch at any depth (``safebox.deepwatch``);
-    fails closed on any error but an entry that vanished or a directory we
-    may not read (see ``_only_harmless_walk_errors``)."""
+def _find_links_finish(proc: Spawned, roots: tuple[str, ...],
+                       depth: int) -> tuple[list[str], list[str], Baseline]:
+    """(the symlinks and directories ``_find_links_start`` found whose names
+    begin a protected path, to ``depth + 3`` below their root; the
+    directories it could not list; the baseline of the watch at any depth,
+    ``safebox.deepwatch``), as paths; fails closed on any error but an entry
+    that vanished. A directory we may not read is reported by find itself
+    (``-readable``) and not entered, so a "Permission denied" here is one
+    that changed under the walk: refused, never taken as harmless."""
     from safebox import deepwatch
 
     root = roots[0]
@@ -460,11 +487,11 @@ def _find_links_finish(proc: Spawned, roots: tuple[str, ...], depth: int) -> tup
         raise BuildError(f"find failed under {root}: {e}; cannot find protected symlinks") from None
     if rc != 0:
         lines = [ln for ln in stderr.decode(errors="replace").splitlines() if ln.strip()]
-        if not (lines and all(ln.endswith((": Permission denied", ": No such file or directory"))
-                              for ln in lines)):
+        if not (lines and all(ln.endswith(": No such file or directory") for ln in lines)):
             raise BuildError(f"find failed under {root} (exit {rc}): "
-                             f"{stderr.decode(errors='replace').strip()[:200]}")
-    dirs, specials = deepwatch.parse(stdout)
+                             f"{stderr.decode(errors='replace').strip()[:200]}",
+                             hint=_unlistable_hint(lines[0]) if lines else None)
+    dirs, specials, unlistable = deepwatch.parse(stdout)
     names = {os.fsencode(n) for n in _dot_names()}
     under = Nearest(roots) if len(roots) > 1 else None
     out = []
@@ -474,10 +501,34 @@ def _find_links_finish(proc: Spawned, roots: tuple[str, ...], depth: int) -> tup
         p = os.fsdecode(raw)
         r = under.at_or_above(p) if under is not None else root
         # The read-only binds reach as deep as they did when find stopped
-        # there (-maxdepth); the watch goes deeper.
+        # there (-maxdepth); the watch goes deeper. A directory find cannot
+        # list is kept read-only at any depth: neither can the watch look in it.
         if r is not None and p.count("/") - r.count("/") <= depth + 3:
             out.append(p)
-    return out, deepwatch.capture(proc.since_ns, roots, dirs, specials)
+    return out, unlistable, deepwatch.capture(proc.since_ns, roots, dirs, specials)
+
+
+def _unlistable_hint(line: str) -> str | None:
+    """The fix for find's "find: 'DIR': Permission denied", if that is the line."""
+    prefix, suffix = "find: '", "': Permission denied"
+    if line.startswith(prefix) and line.endswith(suffix):
+        return f"make it listable: chmod u+rx {line[len(prefix):-len(suffix)]}"
+    return None
+
+
+def unlistable_message(path: str) -> tuple[str, str]:
+    """(why, the fix) for a directory in a write root that we cannot list."""
+    try:
+        st = os.stat(path)
+        mode = f" (mode {stat.S_IMODE(st.st_mode):04o})"
+        ours = st.st_uid == os.geteuid()
+    except OSError:
+        mode, ours = "", True
+    why = (f"{path} cannot be listed{mode}: safebox cannot find the protected files in it (.git/hooks, "
+           ".bashrc, ...), and a command could make it listable again and write them")
+    fix = (f"chmod u+rx {path}" if ours else
+           f"have its owner (uid {st.st_uid}) make it listable, or move it out of the write root")
+    return why, fix
 
 
 def link_candidates(link: str) -> list[tuple[str, bool]]:
@@ -523,16 +574,16 @@ class RootScan:
         self.rg.cancel()
         self.links.cancel()
 
-    def collect(self, root: str) -> tuple[list[str], list[str], Baseline]:
-        """(protected paths found by ripgrep, symlinks and directories found
-        by find, the baseline of the watch at any depth)."""
+    def collect(self, root: str) -> tuple[list[str], list[str], list[str], Baseline]:
+        """(protected paths found by ripgrep, symlinks and directories found by
+        find, directories find could not list, the baseline of the watch at
+        any depth)."""
         try:
-            found = _rg_finish(self.rg, root)
+            named, unlistable, base = _find_links_finish(self.links, self.roots, self.depth)
         except BaseException:
-            self.links.cancel()
+            self.rg.cancel()
             raise
-        named, base = _find_links_finish(self.links, self.roots, self.depth)
-        return found, named, base
+        return _rg_finish(self.rg, root, frozenset(unlistable)), named, unlistable, base
 
 
 def prestart(*, cwd: str, rg: str | None) -> dict[tuple[str, int], RootScan]:
@@ -682,6 +733,10 @@ class Protected(Frozen):
     tops: list[tuple[str, tuple[str, ...]]] = []
     # The watch at any depth: what the start walk saw (safebox.deepwatch).
     deep: Baseline | None = None
+    # Directories in a write root that we cannot list (no read or search
+    # permission): whatever is protected in them cannot be found, so each is
+    # read-only for the whole run (resolve.unlistable_message says why).
+    unlistable: list[str] = []
 
 
 #: The protected names watched at the top of every write root: `.mcp.json`,
@@ -736,6 +791,7 @@ def protected_paths(scans: dict[str, RootScan], write_roots: list[str], home: st
             (f.admins if kind == "admin" else f.gits).add(p)
     collected: set[int] = set()
     deep: Baseline | None = None
+    unlistable: list[str] = []
     for root in write_roots:
         found: list[str]
         named: list[str]
@@ -743,7 +799,8 @@ def protected_paths(scans: dict[str, RootScan], write_roots: list[str], home: st
             found, named = [], []  # a batch already collected with an earlier root of it
         else:
             collected.add(id(scans[root]))
-            found, named, base = scans[root].collect(root)
+            found, named, blind, base = scans[root].collect(root)
+            unlistable += blind
             deep = base if deep is None else deep.merge(base)
         f.found(found)
         f.named(named)
@@ -772,7 +829,7 @@ def protected_paths(scans: dict[str, RootScan], write_roots: list[str], home: st
                for m in missing for d in (parent_dir(m),)}
     seen = {("git", g) for g in gits if os.path.basename(g) != ".git"} | {("admin", a) for a in admins}
     return Protected(existing=sorted(existing - set(git_dirs)), missing=sorted(missing - existing),
-                     known=sorted(seen), tops=f.tops,
+                     known=sorted(seen), tops=f.tops, unlistable=sorted({*unlistable, *f.blind}),
                      deep=deep.without_git_config() if deep is not None and allow_git_config else deep,
                      sealed=f.sealed, git_dirs=git_dirs, links=sorted(links.items()))
 
@@ -797,6 +854,7 @@ class _Finds:
         # symlinks: their work tree is where they are, not where the git dir is.
         self.dotgit_files: set[str] = set()
         self.tops: list[tuple[str, tuple[str, ...]]] = []
+        self.blind: set[str] = set()  # git dirs we cannot list
 
     def under_a_root(self, p: str) -> bool:
         return self.roots.at_or_above(p) is not None
@@ -867,6 +925,12 @@ class _Finds:
         in_git_dir = self.in_git_dir
         for git in sorted(self.gits):
             if not os.path.isdir(git):
+                continue
+            if not os.access(git, os.R_OK | os.X_OK):
+                # Remembered from an earlier run, and made unlistable since:
+                # its entries cannot be looked at, so all of it is read-only
+                # (as an unlistable directory found by the walk is).
+                self.blind.add(git)
                 continue
             absent = []
             for entry in in_git_dir:
@@ -1374,11 +1438,23 @@ class Scan:
                 mode = os.stat(real).st_mode
             except (OSError, ValueError):
                 mode = 0
+            if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) or (
+                    (real == "/dev" or real.startswith("/dev/")) and not _is_under(real, "/dev/shm")):
+                # Accepted, then silently dropped, before issue 28: bwrap's
+                # /dev is its own, and a --bind of a node is nodev anyway.
+                raise BuildError(f"filesystem.allowWrite {w}: a device node or a directory of /dev; the sandbox's "
+                                 "/dev is its own and devices are never write roots",
+                                 hint="for a GPU use --allow-gpu (devices.gpu, docs/gpu.md)")
             if not stat.S_ISDIR(mode) and not stat.S_ISREG(mode):
                 notes.append(f"allow-write {w} does not exist; skipped")
                 continue
             if real == "/":
                 raise BuildError("filesystem.allowWrite: '/' would make the whole host writable; refusing")
+            if stat.S_ISDIR(mode) and not os.access(real, os.R_OK | os.X_OK):
+                # Not kept read-only as an unlistable directory inside a root
+                # is: that would take away the whole write root, silently.
+                why, fix = unlistable_message(real)
+                raise BuildError(f"write root {why}", hint=fix)
             roots.append(real)
         self.write_roots = sorted(set(roots), key=lambda p: (p.count("/"), p))
         self.notes = notes
@@ -1456,6 +1532,46 @@ def _with_caches(rp: ResolvedPolicy, cache_dirs: tuple[str, ...]) -> ResolvedPol
                       landlock_rules=rules)
 
 
+def _state_masks(state_dir: str, *, layers: Layers, write_roots: list[str]) -> tuple[str, ...]:
+    """The masks that keep safebox's state out of the sandbox's reach, after
+    refusing a write root at or inside the state dir (BuildError).
+
+    The state dir (caches, run dirs, memories) decides the next run's
+    sandbox. A write root above it keeps it read-only (self-protection in
+    _resolve); one at it or inside it could not be granted without handing
+    the command that decision, so it is refused (issue 22: with a big
+    policy a write root at the state dir made it writable, and a forged
+    seccomp cache turned every later run's filter off).
+
+    The caches (policies, limits, seccomp programs: STATE/cache) are the
+    host's alone: under bubblewrap they are masked in every sandbox, an
+    empty read-only tmpfs made after every write bind, so that no command
+    can read or rewrite them whatever its write roots. The state dir's
+    read-only bind is the first wall, this the second, and the reason
+    bpf_cache may trust an entry's own digest. Without bubblewrap Landlock
+    keeps the state dir out of every write grant (write_exclude)."""
+    state = os.path.realpath(state_dir)
+    for w in write_roots:
+        if _is_under(w, state):
+            raise BuildError(f"filesystem.allowWrite {w} lies at or inside safebox's state dir {state}: its "
+                             "caches and run dirs decide the next run's sandbox, so it is never writable "
+                             "inside; remove the entry (or run from another directory if it is the work dir)",
+                             hint="a write root above the state dir is fine: the state dir stays read-only "
+                                  "inside it")
+    cache = os.path.join(state, "cache")
+    # Nothing cached yet: the state dir's read-only bind keeps it from being made.
+    return (cache,) if layers is not Layers.HELPER_ONLY and os.path.isdir(cache) else ()
+
+
+def _refuse_unmasking(regions: Regions, masks: tuple[str, ...]) -> None:
+    """BuildError when an ``allowRead`` entry re-allows one of safebox's own masks."""
+    for m in masks:
+        if regions.readable(m):
+            raise BuildError(f"filesystem.allowRead re-allows safebox's cache dir {m}, which every sandbox "
+                             "masks (its seccomp programs and policies decide the next run's sandbox)",
+                             hint="remove the allowRead entry that holds it")
+
+
 def _resolve(policy: EffectivePolicy, *, layers: Layers, cwd: str, home: str, host: HostFacts,
              bridges: tuple[Bridge, ...], scan: Scan, extra_exclude: tuple[str, ...] = ()) -> ResolvedPolicy:
     notes = list(scan.notes)
@@ -1463,8 +1579,10 @@ def _resolve(policy: EffectivePolicy, *, layers: Layers, cwd: str, home: str, ho
     roots = Nearest(write_roots)
     scans = scan.procs
     realpaths = RealPaths()
-    mask_dirs, mask_files, regions, n = read_regions(policy.deny_read, policy.allow_read, realpaths)
+    own_masks = _state_masks(host.state_dir, layers=layers, write_roots=write_roots)
+    mask_dirs, mask_files, regions, n = read_regions((*policy.deny_read, *own_masks), policy.allow_read, realpaths)
     notes += n
+    _refuse_unmasking(regions, own_masks)
     for w in write_roots:
         d = regions.deny_over(w)
         if d is not None:
@@ -1501,8 +1619,6 @@ def _resolve(policy: EffectivePolicy, *, layers: Layers, cwd: str, home: str, ho
     deny_write_real = sorted(deny_write)
     deny_write_existing = [p for p in deny_write_real if deny_write[p]]
     excl = {*own, *deny_write_existing, *(os.path.realpath(p) for p in extra_exclude if os.path.lexists(p))}
-    rules = landlock_rules(layers=layers, write_roots=write_roots, mask_dirs=mask_dirs, mask_files=mask_files,
-                           write_exclude=tuple(sorted(excl)), carve_outs=regions.allows)
     known_file = os.path.join(host.state_dir, KNOWN_GIT_DIRS)
     known_before = read_known_git_dirs(known_file)
     prot = protected_paths(scans, write_roots, home, known=known_before,
@@ -1510,19 +1626,39 @@ def _resolve(policy: EffectivePolicy, *, layers: Layers, cwd: str, home: str, ho
     remember_git_dirs(known_file, known_before, tuple(prot.known))
     existing, missing, sealed, git_dirs = prot.existing, prot.missing, prot.sealed, prot.git_dirs
     scan.procs = {}
+    # A directory the walks could not list hides whatever is protected in it:
+    # read-only for the whole run (a read-only bind: even chmod fails with
+    # EROFS, so the command cannot make it listable and write beneath it),
+    # on a helper-only host out of Landlock's write grant; said on every run.
+    warnings = [f"{why}: it is read-only inside for this run; to write there: {fix}"
+                for why, fix in map(unlistable_message, prot.unlistable)]
+    excl.update(prot.unlistable)
+    rules = landlock_rules(layers=layers, write_roots=write_roots, mask_dirs=mask_dirs, mask_files=mask_files,
+                           write_exclude=tuple(sorted(excl)), carve_outs=regions.allows)
     socket_binds: list[str] = []
     if policy.allow_unix_sockets and not policy.allow_all_unix_sockets and layers is not Layers.HELPER_ONLY:
-        hide, keep = split_unix_sockets(policy.allow_unix_sockets, host_unix_sockets())
+        hide, keep = _unix_sockets(policy, warnings=warnings, notes=notes)
         mask_files = sorted(set(mask_files) | set(hide))
         # An allowed socket under the private /tmp or a masked directory is
         # invisible unless bound back in.
         socket_binds = [k for k in keep if _is_under(k, "/tmp") or not regions.readable(k)]
     read_only: set[str] = set(existing)
     read_only.update(deny_write_existing)
+    read_only.update(prot.unlistable)
+    # A writable $HOME keeps its start-up files: every dot entry directly in
+    # it, and the user site's .pth and *customize (builder/home_files.py).
+    # allowWritePathDirs grants the PATH directories in a write root
+    # (~/.local/bin): they stay writable inside a read-only dot entry too.
+    granted = path_dirs_in_write_roots(host.path_dirs, write_roots).existing if policy.allow_write_path_dirs else []
+    hf = home_files(home, write_roots, env=os.environ, keep=tuple(os.path.realpath(f) for f in host.run_files),
+                    granted=granted)
+    refuse_hard_links(hf.files)
+    read_only.update(hf.read_only)
+    missing.extend(hf.missing)
+    notes += hf.notes
     for p in deny_write_real:
         if not deny_write[p] and roots.at_or_above(p) is not None:
             missing.append(p)
-    warnings: list[str] = []
     path_links: list[tuple[str, str]] = []
     if not policy.allow_write_path_dirs:
         pdirs = path_dirs_in_write_roots(host.path_dirs, write_roots)
@@ -1556,9 +1692,18 @@ def _resolve(policy: EffectivePolicy, *, layers: Layers, cwd: str, home: str, ho
     # A read-only bind is recursive: one beneath another (a protected .git
     # inside a denyWrite directory) adds a mount and nothing else, and so
     # does a pin beneath one (nothing can be renamed in a read-only mount).
-    read_only_list = collapse(read_only_list, shallow_first=True)
+    # Except across a write root bound again over one (home.reopened: an
+    # allowWrite inside a read-only dot entry of $HOME): what lies beneath
+    # it is mounted again after it.
+    reopened = Nearest(hf.reopened)
+    read_only_list = _collapse_within(read_only_list, reopened)
     ro = Nearest(read_only_list)
-    pins = [p for p in pins if ro.above(p) is None]
+
+    def covered(p: str) -> bool:
+        r, w = ro.above(p), reopened.at_or_above(p)
+        return r is not None and (w is None or _is_under(r, w))
+
+    pins = [p for p in pins if not covered(p)]
     # Deny-read paths that do not exist yet but lie under a write root: the
     # command could create them (say ~/.config/safebox/policy.toml for the
     # next run); they are watched and quarantined like protected files.
@@ -1574,14 +1719,29 @@ def _resolve(policy: EffectivePolicy, *, layers: Layers, cwd: str, home: str, ho
         sealed_dirs=tuple((d, tuple(k)) for d, k in sealed),
         pinned_dirs=tuple(by_depth({*pins, *(g for g in git_dirs if g not in sealed_set)})),
         mask_dirs=tuple(mask_dirs), mask_files=tuple(mask_files), private_tmp=private_tmp,
-        carve_outs=carve_outs(regions, layers=layers, write_roots=write_roots, read_only=read_only_list,
-                              sealed=sealed_set, helper=host.helper_path),
+        carve_outs=tuple(sorted((*carve_outs(regions, layers=layers, write_roots=write_roots,
+                                             read_only=read_only_list, sealed=sealed_set, helper=host.helper_path),
+                                 *((w, True) for w in hf.reopened)),
+                                key=lambda x: (x[0].count("/"), x[0]))),
         net=net, bridges=bridges, helper_path=host.helper_path, policy_path=host.policy_path,
         socket_binds=tuple(socket_binds),
-        run_dir=host.run_dir, watch_missing=tuple(sorted(set(missing))), watch_tops=tuple(prot.tops),
-        watch_links=tuple([*prot.links, *path_links]), watch_deep=prot.deep,
+        run_dir=host.run_dir, empty_file=os.path.join(host.run_dir, EMPTY_FILE) if host.run_dir else "",
+        watch_missing=tuple(sorted(set(missing))), watch_tops=tuple(prot.tops),
+        watch_links=tuple(dict.fromkeys([*prot.links, *path_links, *hf.links])),
+        watch_new=tuple(hf.watch), watch_deep=prot.deep,
         landlock_rules=tuple(rules),
         notes=tuple(notes), warnings=tuple(warnings))
+
+
+def _collapse_within(paths: list[str], reopened: Nearest) -> list[str]:
+    """``collapse`` (shallow first), within each region of the write roots
+    bound again over a read-only entry, and outside them."""
+    if not reopened.paths:
+        return collapse(paths, shallow_first=True)
+    groups: dict[str | None, list[str]] = {}
+    for p in paths:
+        groups.setdefault(reopened.at_or_above(p), []).append(p)
+    return by_depth(p for g in groups.values() for p in collapse(g))
 
 
 def _refuse_unmaskable(masks: list[str]) -> None:
@@ -1639,6 +1799,34 @@ def _resolve_deny_write(paths: tuple[str, ...], realpaths: RealPaths) -> dict[st
             there = kind is not None and (kind != "link" or os.path.lexists(target))
         deny_write[target] = deny_write.get(target, False) or there
     return deny_write
+
+
+def _unix_sockets(policy: EffectivePolicy, *, warnings: list[str], notes: list[str]) -> tuple[list[str], list[str]]:
+    """(sockets to mask, allowed sockets) for ``allowUnixSockets`` paths
+    under bubblewrap. By identity first (builder/unix_diag.py): an allowed
+    path must be its socket's own name, not a hard link's, a renamed file's
+    or a relative bind's (refused); a hidden socket with a second name is a
+    warning (refused under --strict), one whose name may have changed a
+    note (-v)."""
+    from safebox.builder import unix_diag
+
+    bound = unix_diag.listening()
+    unix_diag.check_allowed(policy.allow_unix_sockets, bound)
+    unhidden, maybe_unhidden = unix_diag.unhideable(policy.allow_unix_sockets, bound)
+    if unhidden:
+        more = f" and {len(unhidden) - 3} more" if len(unhidden) > 3 else ""
+        what = (f"network.allowUnixSockets: {len(unhidden)} host unix socket{'s' if len(unhidden) > 1 else ''} "
+                f"cannot be hidden, as a mask covers one name and {'they have' if len(unhidden) > 1 else 'it has'} "
+                f"more: {', '.join(unhidden[:3])}{more}; a command that finds another name can connect to it")
+        if policy.strict:
+            raise BuildError(f"--strict: {what}", hint="remove the socket's extra links, or run without --strict "
+                                                       "(docs/policy-reference.md, \"Unix sockets\")")
+        warnings.append(what + ' (--strict refuses to run so; docs/policy-reference.md, "Unix sockets")')
+    if maybe_unhidden:
+        more = f" and {len(maybe_unhidden) - 3} more" if len(maybe_unhidden) > 3 else ""
+        notes.append("network.allowUnixSockets: host unix sockets whose current name safebox may not know (no mask "
+                     f"covers a name it does not know): {', '.join(maybe_unhidden[:3])}{more}")
+    return split_unix_sockets(policy.allow_unix_sockets, host_unix_sockets())
 
 
 def _path_dir_warnings(path_dirs: list[str], write_roots: list[str]) -> list[str]:

@@ -12,6 +12,9 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from safebox.deepwatch import Baseline
 
+#: The name, in the run dir, of safebox's empty file (ResolvedPolicy.empty_file).
+EMPTY_FILE = "empty"
+
 
 class Layers(StrEnum):
     """Which layers run (``--without``)."""
@@ -51,9 +54,15 @@ class ResolvedPolicy(Frozen):
     # Directories bound onto themselves read-write so they cannot be renamed
     # away from the read-only entries beneath them (.git).
     pinned_dirs: tuple[str, ...] = ()
-    # Deny-read: directories covered by an empty read-only tmpfs; files by /dev/null.
+    # Deny-read: directories covered by an empty read-only tmpfs; files by
+    # ``empty_file``.
     mask_dirs: tuple[str, ...] = ()
     mask_files: tuple[str, ...] = ()
+    # safebox's own empty file (mode 0200, in the run dir: RunDir) bound
+    # read-only over every masked file. Never the host's /dev/null: a host
+    # where it had become a regular file (a root `--learn /dev/null` once
+    # did that) showed ten thousand "denied" files' new contents.
+    empty_file: str = ""
     # credentials.files with mode "mask": (real path, its masked copy in the run dir).
     masked_files: tuple[tuple[str, str], ...] = ()
     # Files covered by another file, read-only: (host copy, path inside). A CI
@@ -61,7 +70,9 @@ class ResolvedPolicy(Frozen):
     overlays: tuple[tuple[str, str], ...] = ()
     # allowRead carve-outs (builder/regions.py): (path, writable), shallow
     # first, each inside a mask and bound back over it from the host; the
-    # mounts beneath one are made again after it (builder/bwrap.py).
+    # mounts beneath one are made again after it (builder/bwrap.py). Also
+    # write roots inside a read-only dot entry of $HOME (builder/home_files.py:
+    # --allow-write ~/.cache/foo with the work dir at ~), read-write.
     carve_outs: tuple[tuple[str, bool], ...] = ()
     # Allowed unix sockets bound back in (they lie under the private /tmp or a mask).
     socket_binds: tuple[str, ...] = ()
@@ -90,10 +101,17 @@ class ResolvedPolicy(Frozen):
     # New files that run code at any depth (safebox.deepwatch): what the
     # start walk saw of every write root, checked after the run.
     watch_deep: Baseline | None = None
+    # (directory, kind, names there at the start): new dot entries of a
+    # writable $HOME, new site hooks of a user site (builder/home_files.py).
+    watch_new: tuple[tuple[str, str, tuple[str, ...]], ...] = ()
     # Sandbox-private tool caches (presets): bound read-write onto themselves
     # after the read-only re-binds (they lie in safebox's state dir).
     cache_dirs: tuple[str, ...] = ()
     # Landlock rules for the helper: (access class, path).
     landlock_rules: tuple[tuple[str, str], ...] = ()
+    # --allow-gpu (builder/devices.py): (host node, path inside /dev), bound
+    # with --dev-bind after bwrap's own /dev; empty without bwrap (the
+    # helper's Landlock rules grant the host nodes instead).
+    gpu_nodes: tuple[tuple[str, str], ...] = ()
     notes: tuple[str, ...] = ()  # said with -v
     warnings: tuple[str, ...] = ()  # said on every run: a grant the policy gave does not hold

@@ -40,6 +40,11 @@ class EffectivePolicy(Frozen):
     allow_git_config: bool = False
     env_deny: tuple[str, ...] = ()
     env_allow: tuple[str, ...] = ()
+    # ci.passEnv / ci.passPath: what a CI step may pass on (python/safebox/ci.py).
+    ci_pass_env: tuple[str, ...] = ()
+    ci_pass_path: tuple[str, ...] = ()
+    # devices.gpu (builder/devices.py): False, True (every GPU), or the indices.
+    devices_gpu: bool | tuple[int, ...] = False
     search_depth: int = 6
     strict: bool = False
     # srt's network.tlsTerminate (docs/network.md, "TLS termination").

@@ -22,6 +22,7 @@ from safebox.policy.effective import EffectivePolicy
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from collections.abc import Sequence
     from typing import Any
 
 USER_FILES = ("policy.toml", "policy.json")
@@ -42,6 +43,9 @@ _WIDENING: tuple[tuple[str, ...], ...] = (
     ("filesystem", "allowRead"),
     ("filesystem", "allowWritePathDirs"),
     ("env", "allow"),
+    ("ci", "passEnv"),  # what later, unsandboxed steps get
+    ("ci", "passPath"),
+    ("devices", "gpu"),  # a driver's whole ioctl surface
     ("trustProjectFiles",),
     ("presets",),  # a preset allows its registry's domains
     # A parent proxy sees every destination (and plain-HTTP contents); TLS
@@ -69,6 +73,8 @@ class Flags(Frozen):
     limit_memory: str | None = None
     limit_tmp_size: str | None = None
     timeout: str | None = None
+    # --allow-gpu: "all", or indices as typed ("0,2"); None: not given.
+    allow_gpu: str | None = None
 
 
 class Layer(Frozen):
@@ -321,6 +327,7 @@ FLAG_FOR_KEY: dict[tuple[str, ...], str] = {
     ("limits", "memory"): "--limit-memory",
     ("limits", "tmpSize"): "--limit-tmp",
     ("limits", "wallTime"): "--timeout",
+    ("devices", "gpu"): "--allow-gpu",
 }
 FLAGS_LAYER = "command line"
 
@@ -393,7 +400,8 @@ def merge(layers: list[tuple[Layer, dict[str, Any]]], ctx: Context) -> Effective
     trust = any(_get(doc, ("trustProjectFiles",)) for layer, doc in layers if not layer.project)
     lists: dict[str, list[str]] = {k: [] for k in (
         "allowed_domains", "denied_domains", "allow_unix_sockets", "deny_read", "allow_read",
-        "allow_write", "deny_write", "env_deny", "env_allow", "presets", *_GLOB_FIELDS.values())}
+        "allow_write", "deny_write", "env_deny", "env_allow", "ci_pass_env", "ci_pass_path", "presets",
+        *_GLOB_FIELDS.values())}
     scalars: dict[str, Any] = {}
     sources: list[tuple[str, Any, str]] = []
     origin: dict[tuple[str, str], str] = {}  # (field, entry) -> the first layer that named it
@@ -413,7 +421,7 @@ def merge(layers: list[tuple[Layer, dict[str, Any]]], ctx: Context) -> Effective
         for key, target in scalar_map.items():
             value = _get(doc, key)
             if value is not None:
-                scalars[target] = value
+                scalars[target] = tuple(value) if isinstance(value, list) else value  # devices.gpu's indices
                 dotted = ".".join(key)
                 # A later layer's scalar replaces the earlier one: only the winner is shown.
                 sources = [s for s in sources if s[0] != dotted]
@@ -618,6 +626,8 @@ _LIST_KEYS: dict[tuple[str, ...], tuple[str, bool]] = {
     ("filesystem", "denyWrite"): ("deny_write", True),
     ("env", "deny"): ("env_deny", False),
     ("env", "allow"): ("env_allow", False),
+    ("ci", "passEnv"): ("ci_pass_env", False),
+    ("ci", "passPath"): ("ci_pass_path", True),
     ("presets",): ("presets", False),
 }
 _SCALAR_KEYS: dict[tuple[str, ...], str] = {
@@ -626,6 +636,7 @@ _SCALAR_KEYS: dict[tuple[str, ...], str] = {
     ("network", "allowLocalDestinations"): "allow_local_destinations",
     ("filesystem", "allowWritePathDirs"): "allow_write_path_dirs",
     ("filesystem", "allowGitConfig"): "allow_git_config",
+    ("devices", "gpu"): "devices_gpu",
     ("strict",): "strict",
     ("mandatoryDenySearchDepth",): "search_depth",
 }
@@ -720,6 +731,11 @@ def flags_layer(flags: Flags) -> Layer:
         data["strict"] = True
     if flags.presets:
         data["presets"] = list(flags.presets)
+    if flags.allow_gpu is not None:
+        from safebox.builder.devices import parse_selection
+
+        select = parse_selection(flags.allow_gpu)
+        data["devices"] = {"gpu": True if select is None else list(select)}
     limits = {k: v for k, v in (("processes", flags.limit_processes), ("memory", flags.limit_memory),
                                 ("tmpSize", flags.limit_tmp_size), ("wallTime", flags.timeout)) if v is not None}
     if limits:
@@ -727,8 +743,11 @@ def flags_layer(flags: Flags) -> Layer:
     return Layer(name=FLAGS_LAYER, data=data)
 
 
-def discover_files(ctx: Context, *, policy_file: str | None) -> list[tuple[str, bool]]:
-    """The policy files that apply, in layer order, as (path, is_project)."""
+def discover_files(ctx: Context, *, policy_files: Sequence[str]) -> list[tuple[str, bool]]:
+    """The policy files that apply, in layer order, as (path, is_project):
+    the user file, the project file, then each ``--policy`` file in the
+    order given (``-p base.json -p learned.json``: the later one layers on
+    top, as ``docker compose -f a -f b`` does)."""
     out: list[tuple[str, bool]] = []
     udir = user_config_dir(ctx.home)
     for name in USER_FILES:
@@ -741,8 +760,7 @@ def discover_files(ctx: Context, *, policy_file: str | None) -> list[tuple[str, 
         if os.path.exists(p):
             out.append((p, True))
             break
-    if policy_file is not None:
-        out.append((expand_path(policy_file, ctx), False))
+    out += [(expand_path(f, ctx), False) for f in policy_files]
     return out
 
 
@@ -757,19 +775,52 @@ def _read_inputs(files: list[tuple[str, bool]]) -> list[tuple[str, bool, bytes]]
     return out
 
 
-def load(ctx: Context, *, policy_file: str | None, flags: Flags) -> EffectivePolicy:
+def load(ctx: Context, *, policy_files: Sequence[str], flags: Flags) -> EffectivePolicy:
     """The slow path: read, validate (pydantic) and merge every layer."""
-    inputs = _read_inputs(discover_files(ctx, policy_file=policy_file))
+    inputs = _read_inputs(discover_files(ctx, policy_files=policy_files))
     return _load_from(inputs, ctx, flags)
 
 
 def _load_from(inputs: list[tuple[str, bool, bytes]], ctx: Context, flags: Flags) -> EffectivePolicy:
+    return merge(_validated(inputs, ctx, flags), ctx)
+
+
+def _validated(inputs: list[tuple[str, bool, bytes]], ctx: Context, flags: Flags) -> list[tuple[Layer, dict[str, Any]]]:
+    """Every layer, in order, with its validated document: the ones each run
+    adds itself (:data:`RUN_ADDED`), then the files, then the flags."""
     first = default_layer()
     validated = [(first, validate_layer(first))]
     validated += [(layer, layer.data) for layer in credential_env_layers(ctx)]
     layers = [Layer(name=path, data=parse_document(path, raw), project=project) for path, project, raw in inputs]
     layers.append(flags_layer(flags))
-    return merge([*validated, *((layer, validate_layer(layer)) for layer in layers)], ctx)
+    return [*validated, *((layer, validate_layer(layer)) for layer in layers)]
+
+
+def read_layers(ctx: Context, *, policy_files: Sequence[str], flags: Flags) -> list[tuple[Layer, dict[str, Any]]]:
+    """Every layer of a run, in order, each with its validated document
+    (``merge`` of them is ``load``'s answer): for ``policy show``, which
+    names the layer of each value."""
+    return _validated(_read_inputs(discover_files(ctx, policy_files=policy_files)), ctx, flags)
+
+
+def is_run_added(layer: Layer) -> bool:
+    """Whether every run adds ``layer`` itself: the built-in defaults and the
+    credential stores the environment moves (``$GNUPGHOME``). They are not
+    written into a learned policy: they would bake this host's paths into a
+    file meant for another run, and the next run adds them anyway."""
+    return layer.name == "defaults" or layer.name.startswith("$")
+
+
+def load_with_document(ctx: Context, *, policy_files: Sequence[str],
+                       flags: Flags) -> tuple[EffectivePolicy, dict[str, Any]]:
+    """``load``, and the policy the run runs under as one policy document:
+    the user file, the project file, each ``--policy`` file and the flags,
+    merged as files layer (policy/layers.py), for ``--learn`` to write with
+    what it learned. Both come from the same bytes, read once."""
+    from safebox.policy.layers import merge_documents
+
+    layers = _validated(_read_inputs(discover_files(ctx, policy_files=policy_files)), ctx, flags)
+    return merge(layers, ctx), merge_documents(doc for layer, doc in layers if not is_run_added(layer))
 
 
 # The policy cache's bound (docs/index.md, "Where things live"): a harness
@@ -784,7 +835,7 @@ _TOUCH_AFTER = 60.0
 _CACHE_FORMAT = 4  # 2: sources are (key, value, layer) records; 3: limits; 4: glob fields, allowGitConfig
 
 
-def load_cached(ctx: Context, *, policy_file: str | None, flags: Flags, cache_dir: str) -> EffectivePolicy:
+def load_cached(ctx: Context, *, policy_files: Sequence[str], flags: Flags, cache_dir: str) -> EffectivePolicy:
     """``load``, memoised on disk by a digest of every input byte.
 
     A hit costs a few stats and reads and one ``marshal.loads``; a miss (or a
@@ -794,19 +845,25 @@ def load_cached(ctx: Context, *, policy_file: str | None, flags: Flags, cache_di
     which is why the file must be ours, 0600, in a directory the sandbox can
     never write.
     """
-    inputs = _read_inputs(discover_files(ctx, policy_file=policy_file))
+    inputs = _read_inputs(discover_files(ctx, policy_files=policy_files))
     # The context includes the caller's credential-store variables: a run
     # with another GNUPGHOME must not be served the last run's deny list.
-    parts = [repr((_CACHE_FORMAT, __version__, ctx, flags, os.environ.get("XDG_CONFIG_HOME"))).encode()]
+    # And the built-in layer's own bytes: a safebox upgraded in place (the
+    # same __version__) with more ENV_DENY_PATTERNS or CREDENTIAL_PATHS must
+    # not be served the old lists (issue 22 item 7; about 10 us).
+    parts = [repr((_CACHE_FORMAT, __version__, ctx, flags, os.environ.get("XDG_CONFIG_HOME"),
+                   default_layer().data)).encode()]
     for path, project, raw in inputs:
         parts.append(f"\0{path}\0{project}\0{len(raw)}\0".encode() + raw)
     key = sha256_hex(b"".join(parts))[:32]
     cache = os.path.join(cache_dir, f"{_CACHE_PREFIX}{key}{_CACHE_SUFFIX}")
+    from safebox.hostio import HostFileError, open_read, replace
+
     try:
-        fd = os.open(cache, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        fd = open_read(cache, max_size=1 << 22)  # no link followed; a regular file of ours, one link
         try:
             st = os.fstat(fd)
-            if st.st_uid == os.getuid() and (st.st_mode & 0o077) == 0:
+            if (st.st_mode & 0o077) == 0:
                 policy = EffectivePolicy.from_json_dict(marshal.loads(os.read(fd, 1 << 22)))
                 import time
 
@@ -818,20 +875,14 @@ def load_cached(ctx: Context, *, policy_file: str | None, flags: Flags, cache_di
                 return policy
         finally:
             os.close(fd)
-    except (OSError, ValueError, TypeError, EOFError):
+    except (OSError, ValueError, TypeError, EOFError, HostFileError):
         pass
     policy = _load_from(inputs, ctx, flags)
     try:
         os.makedirs(cache_dir, mode=0o700, exist_ok=True)
-        tmp = f"{cache}.{os.getpid()}.tmp"
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-        try:
-            os.write(fd, marshal.dumps(policy.to_json_dict()))
-        finally:
-            os.close(fd)
-        os.replace(tmp, cache)
+        replace(cache, marshal.dumps(policy.to_json_dict()), mode=0o600)
         evict_policy_cache(cache_dir, keep=cache)
-    except OSError:
+    except (OSError, HostFileError):
         pass  # an unwritable cache only costs speed
     return policy
 

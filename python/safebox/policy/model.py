@@ -288,6 +288,34 @@ class EnvSettings(_Strict):
     allow: list[EnvPattern] | None = None
 
 
+def _check_gpu(value: Any) -> Any:
+    """``devices.gpu``: true, false, or a list of GPU indices (0-63)."""
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, list) and value and all(type(v) is int and 0 <= v <= 63 for v in value):
+        return value
+    raise ValueError("must be true, false, or a non-empty list of GPU indices from 0 to 63 (the N of /dev/nvidiaN)")
+
+
+GpuSetting = Annotated[Any, PlainValidator(_check_gpu)]
+
+
+class DevicesSettings(_Strict):
+    """``devices`` (safebox addition): device nodes bound into the sandbox (builder/devices.py)."""
+
+    gpu: GpuSetting = None
+
+
+class CiSettings(_Strict):
+    """``ci`` (safebox addition): what a CI step may pass on to later,
+    unsandboxed steps through the runner's file commands (python/safebox/ci.py)."""
+
+    # $GITHUB_ENV names or patterns ("VERSION", "IMAGE_*"); nothing else passes.
+    passEnv: list[EnvPattern] | None = None
+    # $GITHUB_PATH directories; never one a sandboxed run could write.
+    passPath: list[PolicyPath] | None = None
+
+
 class CredentialEnvVar(_Strict):
     """One ``credentials.envVars`` entry (srt): ``deny`` unsets the variable
     inside; ``mask`` shows a per-run sentinel that the proxy swaps for the
@@ -343,6 +371,8 @@ class PolicyFile(_Strict):
     filesystem: FilesystemSettings | None = None
     env: EnvSettings | None = None
     credentials: CredentialsSettings | None = None
+    ci: CiSettings | None = None
+    devices: DevicesSettings | None = None
     strict: bool | None = None
     trustProjectFiles: bool | None = None
     mandatoryDenySearchDepth: SearchDepth | None = None

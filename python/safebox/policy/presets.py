@@ -3,12 +3,15 @@
 ``--preset npm`` (or ``presets = ["npm"]`` in a policy file) adds the
 preset's domains to ``network.allowedDomains`` and points each of its tools'
 caches at a sandbox-private directory under safebox's state dir
-(``sandbox-caches/PRESET/CACHE``, created on demand, 0700), through the
-variable the tool reads. The host's own caches stay read-only inside: what a
-sandboxed install writes never flows back into ``~/.npm`` or
-``~/.cargo/registry``, where the host would run it later. docs/toolchains.md
-says why it is done by variable rather than by mount, and what is shared
-between sandbox runs.
+(``sandbox-caches/PROJECT/PRESET/CACHE``, created on demand, 0700), through
+the variable the tool reads. The host's own caches stay read-only inside: what
+a sandboxed install writes never flows back into ``~/.npm`` or
+``~/.cargo/registry``, where the host would run it later. ``PROJECT`` is the
+work dir's identity (:func:`project_key`): one project's run never writes what
+another project's run reads, configuration and executables included
+(``CARGO_HOME/config.toml``, ``COREPACK_HOME``). docs/toolchains.md says why
+it is done by variable rather than by mount, and why per project rather than
+shared.
 
 Standard library only (on the exec hot path); a test checks that
 docs/toolchains.md names every preset, domain and variable here.
@@ -20,6 +23,35 @@ from safebox._record import Frozen
 
 #: Where the caches live, beneath safebox's state dir.
 CACHE_SUBDIR = "sandbox-caches"
+
+#: Characters of a work dir's name kept in its cache dir's name (for people
+#: reading ``ls``; the digest alone decides).
+_NAME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-")
+
+
+def project_key(work_dir: str) -> str:
+    """The name of a project's cache dir: ``NAME-DIGEST``, with DIGEST the
+    first 128 bits of the SHA-256 of the work dir's real path, and NAME its
+    last component reduced to ``[A-Za-z0-9._-]`` (at most 32, for ``ls``).
+
+    Two runs share their caches exactly when they run in the same work dir.
+    A run in a subdirectory gets caches of its own: its write roots are
+    narrower than the parent's, and what it wrote must not run in a run that
+    can write more."""
+    import os
+    from hashlib import sha256
+
+    real = os.path.realpath(work_dir)
+    digest = sha256(real.encode("utf-8", "surrogateescape")).hexdigest()[:32]
+    name = "".join(c if c in _NAME_CHARS else "_" for c in os.path.basename(real))[:32].lstrip(".")
+    return f"{name or 'root'}-{digest}"
+
+
+def project_cache_dir(state: str, work_dir: str) -> str:
+    """``STATE/sandbox-caches/PROJECT``: every cache of one project's runs."""
+    import os
+
+    return os.path.join(state, CACHE_SUBDIR, project_key(work_dir))
 
 
 class CacheVar(Frozen):
@@ -36,7 +68,7 @@ class CacheVar(Frozen):
 class Cache(Frozen):
     """A sandbox-private cache dir and the variables that point a tool at it."""
 
-    name: str  # the leaf dir under sandbox-caches/PRESET/
+    name: str  # the leaf dir under sandbox-caches/PROJECT/PRESET/
     env: tuple[CacheVar, ...]
     #: Where the tool caches on the host (``~``-relative): kept read-only
     #: inside even beneath a write root, whenever this cache is in use.
@@ -162,19 +194,21 @@ def presets_for_host(host: str) -> tuple[str, ...]:
     return tuple(p.name for p in PRESETS.values() if any(_covers(d, host) for d in p.domains))
 
 
-def describe(named: tuple[str, ...], used: tuple[str, ...], *, state: str,
-             home: str) -> dict[str, dict[str, object]]:
-    """What each preset a run would use expands to, for ``safebox policy
-    show``: why it applies, its domains, and per cache the dir, the variables
-    (proxy placeholders left as they are) and the host paths kept read-only."""
+def describe(named: tuple[str, ...], used: tuple[str, ...], *, state: str, home: str,
+             work_dir: str) -> dict[str, dict[str, object]]:
+    """What each preset a run in ``work_dir`` would use expands to, for
+    ``safebox policy show``: why it applies, its domains, and per cache the
+    dir, the variables (proxy placeholders left as they are) and the host
+    paths kept read-only."""
     import os
 
     out: dict[str, dict[str, object]] = {}
+    project = project_cache_dir(state, work_dir)
     for name in dict.fromkeys((*named, *used)):
         p = PRESETS[name]
         caches = []
         for c in p.caches:
-            d = os.path.join(state, CACHE_SUBDIR, name, c.name)
+            d = os.path.join(project, name, c.name)
             caches.append({
                 "dir": d,
                 "env": {v.name: ("... " if v.append else "") + v.value.replace("{dir}", d) for v in c.env},

@@ -229,11 +229,13 @@ class DeferredProxy:
         try:
             if self.config.audit_log is not None:
                 from safebox.audit import AuditLog  # json, datetime: only with --audit-log
+                from safebox.hostio import HostFileError
 
                 try:
                     self._audit = AuditLog(os.fspath(self.config.audit_log), run=self.config.run_id)
-                except OSError as exc:
-                    raise ProxyError(f"cannot open audit log {self.config.audit_log}: {exc.strerror}") from None
+                except (OSError, HostFileError) as exc:
+                    why = exc.why if isinstance(exc, HostFileError) else exc.strerror
+                    raise ProxyError(f"cannot open audit log {self.config.audit_log}: {why}") from None
             if self._unix:
                 self._pending.append((_unix_listener(self.http_socket), "http"))
                 self._pending.append((_unix_listener(self.socks_socket), "socks5h"))
@@ -305,6 +307,15 @@ class DeferredProxy:
             mine = [p for p in self._pending if p[0].fileno() in fds]
             self._pending = [p for p in self._pending if p[0].fileno() not in fds]
             for s, _ in mine:  # under the lock: the watcher re-reads the list before it polls again
+                # shutdown() first: the watcher thread may be inside poll()
+                # on this socket, and that reference keeps a closed listener
+                # accepting into its backlog until poll returns (a flake:
+                # "released listener still accepted"). shutdown() takes the
+                # socket out of LISTEN at once, whoever still holds it.
+                try:
+                    s.shutdown(_socket.SHUT_RDWR)
+                except OSError:
+                    pass
                 s.close()
         self._wake()
         if server is not None and fds:

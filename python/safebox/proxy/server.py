@@ -124,13 +124,15 @@ class ProxyServer:
         if self._thread is not None:
             raise ProxyError("proxy already started")
         self._audit = audit
-        try:
-            if self.config.audit_log is not None and audit is None:
-                from safebox.audit import AuditLog  # json, datetime: only with --audit-log
+        if self.config.audit_log is not None and audit is None:
+            from safebox.audit import AuditLog  # json, datetime: only with --audit-log
+            from safebox.hostio import HostFileError
 
+            try:
                 self._audit = AuditLog(self.config.audit_log, run=self.config.run_id)
-        except OSError as exc:
-            raise ProxyError(f"cannot open audit log {self.config.audit_log}: {exc.strerror}") from None
+            except (OSError, HostFileError) as exc:
+                why = exc.why if isinstance(exc, HostFileError) else exc.strerror
+                raise ProxyError(f"cannot open audit log {self.config.audit_log}: {why}") from None
         explain = _explain_on_first_refusal() if self.config.explain else None
         # TLS failures are said on stderr like refusals (not with --quiet).
         report = _report_once() if self.config.explain and (self.config.mitm or self.config.injector) else None

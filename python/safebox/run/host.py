@@ -94,21 +94,18 @@ def bulk_plan(rp: ResolvedPolicy, bwrap: str) -> tuple[ResolvedPolicy, BulkPlan]
     return split(rp, host_mounts=host_mount_points() if len(rp.write_roots) > 1 else frozenset())
 
 
-#: Directories that, as the work dir (a write root without a word from the
-#: user), make a whole system tree writable: warned about on every run.
-#: ``$HOME`` is added at run time. Exact matches only: ``/usr/src/app``, a
-#: common container work dir, is a project like any other.
-SYSTEM_DIRS = frozenset({"/bin", "/boot", "/etc", "/home", "/lib", "/lib32", "/lib64", "/libx32", "/media",
-                         "/mnt", "/opt", "/root", "/run", "/sbin", "/srv", "/usr", "/usr/bin", "/usr/lib",
-                         "/usr/local", "/usr/local/bin", "/usr/sbin", "/usr/share", "/var", "/var/lib"})
-
-
-def check_write_roots(policy: EffectivePolicy, *, cwd: str, home: str) -> str | None:
+def check_write_roots(policy: EffectivePolicy, *, cwd: str, home: str) -> tuple[str, ...]:
     """Refuse a write root of ``/`` by the flag or key that asked for it;
-    return a warning (said on every run, not only with -v, once the sandbox
-    is built) when the work dir is ``$HOME`` or a system directory. Runs
-    before any tool is looked up: a write root of ``/`` holds every tool, and
-    the refusal would otherwise speak of bwrap's location (issue 11 item 12)."""
+    return the warnings (said on every run, not only with -v, once the
+    sandbox is built) for each write root that makes a whole system tree,
+    ``$HOME`` or a directory above it writable (system_dirs.whole_tree): the
+    work dir, and each ``allowWrite`` entry (issue 22 item 6:
+    ``--allow-write /etc`` was silent where a work dir of ``/etc`` was not).
+    Runs before any tool is looked up: a write root of ``/`` holds every
+    tool, and the refusal would otherwise speak of bwrap's location (issue 11
+    item 12)."""
+    from safebox.system_dirs import whole_tree
+
     for w in policy.allow_write:
         if os.path.realpath(w) != "/":
             continue
@@ -119,12 +116,27 @@ def check_write_roots(policy: EffectivePolicy, *, cwd: str, home: str) -> str | 
                               hint="cd into a project directory first")
         raise PolicyError(f"{policy.entry('filesystem.allowWrite', w)}{via}: `/` is refused: it would make "
                           "the whole host writable", hint="allow only the directories the command writes")
-    at_home = cwd in (home, os.path.realpath(home))
-    if at_home or cwd in SYSTEM_DIRS:
-        what = "your home directory" if at_home else "a system directory"
-        return (f"warning: the work dir {cwd} is {what}, and the work dir is writable: all of {cwd} is writable "
-                "inside but for the protected and denied paths; run from a project directory to narrow it")
-    return None
+    warnings = []
+    what = whole_tree(cwd, home=home)
+    if what is not None:
+        warnings.append(f"warning: the work dir {cwd} is {what}, and the work dir is writable: all of {cwd} is "
+                        "writable inside but for the protected and denied paths; run from a project directory to "
+                        "narrow it")
+    for w in dict.fromkeys(policy.allow_write):
+        if w in (cwd, "/tmp"):
+            # The work dir is said above. /tmp is the sandbox's own private
+            # one (or, without bubblewrap, the host's, writable by every
+            # user anyway): a home under it (a test's, a CI job's) is no
+            # reason to speak on every run.
+            continue
+        real = os.path.realpath(w)
+        what = whole_tree(w, home=home) or whole_tree(real, home=home)
+        if what is not None:
+            via = "" if real == w else f" (it resolves to {real})"
+            warnings.append(f"warning: {policy.entry('filesystem.allowWrite', w)}{via} is {what}: all of {w} is "
+                            "writable inside but for the protected and denied paths; allow only the directories "
+                            "the command writes")
+    return tuple(warnings)
 
 
 def hidden_tmp_hint(command: tuple[str, ...], rp: ResolvedPolicy) -> str | None:
@@ -146,4 +158,4 @@ def hidden_tmp_hint(command: tuple[str, ...], rp: ResolvedPolicy) -> str | None:
     return None
 
 
-__all__ = ["SYSTEM_DIRS", "bulk_plan", "check_write_roots", "hidden_tmp_hint", "home", "host_mount_points", "tool"]
+__all__ = ["bulk_plan", "check_write_roots", "hidden_tmp_hint", "home", "host_mount_points", "tool"]

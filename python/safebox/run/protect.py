@@ -43,14 +43,20 @@ def _stderr(msg: str) -> None:
 
 def write_watch(run_dir: str, rp: ResolvedPolicy) -> None:
     """Record what the end of the run must check. Hex paths, one record a
-    line: ``missing HEX``, ``top HEXROOT HEXNAMES``, ``link HEX HEXTARGET``,
-    and the watch at any depth's ``deep``, ``deeproot`` and ``known`` lines
-    (``safebox.deepwatch.watch_lines``)."""
-    if not rp.watch_missing and not rp.watch_links and not rp.watch_tops and rp.watch_deep is None:
+    line: ``missing HEX``, ``new HEXDIR HEXKIND HEXNAMES``, ``top HEXROOT
+    HEXNAMES``, ``link HEX HEXTARGET``, and the watch at any depth's
+    ``deep``, ``deeproot`` and ``known`` lines (``safebox.deepwatch.watch_lines``)."""
+    if (not rp.watch_missing and not rp.watch_links and not rp.watch_tops and not rp.watch_new
+            and rp.watch_deep is None):
         return
     from safebox.builder.helper_policy import write_policy_file
 
     lines = [f"missing {os.fsencode(p).hex()}" for p in rp.watch_missing]
+    # `new HEXDIR HEXKIND HEXNAMES`: NAMES, NUL-separated, were in DIR at the
+    # start (builder/home_files.py); what is new there is quarantined.
+    nul = b"\0"
+    lines += [f"new {os.fsencode(d).hex()} {kind.encode().hex()} {b''.join(os.fsencode(n) + nul for n in names).hex()}"
+              for d, kind, names in rp.watch_new]
     # `top HEXROOT HEXNAMES`: the protected names whose first component
     # (NAMES, comma-separated) was absent at the top of ROOT.
     lines += [f"top {os.fsencode(r).hex()} {','.join(firsts).encode().hex()}" for r, firsts in rp.watch_tops]
@@ -72,8 +78,17 @@ def settle_watch(run_dir: str, state: str) -> list[str]:
     missing: list[str] = []
     links: list[tuple[str, str]] = []
     tops: list[tuple[str, tuple[str, ...]]] = []
+    new: list[tuple[str, str, tuple[str, ...]]] = []
     for line in raw.decode("ascii", "replace").splitlines():
         kind, *hexes = line.split(" ")
+        if kind == "new" and len(hexes) == 3:
+            try:
+                names = bytes.fromhex(hexes[2]).split(b"\0")[:-1]
+                new.append((os.fsdecode(bytes.fromhex(hexes[0])), bytes.fromhex(hexes[1]).decode(),
+                            tuple(os.fsdecode(n) for n in names)))
+            except ValueError:
+                pass  # our own file, 0600 in a private dir: a torn write at most
+            continue
         try:
             paths = [os.fsdecode(bytes.fromhex(h)) for h in hexes]
         except ValueError:
@@ -88,8 +103,12 @@ def settle_watch(run_dir: str, state: str) -> list[str]:
         from safebox.builder.resolve import top_candidates
 
         missing += top_candidates(tops)
+    if new:
+        from safebox.builder.home_files import new_paths
+
+        missing += new_paths(new)
     out = [f"a killed earlier run's command created protected file {src}; moved it to {dest}"
-           for src, dest in quarantine(tuple(missing), state)]
+           for src, dest in quarantine(tuple(dict.fromkeys(missing)), state)]
     for link, replaced in restore_links(tuple(links), state):
         what = f"replaced it; moved the replacement to {replaced}" if replaced else "removed it"
         out.append(f"protected symlink {link}: a killed earlier run's command {what}; the link is restored")
@@ -106,12 +125,17 @@ def settle(rp: ResolvedPolicy, state: str, *, say: Callable[[str], None]) -> tup
     """After the command: quarantine the protected files it created and
     restore the protected links it replaced; say each. Returns (quarantined
     paths, restored links) for the run record."""
+    candidates = rp.watch_missing
     if rp.watch_tops:
         from safebox.builder.resolve import top_candidates
 
-        moved = quarantine((*rp.watch_missing, *top_candidates(rp.watch_tops)), state, say=say)
-    else:
-        moved = quarantine(rp.watch_missing, state, say=say)
+        candidates = (*candidates, *top_candidates(rp.watch_tops))
+    if rp.watch_new:
+        from safebox.builder.home_files import new_paths
+
+        candidates = (*candidates, *new_paths(rp.watch_new))
+    # A new ~/.git is both a new dot entry and a watched top name: moved once.
+    moved = quarantine(tuple(dict.fromkeys(candidates)), state, say=say)
     for src, dest in moved:
         say(f"the command created protected file {src}; moved it to {dest}")
     relinked = restore_links(rp.watch_links, state, say=say)

@@ -17,6 +17,7 @@ import os
 import time
 
 from safebox._record import rmtree
+from safebox.builder.resolved import EMPTY_FILE
 from safebox.errors import RunError
 from safebox.run.protect import settle_watch
 
@@ -141,6 +142,19 @@ class RunDir:
         self._lock = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
         fcntl.flock(self._lock, fcntl.LOCK_EX)
         os.rename(tmp, os.path.join(self.path, "lock"))
+        # The file bound over every masked file (ResolvedPolicy.empty_file):
+        # empty, and mode 0200 (write only) so that reading it fails with
+        # EACCES as the nodev /dev/null did, and connect() to a hidden
+        # socket still fails with ECONNREFUSED (connect needs write
+        # permission, then a socket); a write fails with EROFS, the bind
+        # being read-only. No capability inside overrides the mode, and the
+        # read-only bind keeps it from being changed.
+        fd = os.open(os.path.join(self.path, EMPTY_FILE),
+                     os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o200)
+        try:
+            os.fchmod(fd, 0o200)  # whatever the umask
+        finally:
+            os.close(fd)
         self._numbers = itertools.count(1)
 
     def command_dir(self) -> str:

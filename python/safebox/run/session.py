@@ -53,7 +53,12 @@ class Options(Frozen):
     learn: str | None = None  # --learn OUT: any public host; the suggested policy goes to OUT
     summary: str | None = None  # --summary FILE: append this run's Markdown report
     observe: str | None = None  # --observe: off, calls, writes, all; None: calls, or all with --audit-log
-    policy_file: str | None = None  # protected like the user's policy files (read-only inside)
+    policy_files: tuple[str, ...] = ()  # protected like the user's policy files (read-only inside)
+    #: ``--learn``: the policy the run ran under, as one policy document
+    #: (called when the learned policy is written), and the command line
+    #: that enforces the file written (printed then).
+    learn_base: Callable[[], dict[str, Any]] | None = None
+    enforce_argv: tuple[str, ...] = ()
     #: ``safebox exec``: take over the process's signals, mark its
     #: descriptors, become the child subreaper, reap every child. False
     #: (the API): touch nothing process-wide.
@@ -105,7 +110,7 @@ class Session:
         private_dir(user_config_dir(self.home))
         # 3. The policy.
         self.policy = load(self.ctx, self.cache_dir)
-        self.warning = _host.check_write_roots(self.policy, cwd=self.cwd, home=self.home)
+        self.warnings = _host.check_write_roots(self.policy, cwd=self.cwd, home=self.home)
         self.strict = self.policy.strict or self.opts.strict
         self.ports = _plan.publish_ports(self.opts.publish, self.policy)
         # 4. Tools and layers. bwrap, socat, ripgrep and find run on the host:
@@ -353,7 +358,8 @@ class Command:
         if s._wants_records():
             from safebox.report import Recorder
 
-            self.recorder = Recorder(audit_log=s.opts.audit_log, summary=s.summary, learn=s.opts.learn, run=s.run_id)
+            self.recorder = Recorder(audit_log=s.opts.audit_log, summary=s.summary, learn=s.opts.learn, run=s.run_id,
+                                     learn_base=s.opts.learn_base, enforce_argv=s.opts.enforce_argv)
         if self.environ.get("GITHUB_ACTIONS") == "true" or self.environ.get("GITLAB_CI") == "true":
             from safebox import ci
 
@@ -382,7 +388,7 @@ class Command:
         # files (those are protected by name): read-only inside. So are the
         # --audit-log and --summary files: the command must not forge the
         # record of its own run (the proxy and safebox append from the host).
-        self.given = tuple(expand_path(f, s.ctx) for f in (s.opts.policy_file, s.opts.audit_log, s.summary) if f)
+        self.given = tuple(expand_path(f, s.ctx) for f in (*s.opts.policy_files, s.opts.audit_log, s.summary) if f)
         return HostFacts(helper_path=s.helper, self_paths=(*self_paths(), s.helper), run_files=self.given,
                          import_paths=import_paths(), allow_import_roots=s.opts.allow_import_roots,
                          path_dirs=tuple(self.environ.get("PATH", "").split(":")),
@@ -397,16 +403,22 @@ class Command:
         self.caches = None
         if self.policy.cache_presets:
             # Presets named, or whose registry is allowed anyway: their tools'
-            # caches go to sandbox-private dirs (builder/caches.py).
+            # caches go to sandbox-private dirs of this work dir's own
+            # (builder/caches.py): another project's runs never read them.
             from safebox.builder.caches import prepare
 
-            self.caches = prepare(self.policy.cache_presets, state=s.state, home=s.home, create=not s.opts.dry_run)
+            self.caches = prepare(self.policy.cache_presets, state=s.state, home=s.home, work_dir=s.cwd,
+                                  create=not s.opts.dry_run)
         rp = resolve(self.policy, layers=s.layers, cwd=s.cwd, home=s.home, host=self._host_facts(),
                      bridges=s.bridges, scan=self.scan,
                      **({"cache_dirs": self.caches.dirs, "cache_host_paths": self.caches.host_paths}
                         if self.caches else {}))
         if self.cwd is not None:
             rp = rp.replace(cwd=os.path.realpath(self.cwd))
+        if self.policy.devices_gpu:
+            from safebox.builder.devices import find_gpu_nodes, with_gpu
+
+            rp = with_gpu(rp, find_gpu_nodes(self._gpu_selection(), environ=dict(self.environ)))
         if s.netplan is not None and s.netplan.masked_files:
             rp = rp.replace(masked_files=s.netplan.masked_files)  # credentials.files, mode "mask"
         if not s.opts.dry_run:
@@ -415,8 +427,8 @@ class Command:
             remember_write_roots(self.roots_file, self.earlier_roots,
                                  tuple(r for r in rp.write_roots if r != self.run_tmp), time.time())
         rp = self._publish(rp)
-        if s.warning:
-            s.say(s.warning)  # now that the sandbox is built: a refusal stays one line
+        for w in s.warnings:
+            s.say(w)  # now that the sandbox is built: a refusal stays one line
         if self.ci_run is not None:
             assert self.dir is not None
             rp = rp.replace(overlays=self.ci_run.materialize(self.dir, dry_run=s.opts.dry_run))
@@ -488,7 +500,16 @@ class Command:
             env.update(cache_env(self.caches, env, proxy=("127.0.0.1", http.port) if http else None))
         if self.ci_run is not None:
             env.update(self.ci_run.env)  # $GITHUB_ENV & co. name this run's own files
+        if self.policy.devices_gpu:
+            from safebox.builder.devices import gpu_env
+
+            env.update(gpu_env(self._gpu_selection()))
         return env
+
+    def _gpu_selection(self) -> tuple[int, ...] | None:
+        """devices.gpu's indices, or None for every GPU."""
+        gpu = self.policy.devices_gpu
+        return None if gpu is True else tuple(gpu) if isinstance(gpu, tuple) else None
 
     def _dry_run(self, rp: ResolvedPolicy, policy_bytes: bytes) -> str:
         s = self.s
@@ -529,7 +550,9 @@ class Command:
         assert rp is not None
         if self.recorder is not None:
             self.recorder.start(command=list(self.argv), layers=s.layers.value, cwd=s.cwd,
-                                mode="learn" if s.opts.learn else "enforce", policy=s.opts.policy_file,
+                                mode="learn" if s.opts.learn else "enforce",
+                                policy=s.opts.policy_files[-1] if s.opts.policy_files else None,
+                                policies=list(s.opts.policy_files),
                                 presets=list(self.policy.presets), ci=self.ci_run.kind if self.ci_run else None,
                                 observe=s.observe)
         self.network_from = len(s.feed_network)
@@ -570,9 +593,16 @@ class Command:
         events: list[Any] = []
         if observer is not None or network:
             events = _explain(s, rp, self.policy, observer, records, network,
-                              audit=self.recorder.audit if self.recorder else None, own=self.given)
+                              audit=self.recorder.audit if self.recorder else None, own=self.given,
+                              ci_run=self.ci_run)
+        lost = self.launch.supervisor_lost if self.launch is not None else None
+        if lost is not None:
+            # Said at once (run/supervise.py) and again here, after the
+            # summary of what was observed until then.
+            s.say(f"the run was stopped when the violations supervisor died ({lost}): refusals after that were "
+                  f"not observed; exit status {rc}")
         quarantined, restored = settle(rp, s.state, say=s.say)
-        refused = self.ci_run.finish((*rp.write_roots, *rp.cache_dirs)) if self.ci_run is not None else []
+        refused = self.ci_run.finish(self._passing()) if self.ci_run is not None else []
         for r in refused:
             s.say(f"refused {r.file} entry {r.name!r}: {r.reason} (not passed on to later steps; docs/ci.md)")
         if self.recorder is not None:
@@ -589,6 +619,18 @@ class Command:
             for note in self.recorder.finish(home=s.home):
                 s.say(note)
         return events
+
+    def _passing(self) -> Any:
+        """What this CI step may pass on (ci.passEnv, ci.passPath), and every
+        place a sandboxed run could have written, this one's or an earlier
+        one's: no PATH entry may lie there."""
+        from safebox.ci import Passing
+
+        s, rp = self.s, self.rp
+        assert rp is not None
+        earlier = tuple(getattr(self, "earlier_roots", None) or ())  # the state dir's memory
+        writable = (*rp.write_roots, *rp.cache_dirs, *earlier, s.state)
+        return Passing(env=self.policy.ci_pass_env, path=self.policy.ci_pass_path, writable=writable)
 
     def cleanup(self) -> None:
         """Release everything the command holds (idempotent)."""
@@ -617,6 +659,8 @@ class Command:
         if self.ci_run is not None:
             self.ci_run.cleanup()
             self.ci_run = None
+        if self.recorder is not None:
+            self.recorder.close()
         for fw in self.forwarders:
             fw.close()
         self.forwarders = []
@@ -638,7 +682,7 @@ def _enforced(status: Any) -> dict[str, Any]:
 
 def _explain(s: Session, rp: ResolvedPolicy, policy: EffectivePolicy, observer: Observer | None,
              records: list[bytes], network: list[tuple[Any, ...]], *, audit: Any,
-             own: tuple[str, ...] = ()) -> list[Any]:
+             own: tuple[str, ...] = (), ci_run: Any = None) -> list[Any]:
     """The feed's output: a line when observation was impossible, the
     ``denied`` audit events, the summary (every event with -v). Returns the
     feed's events."""
@@ -655,10 +699,11 @@ def _explain(s: Session, rp: ResolvedPolicy, policy: EffectivePolicy, observer: 
         # glibc's name-service probes only: nothing to print or record (the
         # API still gets them as events).
         return []
-    from safebox.violations.feed import Feed  # only when there is something to explain
+    from safebox.violations.feed import Feed, ci_entries  # only when there is something to explain
 
     feed = Feed(rp, policy=policy, home=s.home, table=observer.table if observer else None,
-                status=observer.status if observer else None, own=tuple(os.path.realpath(p) for p in own))
+                status=observer.status if observer else None, own=tuple(os.path.realpath(p) for p in own),
+                added=ci_entries(ci_run))
     feed.add_records(records)
     feed.add_network(network, explained=not s.opts.quiet)  # the proxy printed a line per host unless --quiet
     if audit is not None:

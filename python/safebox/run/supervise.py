@@ -21,7 +21,7 @@ from safebox import _signals
 from safebox import limits as _limits
 from safebox._record import read_until
 from safebox.builder.resolved import Layers, ResolvedPolicy
-from safebox.errors import EXIT_TIMEOUT, HelperError, RunError
+from safebox.errors import EXIT_SAFEBOX_FAILED, EXIT_TIMEOUT, HelperError, RunError
 from safebox.run import plan as _plan
 
 TYPE_CHECKING = False
@@ -40,6 +40,8 @@ else:
     import _signal as signal  # the C module: `signal` wraps it in enums (~4.5 ms of import)
 
 FORWARDED_SIGNALS = _signals.FORWARDED
+_SIGNAL_NAMES = {getattr(signal, n): n for n in ("SIGKILL", "SIGSEGV", "SIGABRT", "SIGBUS", "SIGTERM", "SIGILL",
+                                                 "SIGFPE", "SIGSYS", "SIGXCPU")}
 
 
 def _close_actions(keep: set[int]) -> list[tuple[int, int]]:
@@ -321,6 +323,10 @@ class Launch:
         self.observer: Observer | None = None
         self.cgroup: Cgroup | None = limits.cgroup() if limits is not None else None
         self.limits_hit: list[str] = []
+        #: How the violations supervisor died during the run ("killed by
+        #: SIGKILL"), which ended the run; None while it serves.
+        self.supervisor_lost: str | None = None
+        self._supervisor_fd = -1  # its pidfd, polled while waiting
         self.status: HelperStatus | None = None
         self.line: bytes | None = None
         self.pid = -1
@@ -362,6 +368,46 @@ class Launch:
             self.observer = self.make_observer()
             self.observer.start(lambda path, argv, pass_fds: spawn(path, argv, self.env, pass_fds=pass_fds,
                                                                    block_signals=True))
+            try:
+                self._supervisor_fd = os.pidfd_open(self.observer.pid)
+                self._fds.append(self._supervisor_fd)
+            except OSError:
+                pass  # Linux < 5.3: polled by waitid in wait_until's fallback instead (see _supervisor_watch)
+
+    def _supervisor_watch(self) -> tuple[int, Callable[[], None]] | None:
+        """What :func:`limits.wait_until` polls besides the sandbox: the
+        supervisor's pidfd, and what to do when it ends."""
+        if self._supervisor_fd < 0 or self.supervisor_lost is not None:
+            return None
+        return self._supervisor_fd, self._supervisor_ended
+
+    def _supervisor_ended(self) -> None:
+        """The supervisor ended while the sandbox runs. Exit status 0: it
+        stopped by itself, as it does once no sandboxed task is left (the
+        command's end, seen before bwrap's). Anything else, a signal above
+        all, leaves the observing filter without a listener: the kernel
+        answers ENOSYS to every notified call, so the command's writes,
+        execs and connects fail from then on, unexplained. safebox then
+        ends the run at once, says so, and exits 125 (issue 22, item 13)."""
+        observer = self.observer
+        if observer is None or observer.pid <= 0:
+            return
+        try:
+            info = os.waitid(os.P_PID, observer.pid, os.WEXITED | os.WNOWAIT | os.WNOHANG)
+        except ChildProcessError:
+            return
+        if info is None or (info.si_code == os.CLD_EXITED and info.si_status == 0):
+            return
+        if info.si_code in (os.CLD_KILLED, os.CLD_DUMPED):
+            name = _SIGNAL_NAMES.get(info.si_status, f"signal {info.si_status}")
+            how = f"killed by {name}"
+        else:
+            how = f"exit status {info.si_status}"
+        self.supervisor_lost = how
+        self.say(f"the violations supervisor (safebox-helper --supervise, pid {observer.pid}) died ({how}): "
+                 "stopping the sandbox, whose watched calls would fail with ENOSYS from now on; exit status "
+                 f"{EXIT_SAFEBOX_FAILED}")
+        self.kill_tree()
 
     def start(self) -> None:
         """Spawn; return once the command exists. Raises (after undoing
@@ -562,16 +608,20 @@ class Launch:
         wall = self.started + self.limits.wall_time if self.limits is not None and self.limits.wall_time else None
         until = time.monotonic() + timeout if timeout is not None else None
         timed_out = False
+        watch = self._supervisor_watch()
         if wall is not None and (until is None or wall <= until):
             got, timed_out = _limits.stop_at_deadline(self.pid, wall, terminate=lambda: self.relay.handler(
-                signal.SIGTERM), kill=self.kill_tree)
+                signal.SIGTERM), kill=self.kill_tree, watch=watch)
             wstatus = _wait(self.pid) if got is None else got
         elif until is not None:
             done, got = os.waitpid(self.pid, os.WNOHANG)  # ended already: poll() must see it
-            got = got if done else _limits.wait_until(self.pid, until)
+            got = got if done else _limits.wait_until(self.pid, until, watch=watch)
             if got is None:
                 return None
             wstatus = got
+        elif watch is not None:
+            got = _limits.wait_until(self.pid, float("inf"), watch=watch)
+            wstatus = _wait(self.pid) if got is None else got
         else:
             wstatus = _wait(self.pid)
         if self.rp.layers is Layers.HELPER_ONLY:
@@ -579,7 +629,7 @@ class Launch:
                 _reap_descendants(keep=self.observer.pid if self.observer is not None else -1)
             else:
                 # No subreaper under the API: what is left of the command's
-                # group goes with it (docs/api.md, "Helper-only hosts").
+                # group goes with it (docs/api.md, "What the API leaves alone in the caller").
                 # The pid is reaped: only its group (which outlives it while
                 # members remain) is named, never the pid itself.
                 try:
@@ -595,6 +645,10 @@ class Launch:
             # cleans up must not kill it half-way (run dir, proxy, quarantine).
             _signals.stop_forwarding()
         rc = EXIT_TIMEOUT if timed_out else exit_status(wstatus)
+        if self.supervisor_lost is None and self._supervisor_watch() is not None:
+            self._supervisor_ended()  # died as the command ended: the command's end may be ENOSYS's doing
+        if self.supervisor_lost is not None:
+            rc = EXIT_SAFEBOX_FAILED
         self._explain_limits(timed_out)
         self._check_status(rc, wstatus)
         self.returncode = rc

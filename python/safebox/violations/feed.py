@@ -35,17 +35,10 @@ RULE_DENY_READ = "filesystem.denyRead"
 RULE_CREDENTIALS = "filesystem.denyRead (built-in credential list)"
 RULE_PROTECTED = "protected file"
 RULE_SELF = "self-protection"
+RULE_RUNNER_FILE = "runner file"
+RULE_RUNNER_SECRET = "runner secret"
 RULE_UNIX = "network.allowUnixSockets"
 RULE_DOMAINS = "network.allowedDomains"
-
-#: Directories a fix never makes writable: the system's. ``/var`` is one
-#: except for its caches (``/var/cache``, ``/var/tmp``); every top-level
-#: ``/lib*`` is one; so are ``/`` and every directory from the root down to
-#: the home itself (``Feed._never_writable``). Making one writable to let a
-#: command write a file hands the sandbox the host's configuration, programs
-#: or dotfiles: the commonest fix then names the rule and why instead.
-SYSTEM_DIRS = ("/etc", "/usr", "/bin", "/sbin", "/boot", "/proc", "/sys", "/dev", "/run", "/opt", "/srv", "/var")
-VAR_CACHES = ("/var/cache", "/var/tmp")
 
 
 @dataclass(frozen=True)
@@ -137,7 +130,7 @@ class Event:
     shown: str = ""  # the path, syscall or host, for the summary
     quiet: bool = False  # in the audit log and -v, not in the summary (see Feed.summary)
     explained: bool = False  # its rule and fix were printed on a line of its own (the proxy's, per host)
-    by_design: bool = False  # no fix is suggested on purpose (a system directory), see SYSTEM_DIRS
+    by_design: bool = False  # no fix is suggested on purpose (a system directory), see system_dirs.py
 
 
 @dataclass
@@ -150,6 +143,10 @@ class Feed:
     table: Table | None
     status: bytes | None = None  # the helper's status line
     own: tuple[str, ...] = ()  # this run's --policy and --audit-log files (read-only inside)
+    #: Entries safebox added itself, not the user's policy (a CI runner's
+    #: files, :func:`ci_entries`): path -> (rule, fix, why). A refusal under
+    #: one is explained by it, never as an entry to remove from the policy.
+    added: dict[str, tuple[str, str | None, str]] = field(default_factory=dict)
     events: list[Event] = field(default_factory=list)
     dropped: int = 0
 
@@ -174,24 +171,23 @@ class Feed:
         state = os.path.dirname(os.path.dirname(self.rp.run_dir)) if self.rp.run_dir else ""
         return any(_under(path, p) for p in (*self_paths(), *self.own, *((state,) if state else ())))
 
+    def _added(self, path: str) -> tuple[str, str | None, str] | None:
+        for p, why in self.added.items():
+            if _under(path, p) or _under(path, os.path.realpath(p)):
+                return why
+        return None
+
     def _entry(self, idx: int) -> tuple[str, int] | None:
         if self.table is None or not 0 <= idx < len(self.table.entries):
             return None
         return self.table.entries[idx]
 
     def _never_writable(self, directory: str) -> str | None:
-        """Why a fix must not make ``directory`` writable ("/etc is a system
-        directory"; the root, the home or a directory above it), or None when
-        a fix may."""
-        d = os.path.normpath(directory)
-        if d == "/":
-            return "/ is the whole system"
-        if self.home and self.home != "/" and _under(self.home.rstrip("/"), d):
-            return "~ is the home itself, with its dotfiles" if _under(d, self.home) else f"{d} holds the home"
-        top = "/" + d.lstrip("/").split("/", 1)[0]
-        if top.startswith("/lib") or (top in SYSTEM_DIRS and not any(_under(d, c) for c in VAR_CACHES)):
-            return f"{d} is a system directory"
-        return None
+        """Why a fix must not make ``directory`` writable, or None when a fix
+        may: the rule learn mode follows too (system_dirs.never_suggested)."""
+        from safebox.system_dirs import never_suggested
+
+        return never_suggested(directory, home=self.home)
 
     def _write_rule(self, path: str, entry: tuple[str, int] | None) -> tuple[str, str | None, str]:
         """(rule, fix, why nothing allows it) for a refused write to ``path``."""
@@ -201,6 +197,9 @@ class Feed:
         if self._self(path):
             return RULE_SELF, None, ("safebox's own files (its installation, its state, this run's --policy and "
                                      "--audit-log files) are read-only in every sandbox")
+        hit = self._added(path)
+        if hit is not None:
+            return hit
         deny_write = [os.path.realpath(p) for p in self.policy.deny_write]
         if any(_under(path, d) for d in deny_write):
             return RULE_DENY_WRITE, "remove the entry from filesystem.denyWrite (or the --deny-write flag)", ""
@@ -228,6 +227,9 @@ class Feed:
     def _read_rule(self, path: str) -> tuple[str, str | None, str]:
         if self._credential(path):
             return RULE_CREDENTIALS, None, "credentials stay unreadable in every sandbox"
+        hit = self._added(path)
+        if hit is not None:
+            return hit
         return RULE_DENY_READ, "remove the entry from filesystem.denyRead (or the --deny-read flag)", ""
 
     # ------------------------------------------------------------ records
@@ -450,6 +452,27 @@ class Feed:
         if evs[0].by_design:
             return f"the commonest ({what}) stays refused: {evs[0].fix_note}"
         return f"the commonest ({what}) cannot be allowed: {evs[0].fix_note}"
+
+
+def ci_entries(ci_run: Any) -> dict[str, tuple[str, str | None, str]]:
+    """What a CI job's run (``safebox.ci.CiRun``) added to the policy, as
+    :attr:`Feed.added` explains it: the runner's file-command files
+    (read-only inside; the command writes this run's copies, named by the
+    same variables) and the runner's secrets (hidden)."""
+    out: dict[str, tuple[str, str | None, str]] = {}
+    if ci_run is None:
+        return out
+    for path in ci_run.deny_read:
+        out[path] = (RULE_RUNNER_SECRET, None,
+                     "safebox hides the CI runner's own secrets (its credentials, configuration, file-type "
+                     "variables) from every sandboxed step (docs/ci.md#what-safebox-hides-from-a-step); "
+                     f"a step that must read one says so: --allow-read {path}")
+    for var, (_ours, theirs) in ci_run.files.items():
+        out[theirs] = (RULE_RUNNER_FILE, None,
+                       f"safebox keeps the runner's own files read-only; write to ${var} instead (inside it names "
+                       "this run's copy, whose entries the policy lists in ci.passEnv or ci.passPath safebox "
+                       "passes on after the step; docs/ci.md#what-passes-cipassenv-and-cipasspath)")
+    return out
 
 
 def _printable(text: str) -> str:

@@ -1,8 +1,11 @@
 """The supervisor's life cycle: start it next to the sandbox, hand it the
 listener, collect its records (docs/violations.md, "Mechanism").
 
-1. ``Observer()`` writes the table (0600) and creates the events file in
-   the run dir, which the sandbox can read but never write.
+1. ``Observer()`` writes the table (0600) and creates the events file: a
+   file without a name (``O_TMPFILE`` in the run dir), so the sandbox, which
+   sees the run dir read-only, can neither read nor write it. Nothing in
+   the sandbox needs the records, and they name what every process of the
+   sandbox was refused (issue 22, item 11).
 2. ``start`` spawns ``safebox-helper --supervise`` on the host, in its own
    process group (the command's signals never reach it), before bwrap, so
    that its start-up overlaps the sandbox's.
@@ -10,7 +13,8 @@ listener, collect its records (docs/violations.md, "Mechanism").
    socket: the listener (tag ``N``), passed on to the supervisor, or why
    there is none (``n ERRNO``).
 4. ``finish``, once the command has exited, waits for the supervisor (it
-   exits when no sandboxed task is left) and returns its records.
+   exits when no sandboxed task is left) and returns its records, read
+   through safebox's own descriptor of the file.
 
 On the exec hot path, and imported while bwrap builds the sandbox (so its
 cost overlaps bwrap's): ``_socket`` rather than ``socket`` (which imports
@@ -32,7 +36,6 @@ if TYPE_CHECKING:
     from safebox.violations.table import Table
 
 TABLE = "observe.table"
-EVENTS = "events"
 #: How long ``finish`` waits for the supervisor after the command is gone.
 FINISH_TIMEOUT = 5.0
 
@@ -53,10 +56,10 @@ class Observer:
         self.helper = helper
         self.table = table
         self.table_path = os.path.join(run_dir, TABLE)
-        self.events_path = os.path.join(run_dir, EVENTS)
         write_policy_file(self.table_path, table.render())
-        self._events = os.open(self.events_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND
-                               | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        #: The events file: safebox's descriptor (it reads the records
+        #: through it); the supervisor gets a copy to append to.
+        self.events_fd = _unnamed_file(run_dir)
         self._ours, self._theirs = _socket.socketpair(_socket.AF_UNIX, _socket.SOCK_STREAM)
         self.pid = -1
         #: Why nothing is observed (the helper's errno name), or None.
@@ -69,14 +72,12 @@ class Observer:
     def start(self, spawn: Callable[..., int]) -> None:
         """Spawn the supervisor with ``spawn(path, argv, pass_fds=...)``."""
         theirs = self._theirs.fileno()
-        argv = [self.helper, "--supervise", "--table", self.table_path, "--events-fd", str(self._events),
+        argv = [self.helper, "--supervise", "--table", self.table_path, "--events-fd", str(self.events_fd),
                 "--listener-sock", str(theirs)]
         try:
-            self.pid = spawn(self.helper, argv, pass_fds=(self._events, theirs))
+            self.pid = spawn(self.helper, argv, pass_fds=(self.events_fd, theirs))
         finally:
             self._theirs.close()
-            os.close(self._events)
-            self._events = -1
 
     def forward(self, handoff: Any) -> None:
         """Read the helper's observation message from ``handoff`` and pass the
@@ -134,8 +135,34 @@ class Observer:
                 time.sleep(pause)
                 pause = min(pause * 2, 0.01)
             self.pid = -1
+        if self.events_fd < 0:
+            return []
         try:
-            with open(self.events_path, "rb") as f:
-                return f.read().splitlines()
+            chunks = []
+            at = 0
+            while chunk := os.pread(self.events_fd, 1 << 20, at):
+                chunks.append(chunk)
+                at += len(chunk)
+            return b"".join(chunks).splitlines()
         except OSError:
             return []
+        finally:
+            os.close(self.events_fd)
+            self.events_fd = -1
+
+
+def _unnamed_file(directory: str) -> int:
+    """A new 0600 file in ``directory`` that has no name: ``O_TMPFILE``, or
+    on a file system without it (EOPNOTSUPP, EISDIR) a name removed at once.
+    Either way no name exists once the supervisor starts, before the
+    sandboxed command runs anything: its first exec waits for the
+    supervisor, which gets the listener only after this."""
+    flags = os.O_RDWR | os.O_APPEND | os.O_CLOEXEC
+    try:
+        return os.open(directory, flags | os.O_TMPFILE, 0o600)
+    except OSError:
+        pass
+    path = os.path.join(directory, f"events-{os.getpid()}-{time.monotonic_ns()}")
+    fd = os.open(path, flags | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    os.unlink(path)
+    return fd

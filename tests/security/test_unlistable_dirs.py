@@ -1,0 +1,174 @@
+"""A directory the scan cannot list is never treated as harmless (issue 22,
+review finding 2).
+
+The review's attack, as an unprivileged user: run 1 does ``chmod 0300 .``;
+in run 2 ripgrep could not list the work tree, safebox took the EACCES as
+harmless, found no protected file, and the command did ``chmod 755 .`` and
+wrote ``.git/hooks/pre-commit``, which the host's next ``git commit`` runs.
+The same with a subdirectory (a nested repository).
+
+Now a write root that cannot be listed is refused with the fix (exit 125),
+and an unlistable directory inside one is read-only for the whole run: under
+bubblewrap a read-only bind, so even ``chmod`` fails with EROFS; on a
+helper-only host it is out of Landlock's write grant.
+
+Root with ``CAP_DAC_READ_SEARCH`` lists any directory, so the scan sees
+through the mode and the protection holds as before (that is asserted too);
+a root without it (a container that drops the DAC capabilities) is what an
+unprivileged user is, and is run here through ``setpriv``.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from collections.abc import Sequence
+from pathlib import Path
+
+import pytest
+
+from sbx import BOTH, BWRAP_ONLY, HELPER_ONLY, FakeHome, missing
+
+NO_DAC = "root-without-dac"
+
+
+def _dac_bypassed() -> bool:
+    """Whether this process lists any directory whatever its mode (CAP_DAC_READ_SEARCH, bit 2)."""
+    with open("/proc/self/status") as f:
+        eff = next(int(ln.split()[1], 16) for ln in f if ln.startswith("CapEff:"))
+    return bool(eff & (1 << 2))
+
+
+def _whos() -> list[str]:
+    """As ourselves; as root also without the DAC capabilities."""
+    return ["self", NO_DAC] if os.geteuid() == 0 else ["self"]
+
+
+def _run(home: FakeHome, script: str, *, who: str, mode: str = BOTH) -> subprocess.CompletedProcess[str]:
+    argv: Sequence[str] = home.argv(["sh", "-c", script], mode=mode)
+    if who == NO_DAC:
+        setpriv = shutil.which("setpriv")
+        if setpriv is None:
+            missing("setpriv (util-linux) to run safebox as a root without the DAC capabilities")
+        drop = "-dac_override,-dac_read_search"
+        argv = [setpriv, f"--inh-caps={drop}", f"--bounding-set={drop}", *argv]
+    return subprocess.run(list(argv), cwd=home.work, env=home.env(), capture_output=True, text=True, timeout=60,
+                          check=False, stdin=subprocess.DEVNULL)
+
+
+def _blind(who: str) -> bool:
+    """Whether safebox, run as ``who``, cannot list a 0300 directory."""
+    return who == NO_DAC or not _dac_bypassed()
+
+
+def _nested_repo(home: FakeHome) -> Path:
+    sub = home.work / "sub"
+    for d in ("hooks", "objects", "refs"):
+        (sub / ".git" / d).mkdir(parents=True)
+    (sub / ".git" / "HEAD").write_text("ref: refs/heads/main\n")
+    return sub
+
+
+@pytest.mark.needs_bwrap
+@pytest.mark.parametrize("who", _whos())
+def test_a_work_dir_made_unlistable_in_one_run_is_refused_in_the_next_with_the_fix(fresh_home: FakeHome,
+                                                                                  who: str) -> None:
+    work, hook = fresh_home.work, fresh_home.work / ".git" / "hooks" / "pre-commit"
+    try:
+        first = _run(fresh_home, "chmod 0300 .", who=who)
+        assert first.returncode == 0, first.stderr
+        second = _run(fresh_home, "chmod 755 . && echo evil > .git/hooks/pre-commit", who=who)
+        assert not hook.exists(), second.stderr
+        if _blind(who):
+            assert second.returncode == 125, second.stderr
+            assert second.stderr.splitlines() == [
+                f"safebox: write root {work} cannot be listed (mode 0300): safebox cannot find the protected files "
+                "in it (.git/hooks, .bashrc, ...), and a command could make it listable again and write them",
+                f"hint: chmod u+rx {work}"], second.stderr
+        else:  # root lists it anyway: the hooks were found and are read-only
+            assert ".git/hooks/pre-commit: Read-only file system" in second.stderr, second.stderr
+    finally:
+        work.chmod(0o755)
+    # Control: the fix the refusal names works, and the hooks are protected as before.
+    work.chmod(0o300)
+    subprocess.run(["chmod", "u+rx", str(work)], check=True)
+    third = _run(fresh_home, "echo ok > notes.txt; echo evil > .git/hooks/pre-commit", who=who)
+    assert (work / "notes.txt").read_text() == "ok\n", third.stderr
+    assert ".git/hooks/pre-commit: Read-only file system" in third.stderr, third.stderr
+    assert not hook.exists()
+
+
+@pytest.mark.parametrize("mode", [BOTH, BWRAP_ONLY])
+@pytest.mark.parametrize("who", _whos())
+def test_a_subdirectory_made_unlistable_stays_read_only_so_it_cannot_be_reopened_and_written(
+        fresh_home: FakeHome, mode: str, who: str) -> None:
+    sub = _nested_repo(fresh_home)
+    hook = sub / ".git" / "hooks" / "pre-commit"
+    try:
+        first = _run(fresh_home, "chmod 0300 sub", who=who, mode=mode)
+        assert first.returncode == 0, first.stderr
+        second = _run(fresh_home, "echo ok > notes.txt; chmod 755 sub; echo evil > sub/.git/hooks/pre-commit",
+                      who=who, mode=mode)
+        assert (fresh_home.work / "notes.txt").read_text() == "ok\n", second.stderr  # control: the run goes on
+        assert not hook.exists(), second.stderr
+        assert "sub/.git/hooks/pre-commit: Read-only file system" in second.stderr, second.stderr
+        if _blind(who):
+            assert "chmod: changing permissions of 'sub': Read-only file system" in second.stderr, second.stderr
+            assert (f"safebox: {sub} cannot be listed (mode 0300): safebox cannot find the protected files in it "
+                    "(.git/hooks, .bashrc, ...), and a command could make it listable again and write them: it is "
+                    f"read-only inside for this run; to write there: chmod u+rx {sub}") in second.stderr.splitlines()
+            assert sub.stat().st_mode & 0o777 == 0o300
+        else:  # root lists it: the chmod works, the hooks are found and read-only as ever
+            assert "cannot be listed" not in second.stderr, second.stderr
+    finally:
+        sub.chmod(0o755)
+    # Control: once listable (the fix named), the directory is writable again; its hooks are not.
+    third = _run(fresh_home, "echo ok > sub/notes.txt; echo evil > sub/.git/hooks/pre-commit", who=who, mode=mode)
+    assert (sub / "notes.txt").read_text() == "ok\n", third.stderr
+    assert "cannot be listed" not in third.stderr
+    assert not hook.exists()
+
+
+@pytest.mark.needs_landlock(1)
+@pytest.mark.parametrize("who", _whos())
+def test_without_bubblewrap_an_unlistable_subdirectory_is_out_of_landlocks_write_grant(fresh_home: FakeHome,
+                                                                                       who: str) -> None:
+    sub = fresh_home.work / "sub"
+    sub.mkdir()
+    sub.chmod(0o300)
+    try:
+        r = _run(fresh_home, "echo ok > src/notes.txt; chmod 755 sub; echo evil > sub/planted", who=who,
+                 mode=HELPER_ONLY)
+        assert (fresh_home.work / "src" / "notes.txt").read_text() == "ok\n", r.stderr  # control
+        if _blind(who):
+            # Landlock has no right for chmod; the write beneath is what it refuses.
+            assert "sh: 1: cannot create sub/planted: Permission denied" in r.stderr, r.stderr
+            assert not (sub / "planted").exists()
+        else:
+            assert (sub / "planted").read_text() == "evil\n"  # root lists it: an ordinary directory
+    finally:
+        sub.chmod(0o755)
+
+
+def test_a_big_policys_mounter_keeps_an_unlistable_subdirectory_read_only_too(fresh_home: FakeHome) -> None:
+    """Past the big-policy threshold the read-only binds are the mounter's
+    (builder/bulk.py): the unlistable directory is one of them."""
+    sub = _nested_repo(fresh_home)
+    opts: list[str] = []
+    for i in range(70):
+        (fresh_home.work / "frozen" / f"d{i}").mkdir(parents=True)
+        opts += ["--deny-write", f"frozen/d{i}"]
+    sub.chmod(0o300)
+    try:
+        plan = fresh_home.run(["true"], opts=[*opts, "--dry-run"])
+        assert "before the command starts" in plan.stdout, plan.stdout  # the mounter makes them
+        r = fresh_home.run(["sh", "-c", "chmod 755 sub; echo evil > sub/.git/hooks/pre-commit; echo ok > notes.txt"],
+                           opts=opts)
+        assert (fresh_home.work / "notes.txt").read_text() == "ok\n", r.stderr  # control
+        assert not (sub / ".git" / "hooks" / "pre-commit").exists(), r.stderr
+        if _blind("self"):
+            assert f"read-only {sub}\n" in plan.stdout, plan.stdout
+            assert "chmod: changing permissions of 'sub': Read-only file system" in r.stderr, r.stderr
+    finally:
+        sub.chmod(0o755)
