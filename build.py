@@ -13,6 +13,8 @@ Two roles in one file, both standard library only:
       python3 build.py demo    # setup, then show the sandbox blocking and allowing
       python3 build.py test    # setup, then every test: C (ASan/UBSan, fuzz), pytest
                                # as this user and, when root, as an unprivileged user
+      python3 build.py test --fast   # everyday tier: setup, then the unit tests only
+                                     # (parsers, argv goldens, decisions, docs), no lint
       python3 build.py helper  # compile the helper only
       python3 build.py lint    # ruff, mypy --strict, clang-format check (also part of `test`, first)
       python3 build.py wheel   # dist/: sdist, and a manylinux wheel built from it, checked by auditwheel
@@ -785,7 +787,12 @@ def _clang_format_version(clang_format: str) -> str:
 
 
 def test(pytest_args: list[str]) -> int:
-    """Everything: set-up, lint, C tests, pytest as this user and as an unprivileged one."""
+    """Everything: set-up, lint, C tests, pytest as this user and as an unprivileged one.
+    ``--fast``: the unit tests alone (no sandbox is started), for everyday work."""
+    if pytest_args[:1] == ["--fast"]:
+        py = setup()
+        return subprocess.run([str(py), "-m", "pytest", "-p", "no:cacheprovider", "-q", "tests/unit",
+                               *pytest_args[1:]], cwd=ROOT).returncode
     py = setup(for_tests=True)
     lint(py)
     c_tests()

@@ -265,13 +265,15 @@ def kill_tree_by_arg(arg: str) -> None:
 #: GPU's nodes, plus a DRM primary node that must never be bound. Made by
 #: `build.py test` as root before the unprivileged pass (a user cannot mknod).
 GPU_STANDINS = Path("/var/tmp/safebox-gpu-standins")
+#: Beside it, a directory of root with no node at all (the refusal's test).
+GPU_NO_NODES = Path("/var/tmp/safebox-gpu-none")
 GPU_STANDIN_NODES = ("nvidia0", "nvidia1", "nvidiactl", "nvidia-uvm", "nvidia-uvm-tools",
                      "nvidia-caps/nvidia-cap1", "dri/renderD128", "dri/card0")
 
 
 def gpu_standins() -> Path:
     """The stand-in node directory, made now when this is root."""
-    if all((GPU_STANDINS / n).exists() for n in GPU_STANDIN_NODES):
+    if all((GPU_STANDINS / n).exists() for n in GPU_STANDIN_NODES) and GPU_NO_NODES.is_dir():
         return GPU_STANDINS
     if os.geteuid() != 0:
         missing(f"{GPU_STANDINS} is missing: `python3 build.py test` makes it as root (mknod needs root)")
@@ -282,4 +284,6 @@ def gpu_standins() -> Path:
         if not p.exists():
             os.mknod(p, 0o666 | stat.S_IFCHR, os.makedev(1, 3))
         os.chmod(p, 0o666)
+    GPU_STANDINS.chmod(0o755)
+    GPU_NO_NODES.mkdir(mode=0o755, exist_ok=True)
     return GPU_STANDINS

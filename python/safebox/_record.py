@@ -322,7 +322,9 @@ def read_small(path: str, limit: int) -> bytes | None:
     none to read (missing, not a regular file, unreadable). Sized by fstat:
     ``read(limit)`` would allocate the whole limit for a file of a few lines."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        # O_NONBLOCK: a fifo planted as a nested repository's .git/config
+        # would otherwise hold every later start in open() (found in review).
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
     except OSError:
         return None
     try:

@@ -422,10 +422,18 @@ def path_entry_refusal(entry: str, passing: Passing) -> str | None:
     if ":" in entry:
         return "holds ':', which would add more than one PATH entry"
     norm = os.path.normpath(entry)
-    real = os.path.realpath(norm)
+    if norm != entry or "//" in entry:
+        # normpath drops `L/..` as text, the kernel follows L first: a link
+        # planted in the work tree then leads `…/L/../../usr/local/bin`
+        # anywhere (found in review). Only the plain spelling passes.
+        return f"not a plain path ('.', '..', '//' or a trailing '/'); write it as {norm!r}"
+    real = os.path.realpath(entry)
+    if real != entry:
+        return (f"a symlink on the way (it leads to {real}); a PATH entry is passed on only as the directory "
+                "itself, with no link a step could change")
     for root in (*passing.writable, *passing.always):
         r = os.path.realpath(root)
-        for p in (norm, real):
+        for p in (entry, real):
             if p == r or p.startswith(r.rstrip("/") + "/"):
                 return (f"inside {root}, which a sandboxed run could write; a PATH entry there would run what "
                         "the step planted (never passed on, whatever ci.passPath says)")
@@ -724,6 +732,20 @@ def _file_commands(ci: CiRun, environ: Mapping[str, str], *, dry_run: bool) -> l
     return deny_write
 
 
+def _action_home(ci: CiRun, environ: Mapping[str, str], *, kind: str) -> list[str]:
+    """The action's own directory (``$RUNNER_TEMP/safebox``: the
+    ``safebox-step`` shell on every later step's PATH, the policy copies
+    the steps run under, the learned policies): read-only inside, even when
+    a policy makes ``$RUNNER_TEMP`` (or a directory above it) a write root,
+    or a step would rewrite the shell the next step runs (found in review)."""
+    base = environ.get("SAFEBOX_ACTION_HOME") or (
+        os.path.join(environ["RUNNER_TEMP"], "safebox") if environ.get("RUNNER_TEMP", "").startswith("/") else "")
+    if kind != "github" or not base.startswith("/") or not os.path.isdir(base):
+        return []
+    ci.notes.append(f"{base}: the safebox action's own files; read-only inside")
+    return [base]
+
+
 def _pin_runner_file(ci: CiRun, var: str, theirs: str) -> None:
     """Pin the directory of the runner's file, and the file's identity,
     before the command runs (see :meth:`CiRun._append_theirs`). A directory
@@ -752,6 +774,7 @@ def prepare(environ: Mapping[str, str], *, kind: str, cwd: str, home: str, bwrap
     deny = _git_credentials(ci, environ, cwd=cwd, home=home, bwrap=bwrap, scrubbed=scrubbed)
     deny += _runner_files(ci, environ, kind=kind, home=home)
     deny_write = _file_commands(ci, environ, dry_run=dry_run)
+    deny_write += _action_home(ci, environ, kind=kind)
     ci.deny_read = tuple(dict.fromkeys(deny))
     ci.deny_write = tuple(dict.fromkeys(deny_write))
     ci.scrubbed = tuple(scrubbed)

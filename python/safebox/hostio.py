@@ -340,8 +340,9 @@ def pin(path: str) -> PinnedDir:
 
 def _is_callers(path: str) -> bool:
     """``/dev/...`` and ``/proc/self/fd/...``: the caller's own descriptors
-    and the host's devices, which no sandbox writes."""
-    return path.startswith(("/dev/", "/proc/self/fd/"))
+    and the host's devices, which no sandbox writes; only as a plain path
+    (``/proc/self/fd/../../../home/u/.bashrc`` is none of them: review)."""
+    return path.startswith(("/dev/", "/proc/self/fd/")) and os.path.normpath(path) == path
 
 
 def _split(path: str) -> tuple[str, str]:

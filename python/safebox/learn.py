@@ -35,12 +35,18 @@ import json
 import os
 from typing import TYPE_CHECKING, Any
 
-from safebox.report import ReportError, Run
+from safebox.errors import SafeboxError
 
 if TYPE_CHECKING:
     from safebox.hostio import PinnedDir
+    from safebox.report import Run
 
-__all__ = ["COLLAPSE_AT", "NEVER_COLLAPSE", "collapse", "complete", "suggest", "write_policy"]
+__all__ = ["COLLAPSE_AT", "LearnError", "NEVER_COLLAPSE", "collapse", "complete", "suggest", "write_policy"]
+
+
+class LearnError(SafeboxError):
+    """A learned policy could not be written (learn.py's own error: it never
+    imports report.py, which imports it)."""
 
 COLLAPSE_AT = 3
 #: Parents under which names belong to unrelated parties (shared hosting,
@@ -234,7 +240,7 @@ def write_policy(path: str, doc: dict[str, Any], *, pinned: PinnedDir | None = N
     file of this user, never over anything else; a character device
     (``--learn /dev/null``) is written in place, never replaced; a symlink
     is never followed. With ``pinned``, the name is taken beneath that
-    directory, pinned before the run. Raises ReportError naming the path."""
+    directory, pinned before the run. Raises LearnError naming the path."""
     from safebox.hostio import HostFileError, replace
 
     data = (json.dumps(doc, indent=2) + "\n").encode()
@@ -244,4 +250,4 @@ def write_policy(path: str, doc: dict[str, Any], *, pinned: PinnedDir | None = N
         else:
             replace(path, data, mode=0o644)
     except HostFileError as e:
-        raise ReportError(f"cannot write the policy to {path}: {e.why}") from None
+        raise LearnError(f"cannot write the policy to {path}: {e.why}") from None

@@ -94,7 +94,7 @@ def start(pid: int, plan: BulkPlan, *, helper: str, env: dict[str, str]) -> Pend
     reference to a mount namespace takes its mounts down one by one, about
     15 ms for 10,000, and without the holder the sandbox's last process
     would pay that in an exit safebox waits for (helper/mounter.c, step 1)."""
-    from safebox.run.supervise import spawn
+    from safebox.run.spawn import spawn
 
     fds: list[int] = []
     try:

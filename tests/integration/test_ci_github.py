@@ -324,3 +324,24 @@ def test_a_step_cannot_rewrite_the_policy_a_later_step_runs_under(fresh_home: Fa
     assert build.returncode != 0 and not (fresh_home.root / "planted").exists(), build.stderr
     release = gh.run_step('echo x > "$HOME/planted"\n', "safebox-step {0}", step_id="release")  # the job's policy
     assert release.returncode != 0 and not (fresh_home.root / "planted").exists(), release.stderr
+
+
+def test_a_step_whose_policy_makes_runner_temp_writable_still_cannot_rewrite_the_actions_shell(
+        fresh_home: FakeHome) -> None:
+    """Found in review: learn suggests $RUNNER_TEMP as a write root (steps keep temp files there), and under
+    it a step rewrote safebox-step, the shell of every later step, and the per-step policy copies."""
+    gh = FakeRunner(fresh_home)
+    (fresh_home.work / ".github").mkdir()
+    (fresh_home.work / ".github" / "safebox.toml").write_text(f'[filesystem]\nallowWrite = ["{gh.temp}"]\n')
+    assert gh.action("configure").returncode == 0
+    shell = gh.temp / "safebox" / "bin" / "safebox-step"
+    before = shell.read_text()
+    step = gh.run_step('echo notes > "$RUNNER_TEMP/notes"\n'
+                       'echo "echo PWNED" > "$RUNNER_TEMP/safebox/bin/safebox-step" 2>/dev/null || echo refused\n'
+                       'mkdir -p "$RUNNER_TEMP/safebox/policies/steps/ci" 2>/dev/null && '
+                       'echo "{}" > "$RUNNER_TEMP/safebox/policies/steps/ci/deploy.json" 2>/dev/null || echo refused\n',
+                       "safebox-step {0}", step_id="build")
+    assert step.returncode == 0, step.stderr
+    assert step.stdout == "refused\nrefused\n", step.stdout
+    assert shell.read_text() == before
+    assert (gh.temp / "notes").read_text() == "notes\n"  # control: the write root the policy gave holds

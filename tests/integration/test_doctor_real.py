@@ -19,7 +19,7 @@ from safebox.doctor import Status
 
 REPO = Path(__file__).resolve().parents[2]
 ALL_CHECKS = ["linux", "kernel", "bwrap", "socat", "ripgrep", "landlock", "seccomp",
-              "libseccomp", "helper", "violations", "userns", "limits"]
+              "libseccomp", "helper", "violations", "userns", "limits", "gpu"]
 
 
 def _skip_or_fail(reason: str) -> None:

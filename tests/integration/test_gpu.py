@@ -11,7 +11,7 @@ import os
 
 import pytest
 
-from sbx import BOTH, BWRAP_ONLY, HELPER_ONLY, FakeHome, gpu_standins, host
+from sbx import BOTH, BWRAP_ONLY, GPU_NO_NODES, HELPER_ONLY, FakeHome, gpu_standins, host
 
 pytestmark = pytest.mark.needs_bwrap
 
@@ -124,8 +124,8 @@ def test_the_policy_key_and_the_api_bind_the_same_nodes(shared_home: FakeHome, e
 
 
 def test_without_any_gpu_node_the_flag_is_a_refusal_not_ignored(shared_home: FakeHome) -> None:
-    empty = shared_home.root / "no-gpu"
-    empty.mkdir(exist_ok=True)
+    gpu_standins()
+    empty = GPU_NO_NODES
     r = shared_home.run(["true"], opts=["--allow-gpu"], env={"SAFEBOX_TEST_GPU_DEV_ROOT": str(empty)})
     assert (r.returncode, r.stdout) == (125, "")
     assert r.stderr.splitlines()[0] == (f"safebox: --allow-gpu (devices.gpu): no GPU device node on this host "
@@ -133,11 +133,12 @@ def test_without_any_gpu_node_the_flag_is_a_refusal_not_ignored(shared_home: Fak
 
 
 @pytest.mark.parametrize("mode", [BOTH, HELPER_ONLY])
+@pytest.mark.parametrize("path", ["/dev/null", "/dev/shm"])
 def test_a_device_node_as_a_write_root_is_refused_with_a_pointer_to_allow_gpu(shared_home: FakeHome,
-                                                                             mode: str) -> None:
-    r = shared_home.run(["true"], opts=["--allow-write", "/dev/null"], mode=mode)
+                                                                             mode: str, path: str) -> None:
+    r = shared_home.run(["true"], opts=["--allow-write", path], mode=mode)
     assert (r.returncode, r.stdout) == (125, "")
     assert r.stderr.splitlines() == [
-        "safebox: filesystem.allowWrite /dev/null: a device node or a directory of /dev; the sandbox's /dev is its "
+        f"safebox: filesystem.allowWrite {path}: a device node or a directory of /dev; the sandbox's /dev is its "
         "own and devices are never write roots",
         "hint: for a GPU use --allow-gpu (devices.gpu, docs/gpu.md)"]

@@ -40,7 +40,7 @@ FORBIDDEN = frozenset({
 
 #: What a network may add to the start of a command that makes no connection.
 NETWORK_EXTRA = frozenset({
-    "safebox.proxy", "safebox.proxy.config", "safebox.proxy.deferred",
+    "safebox.proxy", "safebox.proxy.config", "safebox.proxy.deferred", "safebox.proxy.listeners",
     # The watcher thread; threading must be imported on the main thread.
     "threading", "functools", "_functools", "types", "_weakrefset",
 })

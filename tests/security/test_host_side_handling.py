@@ -147,3 +147,14 @@ def test_a_report_of_an_audit_log_swapped_for_a_link_to_a_key_never_reads_the_ke
     assert r.returncode == 125
     assert fresh_home.secret not in r.stdout + r.stderr
     assert f"safebox: {log}: cannot read the audit log: a symlink" in r.stderr, r.stderr
+
+
+def test_a_fifo_planted_as_a_nested_repositorys_config_never_holds_the_next_start(fresh_home: FakeHome) -> None:
+    """Found in review: reading .git/config with a blocking open() waited
+    forever on a fifo the command left, and every later start hung."""
+    plant = ('mkdir -p sub/.git/objects sub/.git/refs && echo "ref: refs/heads/main" > sub/.git/HEAD && '
+             "mkfifo sub/.git/config sub/.git/commondir")
+    assert fresh_home.run(["sh", "-c", plant]).returncode == 0
+    assert stat.S_ISFIFO((fresh_home.work / "sub" / ".git" / "config").lstat().st_mode)
+    r = fresh_home.run(["echo", "ran"], timeout=30)
+    assert (r.returncode, r.stdout) == (0, "ran\n"), r.stderr

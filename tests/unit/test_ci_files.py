@@ -5,6 +5,7 @@ runs, real files) is in tests/integration/test_ci_exec.py."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -102,6 +103,23 @@ def test_every_deny_list_entry_is_documented() -> None:
         assert f"`{name}`" in doc, name
 
 
+def test_a_path_entry_through_a_planted_link_and_dot_dot_is_refused_not_normalised(tmp_path: Path) -> None:
+    """Found in review: normpath drops `L/..` as text, the kernel follows L:
+    `W/L/../../usr/local/bin` with L -> W/d/d reaches W/usr/local/bin."""
+    work = tmp_path / "w"
+    ups = len(work.parts)  # as many '..' as W has components, and one for L: the text ends at /
+    deep = work.joinpath(*["d"] * ups)
+    deep.mkdir(parents=True)
+    (work / "usr" / "local" / "bin").mkdir(parents=True)
+    (work / "L").symlink_to(deep)  # the kernel climbs back from deep to W
+    entry = str(work / "L") + "/.." * ups + "/usr/local/bin"
+    passing = Passing(path=("/usr/local/bin",), writable=(str(work),), always=())
+    assert os.path.normpath(entry) == "/usr/local/bin"  # what the text says
+    assert os.path.realpath(entry) != "/usr/local/bin"  # what the kernel does
+    assert path_entry_refusal(entry, passing) == "not a plain path ('.', '..', '//' or a trailing '/'); write it as '/usr/local/bin'"
+    assert path_entry_refusal("/usr/local/bin", passing) is None  # control: the plain spelling passes
+
+
 @pytest.mark.parametrize("d", ["/tmp", "/var/tmp", "/dev/shm"])
 def test_a_path_entry_in_a_temporary_directory_is_never_passed_whatever_the_list_says(d: str) -> None:
     assert path_entry_refusal(f"{d}/bin", Passing(path=(f"{d}/bin",))) == (
@@ -127,7 +145,9 @@ def test_path_entries_must_be_plain_owner_only_directories_outside_the_write_roo
     assert path_entry_refusal(str(ok), Passing(writable=(str(root),), always=())) == (
         f"not in ci.passPath; fix: add {str(ok)!r} to ci.passPath in the policy")
     assert path_entry_refusal(str(root / "bin"), roots) == inside
-    assert path_entry_refusal(str(link), roots) == inside
+    assert path_entry_refusal(str(link), roots) == (
+        f"a symlink on the way (it leads to {root}/bin); a PATH entry is passed on only as the directory itself, "
+        "with no link a step could change")
     assert path_entry_refusal("bin", roots) == "not an absolute path"
     assert path_entry_refusal(f"{ok}:{root}/bin", roots) == "holds ':', which would add more than one PATH entry"
     assert path_entry_refusal(str(tmp_path / "missing"), roots) == "not an existing directory"

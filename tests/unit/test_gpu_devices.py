@@ -100,6 +100,22 @@ def test_the_test_setting_never_binds_a_real_device(tmp_path: Path) -> None:
         find_gpu_nodes(None, environ={TEST_ROOT_VAR: str(tmp_path)})
 
 
+def test_the_test_setting_is_honoured_only_in_a_directory_only_root_can_write(tmp_path: Path) -> None:
+    """Found in review: bwrap binds by path after the lstat; a test root the
+    caller can change lets a swap bind a real device."""
+    if os.geteuid() != 0:
+        pytest.fail("this unit test runs as root (build.py test): it hands a directory to another user")
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    os.chown(mine, 65534, 65534)
+    with pytest.raises(BuildError, match=r"mine is not a directory of root that only root can write"):
+        find_gpu_nodes(None, environ={TEST_ROOT_VAR: str(mine)})
+    (tmp_path / "link").symlink_to(gpu_standins())
+    with pytest.raises(BuildError, match="link is not a directory of root"):
+        find_gpu_nodes(None, environ={TEST_ROOT_VAR: str(tmp_path / "link")})
+    assert find_gpu_nodes(None, environ={TEST_ROOT_VAR: str(gpu_standins())})  # control
+
+
 @pytest.mark.parametrize("value, want", [("all", None), ("", None), ("0", (0,)), ("0,2", (0, 2)), ("2,0,2", (2, 0))])
 def test_a_selection_is_parsed(value: str, want: tuple[int, ...] | None) -> None:
     assert parse_selection(value) == want

@@ -11,7 +11,6 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from safebox.proxy.http import BadRequest, parse_request_head
 from safebox.proxy.inject import (
     SENTINEL_PREFIX,
     BodySubstituter,
@@ -23,6 +22,7 @@ from safebox.proxy.inject import (
     substitute,
 )
 from safebox.proxy.intercept import _upstream_head
+from safebox.proxy.wire import BadRequest, parse_request_head
 
 FUZZ = settings(max_examples=300, deadline=None, database=None,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from safebox.proxy.http import BadRequest, _origin_head, parse_request_head
+from safebox.proxy.wire import BadRequest, _origin_head, parse_request_head
 
 
 def test_absolute_uri_becomes_origin_form_without_hop_by_hop_headers() -> None:

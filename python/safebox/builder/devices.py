@@ -107,6 +107,23 @@ def _chr(path: str, *, harmless_only: bool) -> bool:
     return True
 
 
+def _check_test_root(root: str) -> None:
+    """The test root and its two subdirectories: real directories of root,
+    writable by root alone. bwrap binds a node by its path, after the lstat
+    here: in a directory anyone else could change, a swap between the two
+    would bind a real device (found in review)."""
+    for d in (root, os.path.join(root, "dri"), os.path.join(root, "nvidia-caps")):
+        try:
+            st = os.lstat(d)
+        except FileNotFoundError:
+            continue
+        if not stat.S_ISDIR(st.st_mode) or st.st_uid != 0 or st.st_mode & 0o022:
+            raise BuildError(f"{TEST_ROOT_VAR}: {d} is not a directory of root that only root can write; the test "
+                             "setting is honoured only there")
+    if os.path.realpath(root) != os.path.abspath(root):
+        raise BuildError(f"{TEST_ROOT_VAR}: {root} has a symlink on the way")
+
+
 def _listdir(path: str) -> list[str]:
     try:
         return sorted(os.listdir(path))
@@ -120,6 +137,8 @@ def find_gpu_nodes(select: tuple[int, ...] | None, *, environ: dict[str, str] | 
     test_root = (environ or {}).get(TEST_ROOT_VAR)
     root = test_root or DEV_ROOT
     harmless = bool(test_root)
+    if test_root:
+        _check_test_root(test_root)
     found: list[tuple[str, str]] = []
     per_gpu: dict[int, list[tuple[str, str]]] = {}
     names = _listdir(root)

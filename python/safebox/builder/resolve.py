@@ -1438,8 +1438,9 @@ class Scan:
                 mode = os.stat(real).st_mode
             except (OSError, ValueError):
                 mode = 0
-            if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) or (
-                    (real == "/dev" or real.startswith("/dev/")) and not _is_under(real, "/dev/shm")):
+            if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) or real == "/dev" or real.startswith("/dev/"):
+                # /dev/shm too: under bwrap it would bind the host's shared
+                # memory over the sandbox's own, around --limit-tmp (review).
                 # Accepted, then silently dropped, before issue 28: bwrap's
                 # /dev is its own, and a --bind of a node is nodev anyway.
                 raise BuildError(f"filesystem.allowWrite {w}: a device node or a directory of /dev; the sandbox's "

@@ -179,30 +179,6 @@ def _key_part(part: object) -> str:
     return text if text.isprintable() and text else repr(text)
 
 
-def _json_word(value: object) -> str:
-    """A value as the user wrote it in a policy file, in that file's words."""
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, (int, float)):
-        return f"the number {value}"
-    if isinstance(value, str):
-        import json
-
-        shown = value if len(value) <= 60 else value[:57] + "..."
-        return f"the string {json.dumps(shown)}"
-    if isinstance(value, (list, tuple)):
-        return "a list"
-    if isinstance(value, dict):
-        return "a table/object"
-    import datetime
-
-    if isinstance(value, (datetime.date, datetime.time)):  # TOML has dates; JSON not
-        return "a date/time"
-    return f"a {type(value).__name__}"
-
-
 def _expected(loc: tuple[Any, ...]) -> str | None:
     """What the model expects at ``loc``, in words ("a list of domain
     names"), read from the model itself so that every key is covered."""
@@ -306,7 +282,9 @@ def _message(err: dict[str, Any]) -> str:
     if kind in ("value_error", "assertion_error"):
         return str(err.get("ctx", {}).get("error", "")) or "invalid value"
     expected = _expected(loc)
-    given = _json_word(err.get("input"))
+    from safebox.policy.words import json_word
+
+    given = json_word(err.get("input"))
     if expected is None:
         return f"{given} is not allowed here"
     return f"must be {expected}, not {given}"

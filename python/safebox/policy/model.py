@@ -91,9 +91,9 @@ def _literal_entry(key: str) -> Any:
 
 
 def _describe(value: Any) -> str:
-    from safebox.policy.load import _json_word
+    from safebox.policy.words import json_word
 
-    return _json_word(value)
+    return json_word(value)
 
 
 def _check_fs_entry(value: Any) -> str | dict[str, Any]:

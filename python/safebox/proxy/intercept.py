@@ -33,7 +33,9 @@ import ssl
 
 from safebox.domains import IPAddress
 from safebox.proxy._asyncio import asyncio
-from safebox.proxy.http import (
+from safebox.proxy.rules import HostError
+from safebox.proxy.upstream import Gate, Refused, Relay, UpstreamError, adopt_stream
+from safebox.proxy.wire import (
     _HOP_BY_HOP,
     _TARGET_RE,
     _TOKEN_RE,
@@ -45,8 +47,6 @@ from safebox.proxy.http import (
     header_lines,
     refusal_body,
 )
-from safebox.proxy.rules import HostError
-from safebox.proxy.upstream import Gate, Refused, Relay, UpstreamError, adopt_stream
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:

@@ -17,7 +17,7 @@ from safebox.errors import ProxyError
 from safebox.proxy import http, socks5
 from safebox.proxy._asyncio import asyncio
 from safebox.proxy.config import ProxyConfig
-from safebox.proxy.deferred import HANDOFF_TIMEOUT, check_listeners, receive_fds
+from safebox.proxy.listeners import HANDOFF_TIMEOUT, check_listeners, receive_fds
 from safebox.proxy.rules import Decision, HostError, NetworkRules
 from safebox.proxy.upstream import Gate
 
@@ -310,9 +310,9 @@ class ProxyServer:
     @staticmethod
     def _unix_socket(path: str) -> socket.socket:
         """Bind and listen on a unix socket at ``path``, mode 0600 before
-        anyone can connect (deferred.py's listener, the one implementation);
+        anyone can connect (proxy/listeners.py's, the one implementation);
         as the ``socket.socket`` asyncio needs."""
-        from safebox.proxy.deferred import _unix_listener
+        from safebox.proxy.listeners import _unix_listener
 
         return socket.socket(fileno=_unix_listener(path).detach())
 
