@@ -44,7 +44,10 @@ sys.path.insert(0, str(ROOT / "python"))
 from safebox import deepwatch  # noqa: E402
 
 SAFEBOX = str(ROOT / ".venv" / "bin" / "safebox")
-OLD_FIND = ["-mindepth", "1", "-maxdepth", "9", "-name", ".*", "(", "-type", "l", "-o", "-type", "d", ")", "-print0"]
+# The walk before the watch (the parent commit's _prescan.start_find, at the default depth).
+OLD_FIND = ["-mindepth", "1", "-maxdepth", "9",
+            "-type", "d", "(", "!", "-readable", "-o", "!", "-executable", ")", "-printf", "!%p\\0", "-prune",
+            "-o", "-name", ".*", "(", "-type", "l", "-o", "-type", "d", ")", "-print0"]
 
 
 def make_tree(root: Path, files: int = 100_000) -> int:
