@@ -14,11 +14,15 @@ Imports only what the argv needs (``policy.defaults``, ``_record``).
 from __future__ import annotations
 
 import os
+import time
 
 from safebox import _signals
 from safebox._record import Spawned, path_outside, which
 from safebox.errors import BuildError
 from safebox.policy import defaults
+
+# linux/time.h; the time module has no name for it on every Python we support.
+_CLOCK_REALTIME_COARSE = 5
 
 _started: dict[tuple[str, int], tuple[Spawned, Spawned]] = {}
 
@@ -44,19 +48,22 @@ def start_rg(rg: str, root: str, depth: int, *, more: tuple[str, ...] = ()) -> S
         raise BuildError(f"ripgrep failed under {root}: {e}; cannot find protected files") from None
 
 
-def start_find(find: str, root: str, depth: int, *, more: tuple[str, ...] = ()) -> Spawned:
-    """Start find(1) listing the symlinks and directories under ``root``
-    whose names begin with a dot (collected and narrowed to protected names
-    by ``resolve._find_links_finish``).
+def start_find(find: str, root: str, *, more: tuple[str, ...] = ()) -> Spawned:
+    """Start find(1) listing, under ``root`` and ``more`` roots, the symlinks
+    and directories whose names begin with a dot (collected and narrowed to
+    protected names by ``resolve._find_links_finish``), and for the watch at
+    any depth (``safebox.deepwatch``) every directory (``objects`` ones
+    marked: git dirs are found by them) and every ``.envrc``.
 
     ripgrep lists files only: it never lists a symlink without ``--follow``
     (and following would walk wherever links point), nor an empty directory.
     So a dotfile manager's ``~/.bashrc -> dotfiles/bashrc``, a project's
     ``.vscode -> shared/vscode`` or an empty ``.vscode/`` went unprotected:
     writes through the link landed on the target, and files could be created
-    in the empty directory (found in review). One cheap ``-name '.*'`` test
-    instead of one per protected name: forty ``-name`` tests made find four
-    times slower than the walk itself.
+    in the empty directory (found in review). Cheap tests only: forty
+    ``-name`` tests made find four times slower than the walk itself; a file
+    meets one (``-name '.*'``) as before, the rest are for directories and
+    dot files.
 
     It also lists, prefixed with ``!``, every directory we cannot list
     (no read or no search permission), and does not descend into it: neither
@@ -65,18 +72,35 @@ def start_find(find: str, root: str, depth: int, *, more: tuple[str, ...] = ()) 
     ``chmod 0300 .`` in one run, ``chmod 755 .`` and a planted
     ``.git/hooks/pre-commit`` in the next). ``resolve`` keeps each one
     read-only for the run. One ``access(2)`` per directory.
+
+    No ``-maxdepth``: the watch covers every depth (issue 22), so the walk
+    goes as deep as the tree; the dot names for the read-only binds are
+    kept to ``depth + 3`` by the caller. Records end in NUL; a directory is
+    its path alone, anything else ``PATH//KIND`` (no path find prints holds
+    ``//``), with ``DEV.INO`` after the kind where the watch needs it.
+    ``since_ns`` on the returned walk: the file clock before the walk
+    began (what the watch compares directory ctimes with).
     """
     # A root that begins with "-" or is "(" would read as an expression: every
     # root is absolute, so none can. Every path printed begins with the root,
     # so with "/": a leading "!" cannot be part of one.
-    cmd = [find, root, *more, "-mindepth", "1", "-maxdepth", str(depth + 3),
+    cmd = [find, root, *more, "-mindepth", "1",
            "-type", "d", "(", "!", "-readable", "-o", "!", "-executable", ")", "-printf", "!%p\\0", "-prune",
-           "-o", "-name", ".*", "(", "-type", "l", "-o", "-type", "d", ")", "-print0"]
+           "-o", "(", "-type", "d", "(", "-name", ".*", "-printf", "%p//d\\0",
+           "-o", "-name", "objects", "-printf", "%p//o\\0", "-o", "-printf", "%p\\0", ")", ")",
+           "-o", "(", "-name", ".*", "(", "-type", "l", "-printf", "%p//l%D.%i\\0",
+           "-o", "-name", ".envrc", "-printf", "%p//e%D.%i\\0", ")", ")"]
+    # The coarse clock is the one file times are taken from: a change made
+    # after this line has a ctime at or after it (the watch also allows for
+    # filesystems with coarser times).
+    since = time.clock_gettime_ns(_CLOCK_REALTIME_COARSE)
     try:
         # LC_ALL=C: the error lines are matched in resolve._find_links_finish.
-        return Spawned(cmd, env={**os.environ, "LC_ALL": "C"})
+        proc = Spawned(cmd, env={**os.environ, "LC_ALL": "C"}, memfd_out=True)
     except OSError as e:
         raise BuildError(f"find failed under {root}: {e}; cannot find protected symlinks") from None
+    proc.since_ns = since
+    return proc
 
 
 def safe_tool(name: str) -> str | None:
@@ -107,7 +131,7 @@ def early(argv: list[str]) -> None:
         depth = defaults.DEFAULT_SEARCH_DEPTH
         walk = start_rg(rg, cwd, depth)
         try:
-            _started[(cwd, depth)] = (walk, start_find(find, cwd, depth))
+            _started[(cwd, depth)] = (walk, start_find(find, cwd))
         except BaseException:
             walk.cancel()
             raise

@@ -365,8 +365,20 @@ class Spawned:
     """A child started with its stdout and stderr on pipes; ``collect`` reads
     both and reaps it. Lets the caller overlap the child with other work."""
 
-    def __init__(self, argv: list[str], *, env: dict[str, str] | None = None) -> None:
-        out_r, out_w = os.pipe()
+    # Set by whoever needs it: the file clock when the walk began (_prescan.start_find).
+    since_ns: int = 0
+
+    def __init__(self, argv: list[str], *, env: dict[str, str] | None = None, memfd_out: bool = False) -> None:
+        # memfd_out: stdout goes to an anonymous memory file instead of a
+        # pipe. A walk that prints a megabyte (every directory of a large
+        # tree) would fill a pipe's 64 KiB and stop until ``collect`` reads
+        # it: the walk meant to run beside safebox's start-up would then run
+        # after it.
+        if memfd_out:
+            out_r = os.memfd_create("safebox-walk", os.MFD_CLOEXEC)
+            out_w = os.dup(out_r)
+        else:
+            out_r, out_w = os.pipe()
         err_r, err_w = os.pipe()
         try:
             fa = [(os.POSIX_SPAWN_DUP2, out_w, 1), (os.POSIX_SPAWN_DUP2, err_w, 2),
@@ -379,6 +391,7 @@ class Spawned:
         os.close(out_w)
         os.close(err_w)
         self.argv = argv
+        self._memfd = memfd_out
         self._out, self._err = out_r, err_r
         self._result: tuple[int, bytes, bytes] | None = None
 
@@ -407,8 +420,9 @@ class Spawned:
         # big policy's many walks once reached.
         poller = select.poll()
         for fd in bufs:
-            poller.register(fd, select.POLLIN)
-        open_fds = len(bufs)
+            if not (self._memfd and fd == self._out):  # read whole once the child is gone
+                poller.register(fd, select.POLLIN)
+        open_fds = len(bufs) - self._memfd
         deadline = time.monotonic() + timeout
         try:
             while open_fds:
@@ -423,10 +437,18 @@ class Spawned:
                     else:
                         poller.unregister(fd)
                         open_fds -= 1
+            if self._memfd:
+                # stderr at its end: the child has exited or closed it; the
+                # output is complete once it is reaped.
+                _, status = os.waitpid(self.pid, 0)
+                self.pid = -1
+                size = os.fstat(self._out).st_size
+                bufs[self._out].append(os.pread(self._out, size, 0) if size else b"")
         finally:
             os.close(self._out)
             os.close(self._err)
-            _, status = os.waitpid(self.pid, 0)
+            if self.pid != -1:
+                _, status = os.waitpid(self.pid, 0)
         self._result = (os.waitstatus_to_exitcode(status), b"".join(bufs[self._out]), b"".join(bufs[self._err]))
         return self._result
 

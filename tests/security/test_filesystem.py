@@ -453,11 +453,16 @@ def test_a_bare_repo_stays_protected_after_the_command_hid_what_makes_it_one(fre
                         mode=mode)
     assert "hooks/post-update: Read-only file system" in r2.stderr, r2.stderr
     assert not (gd / "hooks" / "post-update").exists()
-    # Control: with the memory gone between the two runs, the attack lands.
+    # Control: with the memory gone between the two runs, the write lands
+    # inside (hooks/ is not read-only); only the watch after the run, which
+    # finds a new hook in a directory holding HEAD at any depth (issue 22),
+    # takes it out again.
     fresh_home.run(["sh", "-c", f"mv {gd}/objects {gd}/objects.x"], mode=mode)
     (fresh_home.root / ".cache" / "safebox" / "known-git-dirs").unlink()
-    r3 = fresh_home.run(["sh", "-c", f"echo evil > {gd}/hooks/post-update"], mode=mode)
-    assert r3.returncode == 0 and (gd / "hooks" / "post-update").exists(), r3.stderr
+    r3 = fresh_home.run(["sh", "-c", f"echo evil > {gd}/hooks/post-update && cat {gd}/hooks/post-update"],
+                        mode=mode)
+    assert r3.returncode == 0 and r3.stdout == "evil\n", r3.stderr
+    assert f"the command created protected file {gd}/hooks/post-update; moved it to " in r3.stderr, r3.stderr
 
 
 @pytest.mark.parametrize("mode", MOUNT_MODES)

@@ -29,6 +29,8 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
+    from safebox.deepwatch import Baseline
+
 
 class HostFacts(Frozen):
     """Paths safebox itself lives at; all are kept read-only inside."""
@@ -467,12 +469,18 @@ def _dot_names() -> frozenset[str]:
     return frozenset(names)
 
 
-def _find_links_finish(proc: Spawned, root: str) -> tuple[list[str], list[str]]:
-    """(the symlinks and directories ``_find_links_start`` found, the
-    directories it could not list), as paths; fails closed on any error but
-    an entry that vanished. A directory we may not read is reported by find
-    itself (``-readable``) and not entered, so a "Permission denied" here is
-    one that changed under the walk: refused, never taken as harmless."""
+def _find_links_finish(proc: Spawned, roots: tuple[str, ...],
+                       depth: int) -> tuple[list[str], list[str], Baseline]:
+    """(the symlinks and directories ``_find_links_start`` found whose names
+    begin a protected path, to ``depth + 3`` below their root; the
+    directories it could not list; the baseline of the watch at any depth,
+    ``safebox.deepwatch``), as paths; fails closed on any error but an entry
+    that vanished. A directory we may not read is reported by find itself
+    (``-readable``) and not entered, so a "Permission denied" here is one
+    that changed under the walk: refused, never taken as harmless."""
+    from safebox import deepwatch
+
+    root = roots[0]
     try:
         rc, stdout, stderr = proc.collect(timeout=60)
     except TimeoutError as e:
@@ -483,16 +491,21 @@ def _find_links_finish(proc: Spawned, root: str) -> tuple[list[str], list[str]]:
             raise BuildError(f"find failed under {root} (exit {rc}): "
                              f"{stderr.decode(errors='replace').strip()[:200]}",
                              hint=_unlistable_hint(lines[0]) if lines else None)
-    names = _dot_names()
+    dirs, specials, unlistable = deepwatch.parse(stdout)
+    names = {os.fsencode(n) for n in _dot_names()}
+    under = Nearest(roots) if len(roots) > 1 else None
     out = []
-    unlistable = []
-    for raw in stdout.split(b"\0"):
+    for raw, kind in specials:
+        if kind[:1] not in (b"d", b"l") or raw[raw.rfind(b"/") + 1:] not in names:
+            continue
         p = os.fsdecode(raw)
-        if p.startswith("!/"):
-            unlistable.append(p[1:])
-        elif p and p.rsplit("/", 1)[-1] in names:
+        r = under.at_or_above(p) if under is not None else root
+        # The read-only binds reach as deep as they did when find stopped
+        # there (-maxdepth); the watch goes deeper. A directory find cannot
+        # list is kept read-only at any depth: neither can the watch look in it.
+        if r is not None and p.count("/") - r.count("/") <= depth + 3:
             out.append(p)
-    return out, unlistable
+    return out, unlistable, deepwatch.capture(proc.since_ns, roots, dirs, specials)
 
 
 def _unlistable_hint(line: str) -> str | None:
@@ -542,6 +555,7 @@ class RootScan:
 
     def __init__(self, *, rg: str, find: str | None, root: str, depth: int,
                  started: tuple[Spawned, Spawned] | None = None, more: tuple[str, ...] = ()) -> None:
+        self.roots, self.depth = (root, *more), depth
         if started is not None:  # begun by the launcher (_prescan.early)
             self.rg, self.links = started
             return
@@ -550,7 +564,7 @@ class RootScan:
                              hint="install findutils")
         self.rg = _rg_start(rg, root, depth, more=more)
         try:
-            self.links = _find_links_start(find, root, depth, more=more)
+            self.links = _find_links_start(find, root, more=more)
         except BaseException:
             self.rg.cancel()
             raise
@@ -560,15 +574,16 @@ class RootScan:
         self.rg.cancel()
         self.links.cancel()
 
-    def collect(self, root: str) -> tuple[list[str], list[str], list[str]]:
+    def collect(self, root: str) -> tuple[list[str], list[str], list[str], Baseline]:
         """(protected paths found by ripgrep, symlinks and directories found by
-        find, directories find could not list)."""
+        find, directories find could not list, the baseline of the watch at
+        any depth)."""
         try:
-            named, unlistable = _find_links_finish(self.links, root)
+            named, unlistable, base = _find_links_finish(self.links, self.roots, self.depth)
         except BaseException:
             self.rg.cancel()
             raise
-        return _rg_finish(self.rg, root, frozenset(unlistable)), named, unlistable
+        return _rg_finish(self.rg, root, frozenset(unlistable)), named, unlistable, base
 
 
 def prestart(*, cwd: str, rg: str | None) -> dict[tuple[str, int], RootScan]:
@@ -716,6 +731,8 @@ class Protected(Frozen):
     # ``missing`` paths; ``top_candidates`` expands them after the run, for
     # the names that then exist.
     tops: list[tuple[str, tuple[str, ...]]] = []
+    # The watch at any depth: what the start walk saw (safebox.deepwatch).
+    deep: Baseline | None = None
     # Directories in a write root that we cannot list (no read or search
     # permission): whatever is protected in them cannot be found, so each is
     # read-only for the whole run (resolve.unlistable_message says why).
@@ -773,6 +790,7 @@ def protected_paths(scans: dict[str, RootScan], write_roots: list[str], home: st
         if f.under_a_root(p) and os.path.isdir(p) and not os.path.islink(p):
             (f.admins if kind == "admin" else f.gits).add(p)
     collected: set[int] = set()
+    deep: Baseline | None = None
     unlistable: list[str] = []
     for root in write_roots:
         found: list[str]
@@ -781,8 +799,9 @@ def protected_paths(scans: dict[str, RootScan], write_roots: list[str], home: st
             found, named = [], []  # a batch already collected with an earlier root of it
         else:
             collected.add(id(scans[root]))
-            found, named, blind = scans[root].collect(root)
+            found, named, blind, base = scans[root].collect(root)
             unlistable += blind
+            deep = base if deep is None else deep.merge(base)
         f.found(found)
         f.named(named)
         f.top_names(root)
@@ -811,6 +830,7 @@ def protected_paths(scans: dict[str, RootScan], write_roots: list[str], home: st
     seen = {("git", g) for g in gits if os.path.basename(g) != ".git"} | {("admin", a) for a in admins}
     return Protected(existing=sorted(existing - set(git_dirs)), missing=sorted(missing - existing),
                      known=sorted(seen), tops=f.tops, unlistable=sorted({*unlistable, *f.blind}),
+                     deep=deep.without_git_config() if deep is not None and allow_git_config else deep,
                      sealed=f.sealed, git_dirs=git_dirs, links=sorted(links.items()))
 
 
@@ -1709,7 +1729,7 @@ def _resolve(policy: EffectivePolicy, *, layers: Layers, cwd: str, home: str, ho
         run_dir=host.run_dir, empty_file=os.path.join(host.run_dir, EMPTY_FILE) if host.run_dir else "",
         watch_missing=tuple(sorted(set(missing))), watch_tops=tuple(prot.tops),
         watch_links=tuple(dict.fromkeys([*prot.links, *path_links, *hf.links])),
-        watch_new=tuple(hf.watch),
+        watch_new=tuple(hf.watch), watch_deep=prot.deep,
         landlock_rules=tuple(rules),
         notes=tuple(notes), warnings=tuple(warnings))
 

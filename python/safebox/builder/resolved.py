@@ -8,6 +8,10 @@ from __future__ import annotations
 
 from safebox._record import Frozen, StrEnum
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from safebox.deepwatch import Baseline
+
 #: The name, in the run dir, of safebox's empty file (ResolvedPolicy.empty_file).
 EMPTY_FILE = "empty"
 
@@ -94,6 +98,9 @@ class ResolvedPolicy(Frozen):
     watch_tops: tuple[tuple[str, tuple[str, ...]], ...] = ()
     # Protected symlinks (path, target text): restored after the run if replaced.
     watch_links: tuple[tuple[str, str], ...] = ()
+    # New files that run code at any depth (safebox.deepwatch): what the
+    # start walk saw of every write root, checked after the run.
+    watch_deep: Baseline | None = None
     # (directory, kind, names there at the start): new dot entries of a
     # writable $HOME, new site hooks of a user site (builder/home_files.py).
     watch_new: tuple[tuple[str, str, tuple[str, ...]], ...] = ()

@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable
 
     from safebox.builder.resolved import ResolvedPolicy
+    from safebox.deepwatch import Baseline
 
 WATCH = "watch"
 
@@ -42,8 +43,11 @@ def _stderr(msg: str) -> None:
 
 def write_watch(run_dir: str, rp: ResolvedPolicy) -> None:
     """Record what the end of the run must check. Hex paths, one record a
-    line: ``missing HEX``, ``top HEXROOT HEXNAMES`` or ``link HEX HEXTARGET``."""
-    if not rp.watch_missing and not rp.watch_links and not rp.watch_tops and not rp.watch_new:
+    line: ``missing HEX``, ``new HEXDIR HEXKIND HEXNAMES``, ``top HEXROOT
+    HEXNAMES``, ``link HEX HEXTARGET``, and the watch at any depth's
+    ``deep``, ``deeproot`` and ``known`` lines (``safebox.deepwatch.watch_lines``)."""
+    if (not rp.watch_missing and not rp.watch_links and not rp.watch_tops and not rp.watch_new
+            and rp.watch_deep is None):
         return
     from safebox.builder.helper_policy import write_policy_file
 
@@ -57,6 +61,10 @@ def write_watch(run_dir: str, rp: ResolvedPolicy) -> None:
     # (NAMES, comma-separated) was absent at the top of ROOT.
     lines += [f"top {os.fsencode(r).hex()} {','.join(firsts).encode().hex()}" for r, firsts in rp.watch_tops]
     lines += [f"link {os.fsencode(p).hex()} {os.fsencode(t).hex()}" for p, t in rp.watch_links]
+    if rp.watch_deep is not None:
+        from safebox.deepwatch import watch_lines
+
+        lines += watch_lines(rp.watch_deep)
     write_policy_file(os.path.join(run_dir, WATCH), ("\n".join(lines) + "\n").encode())
 
 
@@ -104,6 +112,12 @@ def settle_watch(run_dir: str, state: str) -> list[str]:
     for link, replaced in restore_links(tuple(links), state):
         what = f"replaced it; moved the replacement to {replaced}" if replaced else "removed it"
         out.append(f"protected symlink {link}: a killed earlier run's command {what}; the link is restored")
+    from safebox import deepwatch
+
+    deep = deepwatch.from_watch_lines(raw.decode("ascii", "replace").splitlines())
+    if deep is not None:
+        restored = {link for link, _ in links}
+        _settle_deep(deep, state, say=out.append, killed=True, guard=restored.__contains__)
     return out
 
 
@@ -128,7 +142,30 @@ def settle(rp: ResolvedPolicy, state: str, *, say: Callable[[str], None]) -> tup
     for link, replaced in relinked:
         what = f"replaced it; moved the replacement to {replaced}" if replaced else "removed it"
         say(f"protected symlink {link}: the command {what}; the link is restored")
-    return [m[0] for m in moved], [link for link, _ in relinked]
+    out = [m[0] for m in moved]
+    if rp.watch_deep is not None:
+        from safebox.builder.paths import Nearest
+
+        # The read-only binds could not have changed: never moved, whatever
+        # the check makes of them. Nor the protected links just restored
+        # (a new inode where the check remembers the old one): what replaced
+        # them is in the quarantine already.
+        bound = Nearest(rp.read_only)
+        restored = {link for link, _ in rp.watch_links}
+        out += _settle_deep(rp.watch_deep, state, say=say,
+                            guard=lambda p: p in restored or bound.at_or_above(p) is not None)
+    return out, [link for link, _ in relinked]
+
+
+def _settle_deep(deep: Baseline, state: str, *, say: Callable[[str], None], killed: bool = False,
+                 guard: Callable[[str], bool] | None = None) -> list[str]:
+    """The watch at any depth (safebox.deepwatch), then the quarantine's bound."""
+    from safebox import deepwatch
+
+    moved, entry = deepwatch.settle(deep, state, guard=guard, say=say, killed=killed)
+    if moved:
+        _say_bound(os.path.join(state, "quarantine"), entry, say)
+    return moved
 
 
 def _is_quarantine_entry(name: str) -> bool:
@@ -211,12 +248,16 @@ def quarantine(paths: tuple[str, ...], state: str, *,
             dest_dir, dest = _move(p, qdir)
             moved.append((p, dest))
     if moved:
-        removed = bound_quarantine(qdir, keep=dest_dir)
-        if removed:
-            shown = ", ".join(removed[:3]) + (f" and {len(removed) - 3} more" if len(removed) > 3 else "")
-            say(f"the quarantine keeps the newest {QUARANTINE_MAX_ENTRIES} entries: removed "
-                f"{len(removed)} older one{'s' if len(removed) > 1 else ''} from {qdir} ({shown})")
+        _say_bound(qdir, dest_dir, say)
     return moved
+
+
+def _say_bound(qdir: str, keep: str, say: Callable[[str], None]) -> None:
+    removed = bound_quarantine(qdir, keep=keep)
+    if removed:
+        shown = ", ".join(removed[:3]) + (f" and {len(removed) - 3} more" if len(removed) > 3 else "")
+        say(f"the quarantine keeps the newest {QUARANTINE_MAX_ENTRIES} entries: removed "
+            f"{len(removed)} older one{'s' if len(removed) > 1 else ''} from {qdir} ({shown})")
 
 
 def restore_links(links: tuple[tuple[str, str], ...], state: str, *,
