@@ -153,15 +153,16 @@ def test_the_quarantine_never_follows_a_parent_the_command_replaced_with_a_symli
     """The work tree has no .config: `.config/git` there is watched. The
     command replaces the missing parent with a link to the user's real
     ~/.config; moving "the planted file" would move the user's own git
-    config out of ~/.config (found in review). Nothing is moved; it is said."""
+    config out of ~/.config (found in review). The link itself goes to the
+    quarantine (a rename never follows it), the user's file stays; it is said."""
     real_cfg = fresh_home.root / ".config" / "git"
     real_cfg.mkdir(parents=True)
     (real_cfg / "config").write_text("[user]\n\tname = me\n")
     r = fresh_home.run(["sh", "-c", f"ln -s {fresh_home.root}/.config .config"], mode=mode)
     assert r.returncode == 0, r.stderr
     assert (real_cfg / "config").read_text() == "[user]\n\tname = me\n"
-    assert (f"a directory on the way to protected path {fresh_home.work}/.config/git was replaced by a "
-            "symlink during the run; nothing moved there") in r.stderr, r.stderr
+    assert f"the command created protected file {fresh_home.work}/.config; moved it to " in r.stderr, r.stderr
+    assert not (fresh_home.work / ".config").exists()
     # Control: a protected file really created at the work root is still moved out.
     c = fresh_home.run(["sh", "-c", "echo evil > .envrc"], mode=mode)
     assert c.returncode == 0 and not (fresh_home.work / ".envrc").exists(), c.stderr

@@ -12,6 +12,7 @@ SIGKILLed is settled by the next start's sweep (:func:`settle_watch`, from
 from __future__ import annotations
 
 import os
+import stat
 import time
 
 from safebox._record import realpath_cached, rmtree
@@ -216,6 +217,19 @@ def _move(p: str, qdir: str) -> tuple[str, str]:
     return dest_dir, dest
 
 
+def _first_link(path: str) -> str | None:
+    """The first component of ``path`` that is a symlink, or None."""
+    cur = ""
+    for part in path.split("/")[1:]:
+        cur = f"{cur}/{part}"
+        try:
+            if stat.S_ISLNK(os.lstat(cur).st_mode):
+                return cur
+        except OSError:
+            return None
+    return None
+
+
 def quarantine(paths: tuple[str, ...], state: str, *,
                say: Callable[[str], None] = _stderr) -> list[tuple[str, str]]:
     """Move protected files the command created (they did not exist before) out of the tree.
@@ -230,11 +244,25 @@ def quarantine(paths: tuple[str, ...], state: str, *,
     dest_dir = ""
     real: dict[str, str] = {}  # resolved now, after the run; each parent once
     listed: dict[str, set[str] | None] = {}
+    moved_links: set[str] = set()
     for p in paths:
         parent = os.path.dirname(p)
         if realpath_cached(parent, real) != parent:
-            say(f"a directory on the way to protected path {p} was replaced by a symlink during the run; "
-                "nothing moved there (check it by hand)")
+            # The parent was a real directory when the run started: the
+            # first link on the way is the command's. Following it would move
+            # the user's own file; leaving it would leave what it leads to
+            # live (a symlinked site-packages holding a .pth: review). The
+            # link itself goes to the quarantine (rename never follows it).
+            if any(parent == m or parent.startswith(m + "/") for m in moved_links):
+                continue  # its link went to the quarantine already
+            link = _first_link(parent)
+            if link is None:
+                say(f"a directory on the way to protected path {p} was replaced by a symlink during the run; "
+                    "nothing moved there (check it by hand)")
+                continue
+            dest_dir, dest = _move(link, qdir)  # said by the caller, as every move
+            moved_links.add(link)
+            moved.append((link, dest))
             continue
         # One listing per parent, not an lstat per watched name (forty
         # names at the top of each write root).
@@ -284,6 +312,12 @@ def restore_links(links: tuple[tuple[str, str], ...], state: str, *,
             # the path, and nothing can until someone outside the sandbox
             # recreates the directory. Raising here would make one vanished
             # temporary tree (a killed run's watch list) stop every later start.
+            continue
+        if os.path.realpath(os.path.dirname(path)) != os.path.dirname(path):
+            # A directory on the way is a link now: recreating the link there
+            # would plant it where the command chose (review). quarantine
+            # moves the command's link away and says so.
+            quarantine((path,), state, say=say)
             continue
         try:
             dest = quarantine((path,), state, say=say)
