@@ -5,6 +5,7 @@ helper created inside the sandbox and handed over (:meth:`ProxyServer.adopt`).""
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import logging
 import os
 import socket
@@ -31,6 +32,12 @@ log = logging.getLogger("safebox.proxy")
 #: Listen backlog; the kernel clamps it to net.core.somaxconn (4096 by default).
 BACKLOG = 4096
 START_TIMEOUT = 10.0
+
+#: The descriptor of the listener that accepted the connection being served
+#: (set in each connection's task; -1 on the proxy's own listeners), so that
+#: a refusal can be told to the command whose listeners it came through
+#: (``DeferredProxy.current_owner``).
+LISTENER: contextvars.ContextVar[int] = contextvars.ContextVar("safebox_proxy_listener", default=-1)
 
 Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter, Gate], Awaitable[None]]
 
@@ -285,7 +292,7 @@ class ProxyServer:
     async def _serve_on(self, socks: list[tuple[socket.socket, Handler]], gate: Gate) -> None:
         for sock, handler in socks:
             fd = sock.fileno()
-            server = await asyncio.start_server(self._client(handler, gate), sock=sock,
+            server = await asyncio.start_server(self._client(handler, gate, listener=fd), sock=sock,
                                                 limit=http.MAX_HEAD, backlog=BACKLOG)
             self._servers.append(server)
             self._by_fd[fd] = server
@@ -316,12 +323,14 @@ class ProxyServer:
 
         return socket.socket(fileno=_unix_listener(path).detach())
 
-    def _client(self, handler: Handler, gate: Gate) -> Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]:
+    def _client(self, handler: Handler, gate: Gate, *, listener: int = -1
+                ) -> Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]:
         """Wrap a front-end handler: track the task, contain every error, always close."""
 
         async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
             task = asyncio.current_task()
             assert task is not None
+            LISTENER.set(listener)  # this task's context only
             self._tasks.add(task)
             try:
                 await handler(reader, writer, gate)
