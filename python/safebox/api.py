@@ -400,7 +400,7 @@ class Sandbox:
                 with contextlib.suppress(subprocess.TimeoutExpired):
                     p.communicate(timeout=_DRAIN)
                 p.wait()
-                raise TimeoutExpired(p.cmd, timeout or 0.0, p._read("stdout"), p._read("stderr")) from None
+                raise TimeoutExpired(p.cmd, timeout or 0.0, p._partial("stdout"), p._partial("stderr")) from None
         assert p.returncode is not None
         if check and p.returncode:
             raise CalledProcessError(p.returncode, p.cmd, out, err)
@@ -612,8 +612,8 @@ class Popen:
                     raise subprocess.TimeoutExpired(self.cmd, timeout or 0.0)
             self.wait(None if deadline is None else max(0.0, deadline - time.monotonic()))
         except subprocess.TimeoutExpired:
-            raise subprocess.TimeoutExpired(self.cmd, timeout or 0.0, self._read("stdout"),
-                                            self._read("stderr")) from None
+            raise subprocess.TimeoutExpired(self.cmd, timeout or 0.0, self._partial("stdout"),
+                                            self._partial("stderr")) from None
         return self._output("stdout"), self._output("stderr")
 
     def _start_communicating(self, input: bytes | None) -> None:
@@ -654,6 +654,11 @@ class Popen:
         """What communicate() has read from ``name`` so far (None: not a pipe)."""
         chunks = self._chunks.get(name)
         return None if chunks is None else b"".join(chunks)
+
+    def _partial(self, name: str) -> bytes | None:
+        """What a TimeoutExpired carries, as subprocess's: the bytes read,
+        None when nothing was (or ``name`` is not a pipe)."""
+        return self._read(name) or None
 
     def _output(self, name: str) -> Any:
         data = self._read(name)
