@@ -128,7 +128,7 @@ def test_a_denied_domain_wins_over_an_allowed_one(shared_home: FakeHome, server:
     port, _ = server
     opts = policy(shared_home, {**LOCAL, "deniedDomains": ["localhost"]})
     r = curl(shared_home, [], f"http://localhost:{port}/", opts=opts)
-    assert "network.deniedDomains" in r.stdout and r.stdout.startswith("safebox: connection to localhost")
+    assert "network.deniedDomains" in r.stdout and r.stdout.startswith("safebox refused localhost:")
     assert _Server.hits.count("/") == 0
 
 
