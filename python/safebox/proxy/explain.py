@@ -28,6 +28,17 @@ def _printable(text: str) -> str:
     return "".join(c if " " <= c <= "~" else "?" for c in text)[:400]
 
 
+def _presets(host: str) -> tuple[str, ...]:
+    """The presets that list ``host``; none for an IP literal or a name the
+    grammar refuses (HostError: the refusal must still be said)."""
+    from safebox.policy.presets import presets_for_host
+
+    try:
+        return () if parse_ip_literal(host) is not None else tuple(presets_for_host(host))
+    except ValueError:
+        return ()
+
+
 def fix_for(host: str, decision: Decision, port: int | None = None) -> str:
     """What to change so that ``host`` is allowed (or why nothing will)."""
     if decision.rule == RULE_ALLOWED and port is not None and "allows it only as" in decision.reason:
@@ -43,12 +54,9 @@ def fix_for(host: str, decision: Decision, port: int | None = None) -> str:
     if "metadata" in decision.reason or "link-local" in decision.reason:
         return f"list the address literally in {RULE_ALLOWED} only if the command must reach it"
     fix = f"--allow-domain {host}"
-    if parse_ip_literal(host) is None:
-        from safebox.policy.presets import presets_for_host
-
-        presets = presets_for_host(host)
-        if presets:
-            fix += " or " + " or ".join(f"--preset {p}" for p in presets)
+    presets = _presets(host)
+    if presets:
+        fix += " or " + " or ".join(f"--preset {p}" for p in presets)
     return f"{fix} ({RULE_ALLOWED} in a policy file)"
 
 
@@ -68,11 +76,8 @@ def policy_fix(host: str, decision: Decision, port: int | None = None) -> str:
     if "metadata" in decision.reason or "link-local" in decision.reason:
         return f"list the address literally in {RULE_ALLOWED} only if the command must reach it"
     fix = f"add {shown} to {RULE_ALLOWED}"
-    if parse_ip_literal(host) is None:
-        from safebox.policy.presets import presets_for_host
-
-        presets = presets_for_host(host)
-        if presets:
+    presets = _presets(host)
+    if presets:
             fix += " or use the preset " + " or ".join(presets)
     return fix
 
