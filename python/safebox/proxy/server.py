@@ -57,9 +57,10 @@ def _explain_on_first_refusal() -> Callable[[str, int, str, Decision], None]:
     return explain
 
 
-def _report_once() -> Callable[[str], None]:
+def _report_once(say: Callable[[str], None] | None = None) -> Callable[[str], None]:
     """One ``safebox:`` line on stderr per distinct message (a client that
-    retries must not flood the terminal)."""
+    retries must not flood the terminal); to ``say`` instead when given (the
+    API: a ``message`` event)."""
     import sys
 
     seen: set[str] = set()
@@ -68,6 +69,9 @@ def _report_once() -> Callable[[str], None]:
         if message in seen or len(seen) > 256:
             return
         seen.add(message)
+        if say is not None:
+            say(message)
+            return
         try:
             sys.stderr.write(f"safebox: {message}\n")
             sys.stderr.flush()
@@ -142,7 +146,9 @@ class ProxyServer:
                 raise ProxyError(f"cannot open audit log {self.config.audit_log}: {why}") from None
         explain = _explain_on_first_refusal() if self.config.explain else None
         # TLS failures are said on stderr like refusals (not with --quiet).
-        report = _report_once() if self.config.explain and (self.config.mitm or self.config.injector) else None
+        tls = self.config.mitm or self.config.injector
+        report = (_report_once(self.config.say) if tls and (self.config.explain or self.config.say is not None)
+                  else None)
         gate = self._gate = Gate(self.rules, audit=self._audit.event if self._audit else None, explain=explain,
                                  parent=self.config.parent, mitm=self.config.mitm, injector=self.config.injector,
                                  report=report, denied=self.config.denied)

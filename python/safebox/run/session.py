@@ -224,7 +224,7 @@ class Session:
             run_id=self.run_id if self._wants_records() else None,
             parent=netplan.parent if netplan else None,
             mitm=netplan.mitm if netplan else None, injector=netplan.injector if netplan else None,
-            denied=self._denied),
+            denied=self._denied, say=None if self.opts.cli else self.say),
             run_dir=self.run_path, tcp=self.layers is Layers.HELPER_ONLY,
             # Unix sockets only for the socat bridges of --without helper;
             # with the helper, the proxy serves on the listeners it hands over.
