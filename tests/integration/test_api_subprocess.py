@@ -9,6 +9,7 @@ a harness as events only, each command's events are its own.
 
 from __future__ import annotations
 
+import select
 import subprocess
 import threading
 import time
@@ -144,6 +145,15 @@ def test_communicate_after_a_timeout_and_kill_returns_all_that_was_read(sb: safe
         assert (e.value.output, e.value.stderr) == (b"a\n", b"b\n")  # bytes, as subprocess's
         p.kill()
         assert p.communicate() == ("a\n", "b\n")
+    assert p.returncode == 137
+
+
+def test_communicate_after_kill_alone_returns_what_the_command_wrote(sb: safebox.Sandbox) -> None:
+    with sb.popen(["sh", "-c", "echo ready; sleep 30"], stdout=safebox.PIPE, stderr=safebox.PIPE) as p:
+        assert p.stdout is not None
+        assert select.select([p.stdout], [], [], 30)[0]  # the line is in the pipe, unread
+        p.kill()
+        assert p.communicate() == (b"ready\n", b"")
     assert p.returncode == 137
 
 
