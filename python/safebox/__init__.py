@@ -16,6 +16,7 @@ if TYPE_CHECKING:
         PIPE,
         STDOUT,
         AsyncPopen,
+        CalledProcessError,
         CompletedRun,
         Event,
         HostCheck,
@@ -28,7 +29,8 @@ if TYPE_CHECKING:
     from safebox.errors import PolicyError, SafeboxError
 
 #: name -> the module that defines it.
-_API = {name: "safebox.api" for name in ("DEVNULL", "PIPE", "STDOUT", "AsyncPopen", "CompletedRun", "Event",
+_API = {name: "safebox.api" for name in ("DEVNULL", "PIPE", "STDOUT", "AsyncPopen", "CalledProcessError",
+                                         "CompletedRun", "Event",
                                          "HostCheck", "Policy", "Popen", "Sandbox", "TimeoutExpired", "check_host")}
 _API.update({"PolicyError": "safebox.errors", "SafeboxError": "safebox.errors"})
 
@@ -48,5 +50,5 @@ def __dir__() -> list[str]:
     return sorted([*globals(), *_API])
 
 
-__all__ = ["DEVNULL", "PIPE", "STDOUT", "AsyncPopen", "CompletedRun", "Event", "HostCheck", "Policy",
+__all__ = ["DEVNULL", "PIPE", "STDOUT", "AsyncPopen", "CalledProcessError", "CompletedRun", "Event", "HostCheck", "Policy",
            "PolicyError", "Popen", "SafeboxError", "Sandbox", "TimeoutExpired", "__version__", "check_host"]

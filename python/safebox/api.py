@@ -32,13 +32,58 @@ if TYPE_CHECKING:
     from safebox.policy.effective import EffectivePolicy
     from safebox.policy.load import Context, Layer
 
+#: How long run() reads what is left after a timeout killed the sandbox.
+_DRAIN = 5.0
+
 PIPE = subprocess.PIPE
 DEVNULL = subprocess.DEVNULL
 STDOUT = subprocess.STDOUT
 
 
 class TimeoutExpired(subprocess.TimeoutExpired):
-    """``timeout`` passed: the whole sandbox was killed (as subprocess.run does)."""
+    """``timeout`` passed: the whole sandbox was killed (as subprocess.run does).
+    ``output`` and ``stderr`` hold what was read (bytes, as subprocess's)."""
+
+
+class CalledProcessError(subprocess.CalledProcessError):
+    """``check=True`` and the command's exit status was not 0 (subprocess's attributes)."""
+
+
+#: What a command may be: a sequence of arguments, or with ``shell=True`` a
+#: string for ``/bin/sh -c``.
+Args = Sequence[str | bytes | os.PathLike[str]] | str | bytes
+
+
+def _argv(args: Args, shell: bool) -> tuple[str, ...]:
+    """The argv to run: a str is never split on spaces (``"echo hi"`` is one
+    program's name to subprocess, a shell line to a person: refused unless
+    ``shell=True`` says which)."""
+    if isinstance(args, (str, bytes)):
+        if not shell:
+            raise TypeError(f"the command is a string ({args!r}): pass a list of arguments, "
+                            "or shell=True to run it with /bin/sh -c")
+        return ("/bin/sh", "-c", os.fsdecode(args))
+    argv = tuple(os.fsdecode(a) for a in args)
+    if shell:  # subprocess's meaning: the first item is the script, the rest its $0, $1...
+        if not argv:
+            raise ValueError("shell=True with an empty list: nothing to run")
+        return ("/bin/sh", "-c", *argv)
+    if not argv:
+        raise ValueError("an empty command: nothing to run")
+    return argv
+
+
+def _cmd(args: Args) -> str | bytes | list[Any]:
+    """The command as subprocess's exceptions name it: as it was given."""
+    return args if isinstance(args, (str, bytes)) else list(args)
+
+
+def _text_encoding() -> str:
+    """subprocess's default for text mode (PEP 597)."""
+    import locale
+    import sys
+
+    return "utf-8" if sys.flags.utf8_mode else locale.getencoding()
 
 
 # ---------------------------------------------------------------- policies
@@ -79,6 +124,28 @@ class Policy:
         validate_layer(layer)
         return cls((layer,))
 
+    def __repr__(self) -> str:
+        names = ", ".join(repr(layer.name) for layer in self.layers)
+        return f"Policy(layers=[{names}])" if len(names) < 200 else f"Policy({len(self.layers)} layers)"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Policy) and self.to_dict() == other.to_dict()
+
+    __hash__ = None  # type: ignore[assignment]  # mutable contents
+
+    def to_dict(self) -> dict[str, Any]:
+        """The layers merged into one dict shaped like a policy file (lists
+        add up, scalars are replaced, as :meth:`merge` and policy files
+        layer): ``Policy.from_dict(p.to_dict())`` is the same policy. The
+        built-in defaults and a :class:`Sandbox`'s own arguments are not in
+        it (``Sandbox.policy`` is the merged policy in force)."""
+        import copy
+
+        out: dict[str, Any] = {}
+        for layer in self.layers:
+            _layer_onto(out, layer.data)
+        return copy.deepcopy(out)
+
     def merge(self, *others: Policy) -> Policy:
         """This policy, then ``others`` on top (lists add up, scalars are
         replaced, as policy files layer)."""
@@ -96,6 +163,22 @@ class Policy:
         validated += [(layer, layer.data) for layer in credential_env_layers(ctx)]
         validated += [(layer, validate_layer(layer)) for layer in (*self.layers, flags_layer(flags))]
         return merge(validated, ctx)
+
+
+def _layer_onto(out: dict[str, Any], data: Mapping[str, Any]) -> None:
+    """One layer on top of ``out``: dicts merge, lists add up (without
+    repeats), other values are replaced."""
+    for key, value in data.items():
+        have = out.get(key)
+        if isinstance(value, Mapping) and isinstance(have, dict):
+            _layer_onto(have, value)
+        elif isinstance(value, Mapping):
+            out[key] = {}
+            _layer_onto(out[key], value)
+        elif isinstance(value, list) and isinstance(have, list):
+            have.extend(v for v in value if v not in have)
+        else:
+            out[key] = list(value) if isinstance(value, list) else value
 
 
 PolicyLike = Policy | Mapping[str, Any] | str | os.PathLike[str]
@@ -118,7 +201,8 @@ class Event:
 
     ``kind``: ``start`` (``data``: layers), ``stop`` (``returncode``,
     ``duration``), ``network`` (a refused connection: ``host``, ``port``,
-    ``protocol``, ``decision``), ``violation`` (a refusal the violations
+    ``protocol``, ``decision``, ``rule``, ``message``: the line the client
+    was answered with), ``violation`` (a refusal the violations
     feed explained: the ``denied`` audit event's fields with ``rule`` and
     ``fix``; docs/violations.md), ``message`` (a line ``safebox exec``
     would print on stderr: ``text``)."""
@@ -136,15 +220,15 @@ class CompletedRun:
 
     args: tuple[str, ...]
     returncode: int
-    stdout: bytes | None
-    stderr: bytes | None
+    stdout: Any  # bytes, str in text mode, None when not captured
+    stderr: Any
     duration: float
     events: tuple[Event, ...]
 
     def check_returncode(self) -> None:
-        """Raise subprocess.CalledProcessError when ``returncode`` is not 0."""
+        """Raise :class:`CalledProcessError` when ``returncode`` is not 0."""
         if self.returncode:
-            raise subprocess.CalledProcessError(self.returncode, list(self.args), self.stdout, self.stderr)
+            raise CalledProcessError(self.returncode, list(self.args), self.stdout, self.stderr)
 
 
 # ------------------------------------------------------------------ sandbox
@@ -167,6 +251,8 @@ class Sandbox:
     (default: the process's, read at each run; never modified).
     ``allow_import_roots``: the caller's ``sys.path`` may hold the work dir
     (a harness started from its own repo); docs/api.md says what it costs.
+    ``quiet``: refusals reach the harness as events only, never as lines on
+    the process's stderr (False: the proxy prints ``safebox exec``'s lines).
     """
 
     def __init__(self, policy: PolicyLike | Sequence[PolicyLike] | None = None, *,
@@ -175,7 +261,7 @@ class Sandbox:
                  memory: str | None = None, tmp_size: str | None = None, wall_time: str | None = None,
                  strict: bool = False, without: str | None = None,
                  on_event: Callable[[Event], None] | None = None, env: Mapping[str, str] | None = None,
-                 allow_import_roots: bool = True) -> None:
+                 allow_import_roots: bool = True, quiet: bool = True) -> None:
         if policy is None:
             pol = Policy()
         elif isinstance(policy, (Policy, Mapping, str, os.PathLike)):
@@ -197,7 +283,7 @@ class Sandbox:
 
         opts = Options(strict=strict, without=Without(without) if without else None,
                        audit_log=os.fspath(audit_log) if audit_log is not None else None,
-                       cli=False, allow_import_roots=allow_import_roots)
+                       cli=False, allow_import_roots=allow_import_roots, proxy_stderr=not quiet)
         self._session = Session(load, opts=opts, say=self._say, cwd=os.fspath(cwd) if cwd is not None else None,
                                 environ=env, network_event=self._network)
         self._closed = False
@@ -205,9 +291,10 @@ class Sandbox:
     # -- events ------------------------------------------------------------------
 
     def _emit(self, kind: str, *, args: tuple[str, ...] | None = None, pid: int | None = None,
-              data: Mapping[str, Any] | None = None, **more: Any) -> Event:
+              data: Mapping[str, Any] | None = None, sink: list[Event] | None = None, **more: Any) -> Event:
         ev = Event(kind=kind, time=time.time(), args=args, pid=pid, data={**(data or {}), **more})
-        sink = getattr(self._local, "sink", None)
+        if sink is None:
+            sink = getattr(self._local, "sink", None)
         if sink is not None:
             sink.append(ev)
         if self._on_event is not None:
@@ -221,9 +308,22 @@ class Sandbox:
     def _say(self, text: str) -> None:
         self._emit("message", text=text)
 
-    def _network(self, refusal: tuple[Any, ...]) -> None:
-        names = ("host", "port", "protocol", "decision")
-        self._emit("network", data={n: str(v) if n == "decision" else v for n, v in zip(names, refusal, strict=False)})
+    def _network(self, refusal: tuple[Any, ...], owner: object) -> None:
+        """A refusal, from the proxy's thread: the event goes to the command
+        whose listeners the connection came through (``owner``, its launch),
+        or, where the proxy cannot tell (listeners shared by the sandbox's
+        commands: without the helper), to the one command running."""
+        from safebox.proxy.explain import refusal_message
+
+        host, port, protocol, decision = refusal[:4]
+        with self._lock:
+            running = list(self._running)
+        by_owner = [p for p in running if p._launch is owner]
+        popen = by_owner[0] if by_owner else running[0] if owner is None and len(running) == 1 else None
+        self._emit("network", args=popen.args if popen else None, pid=popen.pid if popen else None,
+                   sink=popen.events if popen else None,
+                   data={"host": host, "port": port, "protocol": protocol, "decision": str(decision),
+                         "rule": decision.rule, "message": refusal_message(host, port, decision)})
 
     def events(self) -> Iterator[Event]:
         """Every event from now on, until the sandbox is closed (a blocking
@@ -253,45 +353,68 @@ class Sandbox:
         """The layers in force: ``both``, ``helper-only`` or ``bwrap-only``."""
         return self._session.layers.value
 
-    def popen(self, args: Sequence[str], *, stdin: int | IO[Any] | None = None, stdout: int | IO[Any] | None = None,
+    def popen(self, args: Args, *, stdin: int | IO[Any] | None = None, stdout: int | IO[Any] | None = None,
               stderr: int | IO[Any] | None = None, env: Mapping[str, str] | None = None,
-              cwd: str | os.PathLike[str] | None = None) -> Popen:
+              cwd: str | os.PathLike[str] | None = None, text: bool | None = None, encoding: str | None = None,
+              errors: str | None = None, universal_newlines: bool | None = None, shell: bool = False) -> Popen:
         """Start ``args`` in the sandbox; returns once it runs (subprocess.Popen's
         vocabulary; ``stdin``/``stdout``/``stderr``: None, PIPE, DEVNULL,
-        STDOUT for stderr, a descriptor or a file object)."""
+        STDOUT for stderr, a descriptor or a file object; ``text``,
+        ``encoding``, ``errors``: text mode; ``shell``: through ``/bin/sh -c``).
+        A str command is refused (TypeError) unless ``shell=True``."""
         if self._closed:
             raise ValueError("the sandbox is closed")
-        return Popen(self, tuple(os.fspath(a) for a in args), stdin=stdin, stdout=stdout, stderr=stderr,
-                     env=env, cwd=os.fspath(cwd) if cwd is not None else None)
+        argv = _argv(args, shell)
+        return Popen(self, argv, stdin=stdin, stdout=stdout, stderr=stderr, env=env,
+                     cwd=os.fspath(cwd) if cwd is not None else None, cmd=_cmd(args),
+                     text=bool(text or universal_newlines or encoding or errors), encoding=encoding, errors=errors)
 
-    def run(self, args: Sequence[str], *, input: bytes | None = None, capture_output: bool = False,
-            timeout: float | None = None, env: Mapping[str, str] | None = None,
-            cwd: str | os.PathLike[str] | None = None, stdout: int | IO[Any] | None = None,
-            stderr: int | IO[Any] | None = None) -> CompletedRun:
-        """Run ``args`` to completion (subprocess.run's vocabulary). With
-        ``timeout``, the whole sandbox is killed when it passes and
-        :class:`TimeoutExpired` raised."""
+    def run(self, args: Args, *, stdin: int | IO[Any] | None = None, input: bytes | str | None = None,
+            capture_output: bool = False, timeout: float | None = None, check: bool = False,
+            env: Mapping[str, str] | None = None, cwd: str | os.PathLike[str] | None = None,
+            stdout: int | IO[Any] | None = None, stderr: int | IO[Any] | None = None, text: bool | None = None,
+            encoding: str | None = None, errors: str | None = None, universal_newlines: bool | None = None,
+            shell: bool = False) -> CompletedRun:
+        """Run ``args`` to completion (subprocess.run's vocabulary and
+        errors). With ``timeout``, the whole sandbox is killed when it passes
+        and :class:`TimeoutExpired` raised with what was read; with
+        ``check``, :class:`CalledProcessError` when the status is not 0."""
+        if input is not None:
+            if stdin is not None:
+                raise ValueError("stdin and input arguments may not both be used.")
+            stdin = PIPE
         if capture_output:
+            if stdout is not None or stderr is not None:
+                raise ValueError("stdout and stderr arguments may not be used with capture_output.")
             stdout = stderr = PIPE
-        with self.popen(args, stdin=PIPE if input is not None else None, stdout=stdout, stderr=stderr,
-                        env=env, cwd=cwd) as p:
+        with self.popen(args, stdin=stdin, stdout=stdout, stderr=stderr, env=env, cwd=cwd, text=text,
+                        encoding=encoding, errors=errors, universal_newlines=universal_newlines,
+                        shell=shell) as p:
             try:
                 out, err = p.communicate(input, timeout=timeout)
             except subprocess.TimeoutExpired:
                 p.kill()
-                out, err = p.communicate()
-                raise TimeoutExpired(list(p.args), timeout or 0.0, out, err) from None
+                # The rest of the output, now that the whole sandbox is gone
+                # (bounded: without bwrap, a process that left the group may
+                # hold a pipe open).
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    p.communicate(timeout=_DRAIN)
+                p.wait()
+                raise TimeoutExpired(p.cmd, timeout or 0.0, p._partial("stdout"), p._partial("stderr")) from None
         assert p.returncode is not None
+        if check and p.returncode:
+            raise CalledProcessError(p.returncode, p.cmd, out, err)
         return CompletedRun(args=p.args, returncode=p.returncode, stdout=out, stderr=err,
                             duration=p.duration, events=tuple(p.events))
 
-    async def run_async(self, args: Sequence[str], **kw: Any) -> CompletedRun:
+    async def run_async(self, args: Args, **kw: Any) -> CompletedRun:
+
         """:meth:`run` for asyncio: runs in a worker thread, the loop stays free."""
         import asyncio
 
         return await asyncio.to_thread(self.run, args, **kw)
 
-    async def popen_async(self, args: Sequence[str], **kw: Any) -> AsyncPopen:
+    async def popen_async(self, args: Args, **kw: Any) -> AsyncPopen:
         """:meth:`popen` for asyncio: the start-up in a worker thread."""
         import asyncio
 
@@ -351,9 +474,20 @@ class Popen:
 
     def __init__(self, sandbox: Sandbox, args: tuple[str, ...], *, stdin: int | IO[Any] | None,
                  stdout: int | IO[Any] | None, stderr: int | IO[Any] | None, env: Mapping[str, str] | None,
-                 cwd: str | None) -> None:
+                 cwd: str | None, cmd: str | bytes | list[Any] | None = None, text: bool = False,
+                 encoding: str | None = None, errors: str | None = None) -> None:
         self.args = args
+        #: The command as it was given (subprocess's exceptions carry it as ``cmd``).
+        self.cmd: str | bytes | list[Any] = list(args) if cmd is None else cmd
+        self.text_mode = text
+        self.encoding = (encoding or _text_encoding()) if text else None
+        self.errors = errors
         self.returncode: int | None = None
+        # communicate()'s threads and what they read, kept across calls: a
+        # call that timed out, then kill() and communicate(), loses nothing.
+        self._comm_lock = threading.Lock()
+        self._threads: list[threading.Thread] = []
+        self._chunks: dict[str, list[bytes]] = {}
         self.events: list[Event] = []
         self.duration = 0.0
         self._sandbox = sandbox
@@ -385,9 +519,29 @@ class Popen:
         self._command: Command | None = command
         self.pid = self._launch.pid
         self._t0 = time.monotonic()
-        self.stdin: IO[bytes] | None = open(in_ours, "wb") if in_ours is not None else None  # noqa: SIM115
-        self.stdout: IO[bytes] | None = open(out_ours, "rb") if out_ours is not None else None  # noqa: SIM115
-        self.stderr: IO[bytes] | None = open(err_ours, "rb") if err_ours is not None else None  # noqa: SIM115
+        # The binary ends; with text mode, self.stdin/stdout/stderr wrap them
+        # as subprocess's do (communicate() reads the binary ones).
+        self._stdin_bin: IO[bytes] | None = open(in_ours, "wb") if in_ours is not None else None  # noqa: SIM115
+        self._bin: dict[str, IO[bytes]] = {}
+        if out_ours is not None:
+            self._bin["stdout"] = open(out_ours, "rb")  # noqa: SIM115
+        if err_ours is not None:
+            self._bin["stderr"] = open(err_ours, "rb")  # noqa: SIM115
+        self.stdin: IO[Any] | None = self._stdin_bin
+        self.stdout: IO[Any] | None = self._bin.get("stdout")
+        self.stderr: IO[Any] | None = self._bin.get("stderr")
+        if text:
+            import io
+
+            if self._stdin_bin is not None:
+                self.stdin = io.TextIOWrapper(self._stdin_bin, write_through=True,
+                                              encoding=self.encoding, errors=errors)
+            if self.stdout is not None:
+                self.stdout = io.TextIOWrapper(self._bin["stdout"], encoding=self.encoding,
+                                               errors=errors)
+            if self.stderr is not None:
+                self.stderr = io.TextIOWrapper(self._bin["stderr"], encoding=self.encoding,
+                                               errors=errors)
         self.events.append(sandbox._emit("start", args=args, pid=self.pid, layers=sandbox.layers))
         with sandbox._lock:
             sandbox._running.add(self)
@@ -412,7 +566,7 @@ class Popen:
             try:
                 got = self._launch.wait(timeout)
                 if got is None:
-                    raise subprocess.TimeoutExpired(list(self.args), timeout or 0.0)
+                    raise subprocess.TimeoutExpired(self.cmd, timeout or 0.0)
                 rc = got
                 self.duration = time.monotonic() - self._t0
                 violations = command.finish(rc)
@@ -435,42 +589,84 @@ class Popen:
                 self._sandbox._local.sink = None
             return rc
 
-    def communicate(self, input: bytes | None = None, timeout: float | None = None) -> tuple[bytes | None, bytes | None]:
-        """Send ``input``, read stdout and stderr to their end, wait."""
-        results: dict[str, bytes] = {}
-        threads = []
-
-        def reader(name: str, f: IO[bytes]) -> None:
-            results[name] = f.read()
-            f.close()
-
-        def writer(f: IO[bytes], data: bytes) -> None:
-            try:
-                f.write(data)
-            except BrokenPipeError:
-                pass
-            finally:
-                try:
-                    f.close()
-                except BrokenPipeError:
-                    pass
-
-        if self.stdin is not None and not self.stdin.closed:
-            threads.append(threading.Thread(target=writer, args=(self.stdin, input or b""), daemon=True))
-        for name in ("stdout", "stderr"):
-            f = getattr(self, name)
-            if f is not None and not f.closed:
-                threads.append(threading.Thread(target=reader, args=(name, f), daemon=True))
-        for t in threads:
-            t.start()
+    def communicate(self, input: bytes | str | None = None, timeout: float | None = None) -> tuple[Any, Any]:
+        """Send ``input``, read stdout and stderr to their end, wait (subprocess's
+        ``communicate``: str in text mode). On ``timeout``,
+        subprocess.TimeoutExpired carries what was read so far; the command
+        keeps running, and a later call (after :meth:`kill`, say) returns all
+        of its output, that part included."""
+        if isinstance(input, str):
+            if not self.text_mode:
+                raise TypeError("input is a str: pass bytes, or text=True")
+            input = input.encode(self.encoding or "utf-8", self.errors or "strict")
+        with self._comm_lock:
+            if not self._threads:
+                self._start_communicating(input)
+            elif input:
+                raise ValueError("Cannot send input after starting communication")
         deadline = None if timeout is None else time.monotonic() + timeout
-        for t in threads:
-            t.join(None if deadline is None else max(0.0, deadline - time.monotonic()))
-            if t.is_alive():
-                raise subprocess.TimeoutExpired(list(self.args), timeout or 0.0)
-        self.wait(None if deadline is None else max(0.0, deadline - time.monotonic()))
-        return (results.get("stdout") if self.stdout is not None else None,
-                results.get("stderr") if self.stderr is not None else None)
+        try:
+            for t in self._threads:
+                t.join(None if deadline is None else max(0.0, deadline - time.monotonic()))
+                if t.is_alive():
+                    raise subprocess.TimeoutExpired(self.cmd, timeout or 0.0)
+            self.wait(None if deadline is None else max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            raise subprocess.TimeoutExpired(self.cmd, timeout or 0.0, self._partial("stdout"),
+                                            self._partial("stderr")) from None
+        return self._output("stdout"), self._output("stderr")
+
+    def _start_communicating(self, input: bytes | None) -> None:
+        def writer(f: IO[bytes], data: bytes) -> None:
+            # Never a traceback: the command may have closed its stdin, or
+            # the caller ours (OSError: EPIPE; ValueError: closed file).
+            with contextlib.suppress(OSError, ValueError):
+                if data:
+                    f.write(data)
+            with contextlib.suppress(OSError, ValueError):
+                f.close()
+
+        def reader(f: IO[bytes], chunks: list[bytes]) -> None:
+            try:
+                while True:
+                    data = f.read1(65536)  # type: ignore[attr-defined]  # a BufferedReader
+                    if not data:
+                        break
+                    chunks.append(data)  # seen at once by a TimeoutExpired
+            except (OSError, ValueError):
+                pass  # closed under us (the caller closed it): what was read is kept
+            finally:
+                with contextlib.suppress(OSError, ValueError):
+                    f.close()
+
+        threads = []
+        if self._stdin_bin is not None and not self._stdin_bin.closed:
+            threads.append(threading.Thread(target=writer, args=(self._stdin_bin, input or b""), daemon=True))
+        for name, f in self._bin.items():
+            chunks = self._chunks[name] = []
+            if not f.closed:
+                threads.append(threading.Thread(target=reader, args=(f, chunks), daemon=True))
+        self._threads = threads or [threading.Thread(target=lambda: None)]
+        for t in self._threads:
+            t.start()
+
+    def _read(self, name: str) -> bytes | None:
+        """What communicate() has read from ``name`` so far (None: not a pipe)."""
+        chunks = self._chunks.get(name)
+        return None if chunks is None else b"".join(chunks)
+
+    def _partial(self, name: str) -> bytes | None:
+        """What a TimeoutExpired carries, as subprocess's: the bytes read,
+        None when nothing was (or ``name`` is not a pipe)."""
+        return self._read(name) or None
+
+    def _output(self, name: str) -> Any:
+        data = self._read(name)
+        if data is None or not self.text_mode:
+            return data
+        # subprocess's text mode: decoded, universal newlines.
+        text = data.decode(self.encoding or "utf-8", self.errors or "strict")
+        return text.replace("\r\n", "\n").replace("\r", "\n")
 
     def send_signal(self, sig: int) -> None:
         """Deliver ``sig`` to the command (its process group), as safebox exec relays."""
@@ -491,15 +687,16 @@ class Popen:
         return self
 
     def __exit__(self, *exc: object) -> None:
-        for f in (self.stdin, self.stdout, self.stderr):
+        if self.returncode is None and exc and exc[0] is not None:
+            self.kill()
+        # A pipe communicate() reads is closed by its reader when the
+        # command ends; closing it here would race that read.
+        reading = bool(self._threads)
+        for f in (self.stdin, None if reading else self.stdout, None if reading else self.stderr):
             if f is not None:
-                try:
+                with contextlib.suppress(OSError, ValueError):
                     f.close()
-                except OSError:
-                    pass
         if self.returncode is None:
-            if exc and exc[0] is not None:
-                self.kill()
             self.wait()
 
 
@@ -524,11 +721,11 @@ class AsyncPopen:
 
         return await asyncio.to_thread(self.popen.wait)
 
-    async def communicate(self, input: bytes | None = None) -> tuple[bytes | None, bytes | None]:
-        """Send ``input``, read the output, wait."""
+    async def communicate(self, input: bytes | str | None = None, timeout: float | None = None) -> tuple[Any, Any]:
+        """Send ``input``, read the output, wait (see :meth:`Popen.communicate`)."""
         import asyncio
 
-        return await asyncio.to_thread(self.popen.communicate, input)
+        return await asyncio.to_thread(self.popen.communicate, input, timeout)
 
     def send_signal(self, sig: int) -> None:
         """See :meth:`Popen.send_signal`."""
@@ -569,5 +766,5 @@ def check_host() -> HostCheck:
     return HostCheck(checks=tuple(checks), ok=doctor.exit_code(checks) == 0)
 
 
-__all__ = ["DEVNULL", "PIPE", "STDOUT", "AsyncPopen", "CompletedRun", "Event", "HostCheck", "Policy", "Popen",
+__all__ = ["DEVNULL", "PIPE", "STDOUT", "AsyncPopen", "CalledProcessError", "CompletedRun", "Event", "HostCheck", "Policy", "Popen",
            "Sandbox", "TimeoutExpired", "check_host"]

@@ -75,9 +75,12 @@ def test_the_same_host_on_another_port_is_refused_with_the_reason(shared_home: F
     before = [h for h in _Hits.hits if h[0] == other]
     r = _curl(shared_home, ["-D", "/dev/stderr"], f"http://localhost:{other}/no", opts)
     assert r.returncode == 0 and "403 Forbidden" in r.stderr, r.stderr
-    assert r.stdout == (f"safebox: connection to localhost port {other} refused: localhost port {other} is not "
-                        f"allowed: network.allowedDomains allows it only as 'localhost:{good}'\n"
-                        "To allow it, change network.allowedDomains in the safebox policy.\n")
+    assert r.stdout == (f"safebox refused localhost:{other} by network.allowedDomains: localhost port {other} is "
+                        f"not allowed: network.allowedDomains allows it only as 'localhost:{good}'. Fix, for whoever "
+                        f"runs the sandbox: add localhost:{other} to network.allowedDomains. Retrying, or another "
+                        "route to the host, is refused the same way.\n")
+    assert (f"X-Safebox-Refused: localhost; network.allowedDomains; add localhost:{other} to "
+            "network.allowedDomains\n") in r.stderr  # text mode: CRLF read as LF
     r = _curl(shared_home, ["-p"], f"http://localhost:{other}/no", opts)
     assert r.returncode == 56 and "CONNECT tunnel failed, response 403" in r.stderr
     r = _curl(shared_home, SOCKS, f"http://localhost:{other}/no", opts)
@@ -101,8 +104,8 @@ def test_a_denied_host_with_a_port_is_refused_on_that_port_only(shared_home: Fak
     r = _curl(shared_home, [], f"http://localhost:{good}/ok", opts)
     assert (r.returncode, r.stdout) == (0, f"served-by-{good}"), r.stderr
     r = _curl(shared_home, [], f"http://localhost:{other}/no", opts)
-    assert r.stdout.startswith(f"safebox: connection to localhost port {other} refused: localhost matches "
-                               f"'localhost:{other}' in network.deniedDomains\n"), r.stdout
+    assert r.stdout.startswith(f"safebox refused localhost:{other} by network.deniedDomains: localhost matches "
+                               f"'localhost:{other}' in network.deniedDomains. "), r.stdout
 
 
 def test_policy_check_accepts_an_srt_file_with_host_port_entries(shared_home: FakeHome) -> None:

@@ -80,9 +80,17 @@ def curl(home: FakeHome, args: list[str], url: str, *, opts: list[str], mode: st
     return home.run(["curl", "-sS", "--max-time", "20", *args, url], opts=opts, mode=mode)
 
 
+FIXES = {"network.allowedDomains": "add {host} to network.allowedDomains",
+         "network.deniedDomains": "none unless the matching network.deniedDomains entry is removed "
+                                  "({host} is denied on purpose)",
+         "network.allowLocalDestinations": "set network.allowLocalDestinations to true "
+                                           "(the name resolves to a local address)"}
+
+
 def refusal(host_: str, port: int, rule: str, reason: str) -> str:
-    return (f"safebox: connection to {host_} port {port} refused: {reason}\n"
-            f"To allow it, change {rule} in the safebox policy.\n")
+    """The 403's body (docs/network.md): one line a model can read."""
+    return (f"safebox refused {host_}:{port} by {rule}: {reason}. Fix, for whoever runs the sandbox: "
+            f"{FIXES[rule].format(host=host_)}. Retrying, or another route to the host, is refused the same way.\n")
 
 
 @pytest.mark.parametrize("path", list(PATHS))
@@ -120,7 +128,7 @@ def test_a_denied_domain_wins_over_an_allowed_one(shared_home: FakeHome, server:
     port, _ = server
     opts = policy(shared_home, {**LOCAL, "deniedDomains": ["localhost"]})
     r = curl(shared_home, [], f"http://localhost:{port}/", opts=opts)
-    assert "network.deniedDomains" in r.stdout and r.stdout.startswith("safebox: connection to localhost")
+    assert "network.deniedDomains" in r.stdout and r.stdout.startswith("safebox refused localhost:")
     assert _Server.hits.count("/") == 0
 
 

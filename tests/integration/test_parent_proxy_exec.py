@@ -88,8 +88,8 @@ def test_plain_http_goes_to_the_parent_proxy_in_absolute_form(shared_home: FakeH
 def test_the_policy_decides_before_the_parent_proxy_is_asked(shared_home: FakeHome, parent: ParentProxy) -> None:
     opts = _policy(shared_home, {"allowedDomains": [DEST], "parentProxy": {"http": _url(parent)}})
     r = _curl(shared_home, [], "http://192.0.2.11:8080/no", opts)
-    assert r.stdout.startswith("safebox: connection to 192.0.2.11 port 8080 refused: IP address 192.0.2.11 is not "
-                               "listed literally in network.allowedDomains"), r.stdout
+    assert r.stdout.startswith("safebox refused 192.0.2.11:8080 by network.allowedDomains: IP address 192.0.2.11 "
+                               "is not listed literally in network.allowedDomains"), r.stdout
     assert parent.requests == []
 
 

@@ -217,8 +217,8 @@ def test_socks5_through_socat_bridge(make_proxy, bridge, upstream) -> None:
 def test_allowed_name_resolving_to_loopback_is_refused_without_allow_local(make_proxy, upstream) -> None:
     p = make_proxy(local=False)
     r = curl("-x", f"http://127.0.0.1:{p.http_port}", "-w", "%{http_code}", f"http://localhost:{upstream}/hello")
-    assert r.stdout.startswith("safebox: connection to localhost port")
-    assert "loopback" in r.stdout and "change network.allowLocalDestinations" in r.stdout
+    assert r.stdout.startswith("safebox refused localhost:")
+    assert "loopback" in r.stdout and "set network.allowLocalDestinations to true" in r.stdout
     assert r.stdout.endswith("403")
     r = curl("-p", "-x", f"http://127.0.0.1:{p.http_port}", f"http://localhost:{upstream}/hello")
     assert r.returncode == 56 and "403" in r.stderr
@@ -243,7 +243,8 @@ def test_refusal_is_403_naming_host_and_policy_key(make_proxy, target, rule) -> 
     head, _, body = out.partition(b"\r\n\r\n")
     assert head.startswith(b"HTTP/1.1 403 ")
     assert f"X-Safebox-Rule: {rule}".encode() in head
-    assert b"safebox: connection to " in body and f"change {rule}".encode() in body
+    assert body.startswith(b"safebox refused ") and f" by {rule}: ".encode() in body and body.count(b"\n") == 1
+    assert b"X-Safebox-Refused: " in head and f"; {rule}; ".encode() in head
 
 
 @pytest.mark.parametrize(
@@ -510,7 +511,7 @@ def test_cloud_metadata_is_refused_by_the_proxy_inside_a_private_netns(tmp_path)
     out = json.loads(r.stdout)
     for key in ("literal_http", "name_http"):
         code, body, _ = out[key]
-        assert code == 0 and body.startswith("safebox: connection to ") and "SECRET" not in body, out[key]
+        assert code == 0 and body.startswith("safebox refused ") and "SECRET" not in body, out[key]
     assert "not listed literally in network.allowedDomains" in out["literal_http"][1]
     assert "cloud metadata address" in out["name_http"][1]
     assert out["name_connect"][0] == 56 and "403" in out["name_connect"][2]

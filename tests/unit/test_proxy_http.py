@@ -66,3 +66,25 @@ def test_parser_on_plausible_heads(line: bytes, headers: list[bytes]) -> None:
     if not req.is_connect:
         assert req.path.startswith("/") and "#" not in req.path
         assert b"\r\n\r\n" not in _origin_head(req, req.host)[:-4]
+
+
+@settings(max_examples=300, deadline=None)
+@given(host=st.text(max_size=80), port=st.integers(1, 65535),
+       rule=st.sampled_from(["network.allowedDomains", "network.deniedDomains",
+                             "network.allowLocalDestinations", "request"]),
+       reason=st.text(max_size=80))
+def test_a_refusals_header_and_line_are_printable_ascii_whatever_the_host(host: str, port: int, rule: str,
+                                                                          reason: str) -> None:
+    # The host and reason come from the sandboxed command (a SOCKS5 name is
+    # any bytes): a CR or LF would let it write its own response headers.
+    from safebox.proxy.rules import Decision
+    from safebox.proxy.wire import refusal_response
+
+    head, _, body = refusal_response(host, port, Decision(False, rule, reason)).partition(b"\r\n\r\n")
+    lines = head.split(b"\r\n")
+    assert [ln.split(b":")[0] for ln in lines[1:]] == [
+        b"Content-Type", b"Content-Length", b"Connection", b"X-Safebox-Rule", b"X-Safebox-Refused"]
+    value = lines[-1].partition(b": ")[2]
+    assert all(0x20 <= c < 0x7F for ln in lines for c in ln) and all(0x20 <= c < 0x7F for c in body[:-1])
+    assert body.endswith(b"\n") and body.count(b"\n") == 1
+    assert value.count(b"; ") >= 2 and value.split(b"; ")[1] == rule.encode()

@@ -47,6 +47,9 @@ class ProxyConfig(Frozen):
     #: Called with (host, port, protocol, decision) for every refusal, from
     #: the proxy's thread: the violations feed's network events.
     denied: Callable[..., None] | None = None
+    #: Where the proxy's one-off lines (a TLS failure) go instead of stderr:
+    #: the API's ``message`` events. None: stderr, unless ``explain`` is off.
+    say: Callable[[str], None] | None = None
 
     def __init__(self, allowed_domains: tuple[str, ...] = (), denied_domains: tuple[str, ...] = (),
                  **kw: Any) -> None:

@@ -223,6 +223,17 @@ class DeferredProxy:
         if server is not None and fds:
             server.close_listeners(fds)
 
+    def current_owner(self) -> object:
+        """The ``key`` of :meth:`adopt` whose listener accepted the connection
+        being served; None when not known (the proxy's own listeners). Only
+        meaningful from the proxy's thread, inside a connection's task (the
+        gate's ``denied`` callback)."""
+        from safebox.proxy.server import LISTENER  # loaded: the proxy is serving
+
+        fd = LISTENER.get()
+        with self._lock:
+            return next((key for key, fds in self._adopted.items() if fd in fds), None)
+
     def ready(self, timeout: float = START_TIMEOUT) -> None:
         """Bring the server up now instead of at the first client, and wait
         for it. Raises :class:`ProxyError` if it cannot start."""

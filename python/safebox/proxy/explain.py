@@ -18,7 +18,7 @@ import threading
 
 from safebox.proxy.rules import RULE_ALLOWED, RULE_DENIED, RULE_LOCAL, RULE_REQUEST, Decision, parse_ip_literal
 
-__all__ = ["MAX_LINES", "Explainer", "refusal_line"]
+__all__ = ["MAX_LINES", "Explainer", "policy_fix", "refusal_header", "refusal_line", "refusal_message"]
 
 MAX_LINES = 50
 _PROTOCOL = {"connect": "CONNECT", "http": "HTTP", "socks5": "SOCKS5"}
@@ -26,6 +26,17 @@ _PROTOCOL = {"connect": "CONNECT", "http": "HTTP", "socks5": "SOCKS5"}
 
 def _printable(text: str) -> str:
     return "".join(c if " " <= c <= "~" else "?" for c in text)[:400]
+
+
+def _presets(host: str) -> tuple[str, ...]:
+    """The presets that list ``host``; none for an IP literal or a name the
+    grammar refuses (HostError: the refusal must still be said)."""
+    from safebox.policy.presets import presets_for_host
+
+    try:
+        return () if parse_ip_literal(host) is not None else tuple(presets_for_host(host))
+    except ValueError:
+        return ()
 
 
 def fix_for(host: str, decision: Decision, port: int | None = None) -> str:
@@ -43,13 +54,57 @@ def fix_for(host: str, decision: Decision, port: int | None = None) -> str:
     if "metadata" in decision.reason or "link-local" in decision.reason:
         return f"list the address literally in {RULE_ALLOWED} only if the command must reach it"
     fix = f"--allow-domain {host}"
-    if parse_ip_literal(host) is None:
-        from safebox.policy.presets import presets_for_host
-
-        presets = presets_for_host(host)
-        if presets:
-            fix += " or " + " or ".join(f"--preset {p}" for p in presets)
+    presets = _presets(host)
+    if presets:
+        fix += " or " + " or ".join(f"--preset {p}" for p in presets)
     return f"{fix} ({RULE_ALLOWED} in a policy file)"
+
+
+def policy_fix(host: str, decision: Decision, port: int | None = None) -> str:
+    """:func:`fix_for` in the policy's words, for whoever runs the sandbox
+    (a harness, the user of ``safebox exec``): no command-line flag, no ``;``
+    (it is the last field of ``X-Safebox-Refused``)."""
+    shown = f"[{host}]" if ":" in host and not host.startswith("[") else host
+    if decision.rule == RULE_ALLOWED and port is not None and "allows it only as" in decision.reason:
+        return f"add {shown}:{port} to {RULE_ALLOWED}"
+    if decision.rule == RULE_REQUEST:
+        return "none: the request is malformed"
+    if decision.rule == RULE_DENIED:
+        return f"none unless the matching {RULE_DENIED} entry is removed ({host} is denied on purpose)"
+    if decision.rule == RULE_LOCAL:
+        return f"set {RULE_LOCAL} to true (the name resolves to a local address)"
+    if "metadata" in decision.reason or "link-local" in decision.reason:
+        return f"list the address literally in {RULE_ALLOWED} only if the command must reach it"
+    fix = f"add {shown} to {RULE_ALLOWED}"
+    presets = _presets(host)
+    if presets:
+            fix += " or use the preset " + " or ".join(presets)
+    return fix
+
+
+def _shown(host: str, decision: Decision) -> str:
+    h = _printable(host.lower() if decision.rule != RULE_REQUEST else host)
+    return h
+
+
+def refusal_message(host: str, port: int, decision: Decision) -> str:
+    """The refusal in one line a model can read (docs/network.md, "What a
+    refused client sees"): the 403's body, and ``message`` in the API's
+    ``network`` event. Printable ASCII only (the host comes from the
+    sandboxed command)."""
+    h = _shown(host, decision)
+    shown = f"[{h}]" if ":" in h and not h.startswith("[") else h
+    return _printable(f"safebox refused {shown}:{port} by {decision.rule}: {decision.reason}. "
+                      f"Fix, for whoever runs the sandbox: {policy_fix(h, decision, port)}. "
+                      "Retrying, or another route to the host, is refused the same way.")
+
+
+def refusal_header(host: str, port: int, decision: Decision) -> str:
+    """``X-Safebox-Refused``'s value, ``<host>; <rule>; <fix>``: printable
+    ASCII, so never a CR or LF that could split the response head."""
+    h = _shown(host, decision)
+    fix = policy_fix(h, decision, port).replace(";", ",")
+    return _printable(f"{h.replace(';', '?')}; {decision.rule}; {fix}")
 
 
 def refusal_line(host: str, port: int, protocol: str, decision: Decision) -> str:

@@ -21,7 +21,7 @@ from safebox.proxy.wire import (
     _origin_head,
     error_response,
     parse_request_head,
-    refusal_body,
+    refusal_response,
 )
 
 __all__ = ["MAX_HEAD", "HEAD_TIMEOUT", "BadRequest", "Request", "handle", "parse_request_head"]
@@ -72,8 +72,7 @@ async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, gat
     try:
         upstream = await gate.open(req.host, req.port, protocol, relay)
     except Refused as exc:
-        d = exc.decision
-        await _reply(writer, error_response(403, refusal_body(display, req.port, d.rule, d.reason), rule=d.rule))
+        await _reply(writer, refusal_response(req.host, req.port, exc.decision))
         return
     except UpstreamError as exc:
         status = 504 if exc.kind == "timeout" else 502

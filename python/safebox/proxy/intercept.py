@@ -45,7 +45,7 @@ from safebox.proxy.wire import (
     Request,
     error_response,
     header_lines,
-    refusal_body,
+    refusal_response,
 )
 
 TYPE_CHECKING = False
@@ -558,8 +558,7 @@ async def _check(writer: asyncio.StreamWriter, gate: Gate, req: Request, kind: s
     try:
         return await gate.check(req.host, req.port, kind, tunnel=tunnel)
     except Refused as exc:
-        d = exc.decision
-        writer.write(error_response(403, refusal_body(display, req.port, d.rule, d.reason), rule=d.rule))
+        writer.write(refusal_response(req.host, req.port, exc.decision))
     except UpstreamError as exc:
         status = 504 if exc.kind == "timeout" else 502
         writer.write(error_response(status, f"safebox: upstream {display} port {req.port}: {exc}\n"))

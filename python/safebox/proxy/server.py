@@ -5,6 +5,7 @@ helper created inside the sandbox and handed over (:meth:`ProxyServer.adopt`).""
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import logging
 import os
 import socket
@@ -32,6 +33,12 @@ log = logging.getLogger("safebox.proxy")
 BACKLOG = 4096
 START_TIMEOUT = 10.0
 
+#: The descriptor of the listener that accepted the connection being served
+#: (set in each connection's task; -1 on the proxy's own listeners), so that
+#: a refusal can be told to the command whose listeners it came through
+#: (``DeferredProxy.current_owner``).
+LISTENER: contextvars.ContextVar[int] = contextvars.ContextVar("safebox_proxy_listener", default=-1)
+
 Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter, Gate], Awaitable[None]]
 
 
@@ -50,9 +57,10 @@ def _explain_on_first_refusal() -> Callable[[str, int, str, Decision], None]:
     return explain
 
 
-def _report_once() -> Callable[[str], None]:
+def _report_once(say: Callable[[str], None] | None = None) -> Callable[[str], None]:
     """One ``safebox:`` line on stderr per distinct message (a client that
-    retries must not flood the terminal)."""
+    retries must not flood the terminal); to ``say`` instead when given (the
+    API: a ``message`` event)."""
     import sys
 
     seen: set[str] = set()
@@ -61,6 +69,9 @@ def _report_once() -> Callable[[str], None]:
         if message in seen or len(seen) > 256:
             return
         seen.add(message)
+        if say is not None:
+            say(message)
+            return
         try:
             sys.stderr.write(f"safebox: {message}\n")
             sys.stderr.flush()
@@ -135,7 +146,9 @@ class ProxyServer:
                 raise ProxyError(f"cannot open audit log {self.config.audit_log}: {why}") from None
         explain = _explain_on_first_refusal() if self.config.explain else None
         # TLS failures are said on stderr like refusals (not with --quiet).
-        report = _report_once() if self.config.explain and (self.config.mitm or self.config.injector) else None
+        tls = self.config.mitm or self.config.injector
+        report = (_report_once(self.config.say) if tls and (self.config.explain or self.config.say is not None)
+                  else None)
         gate = self._gate = Gate(self.rules, audit=self._audit.event if self._audit else None, explain=explain,
                                  parent=self.config.parent, mitm=self.config.mitm, injector=self.config.injector,
                                  report=report, denied=self.config.denied)
@@ -285,7 +298,7 @@ class ProxyServer:
     async def _serve_on(self, socks: list[tuple[socket.socket, Handler]], gate: Gate) -> None:
         for sock, handler in socks:
             fd = sock.fileno()
-            server = await asyncio.start_server(self._client(handler, gate), sock=sock,
+            server = await asyncio.start_server(self._client(handler, gate, listener=fd), sock=sock,
                                                 limit=http.MAX_HEAD, backlog=BACKLOG)
             self._servers.append(server)
             self._by_fd[fd] = server
@@ -316,12 +329,14 @@ class ProxyServer:
 
         return socket.socket(fileno=_unix_listener(path).detach())
 
-    def _client(self, handler: Handler, gate: Gate) -> Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]:
+    def _client(self, handler: Handler, gate: Gate, *, listener: int = -1
+                ) -> Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]:
         """Wrap a front-end handler: track the task, contain every error, always close."""
 
         async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
             task = asyncio.current_task()
             assert task is not None
+            LISTENER.set(listener)  # this task's context only
             self._tasks.add(task)
             try:
                 await handler(reader, writer, gate)

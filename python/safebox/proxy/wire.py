@@ -8,14 +8,15 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from safebox.proxy.rules import RULE_REQUEST, HostError, normalize_host
+from safebox.proxy.rules import HostError, normalize_host
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from safebox.proxy.parent import ProxyURL
+    from safebox.proxy.rules import Decision
 
 __all__ = ["HEAD_TIMEOUT", "MAX_HEAD", "BadRequest", "Request", "error_response", "header_lines", "parse_request_head",
-           "refusal_body", "split_authority"]
+           "refusal_response", "split_authority"]
 
 #: The request line and headers together may not exceed this (431 otherwise).
 MAX_HEAD = 64 * 1024
@@ -223,10 +224,13 @@ def _origin_head(req: Request, authority: str, *, via: ProxyURL | None = None) -
     return ("\r\n".join(out) + "\r\n\r\n").encode("latin-1")
 
 
-def error_response(status: int, body: str, *, rule: str | None = None) -> bytes:
-    """A complete ``Connection: close`` response with a text body."""
+def error_response(status: int, body: str, *, rule: str | None = None,
+                   headers: tuple[tuple[str, str], ...] = ()) -> bytes:
+    """A complete ``Connection: close`` response with a text body; ``headers``
+    are written as given (the caller keeps them to printable ASCII)."""
     data = body.encode()
     extra = f"X-Safebox-Rule: {rule}\r\n" if rule else ""
+    extra += "".join(f"{name}: {value}\r\n" for name, value in headers)
     return (
         f"HTTP/1.1 {status} {_REASONS.get(status, 'Error')}\r\n"
         f"Content-Type: text/plain; charset=utf-8\r\nContent-Length: {len(data)}\r\n"
@@ -234,10 +238,11 @@ def error_response(status: int, body: str, *, rule: str | None = None) -> bytes:
     ).encode() + data
 
 
-def refusal_body(host: str, port: int, rule: str, reason: str) -> str:
-    """The 403 body: the host, why, and the policy key to change."""
-    if rule == RULE_REQUEST:
-        fix = "The request is malformed; no policy change allows it."
-    else:
-        fix = f"To allow it, change {rule} in the safebox policy."
-    return f"safebox: connection to {host} port {port} refused: {reason}\n{fix}\n"
+def refusal_response(host: str, port: int, decision: Decision) -> bytes:
+    """The 403 for a refused destination: one line a model can read as the
+    body, and ``X-Safebox-Refused: <host>; <rule>; <fix>`` (proxy/explain.py;
+    imported here, on a refusal, not on the proxy's start)."""
+    from safebox.proxy.explain import refusal_header, refusal_message
+
+    return error_response(403, refusal_message(host, port, decision) + "\n", rule=decision.rule,
+                          headers=(("X-Safebox-Refused", refusal_header(host, port, decision)),))

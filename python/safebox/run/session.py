@@ -50,6 +50,10 @@ class Options(Frozen):
     verbose: bool = False
     publish: tuple[str, ...] = ()  # ports as given on the command line
     quiet: bool = False  # no refused-host lines, no hints
+    #: The proxy may print its refused-host lines on the process's stderr
+    #: (``safebox exec``). The API's ``quiet=True`` turns it off: refusals
+    #: then reach the harness as events only.
+    proxy_stderr: bool = True
     learn: str | None = None  # --learn OUT: any public host; the suggested policy goes to OUT
     summary: str | None = None  # --summary FILE: append this run's Markdown report
     observe: str | None = None  # --observe: off, calls, writes, all; None: calls, or all with --audit-log
@@ -74,7 +78,7 @@ class Session:
 
     def __init__(self, load: Callable[[Context, str], EffectivePolicy], *, opts: Options,
                  say: Callable[[str], None], cwd: str | None = None, environ: Mapping[str, str] | None = None,
-                 network_event: Callable[[tuple[Any, ...]], None] | None = None) -> None:
+                 network_event: Callable[[tuple[Any, ...], object], None] | None = None) -> None:
         self.opts, self.say = opts, say
         self.environ: Mapping[str, str] = environ if environ is not None else os.environ
         self.run_dir: RunDir | None = None
@@ -202,7 +206,9 @@ class Session:
     def _denied(self, *refusal: Any) -> None:
         self.feed_network.append(refusal)
         if self.network_event is not None:
-            self.network_event(refusal)
+            # Called in the proxy's thread, inside the refused connection's
+            # task: the owner is the command whose listeners it came through.
+            self.network_event(refusal, self.proxy.current_owner() if self.proxy is not None else None)
 
     def _start_proxy(self) -> DeferredProxy:
         from safebox.proxy.config import ProxyConfig
@@ -213,11 +219,12 @@ class Session:
         proxy = DeferredProxy(ProxyConfig(
             allowed_domains=self.policy.allowed_domains, denied_domains=self.policy.denied_domains,
             allow_local_destinations=self.policy.allow_local_destinations,
-            audit_log=self.opts.audit_log or None, explain=not self.opts.quiet, learn=bool(self.opts.learn),
+            audit_log=self.opts.audit_log or None, explain=not self.opts.quiet and self.opts.proxy_stderr,
+            learn=bool(self.opts.learn),
             run_id=self.run_id if self._wants_records() else None,
             parent=netplan.parent if netplan else None,
             mitm=netplan.mitm if netplan else None, injector=netplan.injector if netplan else None,
-            denied=self._denied),
+            denied=self._denied, say=None if self.opts.cli else self.say),
             run_dir=self.run_path, tcp=self.layers is Layers.HELPER_ONLY,
             # Unix sockets only for the socat bridges of --without helper;
             # with the helper, the proxy serves on the listeners it hands over.
