@@ -317,6 +317,39 @@ def read_until(fd: int, marker: bytes, *, limit: int = 65536) -> bytes:
     return buf
 
 
+def listdir_as_owner(path: str) -> list[str] | None:
+    """``os.listdir(path)``; None when it cannot be listed. A directory of
+    ours that the command made unlistable (``chmod 0311``) to hide what it
+    created in it is opened to its owner for the listing, then its mode put
+    back (review: a new ``~/.bash_aliases`` or ``.pth`` survived a ``chmod``
+    of its directory). The mode changes through an ``O_PATH`` descriptor,
+    never through a link."""
+    try:
+        return os.listdir(path)
+    except PermissionError:
+        pass
+    except OSError:
+        return None
+    try:
+        fd = os.open(path, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        st = os.fstat(fd)
+        if st.st_uid != os.geteuid():
+            return None
+        mode = st.st_mode & 0o7777
+        os.chmod(f"/proc/self/fd/{fd}", mode | 0o700)
+        try:
+            return os.listdir(f"/proc/self/fd/{fd}")
+        finally:
+            os.chmod(f"/proc/self/fd/{fd}", mode)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+
+
 def read_small(path: str, limit: int) -> bytes | None:
     """The first ``limit`` bytes of a regular file, or None when there is
     none to read (missing, not a regular file, unreadable). Sized by fstat:

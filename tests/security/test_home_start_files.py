@@ -182,3 +182,50 @@ def test_a_dotfile_with_another_name_is_refused_as_a_protected_file_is(fresh_hom
     other.unlink()
     rc, err = _in_home(fresh_home, "echo ok > notes.txt")
     assert rc == 0 and (fresh_home.root / "notes.txt").read_text() == "ok\n", err
+
+
+@pytest.mark.parametrize("mode", MOUNT_MODES)
+def test_a_dotfile_planted_in_a_home_the_command_then_made_unlistable_is_still_quarantined(
+        fresh_home: FakeHome, mode: str) -> None:
+    """Found in review: the check after the run skipped a directory it could
+    not list, and `chmod 311 ~` kept the new `.bash_aliases` (bash opens it by
+    name all the same). safebox opens a directory of the user's to its owner
+    for the listing and puts the mode back."""
+    aliases = fresh_home.root / ".bash_aliases"
+    rc, err = _in_home(fresh_home, "echo 'alias ls=id' > .bash_aliases; chmod 311 .", mode=mode)
+    try:
+        assert rc == 0, err
+        assert not aliases.exists()
+        assert _moved_to(err, aliases).read_text() == "alias ls=id\n"
+        assert oct(fresh_home.root.stat().st_mode & 0o777) == "0o311"  # as the command left it
+    finally:
+        fresh_home.root.chmod(0o755)
+
+
+@pytest.mark.parametrize("mode", MOUNT_MODES)
+def test_a_pth_planted_in_a_granted_site_the_command_then_made_unlistable_is_still_quarantined(
+        fresh_home: FakeHome, mode: str) -> None:
+    lib = fresh_home.root / ".local" / "lib"
+    lib.mkdir(parents=True)
+    site = fresh_home.root / SITE
+    script = f"mkdir -p {site} && echo 'import os' > {site}/zz.pth && chmod 311 {lib}"
+    r = fresh_home.run(["sh", "-c", script], mode=mode, opts=["--allow-write", str(fresh_home.root / ".local")],
+                       cwd=fresh_home.work)
+    try:
+        assert r.returncode == 0, r.stderr
+        assert not (fresh_home.root / SITE / "zz.pth").exists(), r.stderr
+        assert _moved_to(r.stderr, fresh_home.root / SITE / "zz.pth").read_text() == "import os\n"
+    finally:
+        lib.chmod(0o755)
+
+
+@pytest.mark.parametrize("mode", MOUNT_MODES)
+def test_a_top_level_protected_name_planted_in_a_work_dir_made_unlistable_is_still_quarantined(
+        fresh_home: FakeHome, mode: str) -> None:
+    r = fresh_home.run(["sh", "-c", "echo '{}' > .mcp2.json; mkdir .claude; echo x > .envrc; chmod 311 ."], mode=mode)
+    try:
+        assert r.returncode == 0, r.stderr
+        assert not (fresh_home.work / ".envrc").exists(), r.stderr
+        assert not (fresh_home.work / ".claude").exists(), r.stderr
+    finally:
+        fresh_home.work.chmod(0o755)

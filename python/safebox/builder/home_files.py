@@ -33,7 +33,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 
-from safebox._record import Frozen
+from safebox._record import Frozen, listdir_as_owner
 from safebox.builder.paths import Nearest
 
 #: Kinds of ``HomeFiles.watch`` records.
@@ -71,14 +71,10 @@ def site_hooks(lib: str) -> list[str]:
     """The site hooks under ``lib`` (a user base's ``lib``), relative to it:
     ``python3.11/site-packages/x.pth``."""
     out: list[str] = []
-    try:
-        versions = [v for v in os.listdir(lib) if v.startswith("python")]
-    except OSError:
-        return out
+    versions = [v for v in listdir_as_owner(lib) or () if v.startswith("python")]
     for v in sorted(versions):
-        try:
-            names = os.listdir(f"{lib}/{v}/site-packages")
-        except OSError:
+        names = listdir_as_owner(f"{lib}/{v}/site-packages")
+        if names is None:
             continue
         out += [f"{v}/site-packages/{n}" for n in sorted(names) if is_site_hook(n)]
     return out
@@ -183,9 +179,8 @@ def new_paths(watch: tuple[tuple[str, str, tuple[str, ...]], ...] | list[tuple[s
     for d, kind, before in watch:
         had = set(before)
         if kind == DOT:
-            try:
-                now = os.listdir(d)
-            except OSError:
+            now = listdir_as_owner(d)
+            if now is None:
                 continue
             out += [f"{d}/{n}" for n in sorted(now) if n.startswith(".") and n not in had]
         elif kind == SITE:

@@ -16,7 +16,7 @@ from collections.abc import Iterable, Iterator
 from safebox import _prescan
 from safebox._prescan import start_find as _find_links_start
 from safebox._prescan import start_rg as _rg_start
-from safebox._record import Frozen, Spawned, path_outside, read_small, realpath_cached, which
+from safebox._record import Frozen, Spawned, listdir_as_owner, path_outside, read_small, realpath_cached, which
 from safebox.builder.home_files import home_files
 from safebox.builder.paths import Nearest, ancestors, at_or_beneath, by_depth, collapse, parent_dir
 from safebox.builder.regions import Regions
@@ -752,10 +752,10 @@ def top_candidates(tops: tuple[tuple[str, tuple[str, ...]], ...] | list[tuple[st
     before and is there now."""
     out: list[str] = []
     for root, firsts in tops:
-        try:
-            now = set(os.listdir(root))
-        except OSError:
+        listed = listdir_as_owner(root)
+        if listed is None:
             continue  # gone, or not a directory any more: nothing was created in it
+        now = set(listed)
         for first in now.intersection(firsts):
             out += [root + "/" + name for name in TOP_NAMES if name.split("/", 1)[0] == first]
     return out
