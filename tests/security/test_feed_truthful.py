@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -113,3 +114,128 @@ def test_writes_into_a_preset_cache_are_no_refusal_while_a_refused_write_is_repo
     assert [(ev["kind"], ev["path"], ev["errno"]) for ev in evs] == [("write", str(control), WRITE_ERRNO[mode])], evs
     assert "sandbox-caches" in cache and "sandbox-caches" not in r.stderr, r.stderr
     assert "safebox: refused 1 operation: 1 write (~/outside.txt)" in r.stderr, r.stderr
+
+
+# ------------------------------------------------------------ fix lines
+
+
+def commonest(stderr: str) -> str:
+    """The summary's last line, without ``safebox: ``."""
+    lines = [line for line in stderr.splitlines() if line.startswith(("safebox: to allow", "safebox: the commonest"))]
+    assert len(lines) == 1, stderr
+    return lines[0].removeprefix("safebox: ")
+
+
+def applied(line: str, home: FakeHome) -> tuple[str, ...]:
+    """The flags a "to allow the commonest (...): FIX" line names, ``~``
+    expanded as the shell would: what a user pastes."""
+    assert line.startswith("to allow the commonest ("), line
+    fix = line.split("): ", 1)[1].split(" (", 1)[0]
+    words = fix.split()
+    assert words[0].startswith("--") and len(words) in (1, 2), fix
+    return tuple(w.replace("~", str(home.root), 1) if w.startswith("~") else w for w in words)
+
+
+def test_a_refused_read_of_a_credential_names_allow_read_and_applying_it_works(fresh_home: FakeHome) -> None:
+    npmrc = fresh_home.root / ".npmrc"
+    npmrc.write_text(f"//registry.npmjs.org/:_authToken={fresh_home.secret}\n")
+    assert fresh_home.secret in host(["cat", str(npmrc)]).stdout  # control: readable on the host
+    r, evs = run(fresh_home, ["cat", str(npmrc)])
+    assert fresh_home.secret not in r.stdout
+    assert [(ev["kind"], ev["path"], ev["rule"], ev["fix"]) for ev in evs] == [
+        ("read", str(npmrc), "filesystem.denyRead (built-in credential list)",
+         "--allow-read ~/.npmrc (or filesystem.allowRead)")]
+    line = commonest(r.stderr)
+    assert line == ("to allow the commonest (1 read refused by filesystem.denyRead (built-in credential list)): "
+                    "--allow-read ~/.npmrc (or filesystem.allowRead)")
+    # Applied, the same command reads the file and nothing is refused.
+    r2, evs2 = run(fresh_home, ["cat", str(npmrc)], opts=applied(line, fresh_home))
+    assert r2.returncode == 0 and fresh_home.secret in r2.stdout, r2.stderr
+    assert evs2 == [] and refusal_lines(r2.stderr) == [], r2.stderr
+
+
+def test_a_refused_write_to_a_credential_says_it_stays_refused(fresh_home: FakeHome) -> None:
+    npmrc = fresh_home.root / ".npmrc"
+    npmrc.write_text("registry=https://registry.npmjs.org/\n")
+    r, evs = run(fresh_home, ["sh", "-c", f"echo x >> {npmrc}"])
+    assert r.returncode != 0
+    assert [(ev["kind"], ev["rule"], "fix" in ev) for ev in evs] == [
+        ("write", "filesystem.denyRead (built-in credential list)", False)]
+    assert commonest(r.stderr).startswith(
+        "the commonest (1 write refused by filesystem.denyRead (built-in credential list)) stays refused: "), r.stderr
+
+
+NPM_ENV = {"npm_config_update_notifier": "false", "npm_config_fund": "false", "npm_config_audit": "false"}
+
+
+def test_npm_test_without_a_preset_is_told_to_use_the_preset_and_applying_it_works(fresh_home: FakeHome) -> None:
+    work = fresh_home.work
+    (work / "package.json").write_text('{"name": "t", "version": "1.0.0", "scripts": {"test": "echo tested"}}\n')
+    r, evs = run(fresh_home, ["npm", "test"], env=NPM_ENV)
+    assert "tested" in r.stdout, r.stderr
+    assert evs and all(ev["kind"] == "write" and ev["path"].startswith(f"{fresh_home.root}/.npm") for ev in evs), evs
+    line = commonest(r.stderr)
+    assert line.startswith("to allow the commonest ("), line
+    assert line.endswith("): --preset npm (its tools then cache in a directory of the sandbox's own; "
+                         "--allow-write ~/.npm would share the host's cache instead)"), line
+    r2, evs2 = run(fresh_home, ["npm", "test"], env=NPM_ENV, opts=applied(line, fresh_home))
+    assert r2.returncode == 0 and "tested" in r2.stdout, r2.stderr
+    assert evs2 == [] and refusal_lines(r2.stderr) == [], r2.stderr
+    # The other way the line names works too.
+    (fresh_home.root / ".npm").mkdir(exist_ok=True)
+    r3, evs3 = run(fresh_home, ["npm", "test"], env=NPM_ENV, opts=("--allow-write", str(fresh_home.root / ".npm")))
+    assert r3.returncode == 0 and evs3 == [] and refusal_lines(r3.stderr) == [], r3.stderr
+
+
+def test_a_write_into_the_hosts_cache_under_its_preset_says_it_stays_refused(fresh_home: FakeHome) -> None:
+    (fresh_home.root / ".npm").mkdir()
+    r, evs = run(fresh_home, ["touch", str(fresh_home.root / ".npm" / "x")], opts=("--preset", "npm"))
+    assert r.returncode != 0
+    assert [(ev["rule"], "fix" in ev) for ev in evs] == [("preset cache", False)], evs
+    assert commonest(r.stderr) == (
+        "the commonest (1 write refused by preset cache) stays refused: the host's own cache ~/.npm stays "
+        "read-only while the npm preset is on; the tools write the sandbox's cache instead ($npm_config_cache "
+        "names it)")
+
+
+# -------------------------------------------------------- PATH lookups
+
+
+@pytest.mark.parametrize("mode", OBSERVED)
+def test_a_path_lookup_of_a_missing_file_in_a_hidden_dir_is_no_refused_exec(fresh_home: FakeHome,
+                                                                            mode: str) -> None:
+    hidden = fresh_home.root / "hidden-bin"
+    hidden.mkdir()
+    tool = hidden / "realtool"
+    tool.write_text("#!/bin/sh\necho hi\n")
+    tool.chmod(0o755)
+    path = f"{hidden}:/usr/bin:/bin"
+    # env's execvp tries hidden-bin/sh first: there is none on the host.
+    assert host(["env", f"PATH={path}", "sh", "-c", "echo ok"]).stdout == "ok\n"  # control
+    r, evs = run(fresh_home, ["env", f"PATH={path}", "sh", "-c", "echo ok"], mode=mode,
+                 opts=("--deny-read", str(hidden)))
+    assert r.returncode == 0 and r.stdout == "ok\n", r.stderr
+    assert evs == [] and refusal_lines(r.stderr) == [], r.stderr
+    # Control: the lookup of a program that is there on the host, hidden,
+    # is a refused exec.
+    r, evs = run(fresh_home, ["env", f"PATH={path}", "realtool"], mode=mode, opts=("--deny-read", str(hidden)))
+    assert r.returncode != 0
+    assert [(ev["kind"], ev["path"], ev["errno"]) for ev in evs] == [
+        ("exec", str(tool), "ENOENT" if mode == BOTH else "EACCES")], evs
+    assert "1 exec (~/hidden-bin/realtool)" in r.stderr
+
+
+def test_a_work_dir_in_pythons_installation_is_not_blamed_on_pythonpath(fresh_home: FakeHome) -> None:
+    # /usr/lib as the work dir: a write root inside the interpreter's
+    # installation. PYTHONPATH is unset and has nothing to do with it (the
+    # safebox script runs Python with -I), so the hint must not name it.
+    prefix = os.path.realpath(sys.base_prefix)
+    inside = Path(prefix) / "lib"
+    assert "PYTHONPATH" not in fresh_home.env()
+    r = fresh_home.run(["true"], cwd=inside)
+    assert r.returncode == 125 and "PYTHONPATH" not in r.stderr, r.stderr
+    assert (f"hint: {prefix} is Python's own installation: run safebox from a directory outside it (the work dir "
+            f"is a write root), or take {inside} off filesystem.allowWrite") in r.stderr.splitlines(), r.stderr
+    # Applied: from a directory outside it, the same command runs.
+    r = fresh_home.run(["true"], cwd=fresh_home.work)
+    assert r.returncode == 0 and r.stderr == "", r.stderr
