@@ -165,6 +165,20 @@ def test_a_refused_write_to_a_credential_says_it_stays_refused(fresh_home: FakeH
         "the commonest (1 write refused by filesystem.denyRead (built-in credential list)) stays refused: "), r.stderr
 
 
+@pytest.mark.parametrize("mode", OBSERVED)
+def test_a_refused_write_under_the_home_names_allow_write_and_applying_it_works(fresh_home: FakeHome,
+                                                                                mode: str) -> None:
+    tool = fresh_home.root / ".tool"
+    tool.mkdir()
+    r, evs = run(fresh_home, ["touch", str(tool / "state")], mode=mode)
+    assert r.returncode != 0 and [ev["fix"] for ev in evs] == ["--allow-write ~/.tool"], evs
+    line = commonest(r.stderr)
+    assert line == "to allow the commonest (1 write refused by filesystem.allowWrite): --allow-write ~/.tool"
+    r2, evs2 = run(fresh_home, ["touch", str(tool / "state")], mode=mode, opts=applied(line, fresh_home))
+    assert r2.returncode == 0 and (tool / "state").exists(), r2.stderr
+    assert evs2 == [] and refusal_lines(r2.stderr) == [], r2.stderr
+
+
 NPM_ENV = {"npm_config_update_notifier": "false", "npm_config_fund": "false", "npm_config_audit": "false"}
 
 
