@@ -253,3 +253,35 @@ def test_a_work_dir_in_pythons_installation_is_not_blamed_on_pythonpath(fresh_ho
     # Applied: from a directory outside it, the same command runs.
     r = fresh_home.run(["true"], cwd=fresh_home.work)
     assert r.returncode == 0 and r.stderr == "", r.stderr
+
+
+# ------------------------------------------------------- connects by protocol
+
+CONNECTS = r"""
+import socket, sys
+for kind, host, port in (("udp", "127.0.0.1", 9), ("udp", "127.0.0.53", 53), ("udp", "192.0.2.53", 53),
+                         ("tcp", "192.0.2.53", 53)):
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM if kind == "udp" else socket.SOCK_STREAM)
+    try:
+        s.connect((host, port))
+        print(kind, host, port, 0)
+    except OSError as e:
+        print(kind, host, port, e.errno)
+"""
+
+
+@pytest.mark.needs_landlock(4)
+def test_a_udp_connect_is_reported_with_the_errno_it_got_and_not_at_all_when_it_worked(
+        shared_home: FakeHome) -> None:
+    # Landlock's network rules cover TCP only: a UDP connect is refused by
+    # the empty network namespace alone (ENETUNREACH), and one to the
+    # sandbox's own loopback works. Before, each was "refused" with EACCES.
+    r, evs = run(shared_home, [PY, "-c", CONNECTS])
+    assert r.stdout.splitlines() == ["udp 127.0.0.1 9 0", "udp 127.0.0.53 53 0", "udp 192.0.2.53 53 101",
+                                     "tcp 192.0.2.53 53 13"], r.stderr
+    got = [(ev["host"], ev["port"], ev["errno"]) for ev in evs]
+    # 127.0.0.1:9 connected: no event. 127.0.0.53:53 connected too, but the
+    # name lookup it starts has no resolver to answer it inside: explained,
+    # with no errno. The control: TCP is refused by Landlock (EACCES).
+    assert got == [("127.0.0.53", 53, None), ("192.0.2.53", 53, "ENETUNREACH"), ("192.0.2.53", 53, "EACCES")], evs
+    assert "3 connections (DNS lookup via 127.0.0.53, DNS lookup via 192.0.2.53)" in r.stderr, r.stderr

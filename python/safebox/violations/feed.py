@@ -377,12 +377,22 @@ class Feed:
         text = rec.path or "?"
         host, _, port = text.rpartition(":")
         host = host.strip("[]")
-        if self._landlock_tcp():
+        loopback = host.startswith("127.") or host in ("::1", "::ffff:127.0.0.1")
+        # The socket's protocol, as the supervisor read it ("" from an older
+        # one, or when unreadable: taken as TCP).
+        tcp = (rec.path2 or "TCP").upper() in ("TCP", "TCPV6", "MPTCP")
+        err: int | None
+        if tcp and self._landlock_tcp():
             err = errno_mod.EACCES
-        elif both and not (host.startswith("127.") or host in ("::1", "::ffff:127.0.0.1")):
+        elif both and not loopback:
             err = errno_mod.ENETUNREACH
+        elif both and not tcp and port == "53":
+            # A UDP connect to a resolver on loopback (systemd-resolved's
+            # 127.0.0.53) works: the sandbox has a loopback of its own, where
+            # no resolver answers. The lookup fails; the connect did not.
+            err = None
         else:
-            return None
+            return None  # Landlock refuses TCP only; UDP on loopback connects
         proxied = bool(self.policy.allowed_domains)
         rule = RULE_DOMAINS
         if port == "53":
