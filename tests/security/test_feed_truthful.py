@@ -86,6 +86,19 @@ except OSError as e:
 """
 
 
+def test_go_build_into_a_fresh_preset_cache_reports_no_refusal(fresh_home: FakeHome) -> None:
+    # A real tool: go build fills GOCACHE with hundreds of files (435
+    # "writes refused by self-protection" before the fix, for a hello world).
+    (fresh_home.work / "go.mod").write_text("module x\n\ngo 1.20\n")
+    (fresh_home.work / "main.go").write_text('package main\n\nimport "fmt"\n\nfunc main() { fmt.Println("hi") }\n')
+    env = {"GOTOOLCHAIN": "local", "GOFLAGS": "-mod=mod"}
+    r, evs = run(fresh_home, ["go", "build", "-o", "hello", "."], opts=("--preset", "go"), env=env)
+    assert r.returncode == 0 and (fresh_home.work / "hello").exists(), r.stderr
+    assert evs == [] and refusal_lines(r.stderr) == [], r.stderr
+    caches = list((fresh_home.root / ".cache" / "safebox" / "sandbox-caches").glob("*/go/gocache/*"))
+    assert len(caches) > 10  # it did write there
+
+
 def test_every_preset_with_a_cache_is_covered() -> None:
     # The parametrisation below comes from PRESETS: a new preset's cache is
     # tested without editing this file. This pins that it is not empty.
