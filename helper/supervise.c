@@ -40,6 +40,7 @@
 #include <sys/statfs.h>
 #include <sys/syscall.h>
 #include <sys/uio.h>
+#include <sys/xattr.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -618,6 +619,34 @@ static int path_arg(pid_t tid, unsigned long long addr, int dirfd, char *out, si
 	return nt_join(raw[0] == '/' ? NULL : base, raw, out, cap) < 0 ? -1 : 0;
 }
 
+/* The protocol of task TID's socket FD as the kernel names it ("TCP",
+ * "UDP", "UDPv6", ...: the socket inode's system.sockprotoname attribute,
+ * reached through /proc/TID/fd/FD as base_dir's readlink is), or "" when it
+ * cannot be read.  Only letters, digits and '-' are kept: it goes into a
+ * record. */
+static void sock_proto(pid_t tid, int fd, char *out, size_t cap)
+{
+	char link[64];
+	ssize_t n, i, j = 0;
+
+	out[0] = '\0';
+	if (fd < 0 || cap < 2)
+		return;
+	snprintf(link, sizeof(link), "/proc/%d/fd/%d", (int)tid, fd);
+	n = getxattr(link, "system.sockprotoname", out, cap - 1);
+	if (n <= 0) {
+		out[0] = '\0';
+		return;
+	}
+	for (i = 0; i < n && out[i] != '\0'; i++) {
+		char ch = out[i];
+
+		if ((ch >= 'A' && ch <= 'Z') || (ch >= 'a' && ch <= 'z') || (ch >= '0' && ch <= '9') || ch == '-')
+			out[j++] = ch;
+	}
+	out[j] = '\0';
+}
+
 /* Fill *C for watch W from the notification: paths read and joined, flags.
  * Returns 0, or -1 when an argument cannot be read (no event then).  For
  * connect, *ADDR gets the address and C->op is NT_OP_UNIX only for a path
@@ -731,6 +760,7 @@ static void handle_watch(struct sup *s, const struct seccomp_notif *req, const s
 	struct nt_addr addr = { 0 };
 	struct nt_call c;
 	struct nt_verdict v = { 0 };
+	char proto[32] = "";
 	int refuse = 0, inet = 0;
 
 	if (s->chdir_pending == (pid_t)req->pid)
@@ -746,6 +776,10 @@ static void handle_watch(struct sup *s, const struct seccomp_notif *req, const s
 	if (gather(req, w, &c, p1, p2, &addr) == 0) {
 		if (w->op == W_CONNECT && addr.kind != NT_ADDR_UNIX_PATH) {
 			inet = addr.kind == NT_ADDR_INET && !(addr.loopback && nt_port_free(s->t, addr.port));
+			/* TCP or not: Landlock refuses TCP only, and a UDP
+			 * connect to loopback succeeds (safebox explains it). */
+			if (inet)
+				sock_proto((pid_t)req->pid, (int)(unsigned)req->data.args[0], proto, sizeof(proto));
 		} else if (nt_decide(s->t, &c, &v)) {
 			/* Maybe: look at the objects as the task sees them. */
 			c.exists1 = resolve((pid_t)req->pid, p1, follows(w, &c, req->data.args), r1, sizeof(r1));
@@ -771,7 +805,7 @@ static void handle_watch(struct sup *s, const struct seccomp_notif *req, const s
 		emit(s, req, v.kind, w->name, v.why, v.e, 0, v.which == 2 ? c.p2 : c.p1,
 		     c.op == NT_OP_RENAME ? (v.which == 2 ? c.p1 : c.p2) : NULL);
 	else if (inet)
-		emit(s, req, 'n', w->name, '-', NULL, 0, addr.text, NULL);
+		emit(s, req, 'n', w->name, '-', NULL, 0, addr.text, proto[0] ? proto : NULL);
 	respond(s->listener, req->id, 0);
 }
 

@@ -180,7 +180,8 @@ def test_reading_a_credential_is_one_read_event_with_audit_log(shared_home: Fake
     assert r.returncode == 1 and shared_home.secret not in r.stdout
     assert one_event(evs) == {"event": "denied", "v": 1, "kind": "read", "path": str(key), "syscall": "openat",
                               "errno": "ENOENT" if mode == BOTH else "EACCES",
-                              "rule": "filesystem.denyRead (built-in credential list)", "comm": "cat"}
+                              "rule": "filesystem.denyRead (built-in credential list)", "comm": "cat",
+                              "fix": "--allow-read ~/.ssh/id_rsa (or filesystem.allowRead)"}
     assert "1 read (~/.ssh/id_rsa)" in r.stderr
 
 
@@ -400,9 +401,10 @@ def test_the_four_refusals_of_the_issue_are_four_events_and_a_summary(shared_hom
     tail = r.stderr.rstrip().splitlines()[-2:]
     assert tail == ["safebox: refused 4 operations: 2 writes (~/.bashrc, /etc/x), 1 read (~/.ssh/id_rsa), "
                     "1 system call (unshare)",
-                    # None can be allowed; the first of the commonest is named (never "--allow-write /etc").
-                    "safebox: the commonest (1 write refused by protected file) cannot be allowed: changing it "
-                    "could run code outside the sandbox (docs/policy-reference.md)"]
+                    # The one that can be allowed is named (never "--allow-write /etc"): the
+                    # credential list is a default that filesystem.allowRead re-allows.
+                    "safebox: to allow the commonest (1 read refused by filesystem.denyRead (built-in credential "
+                    "list)): --allow-read ~/.ssh/id_rsa (or filesystem.allowRead)"]
 
 
 # ------------------------------------------------------------------ enforcement never depends on the feed

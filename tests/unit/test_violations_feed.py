@@ -207,12 +207,12 @@ def _at(path: str) -> bytes:
 
 
 def test_the_summary_counts_by_kind_and_names_the_fix_for_the_commonest() -> None:
-    f = _feed([_at("/h/.npm/x"), _at("/h/.bashrc"), _at("/h/.npm/y")])
+    f = _feed([_at("/h/.tool/x"), _at("/h/.bashrc"), _at("/h/.tool/y")])
     assert [e.fields["errno"] for e in f.events] == ["EROFS"] * 3
     assert [e.rule for e in f.events] == ["filesystem.allowWrite", "protected file", "filesystem.allowWrite"]
     assert f.summary(verbose=False) == [
-        "refused 3 operations: 3 writes (~/.npm/x, ~/.bashrc, ~/.npm/y)",
-        "to allow the commonest (2 writes refused by filesystem.allowWrite): --allow-write ~/.npm"]
+        "refused 3 operations: 3 writes (~/.tool/x, ~/.bashrc, ~/.tool/y)",
+        "to allow the commonest (2 writes refused by filesystem.allowWrite): --allow-write ~/.tool"]
 
 
 @pytest.mark.parametrize(("path", "why"), [
@@ -244,7 +244,7 @@ def test_a_directory_above_the_home_is_never_suggested_either() -> None:
     assert "/home holds the home;" in f.summary(verbose=False)[1]
 
 
-@pytest.mark.parametrize(("path", "fix"), [("/h/.npm/_cacache/x", "--allow-write ~/.npm"),
+@pytest.mark.parametrize(("path", "fix"), [("/h/.tool/cache/x", "--allow-write ~/.tool"),
                                            ("/var/cache/apt/x", "--allow-write /var/cache/apt"),
                                            ("/var/tmp/x", "--allow-write /var/tmp"),
                                            ("/data/out/x", "--allow-write /data/out")])
@@ -270,12 +270,25 @@ def test_a_host_the_proxy_explained_on_its_own_line_adds_no_summary() -> None:
 
 
 def test_a_host_explained_above_is_counted_but_its_fix_is_not_repeated() -> None:
-    f = _feed([_at("/h/.npm/x")])
+    f = _feed([_at("/h/.tool/x")])
     _refused_host(f, "pypi.org", explained=True)
     _refused_host(f, "files.pythonhosted.org", explained=True)
     assert f.summary(verbose=False) == [
-        "refused 3 operations: 1 write (~/.npm/x), 2 connections (pypi.org, files.pythonhosted.org; explained above)",
-        "to allow the commonest (1 write refused by filesystem.allowWrite): --allow-write ~/.npm"]
+        "refused 3 operations: 1 write (~/.tool/x), 2 connections (pypi.org, files.pythonhosted.org; explained above)",
+        "to allow the commonest (1 write refused by filesystem.allowWrite): --allow-write ~/.tool"]
+
+
+@pytest.mark.parametrize(("path", "preset", "host"), [
+    ("/h/.npm/_cacache/x", "npm", "~/.npm"), ("/h/.cache/pip/http/x", "pip", "~/.cache/pip"),
+    ("/h/.cargo/registry/index/x", "cargo", "~/.cargo/registry"), ("/h/go/pkg/mod/x", "go", "~/go/pkg/mod"),
+    ("/h/.m2/repository/x", "maven", "~/.m2/repository")])
+def test_a_refused_write_into_a_tools_host_cache_names_its_preset(path: str, preset: str, host: str) -> None:
+    # Not --allow-write ~/.cache (the top dir under the home): the preset
+    # gives the tool a cache of its own (tests/security/test_feed_truthful.py
+    # applies it to `npm test`).
+    assert _feed([_at(path)]).events[0].fix == (
+        f"--preset {preset} (its tools then cache in a directory of the sandbox's own; --allow-write {host} "
+        "would share the host's cache instead)")
 
 
 def test_a_host_not_explained_on_its_own_line_gets_its_fix_in_the_summary() -> None:

@@ -1781,11 +1781,29 @@ def _import_dirs(import_paths: tuple[str, ...], write_roots: list[str], *, allow
         if holds:
             raise BuildError(f"Python's import path has {real}, which holds the write root {holds[0]}: "
                              "the command could plant code that safebox itself would run next time",
-                             hint="unset PYTHONPATH, and start safebox by its `safebox` script, "
-                                  "not `python -m safebox` from the work tree")
+                             hint=_import_hint(real, holds[0], installation=real in prefixes))
         if os.path.isdir(real):
             imports.append(real)
     return imports
+
+
+def _import_hint(entry: str, root: str, *, installation: bool) -> str:
+    """What to change when Python's import path entry ``entry`` holds the
+    write root ``root``, by where the entry comes from: PYTHONPATH, the
+    directory ``python -m safebox`` was started in, or Python's own
+    installation (a work dir such as /usr/lib, which PYTHONPATH has nothing
+    to do with: issue 26)."""
+    import sys
+
+    named = [os.path.realpath(p) for p in os.environ.get("PYTHONPATH", "").split(":") if p]
+    if entry in named:
+        return f"unset PYTHONPATH (it names {entry}), or run from a directory outside it"
+    if sys.path and sys.path[0] in ("", ".") or (sys.path and os.path.realpath(sys.path[0]) == entry
+                                                 and entry == os.path.realpath(os.getcwd())):
+        return "start safebox by its `safebox` script, not `python -m safebox` from the work tree"
+    where = "Python's own installation" if installation else "a directory Python imports from"
+    return (f"{entry} is {where}: run safebox from a directory outside it (the work dir is a write root), "
+            f"or take {root} off filesystem.allowWrite")
 
 
 def _resolve_deny_write(paths: tuple[str, ...], realpaths: RealPaths) -> dict[str, bool]:

@@ -39,6 +39,7 @@ RULE_RUNNER_FILE = "runner file"
 RULE_RUNNER_SECRET = "runner secret"
 RULE_UNIX = "network.allowUnixSockets"
 RULE_DOMAINS = "network.allowedDomains"
+RULE_PRESET_CACHE = "preset cache"
 
 
 @dataclass(frozen=True)
@@ -200,6 +201,9 @@ class Feed:
         hit = self._added(path)
         if hit is not None:
             return hit
+        cache = self._host_cache(path)
+        if cache is not None:
+            return cache
         deny_write = [os.path.realpath(p) for p in self.policy.deny_write]
         if any(_under(path, d) for d in deny_write):
             return RULE_DENY_WRITE, "remove the entry from filesystem.denyWrite (or the --deny-write flag)", ""
@@ -214,6 +218,32 @@ class Feed:
                                             "write under $TMPDIR or the work dir instead")
         return RULE_ALLOW_WRITE, f"--allow-write {self.tilde(root)}", ""
 
+    def _host_cache(self, path: str) -> tuple[str, str | None, str] | None:
+        """The explanation of a refused write into the host's own cache of a
+        preset's tool (``~/.npm``, ``~/.cache/pip``), or None. Without the
+        preset the fix is the preset: its tools then cache in a directory of
+        the sandbox's own (``npm test`` writes its logs there, not into
+        ``~/.npm``); with it, the host's cache stays read-only on purpose."""
+        from safebox.policy.presets import PRESETS
+
+        if not self.home or self.home == "/":
+            return None
+        for preset in PRESETS.values():
+            for cache in preset.caches:
+                for h in cache.host_paths:
+                    host = self.home.rstrip("/") + h[1:] if h.startswith("~/") else h
+                    if not _under(path, host):
+                        continue
+                    var = cache.env[0].name if cache.env else "its cache variable"
+                    if preset.name in self.policy.cache_presets:
+                        return RULE_PRESET_CACHE, None, (
+                            f"the host's own cache {h} stays read-only while the {preset.name} preset is on; "
+                            f"the tools write the sandbox's cache instead (${var} names it)")
+                    return RULE_ALLOW_WRITE, (f"--preset {preset.name} (its tools then cache in a directory of "
+                                              f"the sandbox's own; --allow-write {h} would share the host's "
+                                              "cache instead)"), ""
+        return None
+
     def _write_root_for(self, path: str) -> str:
         """The directory to suggest for --allow-write: the top directory under
         the home (``~/.npm``), else the file's directory."""
@@ -226,7 +256,8 @@ class Feed:
 
     def _read_rule(self, path: str) -> tuple[str, str | None, str]:
         if self._credential(path):
-            return RULE_CREDENTIALS, None, "credentials stay unreadable in every sandbox"
+            return RULE_CREDENTIALS, None, ("the built-in credential list hides it and a hidden path takes no "
+                                            "writes (--allow-read re-allows reading it)")
         hit = self._added(path)
         if hit is not None:
             return hit
@@ -275,9 +306,14 @@ class Feed:
             if rec.path2:
                 fields["path2"] = rec.path2
             return Event(kind, fields, rule, fix, note, rec.time, self.tilde(path),
-                         by_design=fix is None and rule == RULE_ALLOW_WRITE)
+                         by_design=fix is None and rule in (RULE_ALLOW_WRITE, RULE_PRESET_CACHE, RULE_CREDENTIALS))
         # read, exec, unix socket: a masked path
         mask_dir = bool(bits & MASK_DIR)
+        if mask_dir and entry and rec.kind in "rx" and _absent_beneath(path, entry[0]):
+            # Nothing there on the host either: the call fails as it would
+            # without the sandbox (a shell or execvp trying each PATH entry,
+            # a program probing for an optional file). No refusal.
+            return None
         if not both:
             err = errno_mod.EACCES
         elif rec.kind == "u":
@@ -291,6 +327,11 @@ class Feed:
             rule, fix, note = RULE_UNIX, f"add {self.tilde(path)} to network.allowUnixSockets", ""
         else:
             rule, fix, note = self._read_rule(path)
+            if rec.kind == "r" and rule == RULE_CREDENTIALS:
+                # The built-in list is a default like any denyRead entry:
+                # filesystem.allowRead re-allows a path within (tested by
+                # applying it: tests/security/test_feed_truthful.py).
+                fix, note = f"--allow-read {self.tilde(path)} (or filesystem.allowRead)", ""
         fields = {"kind": kind, "path": path, "syscall": rec.name, "errno": _errno_name(err), "rule": rule, **base}
         return Event(kind, fields, rule, fix, note, rec.time, self.tilde(path))
 
@@ -336,12 +377,22 @@ class Feed:
         text = rec.path or "?"
         host, _, port = text.rpartition(":")
         host = host.strip("[]")
-        if self._landlock_tcp():
+        loopback = host.startswith("127.") or host in ("::1", "::ffff:127.0.0.1")
+        # The socket's protocol, as the supervisor read it ("" from an older
+        # one, or when unreadable: taken as TCP).
+        tcp = (rec.path2 or "TCP").upper() in ("TCP", "TCPV6", "MPTCP")
+        err: int | None
+        if tcp and self._landlock_tcp():
             err = errno_mod.EACCES
-        elif both and not (host.startswith("127.") or host in ("::1", "::ffff:127.0.0.1")):
+        elif both and not loopback:
             err = errno_mod.ENETUNREACH
+        elif both and not tcp and port == "53":
+            # A UDP connect to a resolver on loopback (systemd-resolved's
+            # 127.0.0.53) works: the sandbox has a loopback of its own, where
+            # no resolver answers. The lookup fails; the connect did not.
+            err = None
         else:
-            return None
+            return None  # Landlock refuses TCP only; UDP on loopback connects
         proxied = bool(self.policy.allowed_domains)
         rule = RULE_DOMAINS
         if port == "53":
@@ -473,6 +524,23 @@ def ci_entries(ci_run: Any) -> dict[str, tuple[str, str | None, str]]:
                        "this run's copy, whose entries the policy lists in ci.passEnv or ci.passPath safebox "
                        "passes on after the step; docs/ci.md#what-passes-cipassenv-and-cipasspath)")
     return out
+
+
+def _absent_beneath(path: str, masked: str) -> bool:
+    """Whether ``path``, strictly beneath the hidden directory ``masked``,
+    does not exist on the host. Only looked at with ``lstat``: the path is
+    one the sandboxed command chose, but beneath a directory it could not
+    see, let alone change. An error other than "not there" counts as
+    present (the event is kept)."""
+    if path == masked or not _under(path, masked):
+        return False
+    try:
+        os.lstat(path)
+    except (FileNotFoundError, NotADirectoryError):
+        return True
+    except (OSError, ValueError):
+        return False
+    return False
 
 
 def _printable(text: str) -> str:

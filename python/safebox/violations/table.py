@@ -162,6 +162,11 @@ def _mounts(rp: ResolvedPolicy) -> dict[str, tuple[bool, int]]:
             m[k] = (True, 0)
     for p in rp.read_only:
         m[p] = (False, 0)
+    # The presets' caches: bound read-write beneath the state dir, which is
+    # read-only (before issue 26 they were missing here, so every write into
+    # a cache was reported as refused by self-protection, although it worked).
+    for c in rp.cache_dirs:
+        m[c] = (True, 0)
     for d in rp.mask_dirs:
         if not any(_under(d, t) for t in rp.private_tmp):
             m[d] = (False, MASK_DIR)
