@@ -71,7 +71,10 @@ def start_find(find: str, root: str, *, more: tuple[str, ...] = ()) -> Spawned:
     could make it listable again and write beneath it (found in review:
     ``chmod 0300 .`` in one run, ``chmod 755 .`` and a planted
     ``.git/hooks/pre-commit`` in the next). ``resolve`` keeps each one
-    read-only for the run. One ``access(2)`` per directory.
+    read-only for the run. One ``access(2)`` per directory. One of another
+    user (``?PATH``: another user's private directory in ``/tmp``) is no
+    such threat: the command cannot change its mode, nor write in it unless
+    that user lets everyone, and it is only skipped.
 
     No ``-maxdepth``: the watch covers every depth (issue 22), so the walk
     goes as deep as the tree; the dot names for the read-only binds are
@@ -85,7 +88,8 @@ def start_find(find: str, root: str, *, more: tuple[str, ...] = ()) -> Spawned:
     # root is absolute, so none can. Every path printed begins with the root,
     # so with "/": a leading "!" cannot be part of one.
     cmd = [find, root, *more, "-mindepth", "1",
-           "-type", "d", "(", "!", "-readable", "-o", "!", "-executable", ")", "-printf", "!%p\\0", "-prune",
+           "-type", "d", "(", "!", "-readable", "-o", "!", "-executable", ")",
+           "(", "-uid", str(os.geteuid()), "-printf", "!%p\\0", "-o", "-printf", "?%p\\0", ")", "-prune",
            "-o", "(", "-type", "d", "(", "-name", ".*", "-printf", "%p//d\\0",
            "-o", "-name", "objects", "-printf", "%p//o\\0", "-o", "-printf", "%p\\0", ")", ")",
            "-o", "(", "-name", ".*", "(", "-type", "l", "-printf", "%p//l%D.%i\\0",

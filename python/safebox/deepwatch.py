@@ -105,30 +105,32 @@ class Baseline:
         return b
 
 
-def parse(out: bytes) -> tuple[list[bytes], list[tuple[bytes, bytes]], list[str]]:
+def parse(out: bytes) -> tuple[list[bytes], list[tuple[bytes, bytes]], list[str], list[str]]:
     """The start walk's records: (every directory, in the walk's order; the
-    others as (path, kind and fields); the directories find could not list,
-    ``!PATH``). A dot directory and an ``objects`` one are in the first two;
+    others as (path, kind and fields); the directories of ours find could
+    not list, ``!PATH``; those of other users it could not list, ``?PATH``). A dot directory and an ``objects`` one are in the first two;
     an unlistable one is a directory of the start too (it is read-only for
     the run, not new after it). C-level passes over the records: 13,000
     directories cost about a millisecond. The walk's order is kept because
     the check after the run lstats them in it: neighbours share cached
     inode and directory blocks (a third faster than a set's order here)."""
     recs = out.split(b"\0")
-    marked = [r for r in recs if b"//" in r or r[:1] == b"!"]
-    dirs = [r for r in recs if r and b"//" not in r and r[:1] != b"!"] if marked else [r for r in recs if r]
+    marked = [r for r in recs if b"//" in r or r[:1] in (b"!", b"?")]
+    dirs = ([r for r in recs if r and b"//" not in r and r[:1] not in (b"!", b"?")] if marked
+            else [r for r in recs if r])
     specials = []
-    unlistable = []
+    unlistable: list[str] = []
+    foreign: list[str] = []
     for r in marked:
-        if r[:1] == b"!":
+        if r[:1] in (b"!", b"?"):
             dirs.append(r[1:])
-            unlistable.append(os.fsdecode(r[1:]))
+            (unlistable if r[:1] == b"!" else foreign).append(os.fsdecode(r[1:]))
             continue
         path, _, kind = r.partition(b"//")
         if kind in (b"d", b"o"):
             dirs.append(path)
         specials.append((path, kind))
-    return dirs, specials, unlistable
+    return dirs, specials, unlistable, foreign
 
 
 def _base(p: bytes) -> bytes:
@@ -357,7 +359,12 @@ def _walk(b: Baseline, skip: bytes,
         except PermissionError as err:
             mode = _make_listable(d)
             if mode is None:
-                unlistable.append((os.fsdecode(d), err.strerror or "permission denied"))
+                # Not ours: the command, running as us, could not have
+                # written in it unless its owner lets everyone; then it is
+                # named for a check by hand, else (another user's private
+                # directory in /tmp) there is nothing of ours to check.
+                if os.access(d, os.W_OK, effective_ids=True):
+                    unlistable.append((os.fsdecode(d), err.strerror or "permission denied"))
                 continue
             reopened.append((d, mode))
             try:

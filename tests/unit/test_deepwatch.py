@@ -20,7 +20,7 @@ def _baseline(root: Path) -> deepwatch.Baseline:
     proc = start_find("/usr/bin/find", str(root))
     rc, out, err = proc.collect(timeout=60)
     assert rc == 0, err
-    dirs, specials, _ = deepwatch.parse(out)
+    dirs, specials, _, _ = deepwatch.parse(out)
     return deepwatch.capture(proc.since_ns, (str(root),), dirs, specials)
 
 

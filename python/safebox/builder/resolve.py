@@ -470,10 +470,10 @@ def _dot_names() -> frozenset[str]:
 
 
 def _find_links_finish(proc: Spawned, roots: tuple[str, ...],
-                       depth: int) -> tuple[list[str], list[str], Baseline]:
+                       depth: int) -> tuple[list[str], list[str], list[str], Baseline]:
     """(the symlinks and directories ``_find_links_start`` found whose names
     begin a protected path, to ``depth + 3`` below their root; the
-    directories it could not list; the baseline of the watch at any depth,
+    directories of ours it could not list; those of other users; the baseline of the watch at any depth,
     ``safebox.deepwatch``), as paths; fails closed on any error but an entry
     that vanished. A directory we may not read is reported by find itself
     (``-readable``) and not entered, so a "Permission denied" here is one
@@ -491,7 +491,7 @@ def _find_links_finish(proc: Spawned, roots: tuple[str, ...],
             raise BuildError(f"find failed under {root} (exit {rc}): "
                              f"{stderr.decode(errors='replace').strip()[:200]}",
                              hint=_unlistable_hint(lines[0]) if lines else None)
-    dirs, specials, unlistable = deepwatch.parse(stdout)
+    dirs, specials, unlistable, foreign = deepwatch.parse(stdout)
     names = {os.fsencode(n) for n in _dot_names()}
     under = Nearest(roots) if len(roots) > 1 else None
     out = []
@@ -505,7 +505,7 @@ def _find_links_finish(proc: Spawned, roots: tuple[str, ...],
         # list is kept read-only at any depth: neither can the watch look in it.
         if r is not None and p.count("/") - r.count("/") <= depth + 3:
             out.append(p)
-    return out, unlistable, deepwatch.capture(proc.since_ns, roots, dirs, specials)
+    return out, unlistable, foreign, deepwatch.capture(proc.since_ns, roots, dirs, specials)
 
 
 def _unlistable_hint(line: str) -> str | None:
@@ -579,11 +579,12 @@ class RootScan:
         find, directories find could not list, the baseline of the watch at
         any depth)."""
         try:
-            named, unlistable, base = _find_links_finish(self.links, self.roots, self.depth)
+            named, unlistable, foreign, base = _find_links_finish(self.links, self.roots, self.depth)
         except BaseException:
             self.rg.cancel()
             raise
-        return _rg_finish(self.rg, root, frozenset(unlistable)), named, unlistable, base
+        # ripgrep's permission errors beneath both are the ones find reported.
+        return _rg_finish(self.rg, root, frozenset((*unlistable, *foreign))), named, unlistable, base
 
 
 def prestart(*, cwd: str, rg: str | None) -> dict[tuple[str, int], RootScan]:
