@@ -229,3 +229,21 @@ def test_a_top_level_protected_name_planted_in_a_work_dir_made_unlistable_is_sti
         assert not (fresh_home.work / ".claude").exists(), r.stderr
     finally:
         fresh_home.work.chmod(0o755)
+
+
+@pytest.mark.parametrize("mode", MOUNT_MODES)
+def test_with_the_write_root_at_dot_config_gits_global_config_and_login_files_stay_protected(
+        fresh_home: FakeHome, mode: str) -> None:
+    """Found in review: with `--allow-write ~/.config` the `.config/git`,
+    `fish`, `autostart` names were taken relative to the write root and
+    missed: a new `~/.config/git/config` with core.fsmonitor ran at the
+    user's next `git status`."""
+    cfg = fresh_home.root / ".config"
+    (cfg / "fish").mkdir(parents=True)  # present and empty
+    script = ("mkdir -p ~/.config/git && printf '[core]\\n\\tfsmonitor = touch PWNED\\n' > ~/.config/git/config; "
+              "echo x > ~/.config/fish/config.fish 2>/dev/null || echo refused; echo ok > ~/.config/app.conf")
+    r = fresh_home.run(["sh", "-c", script], mode=mode, opts=["--allow-write", str(cfg)])
+    assert r.returncode == 0, r.stderr
+    assert r.stdout == "refused\n", r.stdout
+    assert not (cfg / "git" / "config").exists() and not (cfg / "git").exists(), r.stderr
+    assert (cfg / "app.conf").read_text() == "ok\n"  # control: the rest of the granted root is writable

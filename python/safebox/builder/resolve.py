@@ -747,6 +747,37 @@ class Protected(Frozen):
 TOP_NAMES = (*defaults.PROTECTED_FILES, *defaults.PROTECTED_DIRS, ".git/config")
 
 
+def config_anchored(home: str, env: Mapping[str, str]) -> list[str]:
+    """Where the host reads the configuration that runs code: the
+    ``.config/...`` protected names under ``$HOME/.config`` and
+    ``$XDG_CONFIG_HOME``, and git's global config files."""
+    bases = [os.path.join(home, ".config")]
+    xdg = env.get("XDG_CONFIG_HOME", "")
+    if xdg.startswith("/"):
+        bases.append(xdg)
+    out = [os.path.join(b, n.split("/", 1)[1]) for b in bases for n in defaults.PROTECTED_DIRS
+           if n.startswith(".config/")]
+    for var in ("GIT_CONFIG_GLOBAL",):
+        if env.get(var, "").startswith("/"):
+            out.append(env[var])
+    out.append(os.path.join(home, ".gitconfig"))
+    return list(dict.fromkeys(os.path.normpath(p) for p in out))
+
+
+def _config_in_roots(home: str, roots: Nearest, regions: Regions) -> tuple[list[str], list[str]]:
+    """(existing, missing) paths of :func:`config_anchored` beneath a write root."""
+    existing: list[str] = []
+    missing: list[str] = []
+    for p in config_anchored(home, os.environ):
+        if roots.at_or_above(p) is None:
+            continue
+        if os.path.lexists(p):
+            existing.append(os.path.realpath(p))
+        elif regions.readable(p):
+            missing.append(p)
+    return existing, missing
+
+
 def top_candidates(tops: tuple[tuple[str, tuple[str, ...]], ...] | list[tuple[str, tuple[str, ...]]]) -> list[str]:
     """The watched top names that exist now, as paths, from ``Protected.tops``:
     one listing per root, and only the names whose first component was absent
@@ -1658,6 +1689,14 @@ def _resolve(policy: EffectivePolicy, *, layers: Layers, cwd: str, home: str, ho
     read_only.update(hf.read_only)
     missing.extend(hf.missing)
     notes += hf.notes
+    # The user's configuration that runs code (git's global config, login
+    # start-up: defaults.PROTECTED_DIRS' `.config/...` names), anchored where
+    # the host reads it, not only at the top of a write root: with the write
+    # root at ~/.config itself those names were relative to it and missed
+    # (review). Existing ones read-only, missing ones watched.
+    cfg_existing, cfg_missing = _config_in_roots(home, roots, regions)
+    read_only.update(cfg_existing)
+    missing.extend(cfg_missing)
     for p in deny_write_real:
         if not deny_write[p] and roots.at_or_above(p) is not None:
             missing.append(p)
