@@ -152,10 +152,16 @@ def test_a_report_of_an_audit_log_swapped_for_a_link_to_a_key_never_reads_the_ke
 def test_a_fifo_planted_as_a_nested_repositorys_config_never_holds_the_next_start(fresh_home: FakeHome) -> None:
     """Found in review: reading .git/config with a blocking open() waited
     forever on a fifo the command left, and every later start hung."""
-    plant = ('mkdir -p sub/.git/objects sub/.git/refs && echo "ref: refs/heads/main" > sub/.git/HEAD && '
-             "mkfifo sub/.git/config sub/.git/commondir")
-    assert fresh_home.run(["sh", "-c", plant]).returncode == 0
-    assert stat.S_ISFIFO((fresh_home.work / "sub" / ".git" / "config").lstat().st_mode)
+    # Made here, as a run that left it would have (the watch at depth now
+    # moves a new repository's config out after a run: what stays is one
+    # that was there before, or came from elsewhere).
+    git = fresh_home.work / "sub" / ".git"
+    for d in ("objects", "refs"):
+        (git / d).mkdir(parents=True)
+    (git / "HEAD").write_text("ref: refs/heads/main\n")
+    os.mkfifo(git / "config")
+    os.mkfifo(git / "commondir")
+    assert stat.S_ISFIFO((git / "config").lstat().st_mode)
     r = fresh_home.run(["echo", "ran"], timeout=30)
     assert (r.returncode, r.stdout) == (0, "ran\n"), r.stderr
 
