@@ -317,37 +317,65 @@ def read_until(fd: int, marker: bytes, *, limit: int = 65536) -> bytes:
     return buf
 
 
+def open_to_owner(d: str | bytes) -> int | None:
+    """Give the owner read, write and search on ``d`` when it is a directory
+    of ours (the command, running as us, made it unreadable to hide what it
+    put there); returns the mode it had, or None when nothing was changed.
+    Through a descriptor opened without following a link: the mode lands on
+    that directory only. :func:`set_mode` puts it back after the check, so
+    the next start sees the directory as the command left it (and keeps it
+    read-only, or refuses, as for any unlistable one)."""
+    try:
+        fd = os.open(d, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        st = os.fstat(fd)
+        if (st.st_mode & 0o170000) != 0o040000 or st.st_uid != os.geteuid():  # S_ISDIR, ours
+            return None
+        os.chmod(f"/proc/self/fd/{fd}", (st.st_mode & 0o7777) | 0o700)
+        return st.st_mode & 0o7777
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+
+
+def set_mode(d: str | bytes, mode: int) -> None:
+    """Put back the mode :func:`open_to_owner` changed (same descriptor rule)."""
+    try:
+        fd = os.open(d, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return
+    try:
+        os.chmod(f"/proc/self/fd/{fd}", mode)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
 def listdir_as_owner(path: str) -> list[str] | None:
     """``os.listdir(path)``; None when it cannot be listed. A directory of
     ours that the command made unlistable (``chmod 0311``) to hide what it
-    created in it is opened to its owner for the listing, then its mode put
-    back (review: a new ``~/.bash_aliases`` or ``.pth`` survived a ``chmod``
-    of its directory). The mode changes through an ``O_PATH`` descriptor,
-    never through a link."""
+    created in it is opened to its owner for the listing (:func:`open_to_owner`),
+    then its mode put back (review: a new ``~/.bash_aliases`` or ``.pth``
+    survived a ``chmod`` of its directory)."""
     try:
         return os.listdir(path)
     except PermissionError:
         pass
     except OSError:
         return None
-    try:
-        fd = os.open(path, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
-    except OSError:
+    mode = open_to_owner(path)
+    if mode is None:
         return None
     try:
-        st = os.fstat(fd)
-        if st.st_uid != os.geteuid():
-            return None
-        mode = st.st_mode & 0o7777
-        os.chmod(f"/proc/self/fd/{fd}", mode | 0o700)
-        try:
-            return os.listdir(f"/proc/self/fd/{fd}")
-        finally:
-            os.chmod(f"/proc/self/fd/{fd}", mode)
+        return os.listdir(path)
     except OSError:
         return None
     finally:
-        os.close(fd)
+        set_mode(path, mode)
 
 
 def read_small(path: str, limit: int) -> bytes | None:

@@ -50,6 +50,8 @@ import os
 import stat
 import time
 
+from safebox._record import open_to_owner, set_mode
+
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable
@@ -300,44 +302,6 @@ def _candidates(d: bytes, entries: dict[bytes, os.DirEntry[bytes]]) -> list[byte
     return out
 
 
-def _make_listable(d: bytes) -> int | None:
-    """Give the owner read, write and search on ``d`` when it is a directory
-    we own (the command, running as us, made it unreadable to hide what it
-    put there); returns the mode it had, or None when nothing was changed.
-    Through a descriptor opened without following a link: the mode lands on
-    that directory only. :func:`_set_mode` puts the mode back after the
-    check, so the next start still sees the directory as the command left
-    it (and keeps it read-only, or refuses, as for any unlistable one)."""
-    try:
-        fd = os.open(d, _PATH_DIR)
-    except OSError:
-        return None
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid():
-            return None
-        os.chmod(f"/proc/self/fd/{fd}", stat.S_IMODE(st.st_mode) | 0o700)
-        return stat.S_IMODE(st.st_mode)
-    except OSError:
-        return None
-    finally:
-        os.close(fd)
-
-
-def _set_mode(d: bytes, mode: int) -> None:
-    """Put back the mode :func:`_make_listable` changed (same descriptor rule)."""
-    try:
-        fd = os.open(d, _PATH_DIR)
-    except OSError:
-        return
-    try:
-        os.chmod(f"/proc/self/fd/{fd}", mode)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
-
-
 def _walk(b: Baseline, skip: bytes,
           reopened: list[tuple[bytes, int]]) -> tuple[list[bytes], list[tuple[str, str]]]:
     """List the changed directories and every new one; (candidates, the
@@ -357,7 +321,7 @@ def _walk(b: Baseline, skip: bytes,
             with os.scandir(d) as it:
                 entries = {e.name: e for e in it}
         except PermissionError as err:
-            mode = _make_listable(d)
+            mode = open_to_owner(d)
             if mode is None:
                 # Not ours: the command, running as us, could not have
                 # written in it unless its owner lets everyone; then it is
@@ -395,7 +359,7 @@ def check(b: Baseline, *, skip: str = "",
     candidates, unlistable = _walk(b, os.fsencode(skip) if skip else b"", opened)
     if reopened is None:
         for d, mode in reversed(opened):
-            _set_mode(d, mode)
+            set_mode(d, mode)
     planted: list[str] = []
     done: set[bytes] = set()
     for c in candidates:
@@ -534,7 +498,7 @@ def settle(b: Baseline, state: str, *, guard: Callable[[str], bool] | None = Non
         return _settle(b, state, planted, unlistable, reopened, guard=guard, say=say, killed=killed)
     finally:
         for d, mode in reversed(reopened):  # children before their parents
-            _set_mode(d, mode)
+            set_mode(d, mode)
 
 
 def _settle(b: Baseline, state: str, planted: list[str], unlistable: list[tuple[str, str]],

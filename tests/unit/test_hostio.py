@@ -160,7 +160,8 @@ def test_rename_to_moves_a_symlink_as_a_link_and_never_over_an_existing_name(tmp
 ALLOWED: dict[str, str] = {
     "_record:rmtree": "O_NOFOLLOW walk by directory descriptors",
     "_record:_rmtree_at": "O_NOFOLLOW walk by directory descriptors",
-    "_record:listdir_as_owner": "an O_PATH|O_NOFOLLOW descriptor of a directory, for its mode and listing",
+    "_record:open_to_owner": "an O_PATH|O_NOFOLLOW descriptor of a directory of ours, for its mode",
+    "_record:set_mode": "an O_PATH|O_NOFOLLOW descriptor of a directory of ours, for its mode",
     "_record:read_small": ("read before the run to decide what to protect (.git files, git configs): a link "
                            "followed there only widens protection (tests/security/test_planted_links.py)"),
     "api:_stdio_fd": "os.devnull",
