@@ -141,4 +141,5 @@ def test_a_device_node_as_a_write_root_is_refused_with_a_pointer_to_allow_gpu(sh
     assert r.stderr.splitlines() == [
         f"safebox: filesystem.allowWrite {path}: a device node or a directory of /dev; the sandbox's /dev is its "
         "own and devices are never write roots",
-        "hint: for a GPU use --allow-gpu (devices.gpu, docs/gpu.md)"]
+        "hint: the sandbox has a /dev/shm of its own (sized by limits.tmpSize); share files through the work dir"
+        if path == "/dev/shm" else "hint: for a GPU use --allow-gpu (devices.gpu, docs/gpu.md)"]

@@ -1475,9 +1475,12 @@ class Scan:
                 # memory over the sandbox's own, around --limit-tmp (review).
                 # Accepted, then silently dropped, before issue 28: bwrap's
                 # /dev is its own, and a --bind of a node is nodev anyway.
+                shm = real == "/dev/shm" or real.startswith("/dev/shm/")
                 raise BuildError(f"filesystem.allowWrite {w}: a device node or a directory of /dev; the sandbox's "
                                  "/dev is its own and devices are never write roots",
-                                 hint="for a GPU use --allow-gpu (devices.gpu, docs/gpu.md)")
+                                 hint="the sandbox has a /dev/shm of its own (sized by limits.tmpSize); share files "
+                                      "through the work dir" if shm else
+                                      "for a GPU use --allow-gpu (devices.gpu, docs/gpu.md)")
             if not stat.S_ISDIR(mode) and not stat.S_ISREG(mode):
                 notes.append(f"allow-write {w} does not exist; skipped")
                 continue
