@@ -96,6 +96,9 @@ EXEC_OPTIONS: tuple[Opt, ...] = (
              "call, which costs nothing per file), 'writes' (the default: also refused file writes), 'all' (also "
              "reads of denied paths; the default with --audit-log) or 'off'.",
         value="MODE", choices=("off", "calls", "writes", "all")),
+    Opt(long="--review", dest="review",
+        help="Hold every write in a layer instead of the host; then `safebox changes diff|apply|discard` "
+             "(docs/review.md)."),
     Opt(long="--verbose", dest="verbose", help="Say which layers were enforced and what was adjusted; list every refusal.",
         short="-v"),
     Opt(long="--quiet", dest="quiet", help="Do not print refusals (a line per refused host, the end-of-run summary), "
@@ -189,7 +192,8 @@ def _request(parsed: dict[str, Any]) -> ExecRequest:
         strict=bool(parsed["strict"]), dry_run=bool(parsed["dry_run"]),
         publish=tuple(parsed["publish"]),
         audit_log=parsed["audit_log"], verbose=bool(parsed["verbose"]), quiet=bool(parsed["quiet"]),
-        summary=parsed["summary"], learn=parsed["learn"], observe=parsed["observe"])
+        summary=parsed["summary"], learn=parsed["learn"], observe=parsed["observe"],
+        review=bool(parsed["review"]))
 
 
 def fail(err: SafeboxError) -> NoReturn:
@@ -585,6 +589,9 @@ def _click_app() -> click.Group:
         sys.exit(doctor.main(["--json"] if as_json else [], helper_path=Path(find_helper()), standalone=False))
 
     _add_policy_commands(app)
+    from safebox.review.cli import add_commands as _add_changes_commands
+
+    _add_changes_commands(app)
 
     @app.command("report")
     @click.argument("logs", nargs=-1, required=True, type=click.Path(dir_okay=False))

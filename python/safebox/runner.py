@@ -59,6 +59,7 @@ class ExecRequest(Frozen):
     learn: str | None = None  # --learn OUT: any public host; the suggested policy goes to OUT
     summary: str | None = None  # --summary FILE: append this run's Markdown report
     observe: str | None = None  # --observe: off, calls, writes, all; None: calls, or all with --audit-log
+    review: bool = False  # --review: writes held in a layer (safebox.review)
 
 
 def say(msg: str) -> None:
@@ -121,7 +122,7 @@ def run(req: ExecRequest, *, prescan: dict[tuple[str, int], Any] | None = None) 
 
     opts = Options(strict=req.strict, without=req.without, dry_run=req.dry_run, audit_log=req.audit_log,
                    verbose=req.verbose, publish=req.publish, quiet=req.quiet, learn=req.learn, summary=req.summary,
-                   observe=req.observe, policy_files=req.policy_files, cli=True,
+                   observe=req.observe, policy_files=req.policy_files, cli=True, review=req.review,
                    learn_base=(lambda: ran_under[-1]) if req.learn else None,
                    enforce_argv=enforce_argv(req) if req.learn else ())
     with Session(load, opts=opts, say=say) as session:  # 2.

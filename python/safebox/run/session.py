@@ -67,6 +67,8 @@ class Options(Frozen):
     #: descriptors, become the child subreaper, reap every child. False
     #: (the API): touch nothing process-wide.
     cli: bool = True
+    #: --review: the command's writes held in a layer (safebox.review).
+    review: bool = False
     #: The caller's import path may hold a write root (a harness started
     #: from its own repo); see docs/api.md for what that costs.
     allow_import_roots: bool = False
@@ -331,6 +333,13 @@ class Command:
         # 5. Build: the helper policy, the seccomp files, the environment.
         policy_bytes = self._helper_policy(rp)
         self.env = self._environment(rp)
+        if s.opts.review:
+            from safebox.review.run import attach
+
+            self.rp, self.held = attach(rp, bwrap=s.bwrap, state=s.state, command_dir=self.dir or s.run_path,
+                                        command=self.argv, cwd=s.cwd, dry_run=s.opts.dry_run,
+                                        audit_log=s.opts.audit_log)
+            rp = self.rp
         if s.opts.dry_run:
             return self._dry_run(rp, policy_bytes)
         self._write_files(rp, policy_bytes)
@@ -617,6 +626,11 @@ class Command:
             s.say(f"the run was stopped when the violations supervisor died ({lost}): refusals after that were "
                   f"not observed; exit status {rc}")
         quarantined, restored = settle(rp, s.state, say=s.say)
+        held = getattr(self, "held", None)
+        if held is not None:
+            from safebox.review.run import finish as review_finish
+
+            self.held = review_finish(held, rc, say=s.say, audit=self.recorder.audit if self.recorder else None)
         refused = self.ci_run.finish(self._passing()) if self.ci_run is not None else []
         for r in refused:
             s.say(f"refused {r.file} entry {r.name!r}: {r.reason} (not passed on to later steps; docs/ci.md)")

@@ -428,7 +428,7 @@ class Launch:
         handoff_fd = handoff[1].fileno() if handoff else None
         fds = (args_fd, bw_w) + ((handoff_fd,) if handoff_fd else ())
         sync = None
-        if bulk.ops:
+        if bulk.ops or rp.review_layers:
             import socket
 
             # The sandbox's first program waits on this until the mounts
@@ -480,12 +480,20 @@ class Launch:
                 # is built while the mounter's child makes the mounts: the
                 # helper, which hands the supervisor its listener, runs only
                 # after G.
-                pending = mounter.start(self.relay.bwrap_child, bulk, helper=self.rp.helper_path, env=self.env)
-                self._ns_held = pending.hold
+                pending = (mounter.start(self.relay.bwrap_child, bulk, helper=self.rp.helper_path, env=self.env)
+                           if bulk.ops else None)
+                if pending is not None:
+                    self._ns_held = pending.hold
                 try:
                     self._start_observer()
                 finally:
-                    pending.wait()
+                    if pending is not None:
+                        pending.wait()
+                if rp.review_layers:
+                    from safebox.review import mounts as review_mounts
+
+                    # On top of every other mount: the overlays (docs/review.md).
+                    review_mounts.make(self.relay.bwrap_child, rp, helper=self.rp.helper_path, env=self.env)
                 sync[0].sendall(b"G\n")
             else:
                 self._start_observer()  # as without the mounter; bubblewrap's failure is reported below

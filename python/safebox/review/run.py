@@ -1,0 +1,57 @@
+"""``--review`` in a run: make the held run before the sandbox, say what it
+holds after (run/session.py calls these two)."""
+
+from __future__ import annotations
+
+import os
+
+from safebox.errors import BuildError
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from safebox.builder.resolved import ResolvedPolicy
+    from safebox.review.store import Held
+
+
+def attach(rp: ResolvedPolicy, *, bwrap: str | None, state: str, command_dir: str, command: tuple[str, ...],
+           cwd: str, dry_run: bool, audit_log: str | None = None) -> tuple[ResolvedPolicy, Held | None]:
+    """``rp`` with the held run's layers bound in; refuses (BuildError,
+    exit 125) where overlayfs cannot be had, never silently runs without."""
+    from safebox.review import mounts, store
+
+    why = mounts.unsupported(rp, bwrap=bwrap)
+    if why is not None:
+        raise BuildError(why, hint="run without --review (the writes then land on the host); docs/review.md, "
+                                   "\"Where it works\"")
+    stage = os.path.join(command_dir, "review")
+    if dry_run:
+        return rp.replace(review_layers="<held run>/layers", review_stage=stage), None
+    held = store.create(state, roots=mounts.roots(rp), command=command, cwd=cwd, audit_log=audit_log)
+    os.mkdir(stage, 0o700)
+    return rp.replace(review_layers=held.layers, review_stage=stage), held
+
+
+def finish(held: Held, rc: int, *, say: Callable[[str], None], audit: object | None = None) -> Held:
+    """Record the end; one line: what the layers hold, the commands next."""
+    from safebox.review import layer, store
+
+    cs = layer.changes(held)
+    held = store.update(held, status="held", exit=rc)
+    added, modified, deleted = layer.counts(cs)
+    code = sum(c.runs_code for c in cs)
+    extra = f" ({code} that would run code on the host, applied only when named)" if code else ""
+    say(f"review: held run {held.id}: {added} added, {modified} modified, {deleted} deleted{extra}; nothing "
+        f"reached the host. Next: `safebox changes diff {held.id}`, `safebox changes apply {held.id}`, "
+        f"`safebox changes discard {held.id}`")
+    if audit is not None:
+        _event(audit, "review_held", id=held.id, added=added, modified=modified, deleted=deleted,
+               changes=[c.as_json() for c in cs[:1000]])
+    return held
+
+
+def _event(audit: object, kind: str, **fields: object) -> None:
+    write = getattr(audit, "event", None)
+    if callable(write):
+        write(kind, **fields)

@@ -1,0 +1,220 @@
+"""``safebox exec --review`` (docs/review.md): the run's writes are held in an
+overlayfs layer, the host tree is untouched until ``safebox changes apply``,
+and the layer opens nothing a normal run does not. ``apply`` reads what the
+command wrote (hostile input): it never follows a link on the host, refuses
+conflicts and code-running names, and can be run again.
+
+Each claim has its control: the same command without ``--review`` changes
+the host (or is refused the same way), the same apply without the planted
+link or the conflict goes through.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import shutil
+import signal
+import subprocess
+from pathlib import Path
+
+from sbx import BOTH, HELPER_ONLY, SAFEBOX, FakeHome, tree_listing, wait_for
+
+#: Every kind of write: content, create, delete, rename, chmod, symlink,
+#: mkdir, a directory removed and one replaced.
+SCRIPT = ("echo more >> README.md && echo new > new.txt && rm src/main.c && mv new.txt moved.txt && "
+          "chmod 0750 moved.txt && ln -s README.md link && mkdir -p a/b && echo deep > a/b/c && "
+          "rm -r src && mkdir gone && echo x > gone/y")
+
+
+def changes(home: FakeHome, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([str(SAFEBOX), "changes", *args], cwd=home.work, env=home.env(), capture_output=True,
+                          text=True, timeout=60, check=False, stdin=subprocess.DEVNULL)
+
+
+def held_id(home: FakeHome) -> str:
+    r = changes(home, "list", "--json")
+    assert r.returncode == 0, r.stderr
+    rows = json.loads(r.stdout)
+    return str(rows[-1]["id"])
+
+
+def listing(home: FakeHome) -> dict[str, tuple[int, int, str]]:
+    return tree_listing(home.work)
+
+
+def test_a_review_run_changes_nothing_on_the_host_and_apply_gives_what_a_normal_run_would_have(
+        fresh_home: FakeHome, scratch: Path) -> None:
+    before = listing(fresh_home)
+    control = FakeHome(root=Path(shutil.copytree(fresh_home.root, scratch / f"ctl-{fresh_home.root.name}",
+                                                 symlinks=True)), secret=fresh_home.secret)
+    c = control.run(["sh", "-c", SCRIPT])
+    assert c.returncode == 0, c.stderr
+    assert listing(control) != before  # control: the normal run changes the host
+
+    r = fresh_home.run(["sh", "-c", SCRIPT + " && cat README.md && ls"], opts=["--review"])
+    assert r.returncode == 0, r.stderr
+    assert "hello\nmore\n" in r.stdout and "moved.txt" in r.stdout  # inside, the command saw its writes
+    assert listing(fresh_home) == before  # ...and the host saw none of them
+    assert "added" in r.stderr and "nothing reached the host" in r.stderr, r.stderr
+    rid = held_id(fresh_home)
+    shown = json.loads(changes(fresh_home, "show", rid, "--json").stdout)
+    kinds = {os.path.relpath(c["path"], fresh_home.work): c["kind"] for c in shown["changes"]}
+    assert kinds == {"README.md": "modified", "moved.txt": "added", "link": "added", "a": "added",
+                     "a/b": "added", "a/b/c": "added", "src": "deleted", "gone": "added", "gone/y": "added"}
+    d = changes(fresh_home, "diff", rid)
+    assert "+more" in d.stdout and "added symlink" in d.stdout and f"{fresh_home.work}/link -> README.md" in d.stdout
+
+    a = changes(fresh_home, "apply", rid)
+    assert a.returncode == 0, a.stderr
+    assert listing(fresh_home) == listing(control)  # modes, links, deletions: as the normal run left them
+    again = changes(fresh_home, "apply", rid)  # idempotent: an interrupted apply is finished by another
+    assert again.returncode == 0 and again.stdout == "", again.stdout + again.stderr
+    assert listing(fresh_home) == listing(control)
+
+
+#: Probes of what a normal run refuses; each prints its result.
+PROBES = [
+    "echo x >> .git/hooks/pre-commit.sample",  # protected directory
+    "echo x > .git/config",  # protected in a git dir
+    "echo x >> .mcp.json",  # protected file
+    "echo x > $HOME/outside.txt",  # outside every write root
+    "cat $HOME/.ssh/id_rsa",  # masked
+    "echo x > /etc/safebox-review-probe",  # the read-only root
+    "mount -t tmpfs none src",  # no mounting
+]
+
+
+def _probe_script() -> str:
+    return "; ".join(f"( {p} ) >/dev/null 2>/tmp/e && echo 'ok {i}' || echo \"no {i}: $(cat /tmp/e)\""
+                     for i, p in enumerate(PROBES))
+
+
+def test_review_opens_nothing_a_normal_run_does_not(fresh_home: FakeHome) -> None:
+    before = listing(fresh_home)
+    normal = fresh_home.run(["sh", "-c", _probe_script()])
+    assert listing(fresh_home) == before, "a probe landed on the host in the normal run"
+    review = fresh_home.run(["sh", "-c", _probe_script()], opts=["--review"])
+    assert normal.returncode == 0 and review.returncode == 0, normal.stderr + review.stderr
+    # The same refusal, word for word, for every probe.
+    assert review.stdout.replace("--review ", "") == normal.stdout, (normal.stdout, review.stdout)
+    lines = normal.stdout.splitlines()
+    assert "ok " not in normal.stdout and all(f"no {i}: " in normal.stdout for i in range(len(PROBES)))
+    assert "Read-only file system" in lines[0] and "Read-only file system" in lines[1], normal.stdout
+    # Control: the same write to an unprotected file is held in the layer.
+    ok = fresh_home.run(["sh", "-c", "echo x >> README.md"], opts=["--review"])
+    assert ok.returncode == 0 and "1 modified" in ok.stderr, ok.stderr
+    assert listing(fresh_home) == before
+
+
+def test_review_is_refused_where_overlayfs_cannot_be_had(fresh_home: FakeHome) -> None:
+    r = fresh_home.run(["sh", "-c", "echo x > new.txt"], mode=HELPER_ONLY, opts=["--review"])
+    assert r.returncode == 125
+    assert ("safebox: --review needs bubblewrap's mount namespace for its overlays, and this run has none "
+            "(helper-only mode)\nhint: run without --review") in r.stderr, r.stderr
+    assert not (fresh_home.work / "new.txt").exists()
+    # Control: without --review the same mode runs, and the write lands.
+    c = fresh_home.run(["sh", "-c", "echo x > new.txt"], mode=HELPER_ONLY)
+    assert c.returncode == 0, c.stderr
+    assert (fresh_home.work / "new.txt").read_text() == "x\n"
+
+
+def test_apply_refuses_a_conflict_and_code_running_names_until_named(fresh_home: FakeHome) -> None:
+    r = fresh_home.run(["sh", "-c", "echo agent >> README.md && echo 'export X=1' > .envrc && "
+                        "mkdir -p .vscode && echo '{}' > .vscode/tasks.json && echo ok > plain.txt"],
+                       opts=["--review"])
+    assert r.returncode == 0, r.stderr
+    assert "3 that would run code on the host" in r.stderr, r.stderr  # .envrc, .vscode/, .vscode/tasks.json
+    rid = held_id(fresh_home)
+    (fresh_home.work / "README.md").write_text("hello\nuser edit\n")  # the host changed since the run started
+    a = changes(fresh_home, "apply", rid)
+    assert a.returncode == 1
+    assert f"safebox: conflict: {fresh_home.work}/README.md: changed on the host since the run started" in a.stderr
+    assert (fresh_home.work / "README.md").read_text() == "hello\nuser edit\n"
+    assert (fresh_home.work / "plain.txt").read_text() == "ok\n"  # control: the rest was applied
+    assert not (fresh_home.work / ".envrc").exists() and not (fresh_home.work / ".vscode").exists()
+    assert f"  {fresh_home.work}/.envrc\n" in a.stderr and f"  {fresh_home.work}/.vscode/tasks.json\n" in a.stderr
+    named = changes(fresh_home, "apply", rid, ".envrc")
+    assert named.returncode == 0, named.stderr
+    assert (fresh_home.work / ".envrc").read_text() == "export X=1\n"
+    assert not (fresh_home.work / ".vscode").exists()  # still not named
+    forced = changes(fresh_home, "apply", rid, "--force", "README.md")
+    assert forced.returncode == 0, forced.stderr
+    assert (fresh_home.work / "README.md").read_text() == "hello\nagent\n"
+
+
+def test_apply_never_follows_a_symlink_on_the_host(fresh_home: FakeHome, scratch: Path) -> None:
+    r = fresh_home.run(["sh", "-c", "echo planted > src/evil"], opts=["--review"])
+    assert r.returncode == 0, r.stderr
+    rid = held_id(fresh_home)
+    elsewhere = fresh_home.root / "elsewhere"
+    elsewhere.mkdir()
+    shutil.rmtree(fresh_home.work / "src")
+    (fresh_home.work / "src").symlink_to(elsewhere)  # planted after the run, before apply
+    a = changes(fresh_home, "apply", rid)
+    assert a.returncode == 1
+    assert f"safebox: refused: {fresh_home.work}/src/evil: 'src' on the way is a symlink" in a.stderr, a.stderr
+    assert f"safebox: conflict: {fresh_home.work}/src: changed on the host since the run started" in a.stderr
+    assert list(elsewhere.iterdir()) == [] and (fresh_home.work / "src").is_symlink()
+    # Control: forced, the link itself is replaced by the layer's directory, still never followed.
+    ok = changes(fresh_home, "apply", rid, "--force")
+    assert ok.returncode == 0, ok.stderr
+    assert list(elsewhere.iterdir()) == []
+    assert not (fresh_home.work / "src").is_symlink()
+    assert (fresh_home.work / "src" / "evil").read_text() == "planted\n"
+
+
+def test_two_applies_of_one_run_do_not_race(fresh_home: FakeHome) -> None:
+    r = fresh_home.run(["sh", "-c", "echo ok > plain.txt"], opts=["--review"])
+    assert r.returncode == 0, r.stderr
+    rid = held_id(fresh_home)
+    lock = fresh_home.root / ".cache" / "safebox" / "review" / rid / "lock"
+    fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)  # as an apply at work holds it
+        a = changes(fresh_home, "apply", rid)
+        assert a.returncode == 125
+        assert f"safebox: held run {rid}: another `safebox changes` is at work on it; apply refused" in a.stderr
+        assert not (fresh_home.work / "plain.txt").exists()
+    finally:
+        os.close(fd)
+    ok = changes(fresh_home, "apply", rid)  # control: once it is released
+    assert ok.returncode == 0, ok.stderr
+    assert (fresh_home.work / "plain.txt").read_text() == "ok\n"
+
+
+def test_a_held_run_another_user_could_write_is_refused(fresh_home: FakeHome) -> None:
+    r = fresh_home.run(["sh", "-c", "echo ok > plain.txt"], opts=["--review"])
+    assert r.returncode == 0, r.stderr
+    rid = held_id(fresh_home)
+    d = fresh_home.root / ".cache" / "safebox" / "review" / rid
+    if os.geteuid() == 0:
+        os.chown(d, 65534, 65534)  # another user's
+    else:
+        d.chmod(0o777)  # or one anyone could have filled
+    a = changes(fresh_home, "apply", rid)
+    assert a.returncode == 125
+    assert f"safebox: held run {rid} belongs to uid " in a.stderr and "will not read or apply it" in a.stderr
+    assert not (fresh_home.work / "plain.txt").exists()
+    os.chown(d, os.geteuid(), os.getegid())
+    d.chmod(0o700)
+    assert changes(fresh_home, "apply", rid).returncode == 0  # control: its owner's, it applies
+
+
+def test_a_killed_run_leaves_the_host_untouched_and_its_layer_listed(fresh_home: FakeHome) -> None:
+    before = listing(fresh_home)
+    p = fresh_home.popen(["sh", "-c", "echo half > partial.txt && exec sleep 60"], mode=BOTH, opts=["--review"])
+    base = fresh_home.root / ".cache" / "safebox" / "review"
+    try:
+        assert wait_for(lambda: any(base.glob("*/layers/0/upper/partial.txt")), timeout=20)
+    finally:
+        p.send_signal(signal.SIGKILL)
+        p.communicate(timeout=20)
+    assert listing(fresh_home) == before
+    rows = json.loads(changes(fresh_home, "list", "--json").stdout)
+    assert [r["status"] for r in rows] == ["interrupted"]
+    shown = changes(fresh_home, "show", rows[0]["id"])
+    assert f"A {fresh_home.work}/partial.txt" in shown.stdout
+    assert changes(fresh_home, "discard", rows[0]["id"]).returncode == 0
+    assert json.loads(changes(fresh_home, "list", "--json").stdout) == []
