@@ -23,8 +23,8 @@ def attach(rp: ResolvedPolicy, *, bwrap: str | None, state: str, command_dir: st
 
     why = mounts.unsupported(rp, bwrap=bwrap)
     if why is not None:
-        raise BuildError(why, hint="run without --review (the writes then land on the host); docs/review.md, "
-                                   "\"Where it works\"")
+        raise BuildError(why, hint='run without --review (the writes then land on the host); docs/review.md, '
+                                   '"Where it works"')
     stage = os.path.join(command_dir, "review")
     if dry_run:
         return rp.replace(review_layers="<held run>/layers", review_stage=stage), None
