@@ -144,7 +144,7 @@ def test_apply_refuses_a_conflict_and_code_running_names_until_named(fresh_home:
     assert (fresh_home.work / "README.md").read_text() == "hello\nagent\n"
 
 
-def test_apply_never_follows_a_symlink_on_the_host(fresh_home: FakeHome, scratch: Path) -> None:
+def test_apply_never_follows_a_symlink_on_the_host(fresh_home: FakeHome) -> None:
     r = fresh_home.run(["sh", "-c", "echo planted > src/evil"], opts=["--review"])
     assert r.returncode == 0, r.stderr
     rid = held_id(fresh_home)
