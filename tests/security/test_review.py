@@ -19,6 +19,8 @@ import signal
 import subprocess
 from pathlib import Path
 
+import pytest
+
 from sbx import BOTH, HELPER_ONLY, SAFEBOX, FakeHome, tree_listing, wait_for
 
 #: Every kind of write: content, create, delete, rename, chmod, symlink,
@@ -218,3 +220,36 @@ def test_a_killed_run_leaves_the_host_untouched_and_its_layer_listed(fresh_home:
     assert f"A {fresh_home.work}/partial.txt" in shown.stdout
     assert changes(fresh_home, "discard", rows[0]["id"]).returncode == 0
     assert json.loads(changes(fresh_home, "list", "--json").stdout) == []
+
+
+def test_the_api_holds_shows_applies_and_discards_a_runs_changes(fresh_home: FakeHome) -> None:
+    import safebox
+
+    env = fresh_home.env()
+    base = fresh_home.root / ".cache" / "safebox" / "review"
+    before = listing(fresh_home)
+    with safebox.Sandbox(cwd=fresh_home.work, env=env, review=True) as sb:
+        r = sb.run(["sh", "-c", "echo more >> README.md && echo new > new.txt && echo x > .envrc"])
+        assert r.returncode == 0
+        assert listing(fresh_home) == before  # held, not on the host
+        rows = {os.path.relpath(c["path"], fresh_home.work): c for c in sb.changes(diff=True)}
+        assert {k: (v["kind"], v["runs_code"]) for k, v in rows.items()} == {
+            "README.md": ("modified", False), "new.txt": ("added", False), ".envrc": ("added", True)}
+        assert "+more" in rows["README.md"]["diff"]
+        out = sb.apply()
+        assert sorted(os.path.basename(p) for p in out["applied"]) == ["README.md", "new.txt"]
+        assert out["code"] == [str(fresh_home.work / ".envrc")] and not (fresh_home.work / ".envrc").exists()
+        assert (fresh_home.work / "new.txt").read_text() == "new\n"
+        with pytest.raises(safebox.SafeboxError, match="still waits: apply"):
+            sb.run(["true"])  # the next command would not see the held .envrc
+        sb.discard()
+        assert sb.held_run is None and list(base.iterdir()) == []
+        sb.run(["sh", "-c", "echo again > again.txt"])
+        assert sb.held_run is not None
+    assert list(base.iterdir()) == [] and not (fresh_home.work / "again.txt").exists()  # dropped with the Sandbox
+    with safebox.Sandbox(cwd=fresh_home.work, env=env, review=True, keep=True) as sb:
+        sb.run(["sh", "-c", "echo kept > kept.txt"])
+        rid = sb.held_run
+    assert [p.name for p in base.iterdir()] == [rid]  # keep=True: it survives the Sandbox
+    assert changes(fresh_home, "apply", str(rid)).returncode == 0
+    assert (fresh_home.work / "kept.txt").read_text() == "kept\n"
