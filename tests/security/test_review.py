@@ -253,3 +253,35 @@ def test_the_api_holds_shows_applies_and_discards_a_runs_changes(fresh_home: Fak
     assert [p.name for p in base.iterdir()] == [rid]  # keep=True: it survives the Sandbox
     assert changes(fresh_home, "apply", str(rid)).returncode == 0
     assert (fresh_home.work / "kept.txt").read_text() == "kept\n"
+
+
+def test_review_composes_with_the_audit_log_the_violations_feed_and_learn(fresh_home: FakeHome) -> None:
+    log = fresh_home.root / "audit.jsonl"
+    learned = fresh_home.root / "learned.json"
+    r = fresh_home.run(["sh", "-c", "echo more >> README.md; echo x > /etc/safebox-review-probe; true"],
+                       opts=["--review", "--audit-log", str(log), "--learn", str(learned)])
+    assert r.returncode == 0, r.stderr
+    # The feed still names the refused write, as without --review.
+    assert "safebox: refused 1 operation: 1 write (/etc/safebox-review-probe)" in r.stderr, r.stderr
+    assert learned.exists()  # --learn wrote its policy
+    rid = held_id(fresh_home)
+    assert changes(fresh_home, "apply", rid).returncode == 0
+    other = fresh_home.run(["sh", "-c", "echo y > y.txt"], opts=["--review", "--audit-log", str(log)])
+    assert other.returncode == 0, other.stderr
+    assert changes(fresh_home, "discard", held_id(fresh_home)).returncode == 0
+    events = [json.loads(line) for line in log.read_text().splitlines()]
+    kinds = [e["event"] for e in events]
+    assert "denied" in kinds
+    held = [e for e in events if e["event"] == "review_held"]
+    assert [(h["added"], h["modified"], h["deleted"]) for h in held] == [(0, 1, 0), (1, 0, 0)]
+    assert held[0]["changes"][0]["path"] == str(fresh_home.work / "README.md")
+    applied = [e for e in events if e["event"] == "review_applied"]
+    assert applied and applied[0]["applied"] == [str(fresh_home.work / "README.md")] and applied[0]["review"] == rid
+    assert held[0]["review"] == rid
+    assert [e["event"] for e in events][-1] == "review_discarded"
+    # Control: without --review the same run's write lands and no review event is written.
+    (fresh_home.work / "README.md").write_text("hello\n")
+    plain = fresh_home.root / "plain.jsonl"
+    c = fresh_home.run(["sh", "-c", "echo more >> README.md"], opts=["--audit-log", str(plain)])
+    assert c.returncode == 0 and (fresh_home.work / "README.md").read_text() == "hello\nmore\n"
+    assert "review_" not in plain.read_text()

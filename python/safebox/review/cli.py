@@ -166,9 +166,12 @@ def _audit(h: Held, kind: str, **fields: object) -> None:
     log = h.meta.get("audit_log")
     if not isinstance(log, str) or not log:
         return
-    rec = {"ts": time.time(), "event": kind, "review": h.id, **fields}
+    import datetime
+
+    rec = {"time": datetime.datetime.now(datetime.UTC).isoformat(timespec="milliseconds"), "event": kind,
+           "review": h.id, **fields}
     try:
-        hostio.append(log, (json.dumps(rec) + "\n").encode())
+        hostio.append(log, (json.dumps(rec, separators=(",", ":")) + "\n").encode())
     except (OSError, RunError, hostio.HostFileError) as e:
         sys.stderr.write(f"safebox: cannot record {kind} in {log}: {e}\n")
 

@@ -53,7 +53,7 @@ def _code_dirs() -> tuple[tuple[str, ...], ...]:
     return tuple(tuple(d.strip("/").split("/")) for d in PROTECTED_DIRS)
 
 
-def runs_code(rel: str) -> bool:
+def runs_code(rel: str, typ: str = "file") -> bool:
     """Whether ``rel`` is a name that runs code on the host once there: one
     of the protected files (``.bashrc``, ``.envrc``...), anything beneath a
     protected directory (``.git/hooks``, ``.vscode``...), or what git reads
@@ -64,6 +64,8 @@ def runs_code(rel: str) -> bool:
     parts = rel.split("/")
     if any(p in PROTECTED_FILES for p in parts):
         return True
+    if parts[-1] == ".git" and typ != "dir":
+        return True  # a gitdir file: points git at a directory of the command's, hooks and all
     for i, p in enumerate(parts[:-1]):
         if p == ".git" and parts[i + 1] in PROTECTED_IN_GIT_DIR:
             return True
@@ -179,7 +181,7 @@ def _walk(dfd: int, prefix: str, k: int, root: str, host: PinnedDir | None, out:
         rel = prefix + name
         lst = os.stat(name, dir_fd=dfd, follow_symlinks=False)
         hst = _host_lstat(host, rel)
-        code = runs_code(rel)
+        code = runs_code(rel, _type(lst.st_mode))
         if _whiteout(lst):
             if hst is not None:
                 out.append(Change(root=root, layer=k, rel=rel, kind="deleted", type=_type(hst.st_mode),

@@ -46,7 +46,7 @@ def finish(held: Held, rc: int, *, say: Callable[[str], None], audit: object | N
         f"reached the host. Next: `safebox changes diff {held.id}`, `safebox changes apply {held.id}`, "
         f"`safebox changes discard {held.id}`")
     if audit is not None:
-        _event(audit, "review_held", id=held.id, added=added, modified=modified, deleted=deleted,
+        _event(audit, "review_held", review=held.id, added=added, modified=modified, deleted=deleted,
                changes=[c.as_json() for c in cs[:1000]])
     return held
 
