@@ -17,6 +17,7 @@ import os
 import shutil
 import signal
 import subprocess
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -285,3 +286,44 @@ def test_review_composes_with_the_audit_log_the_violations_feed_and_learn(fresh_
     c = fresh_home.run(["sh", "-c", "echo more >> README.md"], opts=["--audit-log", str(plain)])
     assert c.returncode == 0 and (fresh_home.work / "README.md").read_text() == "hello\nmore\n"
     assert "review_" not in plain.read_text()
+
+
+#: Run in a user and mount namespace of the test's own (as root and as an
+#: unprivileged user alike), so that small tmpfs can stand for full disks.
+_FULL_DISKS = r"""
+set -u
+S="$1"; base="$2"
+mkdir -p "$base/state" "$base/proj"
+mount -t tmpfs -o size=2m none "$base/state" || exit 90
+mount -t tmpfs -o size=256k none "$base/proj" || exit 91
+export HOME="$base/state/home"; mkdir -p "$HOME"; cd "$base/proj"
+echo "== layer full"
+"$S" exec --review -- sh -c 'head -c 8388608 /dev/zero > big; echo "dd rc=$?"' 2>&1
+echo "host: $(ls -A)"
+id=$("$S" changes list --json | python3 -c 'import json,sys; print(json.load(sys.stdin)[-1]["id"])')
+"$S" changes discard "$id" 2>&1
+echo "== host full"
+"$S" exec --review -- sh -c 'head -c 524288 /dev/zero > big; echo small > small' >/dev/null 2>&1
+id=$("$S" changes list --json | python3 -c 'import json,sys; print(json.load(sys.stdin)[-1]["id"])')
+"$S" changes apply "$id"; echo "apply rc=$?"
+echo "host: $(ls -A)"
+"$S" changes apply "$id" small; echo "apply small rc=$?"
+echo "host: $(ls -A)"
+"""
+
+
+def test_full_disks_give_enospc_and_never_a_half_applied_tree(scratch: Path) -> None:
+    base = Path(tempfile.mkdtemp(prefix="full-", dir=scratch))
+    base.chmod(0o755)
+    r = subprocess.run(["unshare", "-Urm", "sh", "-c", _FULL_DISKS, "sh", str(SAFEBOX), str(base)],
+                       capture_output=True, text=True, timeout=120, check=False, env={"PATH": os.environ["PATH"]})
+    out = r.stdout + r.stderr
+    layer, host = out.split("== host full")
+    # The layer's disk filled: the command got ENOSPC inside; the host got nothing.
+    assert "No space left on device" in layer and "dd rc=1" in layer, out
+    assert "host: \n" in layer, out
+    # The host's disk cannot take the change: refused before anything is written...
+    assert "safebox: cannot apply: the changes need 524294 bytes under " in host, out
+    assert f"({os.strerror(28)}); nothing was applied" in host and "apply rc=125\nhost: \n" in host, out
+    # ...control: what fits is applied.
+    assert "apply small rc=0\nhost: small\n" in host, out
