@@ -641,6 +641,9 @@ class Popen:
                 rc = got
                 self.duration = time.monotonic() - self._t0
                 violations = command.finish(rc)
+                held = getattr(command, "held", None)
+                if held is not None and held.meta.get("status") == "empty":
+                    self._sandbox._held = None  # nothing changed: nothing held
                 self.returncode = rc
                 self._command = None
                 with self._sandbox._lock:

@@ -245,6 +245,8 @@ def test_the_api_holds_shows_applies_and_discards_a_runs_changes(fresh_home: Fak
             sb.run(["true"])  # the next command would not see the held .envrc
         sb.discard()
         assert sb.held_run is None and list(base.iterdir()) == []
+        sb.run(["true"])
+        assert sb.held_run is None and list(base.iterdir()) == []  # nothing changed: nothing held
         sb.run(["sh", "-c", "echo again > again.txt"])
         assert sb.held_run is not None
     assert list(base.iterdir()) == [] and not (fresh_home.work / "again.txt").exists()  # dropped with the Sandbox

@@ -118,9 +118,33 @@ def plan(rp: ResolvedPolicy, table: list[tuple[str, bool, str]], *, held: tuple[
     return b"".join(parts)
 
 
-def make(pid: int, rp: ResolvedPolicy, *, helper: str, env: dict[str, str]) -> None:
-    """Mount the overlays in the sandbox of bubblewrap's process ``pid``;
-    returns when they are made. Raises BuildError with the helper's message."""
+class Pending:
+    """safebox-helper --review at work; ``wait`` collects it (once)."""
+
+    def __init__(self, child: int, err: int) -> None:
+        self._child, self._err = child, err
+
+    def wait(self) -> None:
+        """Raises BuildError with the helper's message when it failed."""
+        chunks = []
+        try:
+            while chunk := os.read(self._err, 4096):
+                chunks.append(chunk)
+        finally:
+            os.close(self._err)
+            _, status = os.waitpid(self._child, 0)
+        if status != 0:
+            text = b"".join(chunks).decode(errors="replace").strip()
+            lines = [ln.removeprefix("safebox-helper: ") for ln in text.splitlines() if ln.strip()]
+            msg = next((ln for ln in lines if not ln.startswith("hint:")), f"the helper exited with status {status}")
+            hint = next((ln.removeprefix("hint: ") for ln in lines if ln.startswith("hint:")), None)
+            raise BuildError(msg, hint=hint or 'run without --review, or see docs/review.md, "Where it works"')
+
+
+def start(pid: int, rp: ResolvedPolicy, *, helper: str, env: dict[str, str]) -> Pending:
+    """Start mounting the overlays in the sandbox of bubblewrap's process
+    ``pid`` and return at once (the caller builds the violations table
+    meanwhile, as for safebox.mounter); ``wait`` on the result."""
     from safebox.run.spawn import spawn
 
     try:
@@ -142,22 +166,14 @@ def make(pid: int, rp: ResolvedPolicy, *, helper: str, env: dict[str, str]) -> N
         err_r, err_w = os.pipe()
         fds.append(err_w)
         argv = [helper, "--review", "--namespace-fd", str(ns), "--plan-fd", str(memfd)]
-        child = spawn(helper, argv, env, pass_fds=(ns, memfd), dup_to=((err_w, 2),))
+        try:
+            child = spawn(helper, argv, env, pass_fds=(ns, memfd), dup_to=((err_w, 2),))
+        except BaseException:
+            os.close(err_r)
+            raise
     except OSError as e:
         raise BuildError(f"--review: cannot start the helper's mounter: {e.strerror}") from None
     finally:
         for fd in fds:
             os.close(fd)
-    chunks = []
-    try:
-        while chunk := os.read(err_r, 4096):
-            chunks.append(chunk)
-    finally:
-        os.close(err_r)
-        _, status = os.waitpid(child, 0)
-    if status != 0:
-        text = b"".join(chunks).decode(errors="replace").strip()
-        lines = [ln.removeprefix("safebox-helper: ") for ln in text.splitlines() if ln.strip()]
-        msg = next((ln for ln in lines if not ln.startswith("hint:")), f"the helper exited with status {status}")
-        hint = next((ln.removeprefix("hint: ") for ln in lines if ln.startswith("hint:")), None)
-        raise BuildError(msg, hint=hint or "run without --review, or see docs/review.md, \"Where it works\"")
+    return Pending(child, err_r)

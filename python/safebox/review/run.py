@@ -38,6 +38,13 @@ def finish(held: Held, rc: int, *, say: Callable[[str], None], audit: object | N
     from safebox.review import layer, store
 
     cs = layer.changes(held)
+    if not cs:
+        # Nothing to review: no held run is left behind to list and discard.
+        store.remove(held)
+        say(f"review: the run changed nothing in its write roots; nothing is held (exit status {rc})")
+        if audit is not None:
+            _event(audit, "review_held", review=held.id, added=0, modified=0, deleted=0, changes=[])
+        return held.replace(meta={**held.meta, "status": "empty"})
     held = store.update(held, status="held", exit=rc)
     added, modified, deleted = layer.counts(cs)
     code = sum(c.runs_code for c in cs)

@@ -484,16 +484,24 @@ class Launch:
                            if bulk.ops else None)
                 if pending is not None:
                     self._ns_held = pending.hold
+                review = None
+                if rp.review_layers and pending is None:
+                    from safebox.review import mounts as review_mounts
+
+                    # On top of every other mount: the overlays (docs/review.md).
+                    review = review_mounts.start(self.relay.bwrap_child, rp, helper=self.rp.helper_path, env=self.env)
                 try:
                     self._start_observer()
                 finally:
                     if pending is not None:
                         pending.wait()
-                if rp.review_layers:
+                    if review is not None:
+                        review.wait()
+                if rp.review_layers and pending is not None:
                     from safebox.review import mounts as review_mounts
 
-                    # On top of every other mount: the overlays (docs/review.md).
-                    review_mounts.make(self.relay.bwrap_child, rp, helper=self.rp.helper_path, env=self.env)
+                    # After the big policy's mounts, which it reads back.
+                    review_mounts.start(self.relay.bwrap_child, rp, helper=self.rp.helper_path, env=self.env).wait()
                 sync[0].sendall(b"G\n")
             else:
                 self._start_observer()  # as without the mounter; bubblewrap's failure is reported below
