@@ -10,6 +10,7 @@ from safebox.errors import BuildError
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable
+    from typing import Any
 
     from safebox.builder.resolved import ResolvedPolicy
     from safebox.review.store import Held
@@ -33,7 +34,12 @@ def attach(rp: ResolvedPolicy, *, bwrap: str | None, state: str, command_dir: st
     return rp.replace(review_layers=held.layers, review_stage=stage), held
 
 
-def finish(held: Held, rc: int, *, say: Callable[[str], None], audit: object | None = None) -> Held:
+#: The diff in a step summary is cut after this many bytes (GitHub takes 1 MiB a step).
+SUMMARY_MAX = 256 << 10
+
+
+def finish(held: Held, rc: int, *, say: Callable[[str], None], audit: object | None = None,
+           summary: str | None = None) -> Held:
     """Record the end; one line: what the layers hold, the commands next."""
     from safebox.review import layer, store
 
@@ -52,6 +58,8 @@ def finish(held: Held, rc: int, *, say: Callable[[str], None], audit: object | N
     say(f"review: held run {held.id}: {added} added, {modified} modified, {deleted} deleted{extra}; nothing "
         f"reached the host. Next: `safebox changes diff {held.id}`, `safebox changes apply {held.id}`, "
         f"`safebox changes discard {held.id}`")
+    if summary:
+        _summary(summary, held, cs)
     if audit is not None:
         _event(audit, "review_held", review=held.id, added=added, modified=modified, deleted=deleted,
                changes=[c.as_json() for c in cs[:1000]])
@@ -62,3 +70,31 @@ def _event(audit: object, kind: str, **fields: object) -> None:
     write = getattr(audit, "event", None)
     if callable(write):
         write(kind, **fields)
+
+
+def _summary(path: str, held: Held, cs: list[Any]) -> None:
+    """The held changes as Markdown, appended to ``--summary`` (in CI,
+    ``$GITHUB_STEP_SUMMARY``): the counts, each path, the diff (cut at
+    SUMMARY_MAX), and how to apply."""
+    from safebox import hostio
+    from safebox.review import layer
+
+    added, modified, deleted = layer.counts(cs)
+    mark = {"added": "A", "modified": "M", "deleted": "D"}
+    out = [f"### safebox: held changes of run `{held.id}`\n",
+           f"{added} added, {modified} modified, {deleted} deleted; nothing reached the work tree. Apply with "
+           f"`safebox changes apply {held.id}` (docs/review.md).\n", "```"]
+    out += [f"{mark[c.kind]} {c.path}{'  (runs code: applied only when named)' if c.runs_code else ''}" for c in cs]
+    out += ["```", "", "<details><summary>diff</summary>", "", "```diff"]
+    size, cut = 0, False
+    for c in cs:
+        d = layer.diff(held, c).replace("```", "`` `")
+        if size + len(d) > SUMMARY_MAX:
+            cut = True
+            break
+        size += len(d)
+        out.append(d.rstrip("\n"))
+    if cut:
+        out.append(f"... cut at {SUMMARY_MAX} bytes: `safebox changes diff {held.id}` shows the rest")
+    out += ["```", "</details>", ""]
+    hostio.append(path, ("\n".join(out) + "\n").encode())

@@ -630,7 +630,8 @@ class Command:
         if held is not None:
             from safebox.review.run import finish as review_finish
 
-            self.held = review_finish(held, rc, say=s.say, audit=self.recorder.audit if self.recorder else None)
+            self.held = review_finish(held, rc, say=s.say, audit=self.recorder.audit if self.recorder else None,
+                                      summary=s.summary)
         refused = self.ci_run.finish(self._passing()) if self.ci_run is not None else []
         for r in refused:
             s.say(f"refused {r.file} entry {r.name!r}: {r.reason} (not passed on to later steps; docs/ci.md)")
