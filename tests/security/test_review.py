@@ -86,7 +86,11 @@ PROBES = [
     "cat $HOME/.ssh/id_rsa",  # masked
     "echo x > /etc/safebox-review-probe",  # the read-only root
     "mount -t tmpfs none src",  # no mounting
+    "cat src/main.c",  # denyRead inside the write root (opts below)
+    "echo x >> src/main.c",
 ]
+#: A mask inside the write root, in both runs.
+MASK = ["--deny-read", "src/main.c"]
 
 
 def _probe_script() -> str:
@@ -96,9 +100,9 @@ def _probe_script() -> str:
 
 def test_review_opens_nothing_a_normal_run_does_not(fresh_home: FakeHome) -> None:
     before = listing(fresh_home)
-    normal = fresh_home.run(["sh", "-c", _probe_script()])
+    normal = fresh_home.run(["sh", "-c", _probe_script()], opts=MASK)
     assert listing(fresh_home) == before, "a probe landed on the host in the normal run"
-    review = fresh_home.run(["sh", "-c", _probe_script()], opts=["--review"])
+    review = fresh_home.run(["sh", "-c", _probe_script()], opts=["--review", *MASK])
     assert normal.returncode == 0 and review.returncode == 0, normal.stderr + review.stderr
     # The same refusal, word for word, for every probe.
     assert review.stdout.replace("--review ", "") == normal.stdout, (normal.stdout, review.stdout)
