@@ -25,10 +25,10 @@ import pytest
 from sbx import BOTH, HELPER_ONLY, SAFEBOX, FakeHome, tree_listing, wait_for
 
 #: Every kind of write: content, create, delete, rename, chmod, symlink,
-#: mkdir, a directory removed and one replaced.
+#: mkdir, a directory removed and made again (opaque in the layer).
 SCRIPT = ("echo more >> README.md && echo new > new.txt && rm src/main.c && mv new.txt moved.txt && "
           "chmod 0750 moved.txt && ln -s README.md link && mkdir -p a/b && echo deep > a/b/c && "
-          "rm -r src && mkdir gone && echo x > gone/y")
+          "rm -r src && mkdir src && echo fresh > src/new.c && mkdir gone && echo x > gone/y")
 
 
 def changes(home: FakeHome, *args: str) -> subprocess.CompletedProcess[str]:
@@ -65,7 +65,8 @@ def test_a_review_run_changes_nothing_on_the_host_and_apply_gives_what_a_normal_
     shown = json.loads(changes(fresh_home, "show", rid, "--json").stdout)
     kinds = {os.path.relpath(c["path"], fresh_home.work): c["kind"] for c in shown["changes"]}
     assert kinds == {"README.md": "modified", "moved.txt": "added", "link": "added", "a": "added",
-                     "a/b": "added", "a/b/c": "added", "src": "deleted", "gone": "added", "gone/y": "added"}
+                     "a/b": "added", "a/b/c": "added", "src/main.c": "deleted", "src/new.c": "added", "gone": "added",
+                     "gone/y": "added"}  # src: removed and made again, an opaque directory
     d = changes(fresh_home, "diff", rid)
     assert "+more" in d.stdout and "added symlink" in d.stdout and f"{fresh_home.work}/link -> README.md" in d.stdout
 
