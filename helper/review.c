@@ -91,7 +91,7 @@ static int overlay(const char *stage, const char *root, int k)
 	snap = (int)syscall(__NR_open_tree, AT_FDCWD, root, RV_OPEN_TREE_CLONE | O_CLOEXEC | AT_RECURSIVE);
 	if (snap < 0)
 		die_errno("--review: cannot copy the mounts at %s", root);
-	r = snprintf(opts, sizeof(opts), "lowerdir=%s,upperdir=%s/%d/upper,workdir=%s/%d/work,userxattr", root,
+	r = snprintf(opts, sizeof(opts), "lowerdir=%s,upperdir=%s/%d/upper,workdir=%s/%d/work,userxattr,volatile", root,
 		     stage, k, stage, k);
 	if (r < 0 || (size_t)r >= sizeof(opts))
 		die("--review: the overlay's options for %s are too long", root);

@@ -41,7 +41,16 @@ SUMMARY_MAX = 256 << 10
 def finish(held: Held, rc: int, *, say: Callable[[str], None], audit: object | None = None,
            summary: str | None = None) -> Held:
     """Record the end; one line: what the layers hold, the commands next."""
-    from safebox.review import layer, store
+    from safebox.review import store
+
+    if _empty(held):
+        # Nothing to review (the common case of a read-only job): no held run is left behind.
+        store.remove(held)
+        say(f"review: the run changed nothing in its write roots; nothing is held (exit status {rc})")
+        if audit is not None:
+            _event(audit, "review_held", review=held.id, added=0, modified=0, deleted=0, changes=[])
+        return held.replace(meta={**held.meta, "status": "empty"})
+    from safebox.review import layer
 
     cs = layer.changes(held)
     if not cs:
@@ -64,6 +73,17 @@ def finish(held: Held, rc: int, *, say: Callable[[str], None], audit: object | N
         _event(audit, "review_held", review=held.id, added=added, modified=modified, deleted=deleted,
                changes=[c.as_json() for c in cs[:1000]])
     return held
+
+
+def _empty(held: Held) -> bool:
+    """Whether every layer is empty (cheaper than walking for changes)."""
+    for k in range(len(held.roots)):
+        try:
+            if os.listdir(held.upper(k)):
+                return False
+        except FileNotFoundError:
+            continue
+    return True
 
 
 def _event(audit: object, kind: str, **fields: object) -> None:

@@ -87,20 +87,19 @@ def create(state: str, *, roots: tuple[str, ...], command: tuple[str, ...], cwd:
     rid = time.strftime("%Y%m%d-%H%M%S", time.gmtime(now)) + "-" + os.urandom(3).hex()
     d = os.path.join(b, rid)
     os.mkdir(d, 0o700)
+    os.mkdir(os.path.join(d, "layers"), 0o700)
     for k in range(len(roots)):
+        os.mkdir(os.path.join(d, "layers", str(k)), 0o700)
         for sub in ("upper", "work"):
-            os.makedirs(os.path.join(d, "layers", str(k), sub), mode=0o700)
-    if not roots:
-        os.mkdir(os.path.join(d, "layers"), 0o700)
-    meta: dict[str, Any] = {"v": 1, "id": rid, "uid": os.geteuid(), "command": list(command), "cwd": cwd,
-                            "roots": list(roots), "created": now, "status": "running", "exit": None,
-                            "applied": [], "discarded": False,
-                            "audit_log": os.path.abspath(audit_log) if audit_log else None}
-    _write_meta(d, meta)
+            os.mkdir(os.path.join(d, "layers", str(k), sub), 0o700)
     with _pinned(d) as pd:
         pd.write_exclusive("started", b"")
-    meta["started_ns"] = os.stat(os.path.join(d, "started")).st_ctime_ns
-    _write_meta(d, meta)
+        meta: dict[str, Any] = {"v": 1, "id": rid, "uid": os.geteuid(), "command": list(command), "cwd": cwd,
+                                "roots": list(roots), "created": now, "status": "running", "exit": None,
+                                "applied": [], "discarded": False,
+                                "audit_log": os.path.abspath(audit_log) if audit_log else None,
+                                "started_ns": os.stat("started", dir_fd=pd.fd).st_ctime_ns}
+        pd.write_exclusive("meta.json", json.dumps(meta, indent=1).encode())
     return Held(id=rid, dir=d, meta=meta)
 
 
@@ -178,6 +177,8 @@ def size_of(h: Held) -> int:
 def remove(h: Held) -> None:
     from safebox._record import rmtree
 
+    if h.meta.get("status") == "running" and _remove_empty(h):
+        return
     # overlayfs leaves work/work mode 000; rmtree needs to list it.
     for k in range(len(h.roots)):
         w = os.path.join(h.dir, "layers", str(k), "work", "work")
@@ -189,11 +190,35 @@ def remove(h: Held) -> None:
 
 
 def sweep(state: str) -> None:
-    """Remove held runs older than SWEEP_AFTER_S (docs/review.md)."""
-    cutoff = time.time() - SWEEP_AFTER_S
-    for h in list_held(state):
-        if float(h.meta.get("created", 0)) < cutoff:
-            remove(h)
+    """Remove held runs older than SWEEP_AFTER_S (docs/review.md); the id
+    says when each was made, so only those are opened."""
+    cutoff = time.strftime("%Y%m%d-%H%M%S", time.gmtime(time.time() - SWEEP_AFTER_S))
+    for rid in _ids(base(state)):
+        if rid[:15] < cutoff:
+            try:
+                remove(open_held(state, rid))
+            except RunError:
+                continue
+
+
+def _remove_empty(h: Held) -> bool:
+    """The fast way for a run that wrote nothing: rmdir and unlink only."""
+    try:
+        for k in range(len(h.roots)):
+            lay = os.path.join(h.dir, "layers", str(k))
+            work = os.path.join(lay, "work")
+            for n in os.listdir(work):  # overlayfs's own work/work, index
+                os.rmdir(os.path.join(work, n))
+            os.rmdir(work)
+            os.rmdir(os.path.join(lay, "upper"))
+            os.rmdir(lay)
+        os.rmdir(os.path.join(h.dir, "layers"))
+        for n in ("meta.json", "started"):
+            os.unlink(os.path.join(h.dir, n))
+        os.rmdir(h.dir)
+        return True
+    except OSError:
+        return False
 
 
 class Lock:

@@ -460,8 +460,8 @@ class Launch:
         self.relay.spawned = self.pid
         if self.cli:
             test_pause("command")  # a signal now is queued for the command
-        if not sync:
-            self._start_observer()  # while bwrap builds the sandbox
+        if not bulk.ops:
+            self._start_observer()  # while bwrap builds the sandbox (--review's overlays come after)
         self._close_fd(bw_w)
         self._close_fd(args_fd)
         # bw_r stays open until close(): bwrap writes its exit document on
@@ -484,26 +484,18 @@ class Launch:
                            if bulk.ops else None)
                 if pending is not None:
                     self._ns_held = pending.hold
-                review = None
-                if rp.review_layers and pending is None:
-                    from safebox.review import mounts as review_mounts
-
-                    # On top of every other mount: the overlays (docs/review.md).
-                    review = review_mounts.start(self.relay.bwrap_child, rp, helper=self.rp.helper_path, env=self.env)
-                try:
-                    self._start_observer()
-                finally:
-                    if pending is not None:
+                    try:
+                        self._start_observer()
+                    finally:
                         pending.wait()
-                    if review is not None:
-                        review.wait()
-                if rp.review_layers and pending is not None:
+                if rp.review_layers:
                     from safebox.review import mounts as review_mounts
 
-                    # After the big policy's mounts, which it reads back.
+                    # On top of every other mount, the big policy's too
+                    # (it reads the mount table back): the overlays (docs/review.md).
                     review_mounts.start(self.relay.bwrap_child, rp, helper=self.rp.helper_path, env=self.env).wait()
                 sync[0].sendall(b"G\n")
-            else:
+            elif bulk.ops:
                 self._start_observer()  # as without the mounter; bubblewrap's failure is reported below
             sync[0].close()
         if handoff:
