@@ -179,14 +179,27 @@ def remove(h: Held) -> None:
 
     if h.meta.get("status") == "running" and _remove_empty(h):
         return
-    # overlayfs leaves work/work mode 000; rmtree needs to list it.
+    # overlayfs leaves work/work and what it holds (incompat/volatile/)
+    # mode 000: rmtree needs to list them. They are overlayfs's, ours, and
+    # out of the command's reach; each opened without following a link.
     for k in range(len(h.roots)):
-        w = os.path.join(h.dir, "layers", str(k), "work", "work")
-        try:
-            os.chmod(w, 0o700, follow_symlinks=False)
-        except OSError:
-            pass
+        _open_up(os.path.join(h.dir, "layers", str(k), "work", "work"))
     rmtree(h.dir)
+
+
+def _open_up(d: str, depth: int = 0) -> None:
+    from safebox._record import open_to_owner
+
+    if depth > 4 or open_to_owner(d) is None and not os.access(d, os.R_OK | os.X_OK):
+        return
+    try:
+        names = os.listdir(d)
+    except OSError:
+        return
+    for n in names:
+        p = os.path.join(d, n)
+        if os.path.isdir(p) and not os.path.islink(p):
+            _open_up(p, depth + 1)
 
 
 def sweep(state: str) -> None:
@@ -207,7 +220,15 @@ def _remove_empty(h: Held) -> bool:
         for k in range(len(h.roots)):
             lay = os.path.join(h.dir, "layers", str(k))
             work = os.path.join(lay, "work")
-            for n in os.listdir(work):  # overlayfs's own work/work, index
+            for n in os.listdir(work):  # overlayfs's own work/work (incompat/volatile/dirty inside)
+                if n == "work":
+                    _open_up(os.path.join(work, n))
+                    vol = os.path.join(work, n, "incompat", "volatile")
+                    if os.path.lexists(os.path.join(vol, "dirty")):
+                        os.unlink(os.path.join(vol, "dirty"))
+                    for x in (vol, os.path.dirname(vol)):
+                        if os.path.lexists(x):
+                            os.rmdir(x)
                 os.rmdir(os.path.join(work, n))
             os.rmdir(work)
             os.rmdir(os.path.join(lay, "upper"))
