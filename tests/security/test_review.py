@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from sbx import BOTH, HELPER_ONLY, SAFEBOX, FakeHome, tree_listing, wait_for
+from sbx import BOTH, BWRAP_ONLY, HELPER_ONLY, SAFEBOX, FakeHome, tree_listing, wait_for
 
 #: Every kind of write: content, create, delete, rename, chmod, symlink,
 #: mkdir, a directory removed and made again (opaque in the layer).
@@ -87,6 +87,7 @@ PROBES = [
     "cat $HOME/.ssh/id_rsa",  # masked
     "echo x > /etc/safebox-review-probe",  # the read-only root
     "mount -t tmpfs none src",  # no mounting
+    "umount -l .",  # nor unmounting (under --review: the overlay, to reach the host's tree)
     "cat src/main.c",  # denyRead inside the write root (opts below)
     "echo x >> src/main.c",
 ]
@@ -99,11 +100,12 @@ def _probe_script() -> str:
                      for i, p in enumerate(PROBES))
 
 
-def test_review_opens_nothing_a_normal_run_does_not(fresh_home: FakeHome) -> None:
+@pytest.mark.parametrize("mode", [BOTH, BWRAP_ONLY])
+def test_review_opens_nothing_a_normal_run_does_not(fresh_home: FakeHome, mode: str) -> None:
     before = listing(fresh_home)
-    normal = fresh_home.run(["sh", "-c", _probe_script()], opts=MASK)
+    normal = fresh_home.run(["sh", "-c", _probe_script()], mode=mode, opts=MASK)
     assert listing(fresh_home) == before, "a probe landed on the host in the normal run"
-    review = fresh_home.run(["sh", "-c", _probe_script()], opts=["--review", *MASK])
+    review = fresh_home.run(["sh", "-c", _probe_script()], mode=mode, opts=["--review", *MASK])
     assert normal.returncode == 0 and review.returncode == 0, normal.stderr + review.stderr
     # The same refusal, word for word, for every probe.
     assert review.stdout.replace("--review ", "") == normal.stdout, (normal.stdout, review.stdout)
@@ -111,7 +113,7 @@ def test_review_opens_nothing_a_normal_run_does_not(fresh_home: FakeHome) -> Non
     assert "ok " not in normal.stdout and all(f"no {i}: " in normal.stdout for i in range(len(PROBES)))
     assert "Read-only file system" in lines[0] and "Read-only file system" in lines[1], normal.stdout
     # Control: the same write to an unprotected file is held in the layer.
-    ok = fresh_home.run(["sh", "-c", "echo x >> README.md"], opts=["--review"])
+    ok = fresh_home.run(["sh", "-c", "echo x >> README.md"], mode=mode, opts=["--review"])
     assert ok.returncode == 0 and "1 modified" in ok.stderr, ok.stderr
     assert listing(fresh_home) == before
 

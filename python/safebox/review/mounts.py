@@ -54,7 +54,7 @@ def unsupported(rp: ResolvedPolicy, *, bwrap: str | None) -> str | None:
     except OSError:
         pass
     if not (rp.helper_path and os.access(rp.helper_path, os.X_OK)):
-        return "--review needs safebox-helper to mount its overlays (--without helper has none)"
+        return "--review needs safebox-helper to mount its overlays, and it is not installed or not executable"
     for w in roots(rp):
         if any(c in w for c in _SPECIAL):
             return f"--review cannot hold writes to {w!r}: overlayfs's options cannot name a path with , : \\ or ="
