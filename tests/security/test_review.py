@@ -336,3 +336,28 @@ def test_full_disks_give_enospc_and_never_a_half_applied_tree(scratch: Path) -> 
     assert f"({os.strerror(28)}); nothing was applied" in host and "apply rc=125\nhost: \n" in host, out
     # ...control: what fits is applied.
     assert "apply small rc=0\nhost: small\n" in host, out
+
+
+def test_an_apply_killed_half_way_is_finished_by_the_next(fresh_home: FakeHome) -> None:
+    script = ("import os\nfor d in range(20):\n    os.makedirs(f'out/d{d}')\n"
+              "for i in range(2000):\n    open(f'out/d{i % 20}/f{i}', 'w').write(str(i))\n")
+    r = fresh_home.run(["python3", "-c", script], opts=["--review"])
+    assert r.returncode == 0, r.stderr
+    rid = held_id(fresh_home)
+    p = subprocess.Popen([str(SAFEBOX), "changes", "apply", rid], cwd=fresh_home.work, env=fresh_home.env(),
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait_for(lambda: (fresh_home.work / "out" / "d0").exists(), timeout=30)
+    finally:
+        p.send_signal(signal.SIGKILL)
+        p.wait(timeout=30)
+    # What a kill between the copy and the rename leaves: a temporary file beside its target.
+    (fresh_home.work / "out" / "d1").mkdir(parents=True, exist_ok=True)
+    leftover = fresh_home.work / "out" / "d1" / ".f1.safebox-apply-0123abcd"
+    leftover.write_text("half")
+    again = changes(fresh_home, "apply", rid)
+    assert again.returncode == 0, again.stderr
+    files = sorted(str(f.relative_to(fresh_home.work)) for f in (fresh_home.work / "out").rglob("*") if f.is_file())
+    assert files == sorted(f"out/d{i % 20}/f{i}" for i in range(2000))  # every file, no temporary one
+    assert all((fresh_home.work / f"out/d{i % 20}/f{i}").read_text() == str(i) for i in range(0, 2000, 97))
+    assert changes(fresh_home, "apply", rid).stdout == ""  # and a third has nothing left to do

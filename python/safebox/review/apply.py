@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import errno
 import os
+import re
 import stat
 
 from safebox._record import Frozen
@@ -86,9 +87,11 @@ class _Dirs:
     component by component from its cached parent) and kept for the
     apply: 10,000 files in 100 directories cost 100 walks, not 10,000."""
 
-    def __init__(self, top: PinnedDir, *, where: str) -> None:
-        self.top, self.where = top, where
+    def __init__(self, top: PinnedDir, *, where: str, sweep: Callable[[int, str], None] | None = None) -> None:
+        self.top, self.where, self.sweep = top, where, sweep
         self.fds: dict[str, int] = {}
+        if sweep is not None:
+            sweep(top.fd, "")
 
     def get(self, rel_dir: str, *, make: Callable[[str], int] | None = None) -> int | None:
         """The descriptor of ``rel_dir`` ("" the top); None when it does not
@@ -126,6 +129,8 @@ class _Dirs:
                     return None
             raise
         self.fds[rel_dir] = fd
+        if self.sweep is not None:
+            self.sweep(fd, rel_dir)
         return fd
 
     def forget(self, rel: str) -> None:
@@ -156,7 +161,7 @@ def apply(h: Held, paths: tuple[str, ...] | None = None, *, force: bool = False)
         try:
             for c in chosen:
                 if c.layer not in pins:
-                    pins[c.layer] = (_Dirs(hostio.pin(c.root), where=c.root),
+                    pins[c.layer] = (_Dirs(hostio.pin(c.root), where=c.root, sweep=_sweeper(c.layer, cs)),
                                      _Dirs(hostio.pin(h.upper(c.layer)), where=h.upper(c.layer)))
                 host, up = pins[c.layer]
                 if c.type == "other":
@@ -206,6 +211,32 @@ def apply(h: Held, paths: tuple[str, ...] | None = None, *, force: bool = False)
                       status="applied" if not left else h.meta.get("status"))
         return Outcome(applied=tuple(applied), code=tuple(c.path for c in code), conflicts=tuple(conflicts),
                        refused=tuple(refused))
+
+
+_TMP = re.compile(r"^\..+\.safebox-apply-[0-9a-f]{8}$")
+
+
+def _sweeper(layer: int, cs: list[Change]) -> Callable[[int, str], None]:
+    """Removes, from each host directory the apply enters, the temporary
+    files an earlier apply that was killed left (``.NAME.safebox-apply-
+    XXXXXXXX``: regular files of this user), unless the layer itself holds
+    that name."""
+    ours = {c.rel for c in cs if c.layer == layer}
+
+    def sweep(dfd: int, rel_dir: str) -> None:
+        try:
+            names = os.listdir(dfd)
+        except OSError:
+            return
+        for n in names:
+            if _TMP.match(n) and (f"{rel_dir}/{n}" if rel_dir else n) not in ours:
+                try:
+                    st = os.stat(n, dir_fd=dfd, follow_symlinks=False)
+                    if stat.S_ISREG(st.st_mode) and st.st_uid == os.geteuid():
+                        os.unlink(n, dir_fd=dfd)
+                except OSError:
+                    pass
+    return sweep
 
 
 def _remove(dfd: int, name: str) -> None:
