@@ -2,7 +2,7 @@
 """What ``--review`` costs (docs/review.md): start-up against a normal run,
 and ``safebox changes apply`` of 10,000 new files.
 
-    .venv/bin/python benchmarks/bench_review.py [--runs 20] [--files 10000] [--write docs/benchmarks.md]
+    .venv/bin/python benchmarks/bench_review.py [--runs 20] [--files 10000] [--npm 20] [--write docs/benchmarks.md]
 
 1. ``safebox exec -- true`` and ``safebox exec --review -- true`` in a small
    git work tree, interleaved, each its own process (the review run mounts
@@ -11,7 +11,11 @@ and ``safebox changes apply`` of 10,000 new files.
 2. a ``--review`` run writes FILES files of 100 bytes in 100 directories;
    ``safebox changes apply`` puts them on the host (timed as a whole
    process, three times, each on a fresh held run); for scale, ``cp -a``
-   of the same layer tree, and the same writes by a normal run.
+   of the same layer tree, and the same writes by a normal run;
+3. with --npm N (0: skipped), ``npm install`` of a project of N packages
+   from a verdaccio on 127.0.0.1 (bench_cache_reuse.py's, from ``.tools/``),
+   ``safebox exec --preset npm`` with and without ``--review``, five rounds
+   interleaved (the held run discarded after each, untimed).
 
 Reports medians and ratios from this one run; with --write replaces the
 section between <!-- review:start --> and <!-- review:end --> in the file.
@@ -56,6 +60,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--runs", type=int, default=20)
     ap.add_argument("--files", type=int, default=10_000)
+    ap.add_argument("--npm", type=int, default=20)
     ap.add_argument("--write")
     a = ap.parse_args()
     base = Path(tempfile.mkdtemp(prefix="bench-review-"))
@@ -89,6 +94,10 @@ def main() -> None:
             applies.append(timed([SAFEBOX, "changes", "apply", rid], work, env))
             assert len(list((work / "out").rglob("f*"))) == a.files
             subprocess.run([SAFEBOX, "changes", "discard", rid], cwd=work, env=env, check=True, capture_output=True)
+        npm_normal: list[float] = []
+        npm_review: list[float] = []
+        if a.npm:
+            npm_normal, npm_review = _npm(base, env, a.npm)
         m = statistics.median
         load = os.getloadavg()[0]
         text = (f"Measured {time.strftime('%Y-%m-%d')} on Linux {platform.release()} ({os.cpu_count()} cores, shared "
@@ -101,11 +110,15 @@ def main() -> None:
                 f"| a normal run writing {a.files:,} files | {m(writes_normal) * 1e3:.0f} ms |\n"
                 f"| the same under `--review` | {m(writes_review) * 1e3:.0f} ms |\n"
                 f"| `safebox changes apply` of those {a.files:,} files (whole process) | {m(applies) * 1e3:.0f} ms |\n"
-                f"| for scale: `cp -a` of the layer's tree | {m(copies) * 1e3:.0f} ms |\n\n"
+                f"| for scale: `cp -a` of the layer's tree | {m(copies) * 1e3:.0f} ms |\n"
+                + (f"| `npm install` of {a.npm} packages (verdaccio on 127.0.0.1) | {m(npm_normal) * 1e3:.0f} ms |\n"
+                   f"| the same under `--review` | {m(npm_review) * 1e3:.0f} ms |\n" if a.npm else "")
+                + "\n"
                 f"**Start-up with `--review`: {m(review) / m(normal):.2f}x a normal start; "
                 f"writing {a.files:,} files: {m(writes_review) / m(writes_normal):.2f}x; "
-                f"apply of {a.files:,} files: {m(applies):.2f} s ({m(applies) / m(copies):.1f}x `cp -a`), "
-                "measured in the same run.**\n")
+                f"apply of {a.files:,} files: {m(applies):.2f} s ({m(applies) / m(copies):.1f}x `cp -a`)"
+                + (f"; `npm install`: {m(npm_review) / m(npm_normal):.2f}x" if a.npm else "")
+                + ", measured in the same run.**\n")
         print(text)
         if a.write:
             doc = Path(a.write).read_text()
@@ -115,6 +128,34 @@ def main() -> None:
     finally:
         subprocess.run(["chmod", "-R", "u+rwx", str(base)], check=False)
         shutil.rmtree(base, ignore_errors=True)
+
+
+def _npm(base: Path, env: dict[str, str], packages: int, rounds: int = 5) -> tuple[list[float], list[float]]:
+    """npm install with and without --review, interleaved."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("bench_cache_reuse", ROOT / "benchmarks" / "bench_cache_reuse.py")
+    assert spec is not None and spec.loader is not None
+    cr = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(cr)
+    proc, url, names = cr.start_verdaccio(base / "verdaccio", packages)
+    try:
+        tool = cr.npm_tool(url, names, base / "no-lock")
+        proj = base / "home" / "npmproj"
+        tool.new(proj)
+        cmd = [SAFEBOX, "exec", "-q", "--preset", "npm", "--allow-domain", "127.0.0.1", "--"]
+        timed([*cmd, *tool.install], proj, env)  # the project's first run: its cache
+        normal, review = [], []
+        for _ in range(rounds):
+            tool.clean(proj)
+            normal.append(timed([*cmd, *tool.install], proj, env))
+            tool.clean(proj)
+            review.append(timed([*cmd[:2], "--review", *cmd[2:], *tool.install], proj, env))
+            subprocess.run([SAFEBOX, "changes", "discard", held_id(proj, env)], cwd=proj, env=env, check=True,
+                           capture_output=True)
+        return normal, review
+    finally:
+        cr.stop(proc)
 
 
 if __name__ == "__main__":
