@@ -489,7 +489,8 @@ class Sandbox:
         from safebox.review import apply as _apply
 
         h = self._held_run()
-        chosen = None if paths is None else tuple(os.path.abspath(os.fspath(p)) for p in paths)
+        # Relative paths are the work dir's, as the command saw them.
+        chosen = None if paths is None else tuple(os.path.join(self._session.cwd, os.fspath(p)) for p in paths)
         out = _apply.apply(h, chosen, force=force)
         return {"applied": list(out.applied), "conflicts": [list(c) for c in out.conflicts],
                 "refused": [list(r) for r in out.refused], "code": list(out.code)}

@@ -361,3 +361,30 @@ def test_an_apply_killed_half_way_is_finished_by_the_next(fresh_home: FakeHome) 
     assert files == sorted(f"out/d{i % 20}/f{i}" for i in range(2000))  # every file, no temporary one
     assert all((fresh_home.work / f"out/d{i % 20}/f{i}").read_text() == str(i) for i in range(0, 2000, 97))
     assert changes(fresh_home, "apply", rid).stdout == ""  # and a third has nothing left to do
+
+
+def test_names_and_contents_the_command_chose_cannot_drive_the_terminal(fresh_home: FakeHome) -> None:
+    r = fresh_home.run(["sh", "-c", "printf 'a\\033]0;pwned\\007\\n' > \"$(printf 'x\\033[2Jy')\""], opts=["--review"])
+    assert r.returncode == 0, r.stderr
+    rid = held_id(fresh_home)
+    for out in (changes(fresh_home, "show", rid).stdout, changes(fresh_home, "diff", rid).stdout):
+        assert "\x1b" not in out and "\x07" not in out
+        assert "x\\x1b[2Jy" in out
+    assert "+a\\x1b]0;pwned\\x07" in changes(fresh_home, "diff", rid).stdout
+    # Control: the file itself holds the bytes, and apply puts them on the host as they are.
+    assert changes(fresh_home, "apply", rid).returncode == 0
+    assert (fresh_home.work / "x\x1b[2Jy").read_bytes() == b"a\x1b]0;pwned\x07\n"
+
+
+def test_the_layers_are_out_of_the_commands_reach_and_set_id_bits_never_reach_the_host(fresh_home: FakeHome) -> None:
+    # Inside, the held run's own directories are not to be found: only the merged view.
+    r = fresh_home.run(["sh", "-c", "echo x > tool && chmod 6755 tool && stat -c %a tool && "
+                        "ls -A ~/.cache/safebox/run/*/*/review; ls -A ~/.cache/safebox/review 2>&1; true"],
+                       opts=["--review"])
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines()[0] == "6755"  # the command set them, in its layer
+    assert "layers" not in r.stdout and "upper" not in r.stdout, r.stdout
+    rid = held_id(fresh_home)
+    assert (fresh_home.root / ".cache" / "safebox" / "review" / rid / "layers" / "0" / "upper" / "tool").exists()
+    assert changes(fresh_home, "apply", rid).returncode == 0
+    assert oct((fresh_home.work / "tool").stat().st_mode & 0o7777) == "0o755"  # kept, but for set-user/group-ID

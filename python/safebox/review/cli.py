@@ -23,7 +23,20 @@ def _state() -> str:
     return state_dir(home(os.environ))
 
 
+def _shown(text: str) -> str:
+    """``text`` with control characters but tab and newline written as
+    ``\\xNN``: file names and contents are the command's, and must not
+    drive the terminal (colours, cursor moves, a title change)."""
+    def ok(c: str) -> bool:
+        return c in "\t\n" or (" " <= c and not "\x7f" <= c <= "\x9f")
+
+    if all(ok(c) for c in text):
+        return text
+    return "".join(c if ok(c) else f"\\x{ord(c):02x}" for c in text)
+
+
 def _out(text: str) -> None:
+    text = _shown(text)
     try:
         sys.stdout.write(text)
         sys.stdout.flush()
@@ -130,7 +143,8 @@ def cmd_apply(rid: str, paths: tuple[str, ...], force: bool) -> int:
 
     h = _open(rid)
     out = apply.apply(h, _paths(paths), force=force)
-    say = sys.stderr.write
+    def say(text: str) -> None:
+        sys.stderr.write(_shown(text))
     for p in out.applied:
         _out(f"applied {p}\n")
     for p, why in out.conflicts:
