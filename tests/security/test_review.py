@@ -388,3 +388,27 @@ def test_the_layers_are_out_of_the_commands_reach_and_set_id_bits_never_reach_th
     assert (fresh_home.root / ".cache" / "safebox" / "review" / rid / "layers" / "0" / "upper" / "tool").exists()
     assert changes(fresh_home, "apply", rid).returncode == 0
     assert oct((fresh_home.work / "tool").stat().st_mode & 0o7777) == "0o755"  # kept, but for set-user/group-ID
+
+
+def test_held_runs_are_bounded_and_old_ones_swept(fresh_home: FakeHome) -> None:
+    base = fresh_home.root / ".cache" / "safebox" / "review"
+    base.mkdir(parents=True, mode=0o700)
+
+    def fake(rid: str) -> None:
+        d = base / rid
+        d.mkdir(mode=0o700)
+        (d / "meta.json").write_text(json.dumps({"id": rid, "roots": [], "created": 0}))
+
+    fake("20200101-000000-aaaaaa")  # years old: swept by the next run
+    for i in range(100):
+        fake(f"29990101-000000-{i:06x}")
+    r = fresh_home.run(["sh", "-c", "echo x > new.txt"], opts=["--review"])
+    assert r.returncode == 125
+    assert f"safebox: 100 held runs already wait in {base}: --review will not make another\n" in r.stderr, r.stderr
+    assert "hint: apply or discard some: `safebox changes list`, `safebox changes discard ID`" in r.stderr
+    assert not (base / "20200101-000000-aaaaaa").exists()
+    # Control: with one discarded, the run is held again.
+    assert changes(fresh_home, "discard", "29990101-000000-000000").returncode == 0
+    ok = fresh_home.run(["sh", "-c", "echo x > new.txt"], opts=["--review"])
+    assert ok.returncode == 0, ok.stderr
+    assert not (fresh_home.work / "new.txt").exists()
