@@ -249,7 +249,8 @@ class Session:
         self.filter_id = ""
         if self.layers is Layers.BWRAP_ONLY:
             return
-        unix = bool(self.policy.allow_unix_sockets or self.policy.allow_all_unix_sockets)
+        unix = bool(self.policy.allow_unix_sockets or self.policy.allow_all_unix_sockets
+                    or self.policy.devices_gpu)  # CUDA's UVM socket: docs/gpu.md, "Unix sockets"
         inet = _plan.seccomp_inet(self.layers, self.net)
         self.bpf, self.filter_id = bpf_cache.load(cache_dir=self.cache_dir, allow_unix_sockets=unix, inet=inet)
         if self.observe != "off":
