@@ -186,7 +186,7 @@ class Asker:
                 if answer.allow:
                     self.live.allow(entry)
                 else:
-                    self.live.deny(entry, answer.reason)
+                    self.live.deny(entry, answer.reason, rule=RULE_ASK)
             if audit is not None:
                 audit("ask", host=name, port=port, protocol=protocol, by=answer.by,
                       answer=("allow" if answer.allow else "deny") + ("" if answer.remember else "-once"),

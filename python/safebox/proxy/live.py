@@ -64,8 +64,9 @@ class LiveLists:
         self._lock = threading.Lock()
         self._local = allow_local_destinations
         self._learn = learn
-        #: Reasons given with a denied entry (canonical entry -> reason).
-        self._reasons: dict[str, str] = {}
+        #: Reasons given with a denied entry: canonical entry -> (reason, the
+        #: rule its refusals name: deniedDomains, or "ask" for an answer remembered).
+        self._reasons: dict[str, tuple[str, str]] = {}
         self.rules = NetworkRules.from_policy(allowed, denied, allow_local_destinations=allow_local_destinations,
                                               learn=learn)
 
@@ -94,16 +95,17 @@ class LiveLists:
             self._reasons.pop(canon, None)
         return canon
 
-    def deny(self, entry: str, reason: str | None = None) -> str:
+    def deny(self, entry: str, reason: str | None = None, *, rule: str = RULE_DENIED) -> str:
         """Add ``entry`` to the denied list (and drop the same entry from the
-        allowed one), with the reason its refusals give. Returns the canonical entry."""
+        allowed one), with the reason its refusals give, by ``rule`` (an
+        answer remembered says "ask"). Returns the canonical entry."""
         canon = self.canonical(entry, denied=True)
         with self._lock:
             r = self.rules
             denied = r.denied if canon in r.denied else (*r.denied, canon)
             self._swap(tuple(a for a in r.allowed if a != canon), denied)
-            if reason:
-                self._reasons[canon] = clean_reason(reason, default="")
+            if reason or rule != RULE_DENIED:
+                self._reasons[canon] = (clean_reason(reason, default="denied"), rule)
             else:
                 self._reasons.pop(canon, None)
         return canon
@@ -115,9 +117,9 @@ class LiveLists:
         changes then."""
         new_allowed = tuple(self.canonical(e) for e in allowed)
         new_denied = tuple(self.canonical(e, denied=True) for e in denied)
-        new_reasons = {}
+        new_reasons: dict[str, tuple[str, str]] = {}
         for host, why in (reasons or {}).items():
-            new_reasons[self.canonical(host, denied=True)] = clean_reason(why, default="")
+            new_reasons[self.canonical(host, denied=True)] = (clean_reason(why, default="denied"), RULE_DENIED)
         with self._lock:
             self._swap(new_allowed, new_denied)
             self._reasons = new_reasons
@@ -131,8 +133,10 @@ class LiveLists:
             name = normalize_host(host)
         except HostError:
             return decision
-        for entry, why in list(self._reasons.items()):
+        for entry, (why, rule) in list(self._reasons.items()):
             pattern, entry_port = _entry(entry)
-            if why and _matches(name, pattern) and _port_ok(entry_port, port, deny=True):
+            if _matches(name, pattern) and _port_ok(entry_port, port, deny=True):
+                if rule != RULE_DENIED:
+                    return Decision(False, rule, why)
                 return Decision(False, RULE_DENIED, f"{name} is denied ({entry!r} in {RULE_DENIED}): {why}")
         return decision
