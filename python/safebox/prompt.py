@@ -24,7 +24,7 @@ import termios
 import time
 from collections.abc import Callable
 
-from safebox.decide import Answer, Decision, Request, Runtime
+from safebox.decide import Answer, Request, Runtime
 from safebox.errors import SafeboxError
 
 __all__ = ["DEFAULT_ASK_TIMEOUT", "TerminalPrompt", "exec_runtime"]
@@ -83,7 +83,7 @@ class TerminalPrompt:
             _write(fd, f"safebox: {shown}:{request.port} allowed for this run\r\n")
             return Answer(allow=True, remember=True, by="terminal", reason="allowed for this run at the terminal")
         _write(fd, f"safebox: {shown}:{request.port} denied for this run\r\n")
-        return Decision(False, "denied at the terminal")
+        return Answer(allow=False, remember=True, by="terminal", reason="denied at the terminal")
 
 
 def _write(fd: int, text: str) -> None:

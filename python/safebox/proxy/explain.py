@@ -56,7 +56,7 @@ def fix_for(host: str, decision: Decision, port: int | None = None) -> str:
     if decision.rule == RULE_REQUEST:
         return "the request is malformed; no policy change allows it"
     if decision.rule == RULE_ASK:
-        return f"answer allow when asked, or --allow-domain {host} ({RULE_ALLOWED} in a policy file)"
+        return f"--allow-domain {host} ({RULE_ALLOWED} in a policy file), or allow it when asked"
     if decision.rule == RULE_DENIED:
         return f"{host} is denied on purpose: remove the matching --deny-domain or {RULE_DENIED} entry"
     if decision.rule == RULE_LOCAL:
