@@ -92,7 +92,7 @@ def test_questions_are_serialised_and_one_left_unanswered_is_denied(shared_home:
     most = [0]
     lock = threading.Lock()
 
-    def slow_yes(req: safebox.Request) -> bool:
+    def slow_yes(_req: safebox.Request) -> bool:
         with lock:
             active[0] += 1
             most[0] = max(most[0], active[0])
@@ -109,7 +109,7 @@ def test_questions_are_serialised_and_one_left_unanswered_is_denied(shared_home:
     assert (r.returncode, r.stdout) == (0, "ok\nok\n"), r.stderr
     assert most[0] == 1
 
-    def never(req: safebox.Request) -> bool:
+    def never(_req: safebox.Request) -> bool:
         time.sleep(3)
         return True
 
