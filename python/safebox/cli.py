@@ -93,7 +93,7 @@ EXEC_OPTIONS: tuple[Opt, ...] = (
              "suggested policy (JSON) to OUT; file rules and local-address refusals still hold.", value="OUT"),
     Opt(long="--ask", dest="ask",
         help="Ask on the terminal (/dev/tty) about each host the policy does not allow: once, for this run, or "
-             "deny; without a terminal every such host is denied and one line says so (docs/network.md)."),
+             "deny; without a terminal every such host is denied and one line says so (docs/index.md)."),
     Opt(long="--ask-timeout", dest="ask_timeout",
         help="Seconds --ask waits for an answer before it denies (default 60).", value="SECONDS"),
     Opt(long="--control-fd", dest="control_fd",

@@ -1,4 +1,4 @@
-"""``safebox exec --ask`` and ``--control-fd`` (docs/network.md, "Deciding
+"""``safebox exec --ask`` and ``--control-fd`` (docs/index.md, "Deciding
 while it runs"): real safebox, proxy and curl; a pseudo-terminal made by the
 test is safebox's controlling terminal (``setsid -c``), and the test answers
 on it as the user would. ``localhost`` (allowLocalDestinations) stands for a
