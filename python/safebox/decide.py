@@ -45,6 +45,10 @@ __all__ = ["DEFAULT_TIMEOUT", "RULE_ASK", "Asker", "Decision", "Request", "Runti
 
 #: Seconds a question waits for its answer before it is denied.
 DEFAULT_TIMEOUT = 30.0
+#: Questions that may wait for their turn at once; past this, a new one is
+#: denied at once (a command asking about 10,000 hosts must not queue 10,000
+#: questions for a person, or hold 10,000 connections open).
+MAX_WAITING = 32
 #: The rule of a decision made by asking (audit log, events, refusal lines).
 RULE_ASK = "ask"  # proxy/rules.py's, without importing the proxy here
 
@@ -52,14 +56,12 @@ RULE_ASK = "ask"  # proxy/rules.py's, without importing the proxy here
 class Request(Frozen):
     """What the sandbox asks for. ``kind``: ``"network"`` (later
     ``"filesystem"``); ``host``: the canonical name or IP literal; ``port``;
-    ``protocol``: ``"connect"``, ``"http"`` or ``"socks5"``; ``args``: the
-    command whose connection it is, when the proxy can tell."""
+    ``protocol``: ``"connect"``, ``"http"`` or ``"socks5"``."""
 
     kind: str
     host: str
     port: int
     protocol: str = "connect"
-    args: tuple[str, ...] | None = None
 
 
 class Decision(Frozen):
@@ -128,6 +130,7 @@ class Asker:
         self._pool: concurrent.futures.ThreadPoolExecutor | None = None
         self._pool_lock = threading.Lock()
         self._lock: Any = None  # an asyncio.Lock, made on the proxy's loop
+        self._waiting = 0  # questions waiting for their turn or their answer (the proxy's loop only)
 
     def _worker(self) -> concurrent.futures.ThreadPoolExecutor:
         with self._pool_lock:
@@ -152,23 +155,39 @@ class Asker:
             return asyncio.run(_awaited(value))
         return value
 
-    async def decide(self, name: str, port: int, protocol: str, *, args: tuple[str, ...] | None = None,
+    async def decide(self, name: str, port: int, protocol: str, *,
                      audit: Callable[..., None] | None = None) -> Verdict:
         """The verdict on ``name:port`` (canonical ``name``), asking when the
         live lists still do not decide it once this question's turn comes."""
         import asyncio
 
-        from safebox.proxy.rules import RULE_ALLOWED
         from safebox.proxy.rules import Decision as Verdict
 
         if self._lock is None:
             self._lock = asyncio.Lock()
+        if self._waiting >= MAX_WAITING:
+            reason = f"denied: {MAX_WAITING} questions are already waiting for an answer"
+            if audit is not None:
+                audit("ask", host=name, port=port, protocol=protocol, by="limit", answer="deny-once", reason=reason)
+            return Verdict(False, RULE_ASK, reason)
+        self._waiting += 1
+        try:
+            return await self._decide(name, port, protocol, audit)
+        finally:
+            self._waiting -= 1
+
+    async def _decide(self, name: str, port: int, protocol: str, audit: Callable[..., None] | None) -> Verdict:
+        import asyncio
+
+        from safebox.proxy.rules import RULE_ALLOWED
+        from safebox.proxy.rules import Decision as Verdict
+
         async with self._lock:
             # An earlier answer (or allow_domain) may have decided it meanwhile.
             current = self.live.rules.check_host(name, port)
             if current.allowed or current.rule != RULE_ALLOWED:
                 return self.live.explained(name, port, current)
-            request = Request(kind="network", host=name, port=port, protocol=protocol, args=args)
+            request = Request(kind="network", host=name, port=port, protocol=protocol)
             loop = asyncio.get_running_loop()
             future = loop.run_in_executor(self._worker(), self._call, request)
             try:

@@ -182,3 +182,31 @@ def test_allow_domain_and_deny_domain_change_the_lists_while_a_command_runs(shar
     with safebox.Sandbox(cwd=shared_home.work, env=shared_home.env()) as sb, \
             pytest.raises(safebox.SafeboxError, match="this sandbox has no network to change"):
         sb.allow_domain("localhost")
+
+
+def test_a_flood_of_questions_is_bounded_and_the_rest_denied_at_once(shared_home: FakeHome, server: int) -> None:
+    # 40 connections to 40 ports at once while the first question hangs: 32
+    # may wait for an answer, the others are denied without being asked.
+    release = threading.Event()
+    asked: list[int] = []
+
+    def hold(req: safebox.Request) -> bool:
+        asked.append(req.port)
+        release.wait(20)
+        return req.port == server
+
+    ports = [server, *range(20001, 20040)]
+    flood = " ".join(f"(curl -s -o /dev/null -w '%{{http_code}} {p}\\n' --max-time 30 http://localhost:{p}/) &"
+                     for p in ports) + " wait"
+    with safebox.Sandbox(LOCAL, cwd=shared_home.work, env=shared_home.env(), on_request=hold,
+                         request_timeout=25) as sb:
+        p = sb.popen(flood, shell=True, stdout=safebox.PIPE, text=True)
+        assert p.stdout is not None
+        early = [p.stdout.readline() for _ in range(len(ports) - 32)]
+        release.set()
+        rest, _ = p.communicate(timeout=60)
+    assert all(line.startswith("403 ") for line in early), early
+    assert f"200 {server}\n" in rest  # control: the question answered yes
+    assert len(asked) <= 32
+    denied = [e for e in p.events if e.kind == "network" and "questions are already waiting" in e.data["message"]]
+    assert len(denied) == len(ports) - 32

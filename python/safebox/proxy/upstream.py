@@ -469,8 +469,6 @@ class Gate:
     live: LiveLists | None = None
     #: Puts a destination no entry allows to whoever runs the sandbox (decide.py).
     ask: Asker | None = None
-    #: The command a connection belongs to, when the proxy can tell (for the question).
-    owner_args: Callable[[], tuple[str, ...] | None] | None = None
     _loop: asyncio.AbstractEventLoop | None = field(default=None, repr=False)
     #: Per destination and verdict: (host, port, verdict) -> [connections,
     #: bytes out, bytes in, rule, reason]. Read by the run's report and by
@@ -554,8 +552,7 @@ class Gate:
             decision = self.live.explained(host, port, decision)
         if not decision.allowed and decision.rule == RULE_ALLOWED and self.ask is not None:
             # No entry allows it and none denies it: ask (decide.py).
-            decision = await self.ask.decide(normalize_host(host), port, protocol, audit=self.audit,
-                                             args=self.owner_args() if self.owner_args is not None else None)
+            decision = await self.ask.decide(normalize_host(host), port, protocol, audit=self.audit)
             rules = self.live.rules if self.live is not None else rules
         if not decision.allowed:
             self.record(host, port, protocol, decision)
