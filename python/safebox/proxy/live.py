@@ -34,7 +34,7 @@ MAX_REASON = 500
 
 def clean_reason(text: object, *, default: str) -> str:
     """A reason given by a harness, as one line of printable text (srt's
-    rules): every run of control or invisible characters becomes one space,
+    rules): every run of control or invisible characters (and of spaces) becomes one space,
     ``<`` and ``>`` are dropped, the ends trimmed, at most :data:`MAX_REASON`
     characters; ``default`` when nothing is left. Non-ASCII letters stay here;
     the refusal line and the header keep printable ASCII only (explain.py)."""
@@ -52,7 +52,7 @@ def clean_reason(text: object, *, default: str) -> str:
             continue
         out.append(c)
         space = False
-    cleaned = "".join(out).strip()[:MAX_REASON].strip()
+    cleaned = " ".join("".join(out).split())[:MAX_REASON].strip()
     return cleaned or default
 
 
