@@ -19,7 +19,7 @@ from collections.abc import Iterator, Sequence
 
 import pytest
 
-from sbx import FakeHome, token
+from sbx import BOTH, BWRAP_ONLY, HELPER_ONLY, FakeHome, token
 
 pytestmark = pytest.mark.needs_bwrap
 
@@ -58,13 +58,13 @@ def code(port: int, host: str = "localhost") -> str:
 
 
 def on_terminal(home: FakeHome, command: Sequence[str], opts: Sequence[str], answers: Sequence[str | None], *,
-                delay: float = 0.0, timeout: float = 60) -> tuple[int, str, str, str]:
+                delay: float = 0.0, timeout: float = 60, mode: str = BOTH) -> tuple[int, str, str, str]:
     """Run safebox with a new pseudo-terminal as its controlling terminal;
     answer each question with the next of ``answers`` (None: say nothing),
     ``delay`` seconds after it appears. Returns (status, stdout, stderr, what
     the terminal showed)."""
     master, slave = os.openpty()
-    p = subprocess.Popen(["setsid", "-w", "-c", *home.argv(command, opts=opts)], stdin=slave,
+    p = subprocess.Popen(["setsid", "-w", "-c", *home.argv(command, opts=opts, mode=mode)], stdin=slave,
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=home.work, env=home.env(), text=True)
     os.close(slave)
     shown = ""
@@ -137,14 +137,17 @@ except OSError as e:
 """
 
 
+@pytest.mark.parametrize("mode", [BOTH, HELPER_ONLY, BWRAP_ONLY])
 @pytest.mark.parametrize("user", [None, "o"], ids=["nobody-answers", "control-the-user-answers"])
-def test_the_command_cannot_answer_its_own_question(fresh_home: FakeHome, server: int, user: str | None) -> None:
+def test_the_command_cannot_answer_its_own_question(fresh_home: FakeHome, server: int, user: str | None,
+                                                    mode: str) -> None:
     # While safebox asks, the command pushes "r\n" into the terminal (TIOCSTI)
     # and writes it on the terminal it holds: neither is an answer.
     (fresh_home.work / "probe.py").write_text(PROBE)
     script = f"{code(server)} & sleep 1; python3 probe.py; printf 'r\\n' >&0; printf 'r\\n' >/dev/tty; wait"
     rc, out, err, tty = on_terminal(fresh_home, ["sh", "-c", script],
-                                    [*local_policy(fresh_home), "--ask", "--ask-timeout", "5"], [user], delay=2.5)
+                                    [*local_policy(fresh_home), "--ask", "--ask-timeout", "5"], [user], delay=2.5,
+                                    mode=mode)
     assert "TIOCSTI EPERM" in out, out + err
     assert tty.count(PROMPT) == 1, tty
     if user is None:
