@@ -56,6 +56,12 @@ def test_allow_and_deny_replace_the_same_entry_and_other_denies_still_win() -> N
     assert (d.allowed, d.reason) == (False, "example.com is denied ('example.com' in network.deniedDomains): closed")
     live.allow("example.com")
     assert live.rules.check_host("example.com", 443).allowed
+    # An answer remembered as "deny" is dropped by an allow that covers it.
+    live.deny("api.example.org:443", "denied when asked", rule="ask")
+    d = live.explained("api.example.org", 443, live.rules.check_host("api.example.org", 443))
+    assert (d.allowed, d.rule, d.reason) == (False, "ask", "denied when asked")
+    live.allow("*.example.org")
+    assert live.rules.check_host("api.example.org", 443).allowed
     with pytest.raises(ValueError, match="not a domain entry: 'http://x'"):
         live.allow("http://x")
 

@@ -85,14 +85,21 @@ class LiveLists:
                                               learn=self._learn)
 
     def allow(self, entry: str) -> str:
-        """Add ``entry`` to the allowed list (and drop the same entry from the
-        denied one: the caller's latest word wins). Returns the canonical entry."""
+        """Add ``entry`` to the allowed list, and drop from the denied one the
+        same entry and the answers remembered as "deny" it covers: the
+        caller's latest word wins. Returns the canonical entry."""
         canon = self.canonical(entry)
+        pattern, port = _entry(canon)
         with self._lock:
             r = self.rules
+            # Answers remembered as "deny" that this entry covers go too: the
+            # caller changed its mind (policy entries stay, as in a policy).
+            asked = {d for d, (_, rule) in self._reasons.items() if rule != RULE_DENIED
+                     and _matches(_entry(d)[0], pattern) and (port is None or _entry(d)[1] == port)}
             allowed = r.allowed if canon in r.allowed else (*r.allowed, canon)
-            self._swap(allowed, tuple(d for d in r.denied if d != canon))
-            self._reasons.pop(canon, None)
+            self._swap(allowed, tuple(d for d in r.denied if d != canon and d not in asked))
+            for d in (canon, *asked):
+                self._reasons.pop(d, None)
         return canon
 
     def deny(self, entry: str, reason: str | None = None, *, rule: str = RULE_DENIED) -> str:
