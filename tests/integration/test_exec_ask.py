@@ -58,7 +58,8 @@ def code(port: int, host: str = "localhost") -> str:
 
 
 def on_terminal(home: FakeHome, command: Sequence[str], opts: Sequence[str], answers: Sequence[str | None], *,
-                delay: float = 0.0, timeout: float = 60, mode: str = BOTH) -> tuple[int, str, str, str]:
+                delay: float = 0.0, timeout: float = 60, mode: str = BOTH, typeahead: bytes = b""
+                ) -> tuple[int, str, str, str]:
     """Run safebox with a new pseudo-terminal as its controlling terminal;
     answer each question with the next of ``answers`` (None: say nothing),
     ``delay`` seconds after it appears. Returns (status, stdout, stderr, what
@@ -67,6 +68,8 @@ def on_terminal(home: FakeHome, command: Sequence[str], opts: Sequence[str], ans
     p = subprocess.Popen(["setsid", "-w", "-c", *home.argv(command, opts=opts, mode=mode)], stdin=slave,
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=home.work, env=home.env(), text=True)
     os.close(slave)
+    if typeahead:
+        os.write(master, typeahead)  # typed before any question, as for the command
     shown = ""
     pending = list(answers)
     deadline = time.monotonic() + timeout
@@ -155,6 +158,18 @@ def test_the_command_cannot_answer_its_own_question(fresh_home: FakeHome, server
         assert f"no answer: localhost:{server} denied" in tty, tty
     else:
         assert "200\n" in out, out + err + tty
+
+
+def test_keys_typed_before_the_question_are_not_its_answer(fresh_home: FakeHome, server: int) -> None:
+    rc, out, err, tty = on_terminal(fresh_home, ["sh", "-c", f"sleep 1; {code(server)}"],
+                                    [*local_policy(fresh_home), "--ask", "--ask-timeout", "2"], [None],
+                                    typeahead=b"r\n")
+    assert (rc, out) == (0, "403\n"), err + tty
+    assert f"no answer: localhost:{server} denied" in tty, tty
+    # Control: the same keys typed after the question answer it.
+    rc, out, err, tty = on_terminal(fresh_home, ["sh", "-c", f"sleep 1; {code(server)}"],
+                                    [*local_policy(fresh_home), "--ask", "--ask-timeout", "5"], ["r"])
+    assert (rc, out) == (0, "200\n"), err + tty
 
 
 def test_ask_without_a_terminal_denies_and_says_so_once(fresh_home: FakeHome, server: int) -> None:
