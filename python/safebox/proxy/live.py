@@ -140,7 +140,9 @@ class LiveLists:
             name = normalize_host(host)
         except HostError:
             return decision
-        for entry, (why, rule) in list(self._reasons.items()):
+        with self._lock:
+            reasons = list(self._reasons.items())
+        for entry, (why, rule) in reasons:
             pattern, entry_port = _entry(entry)
             if _matches(name, pattern) and _port_ok(entry_port, port, deny=True):
                 if rule != RULE_DENIED:
