@@ -55,8 +55,6 @@ def fix_for(host: str, decision: Decision, port: int | None = None) -> str:
         return f"--allow-domain {shown}:{port} ({RULE_ALLOWED} in a policy file)"
     if decision.rule == RULE_REQUEST:
         return "the request is malformed; no policy change allows it"
-    if decision.rule == RULE_ASK:
-        return f"--allow-domain {host} ({RULE_ALLOWED} in a policy file), or allow it when asked"
     if decision.rule == RULE_DENIED:
         return f"{host} is denied on purpose: remove the matching --deny-domain or {RULE_DENIED} entry"
     if decision.rule == RULE_LOCAL:
@@ -67,7 +65,8 @@ def fix_for(host: str, decision: Decision, port: int | None = None) -> str:
     presets = _presets(host)
     if presets:
         fix += " or " + " or ".join(f"--preset {p}" for p in presets)
-    return f"{fix} ({RULE_ALLOWED} in a policy file)"
+    fix = f"{fix} ({RULE_ALLOWED} in a policy file)"
+    return f"{fix}, or allow it when asked" if decision.rule == RULE_ASK else fix
 
 
 def policy_fix(host: str, decision: Decision, port: int | None = None) -> str:
