@@ -210,3 +210,17 @@ def test_a_flood_of_questions_is_bounded_and_the_rest_denied_at_once(shared_home
     assert len(asked) <= 32
     denied = [e for e in p.events if e.kind == "network" and "questions are already waiting" in e.data["message"]]
     assert len(denied) == len(ports) - 32
+
+
+def test_an_answer_allows_the_name_never_a_local_address_behind_it(shared_home: FakeHome, server: int) -> None:
+    # "localhost" allowed when asked still resolves to loopback: without
+    # allowLocalDestinations the address check refuses it after the answer.
+    with safebox.Sandbox(cwd=shared_home.work, env=shared_home.env(), on_request=lambda _r: True) as sb:
+        r = sb.run(curl("localhost", server), capture_output=True, text=True)
+    assert r.stdout.startswith("HTTP/1.1 403"), r.stdout
+    assert "\nX-Safebox-Refused: localhost; network.allowLocalDestinations; " in r.stdout, r.stdout
+    # Control: with local destinations allowed, the same answer reaches the server
+    # (test_on_request_allows_once_for_the_lifetime_or_denies_with_a_reason).
+    with safebox.Sandbox(LOCAL, cwd=shared_home.work, env=shared_home.env(), on_request=lambda _r: True) as sb:
+        r = sb.run(curl("localhost", server), capture_output=True, text=True)
+    assert r.stdout.endswith("\nok\n"), r.stdout
