@@ -219,6 +219,13 @@ def test_an_answer_allows_the_name_never_a_local_address_behind_it(shared_home: 
         r = sb.run(curl("localhost", server), capture_output=True, text=True)
     assert r.stdout.startswith("HTTP/1.1 403"), r.stdout
     assert "\nX-Safebox-Refused: localhost; network.allowLocalDestinations; " in r.stdout, r.stdout
+    # A denied host is never put to the callback at all.
+    asked: list[safebox.Request] = []
+    with safebox.Sandbox({"network": {"allowLocalDestinations": True, "deniedDomains": ["localhost"]}},
+                         cwd=shared_home.work, env=shared_home.env(),
+                         on_request=lambda req: asked.append(req) is None) as sb:
+        r = sb.run(curl("localhost", server), capture_output=True, text=True)
+    assert "\nX-Safebox-Refused: localhost; network.deniedDomains; " in r.stdout and asked == [], r.stdout
     # Control: with local destinations allowed, the same answer reaches the server
     # (test_on_request_allows_once_for_the_lifetime_or_denies_with_a_reason).
     with safebox.Sandbox(LOCAL, cwd=shared_home.work, env=shared_home.env(), on_request=lambda _r: True) as sb:
