@@ -12,7 +12,9 @@ if TYPE_CHECKING:
     from collections.abc import Callable
     from typing import Any
 
+    from safebox.decide import Asker
     from safebox.proxy.inject import Injector
+    from safebox.proxy.live import LiveLists
     from safebox.proxy.parent import ParentProxy
     from safebox.proxy.tls import Mitm
 
@@ -50,6 +52,11 @@ class ProxyConfig(Frozen):
     #: Where the proxy's one-off lines (a TLS failure) go instead of stderr:
     #: the API's ``message`` events. None: stderr, unless ``explain`` is off.
     say: Callable[[str], None] | None = None
+    #: Lists that change while the sandbox runs (proxy/live.py); they replace
+    #: the domain lists above, which then only say what the lists began as.
+    live: LiveLists | None = None
+    #: Asks about a host no entry allows (decide.py): ``on_request``, ``--ask``.
+    ask: Asker | None = None
 
     def __init__(self, allowed_domains: tuple[str, ...] = (), denied_domains: tuple[str, ...] = (),
                  **kw: Any) -> None:

@@ -95,7 +95,7 @@ class ProxyServer:
     def __init__(self, config: ProxyConfig, *, run_dir: str | os.PathLike[str], tcp: bool = False,
                  unix: bool = True) -> None:
         try:
-            self.rules = NetworkRules.from_policy(
+            self.rules = config.live.rules if config.live is not None else NetworkRules.from_policy(
                 config.allowed_domains,
                 config.denied_domains,
                 allow_local_destinations=config.allow_local_destinations,
@@ -151,7 +151,8 @@ class ProxyServer:
                   else None)
         gate = self._gate = Gate(self.rules, audit=self._audit.event if self._audit else None, explain=explain,
                                  parent=self.config.parent, mitm=self.config.mitm, injector=self.config.injector,
-                                 report=report, denied=self.config.denied)
+                                 report=report, denied=self.config.denied, live=self.config.live,
+                                 ask=self.config.ask)
         ready = threading.Event()
         failure: list[BaseException] = []
         loop = asyncio.new_event_loop()
