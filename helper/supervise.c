@@ -830,9 +830,25 @@ static long status_id(pid_t tid, const char *key)
 	return n > 0 ? nt_status_last(buf, (size_t)n, key) : -1;
 }
 
+/* Whether task TID lives in our pid namespace (its ids there are ours):
+ * both /proc/PID/ns/pid links name one namespace.  0 when unsure (the link
+ * needs ptrace read access: a non-dumpable task's is not ours to read). */
+static int our_pid_ns(pid_t tid)
+{
+	char path[64];
+	struct stat ours, its;
+
+	snprintf(path, sizeof(path), "/proc/%d/ns/pid", (int)tid);
+	return stat("/proc/self/ns/pid", &ours) == 0 && stat(path, &its) == 0 && ours.st_dev == its.st_dev &&
+	       ours.st_ino == its.st_ino;
+}
+
 /* The host thread id of the thread the caller (host thread CALLER, of host
  * process HOST_TGID) calls TID where it lives (nt_comm_path: 0 itself, -1
- * its main thread), or -1 when its process has no such thread. */
+ * its main thread), or -1 when its process has no such thread.  Whatever
+ * it returns, the open of /proc/HOST_TGID/task/ID/comm finds only a thread
+ * of HOST_TGID's group (the kernel's proc_task_lookup): an id of another
+ * process there, or one that exited and was reused meanwhile, fails. */
 static pid_t host_thread(pid_t caller, pid_t host_tgid, long tid)
 {
 	char path[64];
@@ -840,10 +856,17 @@ static pid_t host_thread(pid_t caller, pid_t host_tgid, long tid)
 	pid_t found = -1;
 	DIR *dir;
 
-	if (tid == 0 || tid == status_id(caller, "NSpid"))
+	if (tid == 0)
 		return caller;
 	if (tid == -1)
 		return host_tgid;
+	/* Without bubblewrap the command shares our pid namespace: TID is the
+	 * host id, and no walk of the task list (two reads of a status per
+	 * thread: a process of N threads naming each would cost N*N). */
+	if (our_pid_ns(caller))
+		return (pid_t)tid;
+	if (tid == status_id(caller, "NSpid"))
+		return caller;
 	snprintf(path, sizeof(path), "/proc/%d/task", (int)host_tgid);
 	dir = opendir(path);
 	if (dir == NULL)
@@ -854,8 +877,9 @@ static pid_t host_thread(pid_t caller, pid_t host_tgid, long tid)
 
 		while (*p >= '0' && *p <= '9' && t <= NT_MAX_PID)
 			t = t * 10 + (*p++ - '0');
-		if (*p == '\0' && t > 0 && t <= NT_MAX_PID && status_id((pid_t)t, "Tgid") == host_tgid &&
-		    status_id((pid_t)t, "NSpid") == tid)
+		/* Only NSpid: the directory lists HOST_TGID's threads, and the
+		 * open checks the group again (above). */
+		if (*p == '\0' && t > 0 && t <= NT_MAX_PID && status_id((pid_t)t, "NSpid") == tid)
 			found = (pid_t)t;
 	}
 	closedir(dir);

@@ -85,3 +85,43 @@ def test_another_processs_comm_and_the_rest_of_ones_own_proc_dir_stay_refused_by
 def test_control_with_bubblewrap_alone_there_is_no_landlock_and_all_of_it_opens(shared_home: FakeHome) -> None:
     got = probe(shared_home.run(["python3", "-c", PROBE], mode=BWRAP_ONLY).stdout)
     assert got["setname"] == "0 sbx-named" and got["other-comm"] == "OK" and got["own-oom"] == "OK", got
+
+
+MANY = r"""
+import errno, os, subprocess, threading
+ev = threading.Event()
+ts = [threading.Thread(target=ev.wait) for _ in range(40)]
+for t in ts:
+    t.start()
+pick = ts[27]
+with open(f"/proc/self/task/{pick.native_id}/comm", "w") as f:
+    f.write("sbx-picked")
+names = {t.native_id: open(f"/proc/self/task/{t.native_id}/comm").read().strip() for t in ts}
+print("picked", names.pop(pick.native_id), "others", sorted(set(names.values())))
+child = subprocess.Popen(["sleep", "30"])
+for key, path in (("other-as-task", f"/proc/self/task/{child.pid}/comm"),
+                  ("other-pid-own-task", f"/proc/{child.pid}/task/{pick.native_id}/comm")):
+    try:
+        open(path, "w").close()
+        print(key, "OK")
+    except OSError as e:
+        print(key, errno.errorcode[e.errno])
+child.kill(); child.wait()
+ev.set()
+"""
+
+
+@pytest.mark.parametrize("mode", [BOTH, HELPER_ONLY])
+def test_among_many_threads_exactly_the_named_one_is_named_and_another_processs_id_is_no_thread(
+        shared_home: FakeHome, mode: str) -> None:
+    # Without bubblewrap the supervisor takes the id as the host's (one pid
+    # namespace) instead of reading every thread's status; with it, it looks
+    # the id up. Either way the kernel opens only a thread of the caller's
+    # group: another process's id spelled as a task of one's own is ENOENT,
+    # as on the host.
+    r = shared_home.run(["python3", "-c", MANY], mode=mode)
+    assert r.returncode == 0, r.stderr
+    got = probe(r.stdout)
+    assert got == {"picked": "sbx-picked others ['python3']", "other-as-task": "ENOENT",
+                   "other-pid-own-task": "ENOENT"}, got
+    assert probe(host(["python3", "-c", MANY]).stdout) == got
