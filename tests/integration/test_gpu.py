@@ -202,7 +202,10 @@ def test_with_a_gpu_cuda_serves_its_uvm_socket_and_every_host_socket_stays_hidde
     # CUDA binds an abstract SEQPACKET socket (cuda-uvmfd-NS-PID) in cuInit,
     # and fails with CUDA_ERROR_OPERATING_SYSTEM without it (seen on an H200,
     # docs/benchmarks.md "GPUs"). Before: "socket EPERM".
-    r = shared_home.run(["python3", "-c", UNIX_PROBE, host_socket], opts=["--allow-gpu"], env=env)
+    r = shared_home.run(["python3", "-c", UNIX_PROBE.replace("SOCK_STREAM", "SOCK_SEQPACKET"), host_socket],
+                        opts=["--allow-gpu"], env=env)
+    # A SEQPACKET probe (the one type a GPU turns on) meets the mask, not its
+    # type: the empty file bound over the socket refuses the connection.
     assert r.stdout.splitlines() == ["abstract listen OK", "host socket ECONNREFUSED"], r.stderr
 
 
@@ -237,11 +240,15 @@ for _ in range(300):  # the host binds it after the start
     except OSError:
         pass
     time.sleep(0.05)
-c = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-try:
-    c.connect(sys.argv[1]); print("host socket OK", c.recv(64).decode())
-except OSError as e:
-    print("host socket", errno.errorcode[e.errno])
+for name, kind in (("stream", socket.SOCK_STREAM), ("seqpacket", socket.SOCK_SEQPACKET)):
+    try:
+        c = socket.socket(socket.AF_UNIX, kind)
+    except OSError as e:
+        print(name, "socket", errno.errorcode[e.errno]); continue
+    try:
+        c.connect(sys.argv[1]); print(name, "host socket OK", c.recv(64).decode())
+    except OSError as e:
+        print(name, "host socket", errno.errorcode[e.errno])
 """
 
 SERVE = r"""
@@ -263,12 +270,8 @@ def started(srv: subprocess.Popen[str]) -> None:
         pytest.fail("the daemon did not bind its socket")
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError,
-                   reason="known gap (review of 50b456e): --allow-gpu turns socket(AF_UNIX) on, and the masks "
-                          "cover only the sockets in the host network namespace's list when the sandbox starts; "
-                          "docs/gpu.md \"What the masks do not hide\"")
 @pytest.mark.parametrize("where", ["bound after the start", "in another network namespace"])
-def test_with_a_gpu_no_host_socket_is_reachable_not_one_bound_later_or_in_another_network_namespace(
+def test_with_a_gpu_a_daemons_socket_the_masks_miss_is_still_unreachable_by_its_type(
         shared_home: FakeHome, env: dict[str, str], where: str) -> None:
     d = tempfile.mkdtemp(prefix="safebox-gpu-late-", dir="/var/tmp")
     os.chmod(d, 0o755)
@@ -305,5 +308,24 @@ def test_with_a_gpu_no_host_socket_is_reachable_not_one_bound_later_or_in_anothe
             if srv.stdout is not None:
                 srv.stdout.close()
         shutil.rmtree(d, ignore_errors=True)
-    # Before 50b456e: "socket EPERM" (no unix socket under --allow-gpu with the helper).
-    assert "host socket OK" not in out, (out, err)
+    # The masks miss this socket (bound after the start, or listening in
+    # another network namespace); the socket type stops it: a GPU alone turns
+    # on SOCK_SEQPACKET only, and a STREAM daemon refuses SEQPACKET peers.
+    # Before: "stream host socket OK daemon".
+    assert out.splitlines()[-2:] == ["stream socket EPERM", "seqpacket host socket EPROTOTYPE"], (out, err)
+
+
+def test_control_on_the_host_a_daemons_late_socket_answers_a_stream_peer() -> None:
+    d = tempfile.mkdtemp(prefix="safebox-gpu-late-", dir="/var/tmp")
+    path = os.path.join(d, "daemon.sock")
+    srv = subprocess.Popen([sys.executable, "-c", SERVE, path], stdout=subprocess.PIPE, text=True)
+    try:
+        started(srv)
+        out = host(["python3", "-c", LATE_PROBE, path]).stdout
+    finally:
+        srv.kill()
+        srv.wait()
+        if srv.stdout is not None:
+            srv.stdout.close()
+        shutil.rmtree(d, ignore_errors=True)
+    assert out.splitlines()[1:] == ["stream host socket OK daemon", "seqpacket host socket EPROTOTYPE"], out

@@ -256,13 +256,16 @@ class Session:
         self.filter_id = ""
         if self.layers is Layers.BWRAP_ONLY:
             return
-        unix = bool(self.policy.allow_unix_sockets or self.policy.allow_all_unix_sockets
-                    or self.policy.devices_gpu)  # CUDA's UVM socket: docs/gpu.md, "Unix sockets"
+        listed = bool(self.policy.allow_unix_sockets or self.policy.allow_all_unix_sockets)
+        # A GPU alone turns on SOCK_SEQPACKET only: CUDA's UVM socket (docs/gpu.md, "Unix sockets").
+        seq = bool(self.policy.devices_gpu) and not listed
+        unix = listed or seq
         inet = _plan.seccomp_inet(self.layers, self.net)
-        self.bpf, self.filter_id = bpf_cache.load(cache_dir=self.cache_dir, allow_unix_sockets=unix, inet=inet)
+        self.bpf, self.filter_id = bpf_cache.load(cache_dir=self.cache_dir, allow_unix_sockets=unix, inet=inet,
+                                                  unix_seqpacket_only=seq)
         if self.observe != "off":
             self.observe_bpf, _ = bpf_cache.load(cache_dir=self.cache_dir, allow_unix_sockets=unix, inet=inet,
-                                                 observe=self.observe)
+                                                 observe=self.observe, unix_seqpacket_only=seq)
 
     def command(self, argv: tuple[str, ...], *, env: Mapping[str, str] | None = None, cwd: str | None = None,
                 prescan: dict[tuple[str, int], Any] | None = None) -> Command:
