@@ -570,8 +570,9 @@ def _mcp(file: str, *, unwrap: bool, dry_run: bool, servers: tuple[str, ...], **
         out.write(f"{o.name}: {o.action}" + (f": {o.detail}" if o.detail else "") + "\n")
     if dry_run:
         sys.stdout.write(mcpwrap.diff(file, text, new))
-    elif new != text:
-        mcpwrap.make_dirs(outcomes)
+        return 0
+    mcpwrap.make_dirs(outcomes)
+    if new != text:
         mcpwrap.write(path, new, mode)
         out.write(f"{file}: written ({sum(o.action in ('wrapped', 'unwrapped') for o in outcomes)} server(s) "
                   f"changed); restart the client to apply\n")

@@ -93,6 +93,7 @@ class Outcome(Frozen):
     action: str
     detail: str = ""
     work_dir: str | None = None
+    audit_log: str | None = None
 
 
 def auto_preset(command: str) -> str | None:
@@ -261,8 +262,7 @@ def _wrap_entry(text: str, name: str, entry: jsonc.Node, opts: WrapOptions) -> t
         edits.append(jsonc.Edit(start=cmd_member.value.end, end=cmd_member.value.end, new=new))
     preset = auto_preset(command) if opts.auto_presets else None
     detail = f"{command} runs under safebox exec" + (f" (--preset {preset})" if preset else "")
-    del audit
-    return edits, Outcome(name=name, action="wrapped", detail=detail, work_dir=work)
+    return edits, Outcome(name=name, action="wrapped", detail=detail, work_dir=work, audit_log=audit)
 
 
 def _unwrap_entry(text: str, name: str, entry: jsonc.Node) -> tuple[list[jsonc.Edit], Outcome]:
@@ -395,11 +395,15 @@ def write(path: str, text: str, mode: int) -> None:
 
 
 def make_dirs(outcomes: Sequence[Outcome]) -> None:
-    """Create each wrapped server's work dir (0700, ours) before a client starts it."""
+    """Create each wrapped server's work dir and its audit log's directory
+    (0700, ours) before a client starts it."""
     for o in outcomes:
-        if o.action == "wrapped" and o.work_dir is not None:
-            os.makedirs(os.path.dirname(o.work_dir), mode=0o700, exist_ok=True)
-            os.makedirs(o.work_dir, mode=0o700, exist_ok=True)
+        if o.action != "wrapped":
+            continue
+        for d in (o.work_dir, os.path.dirname(o.audit_log or "")):
+            if d:
+                os.makedirs(os.path.dirname(d), mode=0o700, exist_ok=True)
+                os.makedirs(d, mode=0o700, exist_ok=True)
 
 
 def diff(path: str, old: str, new: str) -> str:
