@@ -245,20 +245,22 @@ def _wrap_entry(text: str, name: str, entry: jsonc.Node, opts: WrapOptions) -> t
     if args is not None and (args.value.kind != "array" or any(i.kind != "string" for i in args.value.items)):
         return [], Outcome(name=name, action="skipped", detail="its \"args\" is not a list of strings")
     items, work, audit = exec_items(name, command, opts, had_args=args is not None)
+    # The command moves into args as its token was written (escapes and all): unwrap moves it back.
+    shown = [*map(_q, items[:-1]), text[cmd_member.value.start:cmd_member.value.end]]
     edits = [jsonc.Edit(start=cmd_member.value.start, end=cmd_member.value.end, new=_q(opts.safebox))]
     if args is not None:
         arr = args.value
         if arr.items:
             edits.append(jsonc.Edit(start=arr.items[0].start, end=arr.items[0].start,
-                                    new=", ".join(map(_q, items)) + ", "))
+                                    new=", ".join(shown) + ", "))
         else:
-            edits.append(jsonc.Edit(start=arr.end - 1, end=arr.end - 1, new=", ".join(map(_q, items))))
+            edits.append(jsonc.Edit(start=arr.end - 1, end=arr.end - 1, new=", ".join(shown)))
     else:
         sep = text[cmd_member.key_end:cmd_member.value.start]
         if "/" in sep:  # a comment between key and value: not copied
             sep = ": "
         lead = _ws_before(text, cmd_member.key_start)
-        new = f",{lead}\"args\"{sep}[{', '.join(map(_q, items))}]"
+        new = f",{lead}\"args\"{sep}[{', '.join(shown)}]"
         edits.append(jsonc.Edit(start=cmd_member.value.end, end=cmd_member.value.end, new=new))
     preset = auto_preset(command) if opts.auto_presets else None
     detail = f"{command} runs under safebox exec" + (f" (--preset {preset})" if preset else "")
