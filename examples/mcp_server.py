@@ -11,6 +11,7 @@ Usage (by an MCP client): python examples/mcp_server.py
 
 from __future__ import annotations
 
+import os
 import urllib.error
 import urllib.request
 
@@ -50,6 +51,12 @@ def fetch(url: str) -> str:
         return f"error: HTTP {e.code}: {e.read().decode(errors='replace')}"
     except OSError as e:
         return f"error: {e}"
+
+
+@app.tool()
+def env(name: str) -> str:
+    """The value of the environment variable ``name``, or ``unset``."""
+    return os.environ.get(name, "unset")
 
 
 if __name__ == "__main__":

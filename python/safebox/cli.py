@@ -571,7 +571,7 @@ def _mcp(file: str, *, unwrap: bool, dry_run: bool, servers: tuple[str, ...], **
     if dry_run:
         sys.stdout.write(mcpwrap.diff(file, text, new))
         return 0
-    mcpwrap.make_dirs(outcomes)
+    mcpwrap.prepare(outcomes)
     if new != text:
         mcpwrap.write(path, new, mode)
         out.write(f"{file}: written ({sum(o.action in ('wrapped', 'unwrapped') for o in outcomes)} server(s) "

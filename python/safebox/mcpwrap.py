@@ -94,6 +94,8 @@ class Outcome(Frozen):
     detail: str = ""
     work_dir: str | None = None
     audit_log: str | None = None
+    policy_file: str | None = None  # the server's own policy file
+    env_allow: tuple[str, ...] = ()  # the variables its entry gives it, which it keeps (env.allow)
 
 
 def auto_preset(command: str) -> str | None:
@@ -199,13 +201,14 @@ def _is_remote(entry: jsonc.Node) -> bool:
 
 # ------------------------------------------------------------ the exec line
 
-def exec_items(name: str, command: str, opts: WrapOptions, *, had_args: bool) -> tuple[list[str], str, str]:
+def exec_items(name: str, command: str, opts: WrapOptions, *, had_args: bool) -> tuple[list[str], str, str, str]:
     """The args of the wrapped entry up to and including the server's command,
-    its work dir and its audit log."""
+    its work dir, its audit log and its own policy file."""
     d = os.path.join(opts.state, dir_name(name))
     work = opts.work_dir or os.path.join(d, "work")
     audit = opts.audit_log or os.path.join(d, "audit.jsonl")
-    items = ["exec", "--chdir", work, "--audit-log", audit]
+    own = os.path.join(d, "policy.json")
+    items = ["exec", "--chdir", work, "--audit-log", audit, "--policy", own]
     presets = list(opts.presets)
     auto = auto_preset(command) if opts.auto_presets else None
     if auto is not None and auto not in presets:
@@ -222,7 +225,7 @@ def exec_items(name: str, command: str, opts: WrapOptions, *, had_args: bool) ->
                              hint="give it an \"args\": [] member, so that the wrapped line can end safebox's "
                                   "options with --")
     items.append(command)
-    return items, work, audit
+    return items, work, audit, own
 
 
 def _q(s: str) -> str:
@@ -244,7 +247,9 @@ def _wrap_entry(text: str, name: str, entry: jsonc.Node, opts: WrapOptions) -> t
     args = entry.get("args")
     if args is not None and (args.value.kind != "array" or any(i.kind != "string" for i in args.value.items)):
         return [], Outcome(name=name, action="skipped", detail="its \"args\" is not a list of strings")
-    items, work, audit = exec_items(name, command, opts, had_args=args is not None)
+    items, work, audit, own = exec_items(name, command, opts, had_args=args is not None)
+    env = entry.get("env")
+    env_allow = tuple(sorted(m.key for m in env.value.members)) if env is not None and env.value.kind == "object" else ()
     # The command moves into args as its token was written (escapes and all): unwrap moves it back.
     shown = [*map(_q, items[:-1]), text[cmd_member.value.start:cmd_member.value.end]]
     edits = [jsonc.Edit(start=cmd_member.value.start, end=cmd_member.value.end, new=_q(opts.safebox))]
@@ -264,7 +269,8 @@ def _wrap_entry(text: str, name: str, entry: jsonc.Node, opts: WrapOptions) -> t
         edits.append(jsonc.Edit(start=cmd_member.value.end, end=cmd_member.value.end, new=new))
     preset = auto_preset(command) if opts.auto_presets else None
     detail = f"{command} runs under safebox exec" + (f" (--preset {preset})" if preset else "")
-    return edits, Outcome(name=name, action="wrapped", detail=detail, work_dir=work, audit_log=audit)
+    return edits, Outcome(name=name, action="wrapped", detail=detail, work_dir=work, audit_log=audit,
+                          policy_file=own, env_allow=env_allow)
 
 
 def _unwrap_entry(text: str, name: str, entry: jsonc.Node) -> tuple[list[jsonc.Edit], Outcome]:
@@ -396,16 +402,52 @@ def write(path: str, text: str, mode: int) -> None:
     hostio.replace(path, text.encode("utf-8"), mode=mode)
 
 
-def make_dirs(outcomes: Sequence[Outcome]) -> None:
-    """Create each wrapped server's work dir and its audit log's directory
-    (0700, ours) before a client starts it."""
+def prepare(outcomes: Sequence[Outcome]) -> None:
+    """Before a client starts a wrapped server: create its work dir and its
+    audit log's directory (0700, ours), and its own policy file.
+
+    The policy file lets the server keep the variables its entry's ``env``
+    gives it (``env.allow``): the config names them for that server
+    (``GITHUB_PERSONAL_ACCESS_TOKEN`` for GitHub's), and ``safebox exec``
+    would otherwise remove every ``*TOKEN*``-like name. A file that exists
+    is the user's to edit: only names it lacks are added."""
     for o in outcomes:
         if o.action != "wrapped":
             continue
-        for d in (o.work_dir, os.path.dirname(o.audit_log or "")):
+        for d in (o.work_dir, os.path.dirname(o.audit_log or ""), os.path.dirname(o.policy_file or "")):
             if d:
                 os.makedirs(os.path.dirname(d), mode=0o700, exist_ok=True)
                 os.makedirs(d, mode=0o700, exist_ok=True)
+        if o.policy_file is not None:
+            _own_policy(o.policy_file, o.env_allow)
+
+
+def _own_policy(path: str, env_allow: tuple[str, ...]) -> None:
+    data = hostio.read(path, max_size=1 << 20)
+    doc: dict[str, object] = {}
+    if data is not None:
+        try:
+            loaded = json.loads(data)
+        except ValueError as e:
+            raise McpConfigError(f"{path}: not JSON ({e})", hint="fix it, or remove it and wrap again") from None
+        if not isinstance(loaded, dict):
+            raise McpConfigError(f"{path}: not a JSON object", hint="fix it, or remove it and wrap again")
+        doc = loaded
+    env = doc.setdefault("env", {})
+    if not isinstance(env, dict):
+        raise McpConfigError(f"{path}: \"env\" is not an object", hint="fix it, or remove it and wrap again")
+    allow = env.setdefault("allow", [])
+    if not isinstance(allow, list):
+        raise McpConfigError(f"{path}: \"env.allow\" is not a list", hint="fix it, or remove it and wrap again")
+    missing = [n for n in env_allow if n not in allow]
+    if data is not None and not missing:
+        return
+    allow += missing
+    if not allow:
+        del env["allow"]
+    if not env:
+        del doc["env"]
+    hostio.replace(path, (json.dumps(doc, indent=2) + "\n").encode(), mode=0o600)
 
 
 def diff(path: str, old: str, new: str) -> str:

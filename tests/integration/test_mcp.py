@@ -79,7 +79,7 @@ def homes(scratch: Path) -> Iterator[Homes]:
                        "env": NPM_OFFLINE},
         "everything": {"command": "npx", "args": ["-y", "@modelcontextprotocol/server-everything"],
                        "env": NPM_OFFLINE},
-        "example": {"command": str(PYTHON), "args": [str(SERVER)]},
+        "example": {"command": str(PYTHON), "args": [str(SERVER)], "env": {"EXAMPLE_API_TOKEN": "tok-for-example"}},
         "remote": {"type": "http", "url": "https://mcp.example.com/mcp"},
     }}, indent=2) + "\n"
     config.write_text(plain)
@@ -119,7 +119,8 @@ def call(config_text: str, server: str, home: FakeHome, calls: list[tuple[str, d
     """Start ``server`` of the config as a client does, call each tool in
     turn, return the text of each result and what the server wrote on stderr."""
     entry = json.loads(config_text)["mcpServers"][server]
-    env = {"HOME": str(home.root), "PATH": PATH, "LC_ALL": "C", **entry.get("env", {})}
+    env = {"HOME": str(home.root), "PATH": PATH, "LC_ALL": "C", "CLIENT_API_TOKEN": "tok-of-the-client",
+           **entry.get("env", {})}
     # The client starts servers in the project (as Claude Code does), where npx finds its packages.
     params = StdioServerParameters(command=entry["command"], args=entry.get("args", []), env=env, cwd=home.work)
 
@@ -167,8 +168,11 @@ def test_tool_calls_work_through_the_wrapped_config(homes: Homes) -> None:
     assert (notes / "b.txt").read_text() == "b\n"
     everything, _ = call(text, "everything", homes.home, [("echo", {"message": "through safebox"})])
     assert everything == ["Echo: through safebox"]
-    example, _ = call(text, "example", homes.home, [("read", {"path": str(notes / "a.txt")})])
-    assert example == ["from the notes\n"]
+    example, _ = call(text, "example", homes.home, [("read", {"path": str(notes / "a.txt")}),
+                                                    ("env", {"name": "EXAMPLE_API_TOKEN"}),
+                                                    ("env", {"name": "CLIENT_API_TOKEN"})])
+    # The token its entry gives the server reaches it; one the client's environment has is removed, as ever.
+    assert example == ["from the notes\n", "tok-for-example", "unset"]
 
 
 def test_a_wrapped_server_cannot_read_the_users_credentials_nor_write_outside_its_roots(homes: Homes) -> None:
@@ -228,3 +232,15 @@ def test_safebox_exec_writes_nothing_on_the_commands_stdout_while_it_refuses(hom
     assert r.returncode == 0, r.stderr
     assert r.stdout == b'\x00\x01{"jsonrpc"}'
     assert b"safebox: refused" in r.stderr and b"unlisted.example" in r.stderr
+
+
+def test_the_mcp_example_wraps_a_server_and_every_check_holds(fresh_home: FakeHome) -> None:
+    base = fresh_home.root / "mcp-example"
+    base.mkdir()
+    r = subprocess.run([str(PYTHON), str(REPO / "examples" / "mcp_wrap.py"), str(base)], cwd=fresh_home.root,
+                       env=fresh_home.env(), capture_output=True, text=True, timeout=120, check=False)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert [line for line in r.stdout.splitlines() if line.startswith(("ok ", "FAIL "))] == [
+        "ok writes-its-work-dir", "ok no-write-outside", "ok no-credentials", "ok unlisted-host-refused",
+        "ok unwrap-restores"]
+    assert fresh_home.secret not in r.stdout + r.stderr

@@ -32,6 +32,7 @@ def test_an_npx_server_runs_under_safebox_exec_with_the_npm_preset_in_a_work_dir
     assert servers(new)["fs"] == {"command": SAFEBOX, "args": [
         "exec", "--chdir", "/home/u/.local/state/safebox/mcp/fs/work",
         "--audit-log", "/home/u/.local/state/safebox/mcp/fs/audit.jsonl",
+        "--policy", "/home/u/.local/state/safebox/mcp/fs/policy.json",
         "--preset", "npm", "--", "npx", "-y", "pkg", "/data"]}
     assert [(o.name, o.action) for o in out] == [("fs", "wrapped")]
     assert mcpwrap.unwrap_text(new)[0] == text
@@ -45,9 +46,9 @@ def test_uvx_gets_the_pip_preset_other_commands_none_and_flags_reach_every_serve
     new, _ = mcpwrap.wrap_text(text, opts)
     t, p = servers(new)["t"]["args"], servers(new)["p"]["args"]
     assert isinstance(t, list) and isinstance(p, list)
-    assert t[5:] == ["--preset", "pip", "--preset", "github", "--policy", "/p.toml", "--allow-write", "/data",
+    assert t[7:] == ["--preset", "pip", "--preset", "github", "--policy", "/p.toml", "--allow-write", "/data",
                      "--allow-domain", "api.example.com", "--", "uvx", "mcp-server-time"]
-    assert p[5:] == ["--preset", "github", "--policy", "/p.toml", "--allow-write", "/data",
+    assert p[7:] == ["--preset", "github", "--policy", "/p.toml", "--allow-write", "/data",
                      "--allow-domain", "api.example.com", "--", "/usr/bin/python3", "s.py"]
     no_auto, _ = mcpwrap.wrap_text(text, OPTS.replace(auto_presets=False))
     assert "--preset" not in str(servers(no_auto)["t"]["args"])
@@ -86,10 +87,11 @@ def test_a_server_without_args_gets_them_back_removed_and_an_empty_args_stays() 
            '    "b": {"command": "srv", "args": []},\n    "c": {"args": [], "command": "srv"}\n  }\n}\n'
     new, _ = mcpwrap.wrap_text(text, OPTS)
     s = servers(new)
-    assert s["a"]["args"] == ["exec", "--chdir", "/home/u/.local/state/safebox/mcp/a/work", "--audit-log",
-                              "/home/u/.local/state/safebox/mcp/a/audit.jsonl", "/opt/srv"]
-    assert s["b"]["args"] == ["exec", "--chdir", "/home/u/.local/state/safebox/mcp/b/work", "--audit-log",
-                              "/home/u/.local/state/safebox/mcp/b/audit.jsonl", "--", "srv"]
+    state = "/home/u/.local/state/safebox/mcp"
+    assert s["a"]["args"] == ["exec", "--chdir", f"{state}/a/work", "--audit-log", f"{state}/a/audit.jsonl",
+                              "--policy", f"{state}/a/policy.json", "/opt/srv"]
+    assert s["b"]["args"] == ["exec", "--chdir", f"{state}/b/work", "--audit-log", f"{state}/b/audit.jsonl",
+                              "--policy", f"{state}/b/policy.json", "--", "srv"]
     assert '"command": "/opt/sb/bin/safebox",\n      "args": ["exec",' in new  # in the file's own layout
     assert mcpwrap.unwrap_text(new)[0] == text
 
@@ -167,7 +169,7 @@ def run_cli(*args: str, cwd: Path, home: Path) -> subprocess.CompletedProcess[st
 
 def test_the_command_shows_a_diff_writes_atomically_keeping_the_mode_and_refuses_a_link(tmp_path: Path) -> None:
     config = tmp_path / "mcp.json"
-    text = '{"mcpServers": {"a": {"command": "npx", "args": ["a"]}}}\n'
+    text = '{"mcpServers": {"a": {"command": "npx", "args": ["a"], "env": {"A_TOKEN": "t", "MODE": "m"}}}}\n'
     config.write_text(text)
     config.chmod(0o640)
     dry = run_cli("wrap", "--dry-run", "mcp.json", "--allow-write", "data", cwd=tmp_path, home=tmp_path)
@@ -180,6 +182,13 @@ def test_the_command_shows_a_diff_writes_atomically_keeping_the_mode_and_refuses
     assert stat.S_IMODE(config.stat().st_mode) == 0o640
     work = tmp_path / ".local" / "state" / "safebox" / "mcp" / "a" / "work"
     assert work.is_dir() and stat.S_IMODE(work.stat().st_mode) == 0o700
+    # The variables the entry gives its server are kept inside (env.allow), in a policy file of the server's own.
+    own = work.parent / "policy.json"
+    assert json.loads(own.read_text()) == {"env": {"allow": ["A_TOKEN", "MODE"]}}
+    own.write_text('{"network": {"allowedDomains": ["api.example.com"]}, "env": {"allow": ["MODE"]}}')
+    assert run_cli("wrap", "--server", "a", "mcp.json", cwd=tmp_path, home=tmp_path).returncode == 0
+    assert json.loads(own.read_text()) == {"network": {"allowedDomains": ["api.example.com"]},
+                                           "env": {"allow": ["MODE", "A_TOKEN"]}}
     assert run_cli("unwrap", "mcp.json", cwd=tmp_path, home=tmp_path).returncode == 0
     assert config.read_text() == text
     (tmp_path / "link.json").symlink_to(config)
