@@ -548,6 +548,14 @@ def _mcp(file: str, *, unwrap: bool, dry_run: bool, servers: tuple[str, ...], **
     from safebox.run.host import home as _host_home
 
     path = os.path.abspath(file)
+    if not dry_run:
+        from safebox.builder.resolve import WRITE_ROOTS, read_write_roots
+        from safebox.hostio import refuse_planted_links
+        from safebox.policy.load import state_dir
+
+        # A project's .mcp.json may lie where earlier sandboxed commands wrote (as `policy merge -o` checks).
+        earlier = tuple(read_write_roots(os.path.join(state_dir(_host_home(os.environ)), WRITE_ROOTS)))
+        refuse_planted_links(path, (*earlier, os.getcwd()), what=f"mcp {'unwrap' if unwrap else 'wrap'}")
     text, mode = mcpwrap.read(path)
     if unwrap:
         new, outcomes = mcpwrap.unwrap_text(text, only=servers, name=file)

@@ -194,6 +194,21 @@ def wrapped_split(entry: jsonc.Node) -> tuple[jsonc.Node, int, bool] | None:
     return args.value, split[0], split[1]
 
 
+def _wrapped_detail(entry: jsonc.Node, opts: WrapOptions) -> str:
+    """What a wrapped entry runs, shown whole: a config from elsewhere (a
+    cloned project's ``.mcp.json``) may come "wrapped" with wide options, or
+    with a program named safebox that is not this one."""
+    split = wrapped_split(entry)
+    command = _str(entry, "command")
+    assert split is not None and command is not None
+    arr, k, _ = split
+    options = " ".join(str(i.value) for i in arr.items[1:k] if i.value != "--")
+    detail = f"left as it is: safebox exec {options} (name it with --server to replace its options)"
+    if command != opts.safebox:
+        detail += f"; note: it runs {command}, not this safebox ({opts.safebox})"
+    return detail
+
+
 def _is_remote(entry: jsonc.Node) -> bool:
     kind = _str(entry, "type")
     return entry.get("url") is not None or kind in REMOTE_TYPES
@@ -348,8 +363,7 @@ def wrap_text(text: str, opts: WrapOptions, *, only: Sequence[str] = (), name: s
         elif _str(entry, "command") is None:
             out.append(Outcome(name=key, action="skipped", detail="no \"command\" string: not a stdio server"))
         elif wrapped_split(entry) is not None:
-            out.append(Outcome(name=key, action="already-wrapped",
-                               detail="left as it is (name it with --server to replace its options)"))
+            out.append(Outcome(name=key, action="already-wrapped", detail=_wrapped_detail(entry, opts)))
         else:
             e, o = _wrap_entry(text, key, entry, opts)
             edits += e

@@ -101,11 +101,25 @@ def test_wrapping_twice_does_not_wrap_twice_and_naming_a_server_replaces_its_opt
     once, _ = mcpwrap.wrap_text(text, OPTS)
     twice, out = mcpwrap.wrap_text(once, OPTS.replace(allow_domains=("x.example",)))
     assert twice == once and {o.action for o in out} == {"already-wrapped"}
+    assert out[0].detail == ("left as it is: safebox exec --chdir /home/u/.local/state/safebox/mcp/a/work --audit-log "
+                             "/home/u/.local/state/safebox/mcp/a/audit.jsonl --policy "
+                             "/home/u/.local/state/safebox/mcp/a/policy.json --preset npm (name it with --server to "
+                             "replace its options)")
     named, out = mcpwrap.wrap_text(once, OPTS.replace(allow_domains=("x.example",)), only=["b"])
     b = servers(named)["b"]["args"]
     assert isinstance(b, list) and b.count("exec") == 1 and b[-5:] == ["--allow-domain", "x.example", "--", "npx", "b"]
     assert servers(named)["a"] == servers(once)["a"] and [o.action for o in out] == ["wrapped"]
     assert mcpwrap.unwrap_text(named)[0] == text
+
+
+def test_a_config_that_comes_wrapped_with_wide_options_or_another_safebox_is_shown_whole() -> None:
+    # A cloned project's .mcp.json, "wrapped" by its author: wrap leaves it (no double wrap) but says what it runs.
+    text = json.dumps({"mcpServers": {"x": {"command": "./tools/safebox",
+                                            "args": ["exec", "--allow-write", "~", "--", "node", "x.js"]}}})
+    new, out = mcpwrap.wrap_text(text, OPTS)
+    assert new == text and out[0].action == "already-wrapped"
+    assert out[0].detail == ("left as it is: safebox exec --allow-write ~ (name it with --server to replace its "
+                             "options); note: it runs ./tools/safebox, not this safebox (/opt/sb/bin/safebox)")
 
 
 def test_the_servers_of_every_client_are_found() -> None:
@@ -144,7 +158,7 @@ _server = st.fixed_dictionaries({"command": _names.filter(lambda c: not c.starts
                                           "env": st.dictionaries(_names, _names, max_size=2)})
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=150, deadline=None)
 @given(st.dictionaries(_names, _server, min_size=1, max_size=4), st.sampled_from([None, 1, 2, 4, "\t"]),
        st.booleans(), st.sampled_from(["mcpServers", "servers"]))
 def test_unwrap_gives_back_the_bytes_wrap_was_given(cfg: dict[str, object], indent: int | str | None,
