@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import http.server
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -32,7 +33,7 @@ import pytest
 from mcp import ClientSession, StdioServerParameters, stdio_client
 from mcp.types import TextContent
 
-from sbx import PATH, REPO, SAFEBOX, FakeHome, make_home, missing
+from sbx import PATH, REPO, SAFEBOX, FakeHome, make_home, missing, wait_for
 
 pytestmark = pytest.mark.needs_bwrap
 
@@ -140,6 +141,19 @@ def call(config_text: str, server: str, home: FakeHome, calls: list[tuple[str, d
         return results, errlog.read()
 
 
+def processes_naming(marker: str) -> list[str]:
+    """Command lines of host processes that name ``marker`` (the fake home: servers and their sandboxes)."""
+    found = []
+    for pid in os.listdir("/proc"):
+        try:
+            argv = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if pid.isdigit() and marker in argv:
+            found.append(argv)
+    return found
+
+
 def test_wrap_rewrites_only_the_stdio_servers_and_unwrap_gives_the_file_back(homes: Homes) -> None:
     config = json.loads(homes.config.read_text())["mcpServers"]
     for name in ("filesystem", "everything", "example"):
@@ -173,6 +187,8 @@ def test_tool_calls_work_through_the_wrapped_config(homes: Homes) -> None:
                                                     ("env", {"name": "CLIENT_API_TOKEN"})])
     # The token its entry gives the server reaches it; one the client's environment has is removed, as ever.
     assert example == ["from the notes\n", "tok-for-example", "unset"]
+    # The client closed each session: no sandbox, server or npx is left behind.
+    assert wait_for(lambda: not processes_naming(str(homes.home.root))), processes_naming(str(homes.home.root))
 
 
 def test_a_wrapped_server_cannot_read_the_users_credentials_nor_write_outside_its_roots(homes: Homes) -> None:
