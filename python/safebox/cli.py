@@ -545,6 +545,7 @@ def _add_policy_commands(app: click.Group) -> None:
 def _mcp(file: str, *, unwrap: bool, dry_run: bool, servers: tuple[str, ...], **kw: Any) -> int:
     """``safebox mcp wrap|unwrap``: rewrite an MCP client config (safebox/mcpwrap.py)."""
     from safebox import mcpwrap
+    from safebox.policy.load import user_config_dir
     from safebox.run.host import home as _host_home
 
     path = os.path.abspath(file)
@@ -567,6 +568,7 @@ def _mcp(file: str, *, unwrap: bool, dry_run: bool, servers: tuple[str, ...], **
 
         opts = mcpwrap.WrapOptions(
             safebox=kw["safebox"] or _this_safebox(), state=mcpwrap.state_dir(os.environ, home),
+            config=os.path.join(user_config_dir(home), "mcp"),
             policy_files=tuple(map(absolute, kw["policy_files"])), presets=kw["presets"],
             allow_read=tuple(map(absolute, kw["allow_read"])), allow_write=tuple(map(absolute, kw["allow_write"])),
             deny_read=tuple(map(absolute, kw["deny_read"])), allow_domains=kw["allow_domains"],

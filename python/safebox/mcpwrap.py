@@ -13,6 +13,8 @@ server in a sandbox of its own:
   never made writable;
 * its refusals go to stderr, which clients keep in their server logs, and
   to the audit log ``$XDG_STATE_HOME/safebox/mcp/NAME/audit.jsonl``;
+* a policy file of its own, ``$XDG_CONFIG_HOME/safebox/mcp/NAME.json``,
+  which keeps the variables its entry's ``env`` gives it;
 * ``npx``/``npm``/``pnpm``/``yarn``/``bunx`` servers get ``--preset npm``,
   ``uvx``/``uv``/``pipx`` ones ``--preset pip`` (registry and private cache),
   plus whatever policy files and flags the user gave.
@@ -73,6 +75,7 @@ class WrapOptions(Frozen):
 
     safebox: str  # the safebox program the client will run (absolute)
     state: str  # $XDG_STATE_HOME/safebox/mcp: a work dir and an audit log per server
+    config: str  # $XDG_CONFIG_HOME/safebox/mcp: a policy file per server, masked in every sandbox
     policy_files: tuple[str, ...] = ()
     presets: tuple[str, ...] = ()
     allow_read: tuple[str, ...] = ()
@@ -222,7 +225,7 @@ def exec_items(name: str, command: str, opts: WrapOptions, *, had_args: bool) ->
     d = os.path.join(opts.state, dir_name(name))
     work = opts.work_dir or os.path.join(d, "work")
     audit = opts.audit_log or os.path.join(d, "audit.jsonl")
-    own = os.path.join(d, "policy.json")
+    own = os.path.join(opts.config, dir_name(name) + ".json")
     items = ["exec", "--chdir", work, "--audit-log", audit, "--policy", own]
     presets = list(opts.presets)
     auto = auto_preset(command) if opts.auto_presets else None
@@ -418,7 +421,10 @@ def write(path: str, text: str, mode: int) -> None:
 
 def prepare(outcomes: Sequence[Outcome]) -> None:
     """Before a client starts a wrapped server: create its work dir and its
-    audit log's directory (0700, ours), and its own policy file.
+    audit log's directory (0700, ours), and its own policy file, in
+    safebox's config dir (``~/.config/safebox/mcp/NAME.json``), which no
+    sandbox can read or write (safebox masks it, and refuses a write root
+    in it): no sandboxed command, the server included, can widen it.
 
     The policy file lets the server keep the variables its entry's ``env``
     gives it (``env.allow``): the config names them for that server

@@ -197,23 +197,30 @@ def test_a_wrapped_server_cannot_read_the_users_credentials_nor_write_outside_it
     fs_calls: list[tuple[str, dict[str, Any]]] = [
         ("read_text_file", {"path": str(ssh)}), ("read_text_file", {"path": str(aws)}),
         ("write_file", {"path": str(outside), "content": "from the server\n"})]
+    own = root / ".config" / "safebox" / "mcp" / "example.json"  # the server's own policy: not its to widen
     py_calls: list[tuple[str, dict[str, Any]]] = [
         ("read", {"path": str(ssh)}), ("read", {"path": str(aws)}),
-        ("write", {"path": str(outside), "text": "from the server\n"})]
+        ("write", {"path": str(outside), "text": "from the server\n"}), ("read", {"path": str(own)}),
+        ("write", {"path": str(own), "text": "{}"})]
     # Control: the same calls, the servers started as the config had them.
     fs, _ = call(homes.plain, "filesystem", homes.home, fs_calls)
     assert homes.home.secret in fs[0] and homes.home.secret in fs[1]
     assert fs[2] == f"Successfully wrote to {outside}"
     py, _ = call(homes.plain, "example", homes.home, py_calls)
     assert homes.home.secret in py[0] and homes.home.secret in py[1] and py[2] == "written"
+    assert "EXAMPLE_API_TOKEN" in py[3] and py[4] == "written"
     outside.write_text("outside\n")
+    own.write_text(py[3])
 
     fs, _ = call(homes.config.read_text(), "filesystem", homes.home, fs_calls)
     py, err = call(homes.config.read_text(), "example", homes.home, py_calls)
     assert homes.home.secret not in "".join(fs + py)
     assert py == [f"error: [Errno 2] No such file or directory: '{ssh}'",
                   f"error: [Errno 2] No such file or directory: '{aws}'",
-                  f"error: [Errno 30] Read-only file system: '{outside}'"]
+                  f"error: [Errno 30] Read-only file system: '{outside}'",
+                  f"error: [Errno 2] No such file or directory: '{own}'",
+                  f"error: [Errno 2] No such file or directory: '{own}'"]
+    assert "EXAMPLE_API_TOKEN" in own.read_text()
     # The filesystem server resolves ~/.aws's link itself, and writes through a temporary file beside the target.
     assert fs[:2] == [f"ENOENT: no such file or directory, open '{ssh}'",
                       f"ENOENT: no such file or directory, open '{root / '.aws-real' / 'credentials'}'"]

@@ -19,7 +19,8 @@ from safebox.errors import SafeboxError
 
 REPO = Path(__file__).resolve().parents[2]
 SAFEBOX = "/opt/sb/bin/safebox"
-OPTS = mcpwrap.WrapOptions(safebox=SAFEBOX, state="/home/u/.local/state/safebox/mcp")
+OPTS = mcpwrap.WrapOptions(safebox=SAFEBOX, state="/home/u/.local/state/safebox/mcp",
+                           config="/home/u/.config/safebox/mcp")
 
 
 def servers(text: str, key: str = "mcpServers") -> dict[str, dict[str, object]]:
@@ -32,7 +33,7 @@ def test_an_npx_server_runs_under_safebox_exec_with_the_npm_preset_in_a_work_dir
     assert servers(new)["fs"] == {"command": SAFEBOX, "args": [
         "exec", "--chdir", "/home/u/.local/state/safebox/mcp/fs/work",
         "--audit-log", "/home/u/.local/state/safebox/mcp/fs/audit.jsonl",
-        "--policy", "/home/u/.local/state/safebox/mcp/fs/policy.json",
+        "--policy", "/home/u/.config/safebox/mcp/fs.json",
         "--preset", "npm", "--", "npx", "-y", "pkg", "/data"]}
     assert [(o.name, o.action) for o in out] == [("fs", "wrapped")]
     assert mcpwrap.unwrap_text(new)[0] == text
@@ -89,9 +90,9 @@ def test_a_server_without_args_gets_them_back_removed_and_an_empty_args_stays() 
     s = servers(new)
     state = "/home/u/.local/state/safebox/mcp"
     assert s["a"]["args"] == ["exec", "--chdir", f"{state}/a/work", "--audit-log", f"{state}/a/audit.jsonl",
-                              "--policy", f"{state}/a/policy.json", "/opt/srv"]
+                              "--policy", "/home/u/.config/safebox/mcp/a.json", "/opt/srv"]
     assert s["b"]["args"] == ["exec", "--chdir", f"{state}/b/work", "--audit-log", f"{state}/b/audit.jsonl",
-                              "--policy", f"{state}/b/policy.json", "--", "srv"]
+                              "--policy", "/home/u/.config/safebox/mcp/b.json", "--", "srv"]
     assert '"command": "/opt/sb/bin/safebox",\n      "args": ["exec",' in new  # in the file's own layout
     assert mcpwrap.unwrap_text(new)[0] == text
 
@@ -103,7 +104,7 @@ def test_wrapping_twice_does_not_wrap_twice_and_naming_a_server_replaces_its_opt
     assert twice == once and {o.action for o in out} == {"already-wrapped"}
     assert out[0].detail == ("left as it is: safebox exec --chdir /home/u/.local/state/safebox/mcp/a/work --audit-log "
                              "/home/u/.local/state/safebox/mcp/a/audit.jsonl --policy "
-                             "/home/u/.local/state/safebox/mcp/a/policy.json --preset npm (name it with --server to "
+                             "/home/u/.config/safebox/mcp/a.json --preset npm (name it with --server to "
                              "replace its options)")
     named, out = mcpwrap.wrap_text(once, OPTS.replace(allow_domains=("x.example",)), only=["b"])
     b = servers(named)["b"]["args"]
@@ -197,7 +198,7 @@ def test_the_command_shows_a_diff_writes_atomically_keeping_the_mode_and_refuses
     work = tmp_path / ".local" / "state" / "safebox" / "mcp" / "a" / "work"
     assert work.is_dir() and stat.S_IMODE(work.stat().st_mode) == 0o700
     # The variables the entry gives its server are kept inside (env.allow), in a policy file of the server's own.
-    own = work.parent / "policy.json"
+    own = tmp_path / ".config" / "safebox" / "mcp" / "a.json"
     assert json.loads(own.read_text()) == {"env": {"allow": ["A_TOKEN", "MODE"]}}
     own.write_text('{"network": {"allowedDomains": ["api.example.com"]}, "env": {"allow": ["MODE"]}}')
     assert run_cli("wrap", "--server", "a", "mcp.json", cwd=tmp_path, home=tmp_path).returncode == 0
