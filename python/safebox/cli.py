@@ -574,6 +574,7 @@ def _mcp(file: str, *, unwrap: bool, dry_run: bool, servers: tuple[str, ...], **
             deny_read=tuple(map(absolute, kw["deny_read"])), allow_domains=kw["allow_domains"],
             deny_domains=kw["deny_domains"], work_dir=absolute(kw["work_dir"]) if kw["work_dir"] else None,
             audit_log=absolute(kw["audit_log"]) if kw["audit_log"] else None, auto_presets=not kw["no_auto_preset"])
+        _check_wrap_policy(opts, home)
         new, outcomes = mcpwrap.wrap_text(text, opts, only=servers, name=file)
     out = sys.stderr if dry_run else sys.stdout
     for o in outcomes:
@@ -590,6 +591,20 @@ def _mcp(file: str, *, unwrap: bool, dry_run: bool, servers: tuple[str, ...], **
         out.write(f"{file}: nothing to change\n")
     sys.stdout.flush()
     return 0
+
+
+def _check_wrap_policy(opts: Any, home: str) -> None:
+    """Refuse now what each wrapped server's ``safebox exec`` would refuse at
+    every start (an unknown preset, a bad domain, a policy file that does not
+    validate): a client shows a server that exits 125 only in its logs."""
+    from safebox.policy.defaults import credential_env
+    from safebox.policy.load import Context, Flags, merge, read_layers
+
+    ctx = Context(cwd=os.path.realpath(os.getcwd()), home=home, credential_env=credential_env(os.environ))
+    flags = Flags(allow_write=opts.allow_write, deny_read=opts.deny_read, allow_read=opts.allow_read,
+                  allow_domains=opts.allow_domains, deny_domains=opts.deny_domains,
+                  presets=(*opts.presets, "npm", "pip") if opts.auto_presets else opts.presets)
+    merge(read_layers(ctx, policy_files=opts.policy_files, flags=flags), ctx)
 
 
 def _this_safebox() -> str:

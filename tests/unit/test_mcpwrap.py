@@ -206,6 +206,11 @@ def test_the_command_shows_a_diff_writes_atomically_keeping_the_mode_and_refuses
                                            "env": {"allow": ["MODE", "A_TOKEN"]}}
     assert run_cli("unwrap", "mcp.json", cwd=tmp_path, home=tmp_path).returncode == 0
     assert config.read_text() == text
+    # What every start of the server would refuse is refused now, and nothing is written.
+    typo = run_cli("wrap", "mcp.json", "--preset", "nmp", cwd=tmp_path, home=tmp_path)
+    assert typo.returncode == 125 and config.read_text() == text
+    assert typo.stderr == ("safebox: --preset nmp: unknown preset 'nmp' (did you mean npm?); known: npm, pip, cargo, "
+                           "go, maven, github\n"), typo.stderr
     (tmp_path / "link.json").symlink_to(config)
     refused = run_cli("wrap", "link.json", cwd=tmp_path, home=tmp_path)
     assert refused.returncode == 125 and config.read_text() == text
