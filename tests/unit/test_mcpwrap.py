@@ -216,3 +216,14 @@ def test_the_command_shows_a_diff_writes_atomically_keeping_the_mode_and_refuses
     assert refused.returncode == 125 and config.read_text() == text
     assert refused.stderr == (f"safebox: {tmp_path / 'link.json'}: a symlink; safebox never follows one in a place a "
                               f"sandboxed command could write\nhint: give the file it leads to: {config}\n")
+
+
+def test_a_config_of_many_escapes_or_deep_nesting_is_read_in_linear_time_or_refused() -> None:
+    import time
+
+    many = '{"mcpServers": {"a": {"command": "' + "\\\\" * 1_000_000 + '"}}}'
+    t = time.monotonic()
+    assert jsonc.parse(many).members[0].value.members[0].value.members[0].value.value == "\\" * 1_000_000
+    assert time.monotonic() - t < 5
+    with pytest.raises(jsonc.JsoncError, match="nested more than 200 deep"):
+        jsonc.parse("[" * 10_000)
