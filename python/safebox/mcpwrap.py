@@ -286,9 +286,27 @@ def _wrap_entry(text: str, name: str, entry: jsonc.Node, opts: WrapOptions) -> t
         new = f",{lead}\"args\"{sep}[{', '.join(shown)}]"
         edits.append(jsonc.Edit(start=cmd_member.value.end, end=cmd_member.value.end, new=new))
     preset = auto_preset(command) if opts.auto_presets else None
-    detail = f"{command} runs under safebox exec" + (f" (--preset {preset})" if preset else "")
+    detail = f"{command} runs under safebox exec" + (f" (--preset {preset})" if preset else "") + f"; work dir {work}"
+    read_only = _read_only_dirs([str(i.value) for i in args.value.items] if args is not None else [], opts, work)
+    if read_only:
+        # A filesystem server's roots, say: the server's own allow-list is no sandbox, and safebox's leaves them
+        # read-only until the user says otherwise.
+        detail += (f"; its arguments name directories it can read but not write: {', '.join(read_only)} "
+                   f"(wrap it again with --server {name} --allow-write DIR for those it should write)")
     return edits, Outcome(name=name, action="wrapped", detail=detail, work_dir=work, audit_log=audit,
                           policy_file=own, env_allow=env_allow)
+
+
+def _read_only_dirs(args: list[str], opts: WrapOptions, work: str) -> list[str]:
+    """The absolute directories among ``args`` that no write root of the wrapped server covers."""
+    roots = [os.path.normpath(os.path.expanduser(w)) for w in (*opts.allow_write, work)]
+    out = []
+    for a in args:
+        if a.startswith("/") and os.path.isdir(a):
+            p = os.path.normpath(a)
+            if not any(p == r or p.startswith(r.rstrip("/") + "/") for r in roots):
+                out.append(a)
+    return out
 
 
 def _unwrap_entry(text: str, name: str, entry: jsonc.Node) -> tuple[list[jsonc.Edit], Outcome]:

@@ -36,7 +36,18 @@ def test_an_npx_server_runs_under_safebox_exec_with_the_npm_preset_in_a_work_dir
         "--policy", "/home/u/.config/safebox/mcp/fs.json",
         "--preset", "npm", "--", "npx", "-y", "pkg", "/data"]}
     assert [(o.name, o.action) for o in out] == [("fs", "wrapped")]
+    assert out[0].detail == "npx runs under safebox exec (--preset npm); work dir /home/u/.local/state/safebox/mcp/fs/work"
     assert mcpwrap.unwrap_text(new)[0] == text
+
+
+def test_a_directory_the_server_is_given_but_may_not_write_is_named_with_the_fix(tmp_path: Path) -> None:
+    (tmp_path / "notes").mkdir()
+    (tmp_path / "docs").mkdir()
+    text = json.dumps({"mcpServers": {"fs": {"command": "npx", "args": [
+        "-y", "@modelcontextprotocol/server-filesystem", str(tmp_path / "notes"), str(tmp_path / "docs")]}}})
+    _, out = mcpwrap.wrap_text(text, OPTS.replace(allow_write=(str(tmp_path / "notes"),)))
+    assert out[0].detail.endswith(f"; its arguments name directories it can read but not write: {tmp_path / 'docs'} "
+                                  "(wrap it again with --server fs --allow-write DIR for those it should write)")
 
 
 def test_uvx_gets_the_pip_preset_other_commands_none_and_flags_reach_every_server() -> None:
