@@ -554,9 +554,11 @@ def _mcp(file: str, *, unwrap: bool, dry_run: bool, servers: tuple[str, ...], **
         from safebox.hostio import refuse_planted_links
         from safebox.policy.load import state_dir
 
-        # A project's .mcp.json may lie where earlier sandboxed commands wrote (as `policy merge -o` checks).
+        # A project's .mcp.json may lie where earlier sandboxed commands wrote (as `policy merge -o` checks);
+        # not the current directory as such: a client's config under a dotfile manager's ~/.config link is
+        # no sandbox's doing unless a run had it as a write root.
         earlier = tuple(read_write_roots(os.path.join(state_dir(_host_home(os.environ)), WRITE_ROOTS)))
-        refuse_planted_links(path, (*earlier, os.getcwd()), what=f"mcp {'unwrap' if unwrap else 'wrap'}")
+        refuse_planted_links(path, earlier, what=f"mcp {'unwrap' if unwrap else 'wrap'}")
     text, mode = mcpwrap.read(path)
     if unwrap:
         new, outcomes = mcpwrap.unwrap_text(text, only=servers, name=file)

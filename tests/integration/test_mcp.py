@@ -267,3 +267,20 @@ def test_the_mcp_example_wraps_a_server_and_every_check_holds(fresh_home: FakeHo
         "ok writes-its-work-dir", "ok no-write-outside", "ok no-credentials", "ok unlisted-host-refused",
         "ok unwrap-restores"]
     assert fresh_home.secret not in r.stdout + r.stderr
+
+
+def test_a_config_reached_through_a_link_in_an_earlier_runs_write_root_is_refused(fresh_home: FakeHome) -> None:
+    # A sandboxed command could have made proj/cfg point at a config it wants rewritten.
+    elsewhere = fresh_home.root / "elsewhere"
+    elsewhere.mkdir()
+    config = elsewhere / "mcp.json"
+    text = '{"mcpServers": {"a": {"command": "srv", "args": []}}}\n'
+    config.write_text(text)
+    assert fresh_home.run(["true"]).returncode == 0  # proj is now an earlier run's write root
+    (fresh_home.work / "cfg").symlink_to(elsewhere)
+    r = mcp_cli(fresh_home, "wrap", str(fresh_home.work / "cfg" / "mcp.json"))
+    assert r.returncode == 125 and config.read_text() == text
+    assert r.stderr.startswith(f"safebox: {fresh_home.work}/cfg/mcp.json: {fresh_home.work}/cfg on the way is a "
+                               f"symlink inside the write root {fresh_home.work}"), r.stderr
+    ok = mcp_cli(fresh_home, "wrap", str(config))  # control: the path it leads to, given as such
+    assert ok.returncode == 0 and config.read_text() != text, ok.stderr
