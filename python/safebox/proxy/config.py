@@ -13,6 +13,7 @@ if TYPE_CHECKING:
     from typing import Any
 
     from safebox.proxy.inject import Injector
+    from safebox.proxy.netkeys import NetKeys
     from safebox.proxy.parent import ParentProxy
     from safebox.proxy.tls import Mitm
 
@@ -50,6 +51,8 @@ class ProxyConfig(Frozen):
     #: Where the proxy's one-off lines (a TLS failure) go instead of stderr:
     #: the API's ``message`` events. None: stderr, unless ``explain`` is off.
     say: Callable[[str], None] | None = None
+    #: srt 0.0.83's network keys (``proxy/netkeys.py``); None: none set.
+    keys: NetKeys | None = None
 
     def __init__(self, allowed_domains: tuple[str, ...] = (), denied_domains: tuple[str, ...] = (),
                  **kw: Any) -> None:

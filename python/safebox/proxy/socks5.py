@@ -97,11 +97,26 @@ async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, gat
         await writer.drain()
         return
     host, port = target
+    if gate.keys is not None and gate.keys.refuse_opaque_tunnels:
+        from safebox.proxy.netkeys import refuse_opaque
+
+        refuse_opaque(gate, host, port, "socks5")
+        writer.write(reply(REPLY["not_allowed"]))
+        await writer.drain()
+        return
     relay = Relay()
     try:
         upstream = await gate.open(host, port, "socks5", relay)
-    except Refused:
-        writer.write(reply(REPLY["not_allowed"]))
+    except Refused as exc:
+        if exc.decision.told and port == 22:
+            # network.deniedDomainReasons for SSH: ssh through a SOCKS
+            # ProxyCommand (nc -X 5) prints the reason of a disconnect sent
+            # in-band; the tunnel is "established" only to carry it.
+            from safebox.proxy.netkeys import ssh_disconnect
+
+            writer.write(reply(REPLY["succeeded"], ("0.0.0.0", 0)) + ssh_disconnect(exc.decision.told))
+        else:
+            writer.write(reply(REPLY["not_allowed"]))
         await writer.drain()
         return
     except UpstreamError as exc:

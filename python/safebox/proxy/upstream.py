@@ -29,6 +29,7 @@ from safebox.proxy.rules import Decision, HostError, NetworkRules, normalize_hos
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from safebox.proxy.inject import Injector
+    from safebox.proxy.netkeys import NetKeys
     from safebox.proxy.parent import ParentProxy, ProxyURL
     from safebox.proxy.tls import Mitm
 
@@ -462,6 +463,8 @@ class Gate:
     injector: Injector | None = None
     #: Says one line on safebox's stderr (a TLS failure the user must see).
     report: Callable[[str], None] | None = None
+    #: srt 0.0.83's network keys (proxy/netkeys.py); None: none set.
+    keys: NetKeys | None = None
     _loop: asyncio.AbstractEventLoop | None = field(default=None, repr=False)
     #: Per destination and verdict: (host, port, verdict) -> [connections,
     #: bytes out, bytes in, rule, reason]. Read by the run's report and by

@@ -144,6 +144,10 @@ class Session:
         if not self.opts.dry_run:
             self.run_dir = RunDir(os.path.join(self.state, "run"), say=self.say)
         self.run_path = self.run_dir.path if self.run_dir else os.path.join(self.state, "run", "DRY-RUN")
+        if self.opts.learn and self.policy.strict_allowlist:
+            from safebox.policy.srtnet import learn_refusal
+
+            raise learn_refusal()
         self.net = NetKind.PROXY if self.policy.allowed_domains or self.opts.learn else NetKind.NONE
         self._prepare_network()
         # 8. The seccomp programs (cached on disk: builder/bpf_cache.py).
@@ -224,7 +228,7 @@ class Session:
             run_id=self.run_id if self._wants_records() else None,
             parent=netplan.parent if netplan else None,
             mitm=netplan.mitm if netplan else None, injector=netplan.injector if netplan else None,
-            denied=self._denied, say=None if self.opts.cli else self.say),
+            denied=self._denied, say=None if self.opts.cli else self.say, keys=self.policy.net_keys()),
             run_dir=self.run_path, tcp=self.layers is Layers.HELPER_ONLY,
             # Unix sockets only for the socat bridges of --without helper;
             # with the helper, the proxy serves on the listeners it hands over.
