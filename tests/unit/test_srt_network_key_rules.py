@@ -1,6 +1,6 @@
 """srt 0.0.83's network keys (policy/srtnet.py, proxy/netkeys.py): the
 grammar, the merge, the decisions, and the bytes told to a client. The
-behaviour through real curl and ssh is tests/integration/test_srt_network_keys*.py."""
+behaviour through real curl and ssh is tests/integration/test_srt_network_keys_*.py."""
 
 from __future__ import annotations
 
