@@ -97,6 +97,8 @@ class ProxyServer:
         from safebox.proxy.netkeys import OwnAddresses
 
         keys = config.keys
+        own = OwnAddresses()
+        own()  # read at the proxy's start; again when stale (docs/network.md)
         try:
             self.rules = NetworkRules.from_policy(
                 config.allowed_domains,
@@ -105,7 +107,7 @@ class ProxyServer:
                 learn=config.learn,
                 reasons=keys.reasons if keys else (),
                 denied_resolved=keys.denied_resolved if keys else (),
-                own=OwnAddresses(),
+                own=own,
             )
         except HostError as exc:
             raise ProxyError(f"invalid network domain pattern: {exc}") from None
