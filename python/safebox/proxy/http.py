@@ -38,7 +38,8 @@ async def _reply(writer: asyncio.StreamWriter, data: bytes) -> None:
 async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, gate: Gate) -> None:
     """Serve one client connection: one request, then a tunnel or a response."""
     try:
-        head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), HEAD_TIMEOUT)
+        async with asyncio.timeout(HEAD_TIMEOUT):  # not wait_for: no second task per request
+            head = await reader.readuntil(b"\r\n\r\n")
     except asyncio.LimitOverrunError:
         await _reply(writer, error_response(431, f"safebox: request head larger than {MAX_HEAD} bytes\n"))
         return

@@ -90,7 +90,8 @@ async def _handshake(reader: asyncio.StreamReader, writer: asyncio.StreamWriter)
 async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, gate: Gate) -> None:
     """Serve one SOCKS5 client connection."""
     try:
-        target = await asyncio.wait_for(_handshake(reader, writer), HANDSHAKE_TIMEOUT)
+        async with asyncio.timeout(HANDSHAKE_TIMEOUT):  # not wait_for: no second task per connection
+            target = await _handshake(reader, writer)
     except (asyncio.IncompleteReadError, TimeoutError):
         return
     if target is None:

@@ -433,6 +433,9 @@ def adopt_stream(reader: asyncio.StreamReader) -> tuple[bytes, bool]:
     return leftover, bool(reader._eof)  # type: ignore[attr-defined]  # private, see above
 
 
+#: How long a name's addresses are kept (seconds), and for how many names.
+RESOLVE_TTL = 5.0
+RESOLVE_ENTRIES = 1024
 _UNREACHABLE = {errno.ENETUNREACH, errno.EHOSTUNREACH, errno.EHOSTDOWN, errno.ENETDOWN}
 #: A parent proxy's answer to CONNECT may not exceed this (srt: 16 KiB).
 MAX_PARENT_HEAD = 16 * 1024
@@ -470,6 +473,8 @@ class Gate:
     #: bytes out, bytes in, rule, reason]. Read by the run's report and by
     #: --learn (:meth:`destinations`); one dict update per connection.
     stats: dict[tuple[str, int, str], list[Any]] = field(default_factory=dict, repr=False)
+    #: name -> (loop time it expires, addresses): :meth:`_resolve`'s answers.
+    _answers: dict[str, tuple[float, tuple[IPAddress, ...]]] = field(default_factory=dict, repr=False)
 
     def record(self, host: str, port: int, protocol: str, decision: Decision, **extra: object) -> None:
         """One audit line per decision."""
@@ -498,16 +503,24 @@ class Gate:
             self.denied(host, port, protocol, decision)
 
     async def _resolve(self, name: str, port: int) -> list[IPAddress]:
-        """Every address ``name`` resolves to (an IP literal: itself)."""
+        """Every address ``name`` resolves to (an IP literal: itself).
+
+        An answer is kept for :data:`RESOLVE_TTL` seconds (at most
+        :data:`RESOLVE_ENTRIES` names): the lookup runs in a thread of the
+        executor, and that hop is most of a new connection's added latency
+        (docs/benchmarks.md). A cached answer is checked again at every use
+        like a fresh one; failures are not kept."""
         literal = parse_ip_literal(name)
         if literal is not None:
             return [literal]
         loop = asyncio.get_running_loop()
+        now = loop.time()
+        hit = self._answers.get(name)
+        if hit is not None and hit[0] > now:
+            return list(hit[1])
         try:
-            infos = await asyncio.wait_for(
-                loop.getaddrinfo(name, port, type=socket.SOCK_STREAM, proto=socket.IPPROTO_TCP),
-                self.resolve_timeout,
-            )
+            async with asyncio.timeout(self.resolve_timeout):
+                infos = await loop.getaddrinfo(name, port, type=socket.SOCK_STREAM, proto=socket.IPPROTO_TCP)
         except (socket.gaierror, UnicodeError) as exc:
             raise UpstreamError("resolve", f"cannot resolve {name}: {exc}") from None
         except TimeoutError:
@@ -517,6 +530,10 @@ class Gate:
             ip = ipaddress.ip_address(str(info[4][0]).split("%", 1)[0])
             if ip not in addresses:
                 addresses.append(ip)
+        if len(self._answers) >= RESOLVE_ENTRIES:
+            self._answers.pop(next(iter(self._answers)))  # the oldest answer
+        self._answers.pop(name, None)
+        self._answers[name] = (now + RESOLVE_TTL, tuple(addresses))
         return addresses
 
     def _flowed(self, host: str, port: int, relay: Relay) -> None:
@@ -578,10 +595,9 @@ class Gate:
         last: UpstreamError | None = None
         for ip in addresses:
             try:
-                transport, _ = await asyncio.wait_for(
-                    loop.create_connection(factory, host=ip.compressed, port=port),
-                    self.connect_timeout,
-                )
+                # asyncio.timeout, not wait_for: no second task per connect.
+                async with asyncio.timeout(self.connect_timeout):
+                    transport, _ = await loop.create_connection(factory, host=ip.compressed, port=port)
                 assert isinstance(transport, asyncio.Transport)
                 return transport
             except TimeoutError:
