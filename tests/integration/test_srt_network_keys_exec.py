@@ -170,3 +170,40 @@ def test_strict_allowlist_refuses_learn_mode_with_one_line(shared_home: FakeHome
     # Control: the same run without the key learns.
     r = shared_home.run(["true"], opts=[*_opts(shared_home, {}), "--learn", str(out)])
     assert r.returncode == 0, r.stderr
+
+
+# -- with network.tlsTerminate: the keys inside a terminated tunnel ------------------
+
+
+@pytest.fixture(scope="module")
+def tls_origin(scratch):  # type: ignore[no-untyped-def]
+    from netservers import make_test_ca, start_origin
+
+    ca = make_test_ca(scratch / f"tls-{token()}")
+    srv = start_origin(tls=ca.server_context(["localhost", "127.0.0.1"]))
+    yield ca, srv.server_address[1]
+    srv.shutdown()
+    srv.server_close()
+
+
+def test_inside_a_terminated_tunnel_require_host_match_answers_421_and_opaque_tunnels_are_closed(
+        shared_home: FakeHome, tls_origin, port: int) -> None:  # type: ignore[no-untyped-def]
+    ca, tls_port = tls_origin
+    tls = {"tlsTerminate": {"extraCaCertPaths": [str(ca.cert_path)]}}
+    keys = {**tls, "requireHostMatch": True, "refuseOpaqueTunnels": True}
+    code = ["-o", "/dev/null", "-w", "%{http_code}"]
+    url = f"https://localhost:{tls_port}/t"
+    # HTTPS is terminated, so refuseOpaqueTunnels lets it through.
+    r = _curl(shared_home, [], url, keys)
+    assert (r.returncode, r.stdout) == (0, f"origin-{tls_port} GET /t"), r.stderr
+    r = _curl(shared_home, ["-H", "Host: other.example", *code], url, keys)
+    assert r.stdout == "421", r.stderr
+    # A CONNECT that carries no TLS is closed once its first bytes are seen.
+    before = len(_Origin.hits)
+    r = _curl(shared_home, ["-p"], f"http://localhost:{port}/plain", keys)
+    assert r.returncode == 52 and "Empty reply from server" in r.stderr, r.stderr
+    assert "network.refuseOpaqueTunnels is set" in r.stderr and len(_Origin.hits) == before
+    # Controls, termination alone: the mismatched Host is rewritten to the
+    # CONNECT target and served; the plain tunnel is relayed.
+    assert _curl(shared_home, ["-H", "Host: other.example", *code], url, tls).stdout == "200"
+    assert _curl(shared_home, ["-p"], f"http://localhost:{port}/plain", tls).stdout == "served /plain"

@@ -29,7 +29,7 @@ def test_an_answer_is_reused_within_the_ttl_checked_at_each_use_and_failures_are
     async def main() -> None:
         loop = asyncio.get_running_loop()
 
-        async def getaddrinfo(name: str, port: int, **kw: object) -> list[tuple[object, ...]]:
+        async def getaddrinfo(name: str, port: int, **_kw: object) -> list[tuple[object, ...]]:
             asked.append(name)
             if name == "bad.test":
                 raise socket.gaierror(-2, "Name or service not known")
@@ -63,7 +63,7 @@ def test_the_cache_holds_at_most_resolve_entries_names(monkeypatch: pytest.Monke
     async def main() -> None:
         loop = asyncio.get_running_loop()
 
-        async def getaddrinfo(name: str, port: int, **kw: object) -> list[tuple[object, ...]]:
+        async def getaddrinfo(_name: str, port: int, **_kw: object) -> list[tuple[object, ...]]:
             return [(socket.AF_INET, socket.SOCK_STREAM, 6, "", ("11.22.33.44", port))]
 
         monkeypatch.setattr(loop, "getaddrinfo", getaddrinfo)
