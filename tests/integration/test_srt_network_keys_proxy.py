@@ -17,7 +17,7 @@ import sys
 import textwrap
 
 from safebox.proxy import ProxyConfig, ProxyServer
-from safebox.proxy.netkeys import NetKeys
+from safebox.proxy.config import NetKeys
 
 PYTHON_DIR = pathlib.Path(__file__).resolve().parents[2] / "python"
 

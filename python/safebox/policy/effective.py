@@ -115,12 +115,12 @@ class EffectivePolicy(Frozen):
 
     def net_keys(self) -> Any:
         """The proxy's options from srt 0.0.83's network keys
-        (``proxy/netkeys.py: NetKeys``), or None when none is set: a run
-        without them imports nothing more."""
+        (``proxy/config.py: NetKeys``, as light as ProxyConfig), or None
+        when none is set."""
         if not (self.denied_resolved_addresses or self.denied_domain_reasons or self.require_host_match
                 or self.refuse_opaque_tunnels or self.strip_response_headers):
             return None
-        from safebox.proxy.netkeys import NetKeys
+        from safebox.proxy.config import NetKeys
 
         return NetKeys(denied_resolved=self.denied_resolved_addresses, reasons=self.denied_domain_reasons,
                        require_host_match=self.require_host_match,

@@ -25,40 +25,23 @@ import socket
 import struct
 import time
 
-from safebox._record import Frozen
+from safebox.proxy.config import NetKeys
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from asyncio import StreamReader, StreamWriter
     from collections.abc import Callable
 
     from safebox.domains import IPAddress
     from safebox.proxy.upstream import Gate
 
 __all__ = ["OWN_REFRESH", "RULE_HOST_MATCH", "RULE_OPAQUE", "NetKeys", "OwnAddresses", "host_mismatch", "misdirected",
-           "refuse_opaque", "ssh_disconnect", "status_phrase", "strip_response_head"]
+           "refuse_opaque", "ssh_disconnect", "status_phrase", "strip_response_head", "tell_ssh"]
 
 #: Interface addresses older than this many seconds are read again before a check.
 OWN_REFRESH = 2.0
 #: SSH_DISCONNECT_HOST_NOT_ALLOWED_TO_CONNECT (RFC 4253 11.1).
 _SSH_HOST_NOT_ALLOWED = 1
-
-
-class NetKeys(Frozen):
-    """srt 0.0.83's network keys, as the proxy applies them."""
-
-    #: ``deniedResolvedAddresses``, canonical networks.
-    denied_resolved: tuple[str, ...] = ()
-    #: ``deniedDomainReasons``: (canonical deniedDomains entry, reason).
-    reasons: tuple[tuple[str, str], ...] = ()
-    require_host_match: bool = False
-    refuse_opaque_tunnels: bool = False
-    strip_response_headers: tuple[str, ...] = ()
-
-    def folded_strip(self) -> set[str]:
-        """``strip_response_headers`` folded as srt matches them."""
-        from safebox.policy.srtnet import fold_header
-
-        return {fold_header(h) for h in self.strip_response_headers}
 
 
 RULE_HOST_MATCH = "network.requireHostMatch"
@@ -146,6 +129,29 @@ def ssh_disconnect(reason: str) -> bytes:
         pad += 8
     packet = struct.pack("!IB", 1 + len(payload) + pad, pad) + payload + bytes(pad)
     return b"SSH-2.0-safebox\r\n" + packet
+
+
+#: How long the connection that carried an SSH disconnect stays open for the
+#: client to read it (seconds).
+SSH_LINGER = 10.0
+
+
+async def tell_ssh(reader: StreamReader, writer: StreamWriter, first: bytes, reason: str) -> None:
+    """Write ``first`` (the SOCKS5 success) and :func:`ssh_disconnect`, then
+    read and drop what the client sends until it closes (at most
+    :data:`SSH_LINGER` s): closed at once, the client's key-exchange packet,
+    already on its way, would meet a reset (or its ProxyCommand a broken
+    pipe) before ssh reads the disconnect and prints the reason."""
+    from safebox.proxy._asyncio import asyncio  # the proxy's, loaded already; not at a run's start
+
+    writer.write(first + ssh_disconnect(reason))
+    try:
+        async with asyncio.timeout(SSH_LINGER):
+            await writer.drain()
+            while await reader.read(4096):
+                pass
+    except (OSError, TimeoutError):
+        pass
 
 
 def strip_response_head(head: bytes, folded: frozenset[str]) -> bytes:

@@ -113,11 +113,11 @@ async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, gat
             # network.deniedDomainReasons for SSH: ssh through a SOCKS
             # ProxyCommand (nc -X 5) prints the reason of a disconnect sent
             # in-band; the tunnel is "established" only to carry it.
-            from safebox.proxy.netkeys import ssh_disconnect
+            from safebox.proxy.netkeys import tell_ssh
 
-            writer.write(reply(REPLY["succeeded"], ("0.0.0.0", 0)) + ssh_disconnect(exc.decision.told))
-        else:
-            writer.write(reply(REPLY["not_allowed"]))
+            await tell_ssh(reader, writer, reply(REPLY["succeeded"], ("0.0.0.0", 0)), exc.decision.told)
+            return
+        writer.write(reply(REPLY["not_allowed"]))
         await writer.drain()
         return
     except UpstreamError as exc:

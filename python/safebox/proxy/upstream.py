@@ -28,8 +28,8 @@ from safebox.proxy.rules import Decision, HostError, NetworkRules, normalize_hos
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from safebox.proxy.config import NetKeys
     from safebox.proxy.inject import Injector
-    from safebox.proxy.netkeys import NetKeys
     from safebox.proxy.parent import ParentProxy, ProxyURL
     from safebox.proxy.tls import Mitm
 
