@@ -144,6 +144,13 @@ def test_the_reason_of_the_denying_entry_is_in_the_decision() -> None:
     d = rules.check_host("github.com", 22)
     assert (d.allowed, d.rule, d.told) == (False, RULE_DENIED, "SSH is blocked; use https [31m")
     assert d.reason == "github.com matches 'github.com:22' in network.deniedDomains: SSH is blocked; use https [31m"
+    # An IP literal entry tells its reason for a name resolving to it too.
+    literal = NetworkRules.from_policy(("a.test",), ("10.1.2.3:22", "[2001:db8::1]"),
+                                       reasons=(("10.1.2.3:22", "no ssh there"), ("[2001:db8::1]", "not v6")))
+    assert literal.check_address(_ip("10.1.2.3"), host="a.test", port=22).told == "no ssh there"
+    assert literal.check_address(_ip("::ffff:10.1.2.3"), host="a.test", port=22).told == "no ssh there"
+    assert literal.check_host("[2001:db8::1]", 443).told == "not v6"
+    assert literal.check_address(_ip("2001:db8::1"), host="a.test", port=443).told == "not v6"
     # Controls: another port passes; another entry without a reason refuses without one.
     assert rules.check_host("github.com", 443).allowed
     assert rules.check_host("x.github.com", 22).told == ""

@@ -470,7 +470,9 @@ class NetworkRules:
         denied = self._literal_ips(self.denied, port, deny=True)
         hit = next((a for a in (ip, *embedded) if a in denied), None)
         if hit is not None:
-            return Decision(False, RULE_DENIED, f"{via}{ip.compressed}, {hit.compressed} is listed in {RULE_DENIED}")
+            entry = next((e for _, entry_port, e in self._denied_index.exact.get(hit.compressed, ())
+                          if _port_ok(entry_port, port, deny=True)), "")
+            return self._refused_by(entry, f"{via}{ip.compressed}, {hit.compressed} is listed in {RULE_DENIED}")
         literal = self._literal_ips(self.allowed, port)
         if ip in literal:
             return Decision(True, RULE_ALLOWED, f"{ip.compressed} is listed literally in {RULE_ALLOWED}")
