@@ -14,11 +14,11 @@ import pytest
 
 from safebox.errors import PolicyError
 from safebox.policy.load import Context, Flags, _load_from, policy_document
+from safebox.policy.srtnet import status_phrase
 from safebox.proxy.netkeys import (
     OwnAddresses,
     read_interface_addresses,
     ssh_disconnect,
-    status_phrase,
     strip_response_head,
 )
 from safebox.proxy.rules import RULE_DENIED, RULE_LOCAL, RULE_RESOLVED, NetworkRules

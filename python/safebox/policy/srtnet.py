@@ -33,7 +33,7 @@ if TYPE_CHECKING:
     from typing import Any
 
 __all__ = ["MAX_REASON", "check_address_range", "check_header_name", "check_reason", "clean_reason", "document",
-           "fold_header", "learn_refusal", "merge"]
+           "fold_header", "learn_refusal", "merge", "status_phrase"]
 
 #: A reason is cut to this many characters (OpenSSH truncates a disconnect's text near it).
 MAX_REASON = 400
@@ -86,6 +86,13 @@ def clean_reason(text: str) -> str:
     """A reason as a refusal line shows it: one line of printable text, cut."""
     one = " ".join("".join(c if c.isprintable() else " " for c in text).split())
     return one if len(one) <= MAX_REASON else one[: MAX_REASON - 3] + "..."
+
+
+def status_phrase(reason: str) -> str:
+    """``reason`` as a 403's status phrase: printable ASCII (srt: every
+    non-ASCII character becomes ``?``, clients disagree on reading one), one
+    line, cut."""
+    return "".join(c if " " <= c <= "~" else "?" for c in clean_reason(reason))
 
 
 def learn_refusal() -> PolicyError:

@@ -6,7 +6,6 @@ for the addresses of this host's own interfaces.
 - :func:`ssh_disconnect`: the bytes an SSH client reads as a disconnect
   before key exchange, whose text OpenSSH prints: how a reason of
   ``deniedDomainReasons`` reaches ``ssh`` through a SOCKS5 ProxyCommand.
-- :func:`status_phrase`: a reason as an HTTP status phrase.
 - :class:`OwnAddresses`: every address assigned to one of this host's
   interfaces (netlink ``RTM_GETADDR``), read at the proxy's start and again
   when older than :data:`OWN_REFRESH` seconds: a service bound to 0.0.0.0
@@ -36,7 +35,7 @@ if TYPE_CHECKING:
     from safebox.proxy.upstream import Gate
 
 __all__ = ["OWN_REFRESH", "RULE_HOST_MATCH", "RULE_OPAQUE", "NetKeys", "OwnAddresses", "host_mismatch", "misdirected",
-           "refuse_opaque", "ssh_disconnect", "status_phrase", "strip_response_head", "tell_ssh"]
+           "refuse_opaque", "ssh_disconnect", "strip_response_head", "tell_ssh"]
 
 #: Interface addresses older than this many seconds are read again before a check.
 OWN_REFRESH = 2.0
@@ -106,19 +105,12 @@ def refuse_opaque(gate: Gate, host: str, port: int, protocol: str) -> bytes:
     return refusal_response(host, port, decision)
 
 
-def status_phrase(reason: str) -> str:
-    """``reason`` as a 403's status phrase: printable ASCII (srt: every
-    non-ASCII character becomes ``?``, clients disagree on reading one), one
-    line, cut."""
-    from safebox.policy.srtnet import clean_reason
-
-    return "".join(c if " " <= c <= "~" else "?" for c in clean_reason(reason))
-
-
 def ssh_disconnect(reason: str) -> bytes:
     """An SSH server's identification line and an unencrypted
     ``SSH_MSG_DISCONNECT`` packet (RFC 4253 4.2, 6, 11.1) carrying
     ``reason``: what OpenSSH prints as ``Received disconnect from ...: REASON``."""
+    from safebox.policy.srtnet import status_phrase
+
     text = status_phrase(reason).encode("ascii")
     payload = (bytes([1]) + struct.pack("!I", _SSH_HOST_NOT_ALLOWED) + struct.pack("!I", len(text)) + text
                + struct.pack("!I", 0))

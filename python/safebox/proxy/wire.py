@@ -250,7 +250,7 @@ def refusal_response(host: str, port: int, decision: Decision) -> bytes:
 
     phrase = ""
     if decision.told:  # network.deniedDomainReasons: what a client prints of a refused CONNECT
-        from safebox.proxy.netkeys import status_phrase
+        from safebox.policy.srtnet import status_phrase
 
         phrase = status_phrase(decision.told)
     return error_response(403, refusal_message(host, port, decision) + "\n", rule=decision.rule,
