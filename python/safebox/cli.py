@@ -91,6 +91,14 @@ EXEC_OPTIONS: tuple[Opt, ...] = (
     Opt(long="--learn", dest="learn",
         help="Let the command reach any public host through the proxy, record what it used, and write a "
              "suggested policy (JSON) to OUT; file rules and local-address refusals still hold.", value="OUT"),
+    Opt(long="--ask", dest="ask",
+        help="Ask on the terminal (/dev/tty) about each host the policy does not allow: once, for this run, or "
+             "deny; without a terminal every such host is denied and one line says so (docs/index.md)."),
+    Opt(long="--ask-timeout", dest="ask_timeout",
+        help="Seconds --ask waits for an answer before it denies (default 60).", value="SECONDS"),
+    Opt(long="--control-fd", dest="control_fd",
+        help="Read network list updates from descriptor N (3 or more) while the command runs: one JSON config per "
+             "line, srt's --control-fd format; the command never gets N.", value="N"),
     Opt(long="--observe", dest="observe",
         help="Which refusals to report: 'calls' (denied system calls, sockets, exec, connections; no file "
              "call, which costs nothing per file), 'writes' (the default: also refused file writes), 'all' (also "
@@ -189,7 +197,8 @@ def _request(parsed: dict[str, Any]) -> ExecRequest:
         strict=bool(parsed["strict"]), dry_run=bool(parsed["dry_run"]),
         publish=tuple(parsed["publish"]),
         audit_log=parsed["audit_log"], verbose=bool(parsed["verbose"]), quiet=bool(parsed["quiet"]),
-        summary=parsed["summary"], learn=parsed["learn"], observe=parsed["observe"])
+        summary=parsed["summary"], learn=parsed["learn"], observe=parsed["observe"],
+        ask=bool(parsed["ask"]), ask_timeout=parsed["ask_timeout"], control_fd=parsed["control_fd"])
 
 
 def fail(err: SafeboxError) -> NoReturn:

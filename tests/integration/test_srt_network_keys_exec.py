@@ -207,3 +207,37 @@ def test_inside_a_terminated_tunnel_require_host_match_answers_421_and_opaque_tu
     # CONNECT target and served; the plain tunnel is relayed.
     assert _curl(shared_home, ["-H", "Host: other.example", *code], url, tls).stdout == "200"
     assert _curl(shared_home, ["-p"], f"http://localhost:{port}/plain", tls).stdout == "served /plain"
+
+
+# -- with runtime decisions (decide.py): the keys hold for lists that change ---------
+
+
+def _ok(r) -> bool:  # type: ignore[no-untyped-def]
+    return r.returncode == 0 and r.stdout == "served /a"
+
+
+def test_strict_allowlist_never_asks_on_request_and_live_lists_keep_the_resolved_address_check(
+        shared_home: FakeHome, port: int) -> None:
+    import safebox
+
+    url = f"http://localhost:{port}/a"
+    cmd = ["curl", "-sS", "--max-time", "20", url]
+    asked: list[object] = []
+    strict = {"network": {"allowLocalDestinations": True, "strictAllowlist": True}}
+    with safebox.Sandbox(strict, cwd=shared_home.work, env=shared_home.env(),
+                         on_request=lambda req: asked.append(req) is None) as sb:
+        r = sb.run(cmd, capture_output=True, text=True)
+    assert asked == [] and r.stdout.startswith(f"safebox refused localhost:{port} by network.allowedDomains"), r.stdout
+    # Control: without the key the callback is asked, and its yes is served.
+    with safebox.Sandbox({"network": {"allowLocalDestinations": True}}, cwd=shared_home.work, env=shared_home.env(),
+                         on_request=lambda req: asked.append(req) is None) as sb:
+        assert _ok(sb.run(cmd, capture_output=True, text=True))
+    assert len(asked) == 1
+    # deniedResolvedAddresses holds for a host allowed while the sandbox runs.
+    resolved = {"network": {"allowLocalDestinations": True, "deniedResolvedAddresses": ["127.0.0.0/8", "::1"]}}
+    with safebox.Sandbox(resolved, cwd=shared_home.work, env=shared_home.env(), on_request=lambda _r: True) as sb:
+        r = sb.run(cmd, capture_output=True, text=True)
+        assert "by network.deniedResolvedAddresses" in r.stdout, r.stdout
+        sb.allow_domain("localhost")
+        r = sb.run(cmd, capture_output=True, text=True)
+        assert "by network.deniedResolvedAddresses" in r.stdout, r.stdout

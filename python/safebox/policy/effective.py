@@ -118,14 +118,15 @@ class EffectivePolicy(Frozen):
         (``proxy/config.py: NetKeys``, as light as ProxyConfig), or None
         when none is set."""
         if not (self.denied_resolved_addresses or self.denied_domain_reasons or self.require_host_match
-                or self.refuse_opaque_tunnels or self.strip_response_headers):
+                or self.refuse_opaque_tunnels or self.strip_response_headers or self.strict_allowlist):
             return None
         from safebox.proxy.config import NetKeys
 
         return NetKeys(denied_resolved=self.denied_resolved_addresses, reasons=self.denied_domain_reasons,
                        require_host_match=self.require_host_match,
                        refuse_opaque_tunnels=self.refuse_opaque_tunnels,
-                       strip_response_headers=self.strip_response_headers)
+                       strip_response_headers=self.strip_response_headers,
+                       strict_allowlist=self.strict_allowlist)
 
     def to_json_dict(self) -> dict[str, Any]:
         """A JSON-ready dict (tuples become lists)."""

@@ -12,7 +12,9 @@ if TYPE_CHECKING:
     from collections.abc import Callable
     from typing import Any
 
+    from safebox.decide import Asker
     from safebox.proxy.inject import Injector
+    from safebox.proxy.live import LiveLists
     from safebox.proxy.parent import ParentProxy
     from safebox.proxy.tls import Mitm
 
@@ -28,6 +30,8 @@ class NetKeys(Frozen):
     reasons: tuple[tuple[str, str], ...] = ()
     require_host_match: bool = False
     refuse_opaque_tunnels: bool = False
+    #: ``strictAllowlist``: a host no entry allows is refused without asking (decide.py).
+    strict_allowlist: bool = False
     strip_response_headers: tuple[str, ...] = ()
 
     def folded_strip(self) -> set[str]:
@@ -70,6 +74,11 @@ class ProxyConfig(Frozen):
     say: Callable[[str], None] | None = None
     #: srt 0.0.83's network keys (``proxy/netkeys.py``); None: none set.
     keys: NetKeys | None = None
+    #: Lists that change while the sandbox runs (proxy/live.py); they replace
+    #: the domain lists above, which then only say what the lists began as.
+    live: LiveLists | None = None
+    #: Asks about a host no entry allows (decide.py): ``on_request``, ``--ask``.
+    ask: Asker | None = None
 
     def __init__(self, allowed_domains: tuple[str, ...] = (), denied_domains: tuple[str, ...] = (),
                  **kw: Any) -> None:

@@ -42,6 +42,7 @@ from safebox.hostport import split_port
 
 __all__ = [
     "RULE_ALLOWED",
+    "RULE_ASK",
     "RULE_DENIED",
     "RULE_LEARN",
     "RULE_LOCAL",
@@ -67,6 +68,9 @@ RULE_REQUEST = "request"
 #: Not a policy key: ``safebox exec --learn`` let a name through that no
 #: entry allows, to record it (the address checks still apply).
 RULE_LEARN = "learn"
+#: Not a policy key: whoever runs the sandbox answered when asked
+#: (``on_request``, ``safebox exec --ask``; decide.py).
+RULE_ASK = "ask"
 
 #: Cloud instance-metadata and credential endpoints (AWS/GCP/Azure/OpenStack
 #: at 169.254.169.254, AWS IPv6 on Nitro, Alibaba, Azure's WireServer

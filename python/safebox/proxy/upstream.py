@@ -24,12 +24,14 @@ from typing import Any
 
 from safebox.domains import IPAddress
 from safebox.proxy._asyncio import asyncio
-from safebox.proxy.rules import Decision, HostError, NetworkRules, normalize_host, parse_ip_literal
+from safebox.proxy.rules import RULE_ALLOWED, Decision, HostError, NetworkRules, normalize_host, parse_ip_literal
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from safebox.decide import Asker
     from safebox.proxy.config import NetKeys
     from safebox.proxy.inject import Injector
+    from safebox.proxy.live import LiveLists
     from safebox.proxy.parent import ParentProxy, ProxyURL
     from safebox.proxy.tls import Mitm
 
@@ -466,6 +468,11 @@ class Gate:
     injector: Injector | None = None
     #: Says one line on safebox's stderr (a TLS failure the user must see).
     report: Callable[[str], None] | None = None
+    #: The lists of a sandbox that can change them while it runs
+    #: (proxy/live.py); read at every request instead of ``rules``.
+    live: LiveLists | None = None
+    #: Puts a destination no entry allows to whoever runs the sandbox (decide.py).
+    ask: Asker | None = None
     #: srt 0.0.83's network keys (proxy/netkeys.py); None: none set.
     keys: NetKeys | None = None
     _loop: asyncio.AbstractEventLoop | None = field(default=None, repr=False)
@@ -559,7 +566,16 @@ class Gate:
         any others); when it gives none the parent resolves the name
         (docs/network.md, "Parent proxy"), and the list is empty.
         """
-        decision = self.rules.check_host(host, port)
+        rules = self.live.rules if self.live is not None else self.rules
+        decision = rules.check_host(host, port)
+        if not decision.allowed and self.live is not None:
+            decision = self.live.explained(host, port, decision)
+        if (not decision.allowed and decision.rule == RULE_ALLOWED and self.ask is not None
+                and not (self.keys is not None and self.keys.strict_allowlist)):
+            # No entry allows it and none denies it: ask (decide.py), unless
+            # network.strictAllowlist says the list is the whole answer (srt).
+            decision = await self.ask.decide(normalize_host(host), port, protocol, audit=self.audit)
+            rules = self.live.rules if self.live is not None else rules
         if not decision.allowed:
             self.record(host, port, protocol, decision)
             if self.explain is not None:
@@ -577,7 +593,7 @@ class Gate:
                 # public names: the parent resolves it (and is trusted to).
                 addresses = []
         if addresses or via is None:
-            decision = self.rules.check_addresses(addresses, host=name, port=port)
+            decision = rules.check_addresses(addresses, host=name, port=port)
         if via is None:
             self.record(host, port, protocol, decision)
         else:
