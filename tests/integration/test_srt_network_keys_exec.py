@@ -161,15 +161,20 @@ def test_refuse_opaque_tunnels_refuses_connect_and_socks5_but_not_plain_http(sha
         assert _curl(shared_home, args, f"http://localhost:{port}/o", {}).stdout == "served /o"
 
 
-def test_strict_allowlist_refuses_learn_mode_with_one_line(shared_home: FakeHome, tmp_path) -> None:  # type: ignore[no-untyped-def]
+def test_strict_allowlist_refuses_learn_and_ask_modes_with_one_line(shared_home: FakeHome, tmp_path) -> None:  # type: ignore[no-untyped-def]
     out = tmp_path / "learned.json"
     r = shared_home.run(["true"], opts=[*_opts(shared_home, {"strictAllowlist": True}), "--learn", str(out)])
     assert r.returncode == 125
     assert r.stderr.startswith("safebox: --learn lets the command reach hosts outside network.allowedDomains, "
                                "which network.strictAllowlist forbids"), r.stderr
-    # Control: the same run without the key learns.
+    r = shared_home.run(["true"], opts=[*_opts(shared_home, {"strictAllowlist": True}), "--ask"])
+    assert r.returncode == 125
+    assert r.stderr.startswith("safebox: --ask would never ask: network.strictAllowlist refuses every host "
+                               "outside network.allowedDomains without asking"), r.stderr
+    # Controls: the same runs without the key.
     r = shared_home.run(["true"], opts=[*_opts(shared_home, {}), "--learn", str(out)])
     assert r.returncode == 0, r.stderr
+    assert shared_home.run(["true"], opts=[*_opts(shared_home, {}), "--ask"]).returncode == 0
 
 
 # -- with network.tlsTerminate: the keys inside a terminated tunnel ------------------

@@ -10,8 +10,8 @@ The keys (docs/policy-reference.md, "srt network keys"):
 - ``deniedDomainReasons``: a model-facing reason per ``deniedDomains``
   entry, told in the refusal line, the 403's status phrase and, for port
   22 through SOCKS5, an SSH disconnect (proxy/netkeys.py);
-- ``strictAllowlist``: safebox never asks about a host no rule decides,
-  so it is how safebox works already; with it, ``--learn`` is refused;
+- ``strictAllowlist``: a host no entry allows is refused without asking
+  (``on_request``, ``--ask``); ``--learn`` and ``--ask`` are refused;
 - ``requireHostMatch``: a request whose Host header or TLS server name
   names another host than it is sent to gets 421 (safebox refuses such a
   request anyway: 400 without the key);
@@ -33,7 +33,7 @@ if TYPE_CHECKING:
     from typing import Any
 
 __all__ = ["MAX_REASON", "check_address_range", "check_header_name", "check_reason", "clean_reason", "document",
-           "fold_header", "learn_refusal", "merge", "status_phrase"]
+           "check_strict", "fold_header", "merge", "status_phrase"]
 
 #: A reason is cut to this many characters (OpenSSH truncates a disconnect's text near it).
 MAX_REASON = 400
@@ -95,12 +95,20 @@ def status_phrase(reason: str) -> str:
     return "".join(c if " " <= c <= "~" else "?" for c in clean_reason(reason))
 
 
-def learn_refusal() -> PolicyError:
-    """``--learn`` under ``strictAllowlist``: learning lets through names no
-    entry allows, which the key forbids (srt: nothing widens the allowlist)."""
-    return PolicyError("--learn lets the command reach hosts outside network.allowedDomains, which "
-                       "network.strictAllowlist forbids",
-                       hint="drop --learn, or run it with a policy without network.strictAllowlist")
+def check_strict(*, learn: bool, ask: bool) -> None:
+    """``safebox exec`` under ``strictAllowlist``: ``--learn`` lets through
+    names no entry allows, which the key forbids (srt: nothing widens the
+    allowlist), and ``--ask`` would never ask (the key says the list is the
+    whole answer): both are refused rather than ignored. The API's
+    ``on_request`` is not asked, silently, as srt's callback is not."""
+    if learn:
+        raise PolicyError("--learn lets the command reach hosts outside network.allowedDomains, which "
+                          "network.strictAllowlist forbids",
+                          hint="drop --learn, or run it with a policy without network.strictAllowlist")
+    if ask:
+        raise PolicyError("--ask would never ask: network.strictAllowlist refuses every host outside "
+                          "network.allowedDomains without asking",
+                          hint="drop --ask, or run it with a policy without network.strictAllowlist")
 
 
 def _get(doc: dict[str, Any], *path: str) -> Any:

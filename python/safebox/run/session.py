@@ -147,10 +147,11 @@ class Session:
         if not self.opts.dry_run:
             self.run_dir = RunDir(os.path.join(self.state, "run"), say=self.say)
         self.run_path = self.run_dir.path if self.run_dir else os.path.join(self.state, "run", "DRY-RUN")
-        if self.opts.learn and self.policy.strict_allowlist:
-            from safebox.policy.srtnet import learn_refusal
+        if self.policy.strict_allowlist:
+            from safebox.policy.srtnet import check_strict
 
-            raise learn_refusal()
+            check_strict(learn=bool(self.opts.learn), ask=self.opts.cli and self.opts.runtime is not None
+                         and self.opts.runtime.callback is not None)
         live = self.opts.runtime is not None and self.opts.runtime.networked
         self.net = NetKind.PROXY if self.policy.allowed_domains or self.opts.learn or live else NetKind.NONE
         self._prepare_network()
