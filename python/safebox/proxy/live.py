@@ -13,6 +13,7 @@ sandbox that can change its lists; nothing here touches the network.
 from __future__ import annotations
 
 import threading
+from typing import Any
 
 from safebox.proxy.rules import (
     RULE_DENIED,
@@ -67,6 +68,9 @@ class LiveLists:
         #: Reasons given with a denied entry: canonical entry -> (reason, the
         #: rule its refusals name: deniedDomains, or "ask" for an answer remembered).
         self._reasons: dict[str, tuple[str, str]] = {}
+        #: The policy's checks beyond the two lists (srt 0.0.83's keys, this
+        #: host's addresses: proxy/netkeys.py), kept through every change.
+        self._extra: dict[str, Any] = {}
         self.rules = NetworkRules.from_policy(allowed, denied, allow_local_destinations=allow_local_destinations,
                                               learn=learn)
 
@@ -82,7 +86,14 @@ class LiveLists:
 
     def _swap(self, allowed: tuple[str, ...], denied: tuple[str, ...]) -> None:
         self.rules = NetworkRules.from_policy(allowed, denied, allow_local_destinations=self._local,
-                                              learn=self._learn)
+                                              learn=self._learn, **self._extra)
+
+    def add_checks(self, **extra: Any) -> None:
+        """Keep ``extra`` (``NetworkRules.from_policy`` keywords: reasons,
+        denied_resolved, own) in the rules now and after every change."""
+        with self._lock:
+            self._extra = extra
+            self._swap(self.rules.allowed, self.rules.denied)
 
     def allow(self, entry: str) -> str:
         """Add ``entry`` to the allowed list, and drop from the denied one the

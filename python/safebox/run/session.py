@@ -147,6 +147,11 @@ class Session:
         if not self.opts.dry_run:
             self.run_dir = RunDir(os.path.join(self.state, "run"), say=self.say)
         self.run_path = self.run_dir.path if self.run_dir else os.path.join(self.state, "run", "DRY-RUN")
+        if self.policy.strict_allowlist:
+            from safebox.policy.srtnet import check_strict
+
+            check_strict(learn=bool(self.opts.learn), ask=self.opts.cli and self.opts.runtime is not None
+                         and self.opts.runtime.callback is not None)
         live = self.opts.runtime is not None and self.opts.runtime.networked
         self.net = NetKind.PROXY if self.policy.allowed_domains or self.opts.learn or live else NetKind.NONE
         self._prepare_network()
@@ -231,7 +236,8 @@ class Session:
             run_id=self.run_id if self._wants_records() else None,
             parent=netplan.parent if netplan else None,
             mitm=netplan.mitm if netplan else None, injector=netplan.injector if netplan else None,
-            denied=self._denied, say=None if self.opts.cli else self.say, live=live, ask=ask),
+            denied=self._denied, say=None if self.opts.cli else self.say, live=live, ask=ask,
+            keys=self.policy.net_keys()),
             run_dir=self.run_path, tcp=self.layers is Layers.HELPER_ONLY,
             # Unix sockets only for the socat bridges of --without helper;
             # with the helper, the proxy serves on the listeners it hands over.
