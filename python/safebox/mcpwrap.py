@@ -157,7 +157,7 @@ def _exec_split(items: Sequence[str]) -> tuple[int, bool] | None:
     """Where the server's own command begins in the args of a wrapped entry
     (``exec OPTS [--] COMMAND ARGS``), and whether ``--`` came before it
     (the entry had ``args``); None when ``items`` is not an exec line."""
-    from safebox.cli import EXEC_OPTIONS
+    from safebox.exec_options import EXEC_OPTIONS
 
     by_name = {o.long: o for o in EXEC_OPTIONS} | {o.short: o for o in EXEC_OPTIONS if o.short}
     if not items or items[0] != "exec":
