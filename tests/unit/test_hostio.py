@@ -169,7 +169,7 @@ ALLOWED: dict[str, str] = {
     "builder/caches:_level": ("the preset caches: each level opened beneath the one above with "
                               "O_NOFOLLOW|O_DIRECTORY, type and owner checked with fstat"),
     "builder/helper_policy:write_policy_file": "the run dir, safebox's own, O_EXCL|O_NOFOLLOW",
-    "builder/resolve:host_unix_sockets": "/proc/net/unix",
+    "builder/sockets:host_unix_sockets": "/proc/net/unix",
     "builder/seccomp:libseccomp_identity": "/proc/self/maps",
     "cgroups:*": "/proc and cgroupfs",
     "ci:_ancestor_exes": "/proc/PID/stat",
