@@ -274,8 +274,10 @@ def _policy_show(policy_files: tuple[str, ...], presets: tuple[str, ...], as_jso
     import click
 
     from safebox.policy.defaults import credential_env
+    from safebox.policy.document import policy_document
     from safebox.policy.layers import replaced_values
-    from safebox.policy.load import Context, Flags, merge, policy_document, read_layers, state_dir
+    from safebox.policy.load import Context, Flags, read_layers, state_dir
+    from safebox.policy.merge import merge
     from safebox.policy.presets import describe
     from safebox.run.host import home as _host_home
 
@@ -361,7 +363,8 @@ def _policy_check(file: str) -> int:
     """``safebox policy check``: validate one policy file."""
     import click
 
-    from safebox.policy.load import Layer, _read_file, parse_document, validate_layer
+    from safebox.policy.load import Layer, _read_file, parse_document
+    from safebox.policy.validate import validate_layer
 
     try:
         raw = _read_file(file)
@@ -377,7 +380,8 @@ def _policy_check(file: str) -> int:
 def _read_policy(file: str) -> dict[str, Any]:
     """One policy file, validated, as its document (defaults left out)."""
     from safebox.errors import PolicyError
-    from safebox.policy.load import Layer, _read_file, parse_document, validate_layer
+    from safebox.policy.load import Layer, _read_file, parse_document
+    from safebox.policy.validate import validate_layer
 
     try:
         raw = _read_file(file)

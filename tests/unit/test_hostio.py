@@ -184,7 +184,7 @@ ALLOWED: dict[str, str] = {
     "limits:*": "/proc, cgroupfs and markers in safebox's state",
     "mounter:*": "/proc/PID/ns/mnt",
     "netplan:*": "the run dir, safebox's own, O_EXCL|O_NOFOLLOW",
-    "policy/load:*": "the policy file the user named, read before the run; the cache in safebox's state",
+    "policy/sources:*": "the policy file the user named, read before the run",
     "proxy/tls:*": "certificates safebox generated in its state dir",
     "run/host:*": "/proc/self/mountinfo",
     "run/protect:*": "the quarantine: parents resolved before the run and re-checked (run/protect.py)",
