@@ -69,24 +69,10 @@ def landlock_rules(*, layers: Layers, write_roots: list[str], mask_dirs: list[st
         rules += [("write", t) for t in ("/dev/shm",) if os.path.isdir(t)]
         return rules
     regions = Regions(denied, carve_outs)
-    budget = [LANDLOCK_MAX_RULES]
+    budget = [LANDLOCK_MAX_RULES]  # shared by every walk of this policy
 
     def grant(access: str, top: str, leave_out: list[str]) -> list[tuple[str, str]]:
-        if not leave_out:
-            return [(access, top)]
-        # A symlink is never granted when its target touches any denied
-        # path, not only those left out here (the helper opens rule paths
-        # following links).
-        try:
-            return _walk_excluding(access, top, sorted(set(leave_out)), links_denied=denied, budget=budget)
-        except _TooManyRules:
-            raise BuildError(
-                f"on a helper-only host this policy needs more than {LANDLOCK_MAX_RULES:,} Landlock rules: "
-                "Landlock only grants, so every entry beside a denied path needs a grant of its own, and "
-                f"{len(mask_files)} denied files and {len(mask_dirs)} denied directories lie in "
-                f"{len({parent_dir(d) for d in denied})} directories",
-                hint="deny whole directories rather than the files in them (`**/secrets/**`), fewer glob "
-                     "matches, or run where bubblewrap works (`safebox doctor`)") from None
+        return _grant(access, top, leave_out, denied=denied, budget=budget, mask_dirs=mask_dirs, mask_files=mask_files)
 
     # The host's /dev is another matter: raw disks (reading one gets around
     # every deny-read path, even for a root without capabilities, who owns
@@ -114,6 +100,26 @@ def landlock_rules(*, layers: Layers, write_roots: list[str], mask_dirs: list[st
             own = [x for x in inside.get(root, ()) if x != top and is_under(x, top)]
             rules += grant("write", top, [*regions.denies_in(top), *own])
     return rules
+
+
+def _grant(access: str, top: str, leave_out: list[str], *, denied: list[str], budget: list[int],
+           mask_dirs: list[str], mask_files: list[str]) -> list[tuple[str, str]]:
+    """``access`` on ``top`` but ``leave_out`` (one walk of ``landlock_rules``)."""
+    if not leave_out:
+        return [(access, top)]
+    # A symlink is never granted when its target touches any denied
+    # path, not only those left out here (the helper opens rule paths
+    # following links).
+    try:
+        return _walk_excluding(access, top, sorted(set(leave_out)), links_denied=denied, budget=budget)
+    except _TooManyRules:
+        raise BuildError(
+            f"on a helper-only host this policy needs more than {LANDLOCK_MAX_RULES:,} Landlock rules: "
+            "Landlock only grants, so every entry beside a denied path needs a grant of its own, and "
+            f"{len(mask_files)} denied files and {len(mask_dirs)} denied directories lie in "
+            f"{len({parent_dir(d) for d in denied})} directories",
+            hint="deny whole directories rather than the files in them (`**/secrets/**`), fewer glob "
+                 "matches, or run where bubblewrap works (`safebox doctor`)") from None
 
 
 class _TooManyRules(Exception):

@@ -40,30 +40,12 @@ def refuse_planted_links(policy: EffectivePolicy, *, layers: Layers, cwd: str, p
     entries = [w for w in policy.allow_write if not (w == "/tmp" and layers is not Layers.HELPER_ONLY)]
     now = {*entries, *(os.path.realpath(w) for w in entries)}
 
-    def why(link: str) -> str | None:
-        parent = os.path.dirname(link)
-        for r in now:
-            if r != "/" and is_under(parent, r):
-                return f"in {r}, a write root of this run"
-        for r, since in earlier.items():
-            if r != "/" and is_under(parent, r):
-                try:
-                    made = os.lstat(link).st_ctime
-                except OSError:
-                    made = since
-                # A second of slack for the coarse file clock: a link made
-                # by the run that first granted the root is still caught.
-                if made >= since - 1:
-                    return (f"in {r}, a write root since "
-                            f"{time.strftime('%Y-%m-%d %H:%M', time.localtime(since))}, and made after that")
-        return None
-
     walks = [(w, w) for w in entries if w != cwd]
     if pwd and pwd.startswith("/") and pwd != cwd and os.path.realpath(pwd) == cwd:
         walks.append((cwd, pwd))
     for w, name in walks:
         for link, target in links_on_the_way(name):
-            reason = why(link)
+            reason = _planted_by_a_run(link, now, earlier)
             if reason is None:
                 continue
             real = os.path.realpath(name)
@@ -75,6 +57,27 @@ def refuse_planted_links(policy: EffectivePolicy, *, layers: Layers, cwd: str, p
                              f"{reason}: a sandboxed command could have planted it; refusing to follow it "
                              "into a write grant", hint=f"if you made that link, allow its target: "
                                                         f"--allow-write {real}")
+
+
+def _planted_by_a_run(link: str, now: set[str], earlier: dict[str, float]) -> str | None:
+    """Why a sandboxed command could have made ``link`` (rules 1 and 2 of
+    ``refuse_planted_links``), or None: it is the user's."""
+    parent = os.path.dirname(link)
+    for r in now:
+        if r != "/" and is_under(parent, r):
+            return f"in {r}, a write root of this run"
+    for r, since in earlier.items():
+        if r != "/" and is_under(parent, r):
+            try:
+                made = os.lstat(link).st_ctime
+            except OSError:
+                made = since
+            # A second of slack for the coarse file clock: a link made
+            # by the run that first granted the root is still caught.
+            if made >= since - 1:
+                return (f"in {r}, a write root since "
+                        f"{time.strftime('%Y-%m-%d %H:%M', time.localtime(since))}, and made after that")
+    return None
 
 
 def links_on_the_way(path: str) -> list[tuple[str, str]]:

@@ -146,6 +146,33 @@ def protected_paths(scans: dict[str, RootScan], write_roots: list[str], home: st
     for kind, p in known:
         if f.under_a_root(p) and os.path.isdir(p) and not os.path.islink(p):
             (f.admins if kind == "admin" else f.gits).add(p)
+    deep, unlistable = _collect(f, scans, write_roots)
+    f.git_entries()
+    f.admin_entries()
+    existing, missing, gits, admins, links = f.existing, f.missing, f.gits, f.admins, f.links
+    # What the git configs name: hooks directories (core.hooksPath) and
+    # included config files, existing or not yet.
+    git_config_paths(gits, f.dotgit_files, write_roots, home, existing=existing, missing=missing, links=links)
+    # A git directory is bound onto itself read-write (git still works): a
+    # mount point cannot be renamed, so `mv .git .git-old` cannot shed the
+    # protection of the entries below it.
+    git_dirs = sorted(p for p in gits if os.path.isdir(p) and not os.path.islink(p))
+    refuse_hard_links(sorted(existing - set(git_dirs)))
+    # Watched names are recorded with their parents resolved now (a dotfile
+    # manager's ~/.config -> dotfiles/config is legitimate): after the run a
+    # parent that resolves elsewhere was replaced by the command, and the
+    # quarantine refuses to follow it (runner.quarantine).
+    missing = _with_parents_resolved(missing)
+    seen = {("git", g) for g in gits if os.path.basename(g) != ".git"} | {("admin", a) for a in admins}
+    return Protected(existing=sorted(existing - set(git_dirs)), missing=sorted(missing - existing),
+                     known=sorted(seen), tops=f.tops, unlistable=sorted({*unlistable, *f.blind}),
+                     deep=deep.without_git_config() if deep is not None and allow_git_config else deep,
+                     sealed=f.sealed, git_dirs=git_dirs, links=sorted(links.items()))
+
+
+def _collect(f: _Finds, scans: dict[str, RootScan], write_roots: list[str]) -> tuple[Baseline | None, list[str]]:
+    """Give ``f`` what the walks of each write root found; (the baseline of
+    the watch at any depth, the directories the walks could not list)."""
     collected: set[int] = set()
     deep: Baseline | None = None
     unlistable: list[str] = []
@@ -162,33 +189,18 @@ def protected_paths(scans: dict[str, RootScan], write_roots: list[str], home: st
         f.found(found)
         f.named(named)
         f.top_names(root)
-    f.git_entries()
-    f.admin_entries()
-    existing, missing, gits, admins, links = f.existing, f.missing, f.gits, f.admins, f.links
-    # What the git configs name: hooks directories (core.hooksPath) and
-    # included config files, existing or not yet.
-    git_config_paths(gits, f.dotgit_files, write_roots, home, existing=existing, missing=missing, links=links)
-    # A git directory is bound onto itself read-write (git still works): a
-    # mount point cannot be renamed, so `mv .git .git-old` cannot shed the
-    # protection of the entries below it.
-    git_dirs = sorted(p for p in gits if os.path.isdir(p) and not os.path.islink(p))
-    refuse_hard_links(sorted(existing - set(git_dirs)))
-    # Watched names are recorded with their parents resolved now (a dotfile
-    # manager's ~/.config -> dotfiles/config is legitimate): after the run a
-    # parent that resolves elsewhere was replaced by the command, and the
-    # quarantine refuses to follow it (runner.quarantine).
+    return deep, unlistable
+
+
+def _with_parents_resolved(missing: set[str]) -> set[str]:
+    """``missing`` with each path's parent resolved (one realpath per parent)."""
     parents: dict[str, str] = {}  # the same few parents (each root, its .git) recur
     for m in missing:
         d = parent_dir(m)
         if d not in parents:
             parents[d] = realpath_cached(d)
-    missing = {(parents[d] if parents[d] != "/" else "") + m[len(d):]
-               for m in missing for d in (parent_dir(m),)}
-    seen = {("git", g) for g in gits if os.path.basename(g) != ".git"} | {("admin", a) for a in admins}
-    return Protected(existing=sorted(existing - set(git_dirs)), missing=sorted(missing - existing),
-                     known=sorted(seen), tops=f.tops, unlistable=sorted({*unlistable, *f.blind}),
-                     deep=deep.without_git_config() if deep is not None and allow_git_config else deep,
-                     sealed=f.sealed, git_dirs=git_dirs, links=sorted(links.items()))
+    return {(parents[d] if parents[d] != "/" else "") + m[len(d):]
+            for m in missing for d in (parent_dir(m),)}
 
 
 class _Finds:

@@ -21,7 +21,7 @@ from __future__ import annotations
 import os
 
 from safebox._record import Frozen
-from safebox.builder.home_files import home_files
+from safebox.builder.home_files import HomeFiles, home_files
 from safebox.builder.landlock import UNMASKABLE_DEVICES, landlock_rules
 from safebox.builder.memory import (
     _KNOWN_MAX,
@@ -36,6 +36,7 @@ from safebox.builder.memory import (
 from safebox.builder.paths import Nearest, by_depth, collapse, is_under
 from safebox.builder.planted import links_on_the_way, path_dirs_in_write_roots, refuse_planted_links
 from safebox.builder.protected import (
+    Protected,
     config_in_roots,
     link_candidates,
     pin_ancestors,
@@ -160,13 +161,19 @@ def _with_caches(rp: ResolvedPolicy, cache_dirs: tuple[str, ...]) -> ResolvedPol
                       landlock_rules=rules)
 
 
-def _resolve(policy: EffectivePolicy, *, layers: Layers, cwd: str, home: str, host: HostFacts,
-             bridges: tuple[Bridge, ...], scan: Scan, extra_exclude: tuple[str, ...] = ()) -> ResolvedPolicy:
-    notes = list(scan.notes)
-    write_roots = scan.write_roots
-    roots = Nearest(write_roots)
-    scans = scan.procs
-    realpaths = RealPaths()
+class _Masks(Frozen):
+    """What is denied, and what is safebox's own: decided before the walks are collected."""
+
+    mask_dirs: list[str]
+    mask_files: list[str]
+    regions: Regions
+    imports: list[str]  # Python's import path, resolved
+    own: tuple[str, ...]  # safebox's installation, this run's files, its state dir, the import path
+
+
+def _masks(policy: EffectivePolicy, *, layers: Layers, host: HostFacts, write_roots: list[str], roots: Nearest,
+           realpaths: RealPaths, notes: list[str]) -> _Masks:
+    """The read regions and safebox's own paths, after every refusal they call for."""
     own_masks = state_masks(host.state_dir, layers=layers, write_roots=write_roots)
     mask_dirs, mask_files, regions, n = read_regions((*policy.deny_read, *own_masks), policy.allow_read, realpaths)
     notes += n
@@ -197,41 +204,37 @@ def _resolve(policy: EffectivePolicy, *, layers: Layers, cwd: str, home: str, ho
     own = tuple(sorted({os.path.realpath(p) for p in (*host.self_paths, *host.run_files, host.state_dir)
                         if os.path.lexists(p)}
                        | set(imports)))
-    # denyWrite: existing paths are re-bound read-only below (bwrap) and, on
-    # a helper-only host, left out of Landlock's write grant like safebox's
-    # own files; missing ones beneath a write root are watched like missing
-    # protected files. Before issue 11 both were silently not enforced.
-    # Host caches a preset redirected (extra_exclude) are kept out of the
-    # write grants too, so that they stay read-only without bwrap as well.
-    deny_write = _resolve_deny_write(policy.deny_write, realpaths)
-    deny_write_real = sorted(deny_write)
-    deny_write_existing = [p for p in deny_write_real if deny_write[p]]
-    excl = {*own, *deny_write_existing, *(os.path.realpath(p) for p in extra_exclude if os.path.lexists(p))}
-    known_file = os.path.join(host.state_dir, KNOWN_GIT_DIRS)
+    return _Masks(mask_dirs=mask_dirs, mask_files=mask_files, regions=regions, imports=imports, own=own)
+
+
+def _collect_protected(policy: EffectivePolicy, *, scan: Scan, home: str, state_dir: str) -> Protected:
+    """The walks' answers (builder/protected.py), with the git dirs remembered across runs."""
+    known_file = os.path.join(state_dir, KNOWN_GIT_DIRS)
     known_before = read_known_git_dirs(known_file)
-    prot = protected_paths(scans, write_roots, home, known=known_before,
+    prot = protected_paths(scan.procs, scan.write_roots, home, known=known_before,
                            allow_git_config=policy.allow_git_config)
     remember_git_dirs(known_file, known_before, tuple(prot.known))
-    existing, missing, sealed, git_dirs = prot.existing, prot.missing, prot.sealed, prot.git_dirs
     scan.procs = {}
-    # A directory the walks could not list hides whatever is protected in it:
-    # read-only for the whole run (a read-only bind: even chmod fails with
-    # EROFS, so the command cannot make it listable and write beneath it),
-    # on a helper-only host out of Landlock's write grant; said on every run.
-    warnings = [f"{why}: it is read-only inside for this run; to write there: {fix}"
-                for why, fix in map(unlistable_message, prot.unlistable)]
-    excl.update(prot.unlistable)
-    rules = landlock_rules(layers=layers, write_roots=write_roots, mask_dirs=mask_dirs, mask_files=mask_files,
-                           write_exclude=tuple(sorted(excl)), carve_outs=regions.allows)
-    socket_binds: list[str] = []
-    if policy.allow_unix_sockets and not policy.allow_all_unix_sockets and layers is not Layers.HELPER_ONLY:
-        hide, keep = unix_sockets(policy, warnings=warnings, notes=notes)
-        mask_files = sorted(set(mask_files) | set(hide))
-        # An allowed socket under the private /tmp or a masked directory is
-        # invisible unless bound back in.
-        socket_binds = [k for k in keep if is_under(k, "/tmp") or not regions.readable(k)]
-    read_only: set[str] = set(existing)
-    read_only.update(deny_write_existing)
+    return prot
+
+
+class _Kept(Frozen):
+    """What stays read-only beneath the write roots, and what is watched."""
+
+    read_only: set[str]
+    missing: list[str]
+    home: HomeFiles
+    path_links: list[tuple[str, str]]
+
+
+def _kept(policy: EffectivePolicy, *, layers: Layers, home: str, host: HostFacts, write_roots: list[str],
+          roots: Nearest, regions: Regions, prot: Protected, deny_write: dict[str, bool], imports: list[str],
+          notes: list[str], warnings: list[str]) -> _Kept:
+    """Every path kept read-only beneath the write roots, and every missing one watched."""
+    deny_write_real = sorted(deny_write)
+    missing = list(prot.missing)
+    read_only: set[str] = set(prot.existing)
+    read_only.update(p for p in deny_write_real if deny_write[p])
     read_only.update(prot.unlistable)
     # A writable $HOME keeps its start-up files: every dot entry directly in
     # it, and the user site's .pth and *customize (builder/home_files.py).
@@ -274,14 +277,22 @@ def _resolve(policy: EffectivePolicy, *, layers: Layers, cwd: str, home: str, ho
         if os.path.lexists(p):
             read_only.add(os.path.realpath(p))
     read_only.update(imports)
+    return _Kept(read_only=read_only, missing=missing, home=hf, path_links=path_links)
+
+
+def _binds(kept: _Kept, *, masks: _Masks, prot: Protected, write_roots: list[str], roots: Nearest
+           ) -> tuple[list[str], list[str]]:
+    """(the read-only re-binds, the pinned parents): only what lies beneath a
+    write root and changes something."""
+    regions, read_only = masks.regions, kept.read_only
     # Only what lies beneath a write root needs re-binding; outside, / is read-only already.
     read_only_list = regions.readable_only(roots.covered(read_only))
-    sealed_set = {d for d, _ in sealed}
+    sealed_set = {d for d, _ in prot.sealed}
     sealed_near = Nearest(sealed_set)
     # The parents of protected symlinks too: renaming one would carry the link
     # away from where it is checked after the run.
-    pins = pin_ancestors([*read_only_list, *sealed_set, *git_dirs, *mask_dirs, *mask_files,
-                          *(link for link, _ in (*prot.links, *path_links))], write_roots)
+    pins = pin_ancestors([*read_only_list, *sealed_set, *prot.git_dirs, *masks.mask_dirs, *masks.mask_files,
+                          *(link for link, _ in (*prot.links, *kept.path_links))], write_roots)
     pins = [p for p in pins if p not in sealed_set and p not in read_only
             and regions.readable(p)
             and sealed_near.above(p) is None]
@@ -291,7 +302,7 @@ def _resolve(policy: EffectivePolicy, *, layers: Layers, cwd: str, home: str, ho
     # Except across a write root bound again over one (home.reopened: an
     # allowWrite inside a read-only dot entry of $HOME): what lies beneath
     # it is mounted again after it.
-    reopened = Nearest(hf.reopened)
+    reopened = Nearest(kept.home.reopened)
     read_only_list = _collapse_within(read_only_list, reopened)
     ro = Nearest(read_only_list)
 
@@ -299,31 +310,82 @@ def _resolve(policy: EffectivePolicy, *, layers: Layers, cwd: str, home: str, ho
         r, w = ro.above(p), reopened.at_or_above(p)
         return r is not None and (w is None or is_under(r, w))
 
-    pins = [p for p in pins if not covered(p)]
+    return read_only_list, [p for p in pins if not covered(p)]
+
+
+def _resolve(policy: EffectivePolicy, *, layers: Layers, cwd: str, home: str, host: HostFacts,
+             bridges: tuple[Bridge, ...], scan: Scan, extra_exclude: tuple[str, ...] = ()) -> ResolvedPolicy:
+    notes = list(scan.notes)
+    write_roots = scan.write_roots
+    roots = Nearest(write_roots)
+    realpaths = RealPaths()
+    masks = _masks(policy, layers=layers, host=host, write_roots=write_roots, roots=roots, realpaths=realpaths,
+                   notes=notes)
+    regions, mask_files = masks.regions, masks.mask_files
+    # denyWrite: existing paths are re-bound read-only below (bwrap) and, on
+    # a helper-only host, left out of Landlock's write grant like safebox's
+    # own files; missing ones beneath a write root are watched like missing
+    # protected files. Before issue 11 both were silently not enforced.
+    # Host caches a preset redirected (extra_exclude) are kept out of the
+    # write grants too, so that they stay read-only without bwrap as well.
+    deny_write = _resolve_deny_write(policy.deny_write, realpaths)
+    excl = {*masks.own, *(p for p in sorted(deny_write) if deny_write[p]),
+            *(os.path.realpath(p) for p in extra_exclude if os.path.lexists(p))}
+    prot = _collect_protected(policy, scan=scan, home=home, state_dir=host.state_dir)
+    # A directory the walks could not list hides whatever is protected in it:
+    # read-only for the whole run (a read-only bind: even chmod fails with
+    # EROFS, so the command cannot make it listable and write beneath it),
+    # on a helper-only host out of Landlock's write grant; said on every run.
+    warnings = [f"{why}: it is read-only inside for this run; to write there: {fix}"
+                for why, fix in map(unlistable_message, prot.unlistable)]
+    excl.update(prot.unlistable)
+    rules = landlock_rules(layers=layers, write_roots=write_roots, mask_dirs=masks.mask_dirs, mask_files=mask_files,
+                           write_exclude=tuple(sorted(excl)), carve_outs=regions.allows)
+    socket_binds: list[str] = []
+    if policy.allow_unix_sockets and not policy.allow_all_unix_sockets and layers is not Layers.HELPER_ONLY:
+        hide, keep = unix_sockets(policy, warnings=warnings, notes=notes)
+        mask_files = sorted(set(mask_files) | set(hide))
+        # An allowed socket under the private /tmp or a masked directory is
+        # invisible unless bound back in.
+        socket_binds = [k for k in keep if is_under(k, "/tmp") or not regions.readable(k)]
+    kept = _kept(policy, layers=layers, home=home, host=host, write_roots=write_roots, roots=roots, regions=regions,
+                 prot=prot, deny_write=deny_write, imports=masks.imports, notes=notes, warnings=warnings)
+    read_only_list, pins = _binds(kept, masks=masks, prot=prot, write_roots=write_roots, roots=roots)
     # Deny-read paths that do not exist yet but lie under a write root: the
     # command could create them (say ~/.config/safebox/policy.toml for the
     # next run); they are watched and quarantined like protected files.
-    for p in policy.deny_read:
-        if roots.at_or_above(p) is not None and not os.path.lexists(p):
-            missing.append(p)
-    net = NetKind.PROXY if bridges else NetKind.NONE
-    private_tmp = ("/tmp",) if layers is not Layers.HELPER_ONLY else ()
+    missing = [*kept.missing, *(p for p in policy.deny_read
+                                if roots.at_or_above(p) is not None and not os.path.lexists(p))]
     if layers is not Layers.HELPER_ONLY:
         rules.append(("write", "/tmp"))
+    return _resolved(layers=layers, cwd=cwd, host=host, bridges=bridges, write_roots=write_roots, masks=masks,
+                     mask_files=mask_files, prot=prot, kept=kept, read_only=read_only_list, pins=pins,
+                     socket_binds=socket_binds, missing=missing, rules=rules, notes=notes, warnings=warnings)
+
+
+def _resolved(*, layers: Layers, cwd: str, host: HostFacts, bridges: tuple[Bridge, ...], write_roots: list[str],
+              masks: _Masks, mask_files: list[str], prot: Protected, kept: _Kept, read_only: list[str],
+              pins: list[str], socket_binds: list[str], missing: list[str], rules: list[tuple[str, str]], notes: list[str],
+              warnings: list[str]) -> ResolvedPolicy:
+    """The frozen answer, from what ``_resolve`` decided."""
+    sealed_set = {d for d, _ in prot.sealed}
+    hf = kept.home
+    net = NetKind.PROXY if bridges else NetKind.NONE
+    private_tmp = ("/tmp",) if layers is not Layers.HELPER_ONLY else ()
     return ResolvedPolicy(
-        layers=layers, cwd=cwd, write_roots=tuple(write_roots), read_only=tuple(read_only_list),
-        sealed_dirs=tuple((d, tuple(k)) for d, k in sealed),
-        pinned_dirs=tuple(by_depth({*pins, *(g for g in git_dirs if g not in sealed_set)})),
-        mask_dirs=tuple(mask_dirs), mask_files=tuple(mask_files), private_tmp=private_tmp,
-        carve_outs=tuple(sorted((*carve_outs(regions, layers=layers, write_roots=write_roots,
-                                             read_only=read_only_list, sealed=sealed_set, helper=host.helper_path),
+        layers=layers, cwd=cwd, write_roots=tuple(write_roots), read_only=tuple(read_only),
+        sealed_dirs=tuple((d, tuple(k)) for d, k in prot.sealed),
+        pinned_dirs=tuple(by_depth({*pins, *(g for g in prot.git_dirs if g not in sealed_set)})),
+        mask_dirs=tuple(masks.mask_dirs), mask_files=tuple(mask_files), private_tmp=private_tmp,
+        carve_outs=tuple(sorted((*carve_outs(masks.regions, layers=layers, write_roots=write_roots,
+                                             read_only=read_only, sealed=sealed_set, helper=host.helper_path),
                                  *((w, True) for w in hf.reopened)),
                                 key=lambda x: (x[0].count("/"), x[0]))),
         net=net, bridges=bridges, helper_path=host.helper_path, policy_path=host.policy_path,
         socket_binds=tuple(socket_binds),
         run_dir=host.run_dir, empty_file=os.path.join(host.run_dir, EMPTY_FILE) if host.run_dir else "",
         watch_missing=tuple(sorted(set(missing))), watch_tops=tuple(prot.tops),
-        watch_links=tuple(dict.fromkeys([*prot.links, *path_links, *hf.links])),
+        watch_links=tuple(dict.fromkeys([*prot.links, *kept.path_links, *hf.links])),
         watch_new=tuple(hf.watch), watch_deep=prot.deep,
         landlock_rules=tuple(rules),
         notes=tuple(notes), warnings=tuple(warnings))
