@@ -34,3 +34,24 @@ SCALAR_KEYS: dict[tuple[str, ...], str] = {
 #: pattern goes to its own field, expanded against the host at every run.
 GLOB_FIELDS = {"deny_read": "deny_read_globs", "allow_read": "allow_read_globs", "deny_write": "deny_write_globs"}
 GLOB_CHARS = frozenset("*?[]")
+
+#: Each command-line flag that feeds the policy, once: (the flag, its
+#: ``Flags`` field, which is the ``exec`` option's dest, the policy key it
+#: adds to). The flags' layer is built from it (sources.flags_layer), and an
+#: error in a flag's value names the flag as the user typed it
+#: (validate.FLAG_FOR_KEY). In the order the flags' layer is written.
+POLICY_FLAGS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
+    ("--allow-write", "allow_write", ("filesystem", "allowWrite")),
+    ("--deny-read", "deny_read", ("filesystem", "denyRead")),
+    ("--allow-read", "allow_read", ("filesystem", "allowRead")),
+    ("--deny-write", "deny_write", ("filesystem", "denyWrite")),
+    ("--allow-domain", "allow_domains", ("network", "allowedDomains")),
+    ("--deny-domain", "deny_domains", ("network", "deniedDomains")),
+    ("--strict", "strict", ("strict",)),
+    ("--preset", "presets", ("presets",)),
+    ("--allow-gpu", "allow_gpu", ("devices", "gpu")),
+    ("--limit-processes", "limit_processes", ("limits", "processes")),
+    ("--limit-memory", "limit_memory", ("limits", "memory")),
+    ("--limit-tmp", "limit_tmp_size", ("limits", "tmpSize")),
+    ("--timeout", "timeout", ("limits", "wallTime")),
+)

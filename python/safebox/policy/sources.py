@@ -168,29 +168,26 @@ def credential_env_layers(ctx: Context) -> list[Layer]:
 
 
 def flags_layer(flags: Flags) -> Layer:
-    """Command-line flags as the last layer."""
-    data: dict[str, Any] = {}
-    fs = {k: list(v) for k, v in (("allowWrite", flags.allow_write), ("denyRead", flags.deny_read),
-                                  ("allowRead", flags.allow_read), ("denyWrite", flags.deny_write)) if v}
-    net = {k: list(v) for k, v in (("allowedDomains", flags.allow_domains),
-                                   ("deniedDomains", flags.deny_domains)) if v}
-    if fs:
-        data["filesystem"] = fs
-    if net:
-        data["network"] = net
-    if flags.strict:
-        data["strict"] = True
-    if flags.presets:
-        data["presets"] = list(flags.presets)
-    if flags.allow_gpu is not None:
-        from safebox.builder.devices import parse_selection
+    """Command-line flags as the last layer (keys.POLICY_FLAGS): a flag not
+    given (an empty list, False, None) adds nothing."""
+    from safebox.policy.keys import POLICY_FLAGS
 
-        select = parse_selection(flags.allow_gpu)
-        data["devices"] = {"gpu": True if select is None else list(select)}
-    limits = {k: v for k, v in (("processes", flags.limit_processes), ("memory", flags.limit_memory),
-                                ("tmpSize", flags.limit_tmp_size), ("wallTime", flags.timeout)) if v is not None}
-    if limits:
-        data["limits"] = limits
+    data: dict[str, Any] = {}
+    for _, field, key in POLICY_FLAGS:
+        value = getattr(flags, field)
+        if value is None or value is False or value == ():
+            continue
+        if field == "allow_gpu":
+            from safebox.builder.devices import parse_selection
+
+            select = parse_selection(value)
+            value = True if select is None else list(select)
+        elif isinstance(value, tuple):
+            value = list(value)
+        node = data
+        for part in key[:-1]:
+            node = node.setdefault(part, {})
+        node[key[-1]] = value
     return Layer(name=FLAGS_LAYER, data=data)
 
 

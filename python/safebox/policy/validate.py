@@ -5,6 +5,7 @@ path, the value, what was expected, and a close known key for a typo."""
 from __future__ import annotations
 
 from safebox.errors import PolicyError
+from safebox.policy.keys import POLICY_FLAGS
 from safebox.policy.sources import FLAGS_LAYER, Layer
 
 TYPE_CHECKING = False
@@ -134,21 +135,7 @@ def _message(err: dict[str, Any]) -> str:
 
 # Command-line flags → the policy key each one feeds (flags_layer), so an
 # error in a flag's value names the flag, as the user typed it.
-FLAG_FOR_KEY: dict[tuple[str, ...], str] = {
-    ("filesystem", "allowWrite"): "--allow-write",
-    ("filesystem", "denyRead"): "--deny-read",
-    ("filesystem", "allowRead"): "--allow-read",
-    ("filesystem", "denyWrite"): "--deny-write",
-    ("network", "allowedDomains"): "--allow-domain",
-    ("network", "deniedDomains"): "--deny-domain",
-    ("strict",): "--strict",
-    ("presets",): "--preset",
-    ("limits", "processes"): "--limit-processes",
-    ("limits", "memory"): "--limit-memory",
-    ("limits", "tmpSize"): "--limit-tmp",
-    ("limits", "wallTime"): "--timeout",
-    ("devices", "gpu"): "--allow-gpu",
-}
+FLAG_FOR_KEY: dict[tuple[str, ...], str] = {key: flag for flag, _, key in POLICY_FLAGS}
 
 
 def _where(layer: Layer, err: dict[str, Any]) -> str:
