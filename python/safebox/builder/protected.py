@@ -61,7 +61,7 @@ class Protected(Frozen):
     deep: Baseline | None = None
     # Directories in a write root that we cannot list (no read or search
     # permission): whatever is protected in them cannot be found, so each is
-    # read-only for the whole run (resolve.unlistable_message says why).
+    # read-only for the whole run (walks.unlistable_message says why).
     unlistable: list[str] = []
 
 

@@ -103,7 +103,7 @@ def state_masks(state_dir: str, *, layers: Layers, write_roots: list[str]) -> tu
 
     The state dir (caches, run dirs, memories) decides the next run's
     sandbox. A write root above it keeps it read-only (self-protection in
-    _resolve); one at it or inside it could not be granted without handing
+    resolve.py, _kept); one at it or inside it could not be granted without handing
     the command that decision, so it is refused (issue 22: with a big
     policy a write root at the state dir made it writable, and a forged
     seccomp cache turned every later run's filter off).

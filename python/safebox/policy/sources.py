@@ -86,7 +86,7 @@ def expand_path(p: str, ctx: Context) -> str:
         p = os.path.join(ctx.home, p[2:])
     elif not p.startswith("/"):
         p = os.path.join(ctx.cwd, p)
-    # normpath, not realpath: symlinks are resolved deliberately in resolve.py.
+    # normpath, not realpath: symlinks are resolved deliberately in builder/realpaths.py.
     out = os.path.normpath(p)
     if out.startswith("//"):
         out = "/" + out.lstrip("/")
