@@ -12,12 +12,13 @@ from __future__ import annotations
 import os
 import time
 
-from safebox._record import Frozen, rmtree
+from safebox._record import rmtree
 from safebox.builder.resolved import Layers, ResolvedPolicy
 from safebox.errors import BuildError, PolicyError
 from safebox.policy.load import user_config_dir
 from safebox.run import host as _host
 from safebox.run import plan as _plan
+from safebox.run.decide import Choices, Decision, decide
 from safebox.run.protect import settle, write_watch
 from safebox.run.rundir import make_run_tmp
 from safebox.run.supervise import Launch, Stdio, checkpoint
@@ -37,19 +38,6 @@ if TYPE_CHECKING:
 
 #: Namespace holds `safebox exec` closes by exiting (Command.cleanup).
 _HELD_UNTIL_EXIT: list[int] = []
-
-
-class Decision(Frozen):
-    """What one command runs under, decided before any of it runs (step 5):
-    the resolved policy, the helper's policy file, the environment, and where
-    the helper finds its seccomp programs (None: not used in this run). The
-    launch takes it; nothing changes it after."""
-
-    rp: ResolvedPolicy
-    helper_policy: bytes
-    env: dict[str, str]
-    seccomp_path: str | None
-    observe_path: str | None
 
 
 class Command:
@@ -263,25 +251,13 @@ class Command:
         return rp.replace(publish=tuple((p, os.path.join(pub_dir, f"{p}.sock")) for p in s.ports),
                           publish_dir=pub_dir)
 
-    def _program_paths(self) -> tuple[str | None, str | None]:
-        """Where the helper finds the seccomp program and the observing one
-        (None: not used in this run)."""
+    def _decide(self, rp: ResolvedPolicy) -> Decision:
         s = self.s
         assert self.dir is not None
-        return (os.path.join(self.dir, "seccomp.bpf") if s.layers is not Layers.BWRAP_ONLY else None,
-                os.path.join(self.dir, "observe.bpf") if s.observe_bpf else None)
-
-    def _decide(self, rp: ResolvedPolicy) -> Decision:
-        seccomp_path, observe_path = self._program_paths()
-        return Decision(rp=rp, helper_policy=self._helper_policy(rp, seccomp_path, observe_path),
-                        env=self._environment(rp), seccomp_path=seccomp_path, observe_path=observe_path)
-
-    def _helper_policy(self, rp: ResolvedPolicy, seccomp_path: str | None, observe_path: str | None) -> bytes:
-        s = self.s
         abi_max = self.environ.get("SAFEBOX_TEST_ABI_MAX")  # test-only: prove the down-level paths
-        return _plan.helper_policy_for(rp, self.policy, strict=s.strict, seccomp_path=seccomp_path,
-                                       connect_ports=s.connect_ports, socat=s.socat, limits=s.limits,
-                                       observe_path=observe_path, abi_max=int(abi_max) if abi_max else None)
+        choices = Choices(layers=s.layers, strict=s.strict, connect_ports=s.connect_ports, socat=s.socat,
+                          limits=s.limits, observe=bool(s.observe_bpf), abi_max=int(abi_max) if abi_max else None)
+        return decide(rp, self.policy, choices=choices, command_dir=self.dir, env=self._environment(rp))
 
     def _environment(self, rp: ResolvedPolicy) -> dict[str, str]:
         from safebox.builder.env import build_env
@@ -523,4 +499,4 @@ def _explain(s: Session, rp: ResolvedPolicy, policy: EffectivePolicy, observer: 
     return list(feed.events)
 
 
-__all__ = ["Command", "Decision"]
+__all__ = ["Command"]
