@@ -62,3 +62,39 @@ def test_the_decision_is_frozen() -> None:
     assert isinstance(d, Decision)
     with pytest.raises(AttributeError, match="frozen"):
         d.env = {}  # type: ignore[misc]
+
+
+# -- the environment -----------------------------------------------------------
+
+def test_the_environment_is_scrubbed_proxied_and_marked() -> None:
+    from safebox.run.decide import EnvInputs, environment
+
+    rp = resolved()
+    env, removed = environment(rp, EffectivePolicy(env_deny=("*_TOKEN",)), layers=Layers.BOTH,
+                               made_of=EnvInputs(environ={"PATH": "/usr/bin", "GH_TOKEN": "s3cret", "TMPDIR": "/x"}))
+    assert removed == ["GH_TOKEN"]
+    assert "GH_TOKEN" not in env and env["PATH"] == "/usr/bin"
+    assert env["TMPDIR"] == "/tmp" and env["SAFEBOX_SANDBOX"] == "1"
+    assert env["HTTPS_PROXY"].startswith("http://127.0.0.1:")
+
+
+def test_the_network_plans_variables_replace_and_a_masked_one_is_not_said_removed() -> None:
+    from safebox.run.decide import EnvInputs, environment
+
+    env, removed = environment(
+        resolved(), EffectivePolicy(env_deny=("*_TOKEN",)), layers=Layers.BOTH,
+        made_of=EnvInputs(environ={"GH_TOKEN": "real", "OTHER_TOKEN": "x", "SSL_CERT_FILE": "/etc/ca"},
+                          netplan=(("SSL_CERT_FILE",), (("GH_TOKEN", "sentinel"),))))
+    assert env["GH_TOKEN"] == "sentinel" and "SSL_CERT_FILE" not in env and "OTHER_TOKEN" not in env
+    assert sorted(removed) == ["OTHER_TOKEN", "SSL_CERT_FILE"]
+
+
+def test_without_bwrap_the_tmpdir_is_the_commands_own_and_ci_and_gpu_variables_come_last() -> None:
+    from safebox.run.decide import EnvInputs, environment
+
+    env, _ = environment(resolved(Layers.HELPER_ONLY), EffectivePolicy(devices_gpu=(2, 5)), layers=Layers.HELPER_ONLY,
+                         made_of=EnvInputs(environ={"CUDA_VISIBLE_DEVICES": "2,5"}, run_tmp="/tmp/safebox-run.x",
+                                           ci_env={"GITHUB_ENV": f"{CMD}/github_env"}))
+    assert env["TMPDIR"] == "/tmp/safebox-run.x"
+    assert env["GITHUB_ENV"] == f"{CMD}/github_env"
+    assert env["CUDA_VISIBLE_DEVICES"] == "0,1"  # the selection's GPUs, as numbered inside

@@ -18,7 +18,7 @@ from safebox.errors import BuildError, PolicyError
 from safebox.policy.load import user_config_dir
 from safebox.run import host as _host
 from safebox.run import plan as _plan
-from safebox.run.decide import Choices, Decision, decide
+from safebox.run.decide import Choices, Decision, EnvInputs, decide, environment, gpu_selection
 from safebox.run.protect import settle, write_watch
 from safebox.run.rundir import make_run_tmp
 from safebox.run.supervise import Launch, Stdio, checkpoint
@@ -260,36 +260,18 @@ class Command:
         return decide(rp, self.policy, choices=choices, command_dir=self.dir, env=self._environment(rp))
 
     def _environment(self, rp: ResolvedPolicy) -> dict[str, str]:
-        from safebox.builder.env import build_env
-
         s = self.s
-        env, removed = build_env(self.environ, deny=self.policy.env_deny, allow=self.policy.env_allow,
-                                 bridges=rp.bridges if s.layers is not Layers.HELPER_ONLY else
-                                 tuple(b for b in rp.bridges if b.port),
-                                 private_tmp=s.layers is not Layers.HELPER_ONLY, tmpdir=self.run_tmp)
-        if s.netplan is not None:  # credentials.envVars; the TLS trust bundle variables
-            removed += [k for k in s.netplan.env_unset if env.pop(k, None) is not None]
-            env.update(s.netplan.env_set)
-            removed = [k for k in removed if k not in env]  # masked ones are there, as sentinels
+        made_of = EnvInputs(environ=self.environ, run_tmp=self.run_tmp, caches=self.caches,
+                            netplan=(tuple(s.netplan.env_unset), tuple(s.netplan.env_set)) if s.netplan else None,
+                            ci_env=self.ci_run.env if self.ci_run is not None else None)
+        env, removed = environment(rp, self.policy, layers=s.layers, made_of=made_of)
         if s.opts.verbose and removed:
             s.say(f"removed from the environment: {', '.join(removed)}")
-        if self.caches is not None:
-            from safebox.builder.caches import cache_env
-
-            http = next((b for b in rp.bridges if b.scheme == "http" and b.port), None)
-            env.update(cache_env(self.caches, env, proxy=("127.0.0.1", http.port) if http else None))
-        if self.ci_run is not None:
-            env.update(self.ci_run.env)  # $GITHUB_ENV & co. name this run's own files
-        if self.policy.devices_gpu:
-            from safebox.builder.devices import gpu_env
-
-            env.update(gpu_env(self._gpu_selection()))
         return env
 
     def _gpu_selection(self) -> tuple[int, ...] | None:
         """devices.gpu's indices, or None for every GPU."""
-        gpu = self.policy.devices_gpu
-        return None if gpu is True else tuple(gpu) if isinstance(gpu, tuple) else None
+        return gpu_selection(self.policy)
 
     def _dry_run(self, d: Decision) -> str:
         s, rp = self.s, d.rp

@@ -1,9 +1,8 @@
 """Step 5 of a command, pure: the resolved policy and the session's choices
 in, one frozen :class:`Decision` out, the value the launch takes (issue 24
-item 1: plan, observe, decide, launch, settle). Nothing here reads the host
-or writes; golden tests in tests/unit/test_decide.py run in milliseconds.
-The environment is built before (run/command.py ``_environment``: it says
-what it removed) and passed in."""
+item 1: plan, observe, decide, launch, settle), and the command's
+environment (:func:`environment`). Nothing here reads the host or writes;
+golden tests in tests/unit/test_decide.py run in milliseconds."""
 
 from __future__ import annotations
 
@@ -15,6 +14,9 @@ from safebox.run.plan import helper_policy_for
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+    from safebox.builder.caches import CachePlan
     from safebox.limits import Plan
     from safebox.policy.effective import EffectivePolicy
 
@@ -55,4 +57,51 @@ def decide(rp: ResolvedPolicy, policy: EffectivePolicy, *, choices: Choices, com
     return Decision(rp=rp, helper_policy=helper, env=env, seccomp_path=seccomp_path, observe_path=observe_path)
 
 
-__all__ = ["Choices", "Decision", "decide"]
+class EnvInputs(Frozen):
+    """What a command's environment is made from, besides the policy: the
+    caller's variables and what the session and command prepared."""
+
+    environ: Mapping[str, str]
+    run_tmp: str | None = None  # the helper-only TMPDIR (no private /tmp without bwrap)
+    #: The network plan's variables (netplan.py: credentials.envVars, the TLS
+    #: trust bundle): (names to unset, (name, value) to set); None: no plan.
+    netplan: tuple[tuple[str, ...], tuple[tuple[str, str], ...]] | None = None
+    caches: CachePlan | None = None  # the presets' caches (builder/caches.py)
+    ci_env: Mapping[str, str] | None = None  # $GITHUB_ENV & co.: this run's own files
+
+
+def gpu_selection(policy: EffectivePolicy) -> tuple[int, ...] | None:
+    """devices.gpu's indices, or None for every GPU."""
+    gpu = policy.devices_gpu
+    return None if gpu is True else tuple(gpu) if isinstance(gpu, tuple) else None
+
+
+def environment(rp: ResolvedPolicy, policy: EffectivePolicy, *, layers: Layers,
+                made_of: EnvInputs) -> tuple[dict[str, str], list[str]]:
+    """(the command's environment, the caller's variables removed from it)."""
+    from safebox.builder.env import build_env
+
+    env, removed = build_env(made_of.environ, deny=policy.env_deny, allow=policy.env_allow,
+                             bridges=rp.bridges if layers is not Layers.HELPER_ONLY else
+                             tuple(b for b in rp.bridges if b.port),
+                             private_tmp=layers is not Layers.HELPER_ONLY, tmpdir=made_of.run_tmp)
+    if made_of.netplan is not None:  # credentials.envVars; the TLS trust bundle variables
+        unset, set_ = made_of.netplan
+        removed += [k for k in unset if env.pop(k, None) is not None]
+        env.update(set_)
+        removed = [k for k in removed if k not in env]  # masked ones are there, as sentinels
+    if made_of.caches is not None:
+        from safebox.builder.caches import cache_env
+
+        http = next((b for b in rp.bridges if b.scheme == "http" and b.port), None)
+        env.update(cache_env(made_of.caches, env, proxy=("127.0.0.1", http.port) if http else None))
+    if made_of.ci_env is not None:
+        env.update(made_of.ci_env)
+    if policy.devices_gpu:
+        from safebox.builder.devices import gpu_env
+
+        env.update(gpu_env(gpu_selection(policy)))
+    return env, removed
+
+
+__all__ = ["Choices", "Decision", "EnvInputs", "decide", "environment", "gpu_selection"]
