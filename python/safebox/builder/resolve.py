@@ -48,7 +48,7 @@ from safebox.builder.realpaths import RealPaths, read_regions
 from safebox.builder.regions import Regions
 from safebox.builder.resolved import EMPTY_FILE, Bridge, Layers, NetKind, ResolvedPolicy
 from safebox.builder.selfprotect import import_dirs, import_paths, refuse_unmasking, self_paths, state_masks
-from safebox.builder.sockets import unix_sockets
+from safebox.builder.sockets import hides_host_sockets, unix_sockets
 from safebox.builder.walks import (
     RootScan,
     Scan,
@@ -342,7 +342,7 @@ def _resolve(policy: EffectivePolicy, *, layers: Layers, cwd: str, home: str, ho
     rules = landlock_rules(layers=layers, write_roots=write_roots, mask_dirs=masks.mask_dirs, mask_files=mask_files,
                            write_exclude=tuple(sorted(excl)), carve_outs=regions.allows)
     socket_binds: list[str] = []
-    if policy.allow_unix_sockets and not policy.allow_all_unix_sockets and layers is not Layers.HELPER_ONLY:
+    if hides_host_sockets(policy, layers):
         hide, keep = unix_sockets(policy, warnings=warnings, notes=notes)
         mask_files = sorted(set(mask_files) | set(hide))
         # An allowed socket under the private /tmp or a masked directory is

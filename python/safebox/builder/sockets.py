@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import stat
 
+from safebox.builder.resolved import Layers
 from safebox.errors import BuildError
 from safebox.policy.effective import EffectivePolicy
 
@@ -53,6 +54,28 @@ def split_unix_sockets(allowed: tuple[str, ...], candidates: list[str]) -> tuple
         except OSError:
             pass
     return sorted(set(hide)), sorted(set(keep))
+
+
+GPU_UNIX_HELPER_ONLY = ("--allow-gpu (devices.gpu) without bubblewrap: CUDA needs unix sockets (its UVM descriptor "
+                        "server), and without bubblewrap's mounts no host socket (docker, dbus, ssh-agent) can be "
+                        "hidden from the command")
+GPU_UNIX_HINT = ('run with bubblewrap, or accept every host socket being reachable with '
+                 'network.allowAllUnixSockets = true (docs/gpu.md, "Unix sockets")')
+
+
+def hides_host_sockets(policy: EffectivePolicy, layers: Layers) -> bool:
+    """Whether unix sockets are on with every unlisted host socket hidden:
+    ``allowUnixSockets`` under bubblewrap, or a GPU (CUDA serves its UVM
+    descriptors on a unix socket: docs/gpu.md, "Unix sockets"). A GPU
+    without bubblewrap, where nothing can be hidden, is refused unless
+    ``allowAllUnixSockets`` accepts every host socket."""
+    if policy.allow_all_unix_sockets:
+        return False
+    if layers is Layers.HELPER_ONLY:
+        if policy.devices_gpu:
+            raise BuildError(GPU_UNIX_HELPER_ONLY, hint=GPU_UNIX_HINT)
+        return False
+    return bool(policy.allow_unix_sockets or policy.devices_gpu)
 
 
 def unix_sockets(policy: EffectivePolicy, *, warnings: list[str], notes: list[str]) -> tuple[list[str], list[str]]:

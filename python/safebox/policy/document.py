@@ -29,6 +29,9 @@ def policy_document(eff: EffectivePolicy) -> dict[str, Any]:
             value = [{"path": v, "literal": True} if not GLOB_CHARS.isdisjoint(v) else v for v in value]
             value += list(getattr(eff, GLOB_FIELDS[field]))
         node[key[-1]] = list(value) if isinstance(value, tuple) else value
+    from safebox.policy import srtnet
+
+    out["network"].update(srtnet.document(eff))
     if eff.tls_terminate:
         tls: dict[str, Any] = {"excludeDomains": list(eff.tls_exclude_domains),
                                "extraCaCertPaths": list(eff.tls_extra_ca_cert_paths)}

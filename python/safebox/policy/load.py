@@ -132,7 +132,7 @@ POLICY_CACHE_MAX_BYTES = 8 << 20
 _TOUCH_AFTER = 60.0
 
 
-_CACHE_FORMAT = 4  # 2: sources are (key, value, layer) records; 3: limits; 4: glob fields, allowGitConfig
+_CACHE_FORMAT = 5  # 2: sources are (key, value, layer) records; 3: limits; 4: glob fields, allowGitConfig; 5: srt 0.0.83 network keys
 
 
 def load_cached(ctx: Context, *, policy_files: Sequence[str], flags: Flags, cache_dir: str) -> EffectivePolicy:

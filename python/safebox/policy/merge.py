@@ -96,6 +96,9 @@ def merge(layers: list[tuple[Layer, dict[str, Any]]], ctx: Context) -> Effective
     from safebox.policy.presets import active
 
     extras = _srt_extras(layers, ctx, trust=trust, sources=sources)
+    from safebox.policy import srtnet
+
+    extras.update(srtnet.merge(layers, trust=trust, sources=sources, denied_domains=merged["denied_domains"]))
     return EffectivePolicy(**merged, **scalars, **extras, sources=tuple(sources),
                            cache_presets=active(merged["presets"], merged["allowed_domains"]))
 

@@ -18,7 +18,7 @@ from safebox.errors import BuildError, PolicyError
 from safebox.policy.load import user_config_dir
 from safebox.run import host as _host
 from safebox.run import plan as _plan
-from safebox.run.decide import Choices, Decision, EnvInputs, decide, environment, gpu_selection
+from safebox.run.decision import Choices, Decision, EnvInputs, decide, environment, gpu_selection
 from safebox.run.protect import settle, write_watch
 from safebox.run.rundir import make_run_tmp
 from safebox.run.supervise import Launch, Stdio, checkpoint

@@ -2,7 +2,7 @@
 in, one frozen :class:`Decision` out, the value the launch takes (issue 24
 item 1: plan, observe, decide, launch, settle), and the command's
 environment (:func:`environment`). Nothing here reads the host or writes;
-golden tests in tests/unit/test_decide.py run in milliseconds."""
+golden tests in tests/unit/test_decision.py run in milliseconds."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Golden decisions (python/safebox/run/decide.py, step 5 of a command):
+"""Golden decisions (python/safebox/run/decision.py, step 5 of a command):
 the resolved policy and the session's choices in, the frozen value the
 launch takes out. Pure: no host, milliseconds."""
 
@@ -9,7 +9,7 @@ import pytest
 from safebox.builder.resolved import Layers, NetKind, ResolvedPolicy
 from safebox.policy.effective import EffectivePolicy
 from safebox.run import plan
-from safebox.run.decide import Choices, Decision, decide
+from safebox.run.decision import Choices, Decision, decide
 
 CMD = "/run/sb/1/cmd-1"
 
@@ -67,7 +67,7 @@ def test_the_decision_is_frozen() -> None:
 # -- the environment -----------------------------------------------------------
 
 def test_the_environment_is_scrubbed_proxied_and_marked() -> None:
-    from safebox.run.decide import EnvInputs, environment
+    from safebox.run.decision import EnvInputs, environment
 
     rp = resolved()
     env, removed = environment(rp, EffectivePolicy(env_deny=("*_TOKEN",)), layers=Layers.BOTH,
@@ -79,7 +79,7 @@ def test_the_environment_is_scrubbed_proxied_and_marked() -> None:
 
 
 def test_the_network_plans_variables_replace_and_a_masked_one_is_not_said_removed() -> None:
-    from safebox.run.decide import EnvInputs, environment
+    from safebox.run.decision import EnvInputs, environment
 
     env, removed = environment(
         resolved(), EffectivePolicy(env_deny=("*_TOKEN",)), layers=Layers.BOTH,
@@ -90,7 +90,7 @@ def test_the_network_plans_variables_replace_and_a_masked_one_is_not_said_remove
 
 
 def test_without_bwrap_the_tmpdir_is_the_commands_own_and_ci_and_gpu_variables_come_last() -> None:
-    from safebox.run.decide import EnvInputs, environment
+    from safebox.run.decision import EnvInputs, environment
 
     env, _ = environment(resolved(Layers.HELPER_ONLY), EffectivePolicy(devices_gpu=(2, 5)), layers=Layers.HELPER_ONLY,
                          made_of=EnvInputs(environ={"CUDA_VISIBLE_DEVICES": "2,5"}, run_tmp="/tmp/safebox-run.x",
