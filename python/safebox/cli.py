@@ -14,6 +14,9 @@ import os
 import sys
 
 from safebox.errors import EXIT_SAFEBOX_FAILED, SafeboxError
+
+# The option table lives in its own module, so that code reading exec lines
+# back (mcpwrap) needs no import of the CLI, which imports it.
 from safebox.exec_options import EXEC_OPTIONS
 
 TYPE_CHECKING = False

@@ -1,7 +1,7 @@
-"""The options of ``safebox exec``, as one table (``EXEC_OPTIONS``): the
-click command and the fast parser of the hot path (cli.py) are generated
-from it, and ``safebox mcp wrap`` (mcpwrap.py) reads it. Below both, so
-neither imports the other (tests/unit/test_import_graph.py)."""
+"""``safebox exec``'s options: one table, read by the click command and the
+fast parser (cli.py), the docs test, and code that reads exec lines back
+(mcpwrap.py). On the exec hot path: standard library and ``_record`` only.
+"""
 
 from __future__ import annotations
 
