@@ -120,7 +120,8 @@ class Policy:
     def from_dict(cls, data: Mapping[str, Any], *, name: str = "<dict>") -> Policy:
         """A policy from a dict shaped like a policy file. Raises
         :class:`PolicyError` naming the key (``key_path``), in the CLI's words."""
-        from safebox.policy.load import Layer, validate_layer
+        from safebox.policy.load import Layer
+        from safebox.policy.validate import validate_layer
 
         layer = Layer(name=name, data=dict(data))
         validate_layer(layer)
@@ -129,7 +130,8 @@ class Policy:
     @classmethod
     def from_file(cls, path: str | os.PathLike[str]) -> Policy:
         """A policy from a JSON or TOML policy file."""
-        from safebox.policy.load import Layer, _read_file, parse_document, validate_layer
+        from safebox.policy.load import Layer, _read_file, parse_document
+        from safebox.policy.validate import validate_layer
 
         p = os.path.abspath(os.fspath(path))
         try:
@@ -169,7 +171,9 @@ class Policy:
 
     def _effective(self, ctx: Context, *, presets: Sequence[str], limits: Mapping[str, str | None],
                    strict: bool) -> EffectivePolicy:
-        from safebox.policy.load import Flags, credential_env_layers, default_layer, flags_layer, merge, validate_layer
+        from safebox.policy.load import Flags, credential_env_layers, default_layer, flags_layer
+        from safebox.policy.merge import merge
+        from safebox.policy.validate import validate_layer
 
         flags = Flags(presets=tuple(presets), strict=strict, limit_processes=limits.get("processes"),
                       limit_memory=limits.get("memory"), limit_tmp_size=limits.get("tmpSize"),
