@@ -14,8 +14,6 @@ import time
 from collections.abc import Iterable, Iterator
 
 from safebox import _prescan
-from safebox._prescan import start_find as _find_links_start
-from safebox._prescan import start_rg as _rg_start
 from safebox._record import Frozen, Spawned, listdir_as_owner, path_outside, read_small, realpath_cached, which
 from safebox.builder.home_files import home_files
 from safebox.builder.paths import Nearest, ancestors, at_or_beneath, by_depth, collapse, parent_dir
@@ -471,7 +469,7 @@ def _dot_names() -> frozenset[str]:
 
 def _find_links_finish(proc: Spawned, roots: tuple[str, ...],
                        depth: int) -> tuple[list[str], list[str], list[str], Baseline]:
-    """(the symlinks and directories ``_find_links_start`` found whose names
+    """(the symlinks and directories ``_prescan.find_argv`` found whose names
     begin a protected path, to ``depth + 3`` below their root; the
     directories of ours it could not list; those of other users; the baseline of the watch at any depth,
     ``safebox.deepwatch``), as paths; fails closed on any error but an entry
@@ -562,12 +560,7 @@ class RootScan:
         if find is None:
             raise BuildError("find not found; it finds symlinked files safebox must keep read-only",
                              hint="install findutils")
-        self.rg = _rg_start(rg, root, depth, more=more)
-        try:
-            self.links = _find_links_start(find, root, more=more)
-        except BaseException:
-            self.rg.cancel()
-            raise
+        self.rg, self.links = _prescan.start_walks(rg, find, root, depth, more=more)
 
     def cancel(self) -> None:
         """Stop both walks and reap them."""

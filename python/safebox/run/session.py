@@ -18,6 +18,7 @@ import os
 import time
 
 from safebox import limits as _limits
+from safebox import walkcache
 from safebox._record import Frozen, path_outside, rmtree
 from safebox.builder.resolved import Layers, NetKind, ResolvedPolicy
 from safebox.errors import BuildError, HelperError, PolicyError
@@ -100,6 +101,7 @@ class Session:
         self.state = state_dir(self.home)
         self.cache_dir = os.path.join(self.state, "cache")
         private_dir(self.state)
+        walkcache.bind(self.state)  # the start walks are kept here, read-only to the command
         # 2. Runs whose safebox died (SIGKILL) are settled before anything
         # looks at the tree: protected files their commands planted are
         # quarantined now, and a walk started earlier (the cli's prescan)
