@@ -58,8 +58,12 @@ SLACK_NS = 2_000_000_000
 #: overlay and the rest are walked every time.
 TRUSTED_FS = frozenset({"ext2", "ext3", "ext4", "xfs", "btrfs", "tmpfs", "f2fs", "zfs", "bcachefs"})
 
-#: The largest walk record kept (the two outputs and the keys).
-MAX_BYTES = 64 << 20
+#: The largest walk record kept (the two outputs and the keys: about 1 MiB
+#: for the 100,000-file benchmark tree), and the bound on all of them: the
+#: most recently kept first, the rest removed when one is written (docs/index.md).
+MAX_BYTES = 16 << 20
+MAX_FILES = 32
+MAX_TOTAL = 64 << 20
 VERSION = 1
 
 # linux/time.h; what file times are taken from (see _prescan.start_find).
@@ -193,9 +197,31 @@ def store(state: str, root: str, depth: int, argvs: tuple[list[str], list[str]],
         os.makedirs(os.path.join(state, "walks"), mode=0o700, exist_ok=True)
         with hostio.pin(state) as d:
             d.replace(_file(root, depth), data)
+        _bound_dir(os.path.join(state, "walks"))
     except (OSError, hostio.HostFileError):
         return False  # only an optimisation: the next start walks again
     return True
+
+
+def _bound_dir(walks: str) -> None:
+    """Remove the least recently kept walks beyond ``MAX_FILES`` and ``MAX_TOTAL``."""
+    with hostio.pin(walks) as d:
+        entries = []
+        for name in os.listdir(d.path):
+            try:
+                st = os.stat(name, dir_fd=d.fd, follow_symlinks=False)
+            except OSError:
+                continue
+            entries.append((st.st_mtime_ns, st.st_size, name))
+        entries.sort(reverse=True)
+        total = 0
+        for i, (_, size, name) in enumerate(entries):
+            total += size
+            if i >= MAX_FILES or total > MAX_TOTAL:
+                try:
+                    os.unlink(name, dir_fd=d.fd)
+                except OSError:
+                    pass
 
 
 class Replayed:

@@ -198,3 +198,17 @@ def test_a_protected_file_a_sandboxed_run_planted_under_a_forged_mtime_is_read_o
     assert "sub/.bashrc: Read-only file system" in r.stderr, r.stderr
     assert (work / "sub" / ".bashrc").read_text() == "# mine\n"
     assert (work / "sub" / "notes").read_text() == "ok\n"  # control: the directory itself is writable
+
+
+def test_the_kept_walks_are_bounded_newest_first(tree: tuple[Path, str], monkeypatch: pytest.MonkeyPatch) -> None:
+    root, state = tree
+    monkeypatch.setattr(walkcache, "MAX_FILES", 2)
+    walks = Path(state) / "walks"
+    new: list[set[str]] = []
+    for sub in ("a", "a/b", "e"):
+        before = set(os.listdir(walks)) if walks.exists() else set()
+        _walk(root / sub)
+        new.append(set(os.listdir(walks)) - before)
+        time.sleep(0.01)  # distinct mtimes
+    assert all(len(n) == 1 for n in new)  # control: each root was kept
+    assert set(os.listdir(walks)) == new[1] | new[2]  # the oldest went
