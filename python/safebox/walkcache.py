@@ -39,7 +39,9 @@ docs/benchmarks.md), against the two full walks.
 from __future__ import annotations
 
 import marshal
+import operator
 import os
+import stat
 import time
 
 from safebox import hostio
@@ -64,10 +66,12 @@ TRUSTED_FS = frozenset({"ext2", "ext3", "ext4", "xfs", "btrfs", "tmpfs", "f2fs",
 MAX_BYTES = 16 << 20
 MAX_FILES = 32
 MAX_TOTAL = 64 << 20
-VERSION = 1
+VERSION = 2
 
 # linux/time.h; what file times are taken from (see _prescan.start_find).
 _CLOCK_REALTIME_COARSE = 5
+
+_KEY = operator.attrgetter("st_dev", "st_ino", "st_ctime_ns")
 
 #: The session's state dir (``bind``): where walks are looked up and kept.
 _bound: str | None = None
@@ -117,15 +121,13 @@ def _dirs(root: str, find_out: bytes) -> list[bytes]:
 
 
 def _keys(dirs: list[bytes]) -> list[tuple[int, int, int]] | None:
-    """(device, inode, ctime) of each directory, or None when one is gone or no directory."""
-    lstat = os.lstat
+    """(device, inode, ctime) of each directory, or None when one is gone.
+    The map and the attrgetter run in C: this is the whole cost of a warm
+    look-up (an lstat per directory)."""
     try:
-        sts = list(map(lstat, dirs))
+        return list(map(_KEY, map(os.lstat, dirs)))
     except OSError:
         return None
-    if any(st.st_mode & 0o170000 != 0o040000 for st in sts):
-        return None
-    return [(st.st_dev, st.st_ino, st.st_ctime_ns) for st in sts]
 
 
 def _fs_types() -> dict[int, str]:
@@ -163,14 +165,16 @@ def lookup(state: str, root: str, depth: int, argvs: tuple[list[str], list[str]]
         kept = marshal.loads(raw)
     except (ValueError, EOFError, TypeError):
         return None
-    if not (isinstance(kept, tuple) and len(kept) == 7 and kept[0] == VERSION):
+    if not (isinstance(kept, tuple) and len(kept) == 8 and kept[0] == VERSION):
         return None
-    _, k_root, k_argvs, uid, keys, rg_out, find_out = kept
+    _, k_root, k_argvs, uid, dirs, keys, rg_out, find_out = kept
     if k_root != root or k_argvs != (tuple(argvs[0]), tuple(argvs[1])) or uid != os.geteuid():
         return None
-    if not isinstance(rg_out, bytes) or not isinstance(find_out, bytes):
+    if not (isinstance(rg_out, bytes) and isinstance(find_out, bytes) and isinstance(dirs, bytes)):
         return None
-    if _keys(_dirs(root, find_out)) != keys:
+    # The directories as listed when kept (those of find_out, the root
+    # first): every one must be the same inode with the same ctime.
+    if _keys(dirs.split(b"\0")) != keys:
         return None
     return rg_out, find_out
 
@@ -183,14 +187,20 @@ def store(state: str, root: str, depth: int, argvs: tuple[list[str], list[str]],
     contents are not in the output). True when kept."""
     if any(r[:1] in (b"!", b"?") for r in find_out.split(b"\0")):
         return False
-    keys = _keys(_dirs(root, find_out))
-    if keys is None or any(ct >= since_ns - SLACK_NS for _, _, ct in keys):
+    dirs = _dirs(root, find_out)
+    try:
+        sts = list(map(os.lstat, dirs))
+    except OSError:
         return False
+    # A key names an inode, whose type cannot change: checked here once.
+    if any(not stat.S_ISDIR(st.st_mode) or st.st_ctime_ns >= since_ns - SLACK_NS for st in sts):
+        return False
+    keys = list(map(_KEY, sts))
     types = _fs_types()
     if any(types.get(dev) not in TRUSTED_FS for dev in {dev for dev, _, _ in keys}):
         return False
-    data = marshal.dumps((VERSION, root, (tuple(argvs[0]), tuple(argvs[1])), os.geteuid(), keys, rg_out,
-                          find_out))
+    data = marshal.dumps((VERSION, root, (tuple(argvs[0]), tuple(argvs[1])), os.geteuid(), b"\0".join(dirs),
+                          keys, rg_out, find_out))
     if len(data) > MAX_BYTES:
         return False
     try:
