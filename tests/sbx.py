@@ -22,6 +22,7 @@ Skips go through :func:`missing`, which fails instead when
 
 from __future__ import annotations
 
+import contextlib
 import os
 import secrets
 import shutil
@@ -282,7 +283,8 @@ def gpu_standins() -> Path:
         p.parent.mkdir(parents=True, exist_ok=True)
         os.chmod(p.parent, 0o755)
         if not p.exists():
-            os.mknod(p, 0o666 | stat.S_IFCHR, os.makedev(1, 3))
+            with contextlib.suppress(FileExistsError):  # another xdist worker made it first
+                os.mknod(p, 0o666 | stat.S_IFCHR, os.makedev(1, 3))
         os.chmod(p, 0o666)
     GPU_STANDINS.chmod(0o755)
     GPU_NO_NODES.mkdir(mode=0o755, exist_ok=True)

@@ -124,6 +124,7 @@ def test_a_request_sent_whole_before_the_proxy_is_loaded_waits_in_the_backlog(tm
         p.stop()
 
 
+@pytest.mark.serial  # "immediate": a time bound
 def test_with_no_client_the_server_is_never_loaded_and_stop_is_immediate(proxy: DeferredProxy) -> None:
     proxy.start()
     time.sleep(0.05)
