@@ -11,7 +11,6 @@ and a proxy that cannot start refuses at once, with one ``safebox:`` line.
 from __future__ import annotations
 
 import _signal
-import http.server
 import os
 import shutil
 import socket
@@ -25,6 +24,7 @@ from typing import Any
 
 import pytest
 
+from netservers import start_origin, stop_origin
 from safebox.errors import ProxyError
 from safebox.proxy.config import ProxyConfig
 from safebox.proxy.deferred import DeferredProxy
@@ -33,29 +33,12 @@ from sbx import FakeHome, token, wait_for
 CURL = shutil.which("curl")
 
 
-class _Origin(http.server.BaseHTTPRequestHandler):
-    body = b""
-
-    def do_GET(self) -> None:  # noqa: N802
-        self.send_response(200)
-        self.send_header("Content-Length", str(len(self.body)))
-        self.end_headers()
-        self.wfile.write(self.body)
-
-    def log_message(self, *args: object) -> None:
-        pass
-
-
 @pytest.fixture(scope="module")
 def origin() -> Iterator[tuple[int, str]]:
     body = f"early-{token()}"
-    _Origin.body = body.encode()
-    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Origin)
-    srv.daemon_threads = True
-    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    srv = start_origin(body=body.encode())
     yield srv.server_address[1], body
-    srv.shutdown()
-    srv.server_close()
+    stop_origin(srv)
 
 
 @pytest.fixture
