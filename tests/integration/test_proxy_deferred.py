@@ -302,7 +302,12 @@ def test_released_listeners_refuse_before_and_after_the_server_is_up(handoff_pro
     handoff_proxy.release("one")  # never served
     with pytest.raises(ConnectionRefusedError):
         socket.create_connection(("127.0.0.1", p1), timeout=5)
-    assert not handoff_proxy.serving  # the released port woke nothing
+    # The released port woke nothing: the watcher was inside poll() on it,
+    # and its shutdown() is an event there; waited for, as the server
+    # takes a while to come up when it is (wrongly) woken.
+    if wait_for(lambda: handoff_proxy.serving, timeout=2):
+        third.close()
+        pytest.fail("releasing a listener started the server")
     assert _curl(p2, f"http://localhost:{port}/").stdout == body  # control: the other one serves
     with third:
         assert _hand_over(handoff_proxy, [third.fileno()], {p3: "http"}, key="three") == (1, b"k")
@@ -311,3 +316,32 @@ def test_released_listeners_refuse_before_and_after_the_server_is_up(handoff_pro
     with pytest.raises(ConnectionRefusedError):
         socket.create_connection(("127.0.0.1", p2), timeout=5)
     assert _curl(p3, f"http://localhost:{port}/").stdout == body
+
+
+def test_a_listener_shut_down_while_the_watcher_polls_it_wakes_nothing(handoff_proxy: DeferredProxy) -> None:
+    """release()'s steps, with the watcher let in between them: shutdown()
+    takes a listener out of LISTEN at once, and a watcher inside poll() on
+    it wakes (POLLHUP). That is not a client: the watcher must find the
+    listener released and go back to waiting, not start the server (the
+    unprivileged flake of the test above, whose next test then failed on
+    the listener it leaked)."""
+    lst = _listener()
+    with lst:
+        assert _hand_over(handoff_proxy, [lst.fileno()], {lst.getsockname()[1]: "http"}, key="k") == (1, b"k")
+    time.sleep(0.2)  # the watcher is in poll() on it
+    with handoff_proxy._lock:  # as release() holds it
+        ((s, _),) = handoff_proxy._pending
+        handoff_proxy._pending.clear()
+        handoff_proxy._adopted.pop("k")
+        s.shutdown(socket.SHUT_RDWR)
+        time.sleep(0.3)  # the watcher wakes now, while the socket is still open
+        s.close()
+    handoff_proxy._wake()
+    assert not wait_for(lambda: handoff_proxy.serving, timeout=2)
+    # Control: a real client on a listener adopted now still wakes it.
+    lst2 = _listener()
+    p2 = lst2.getsockname()[1]
+    with lst2:
+        assert _hand_over(handoff_proxy, [lst2.fileno()], {p2: "http"}) == (1, b"k")
+    socket.create_connection(("127.0.0.1", p2), timeout=5).close()
+    assert wait_for(lambda: handoff_proxy.serving, timeout=30)
