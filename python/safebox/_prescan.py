@@ -156,6 +156,8 @@ def early(argv: list[str]) -> None:
     options = argv[1:argv.index("--")] if "--" in argv else argv[1:]
     if "--dry-run" in options:
         return
+    if any(o in ("-C", "--chdir") or o.startswith("--chdir=") for o in options):
+        return  # the work dir is another directory: the runner walks that one
     rg, find = safe_tool("rg"), safe_tool("find")
     if rg is None or find is None:
         return

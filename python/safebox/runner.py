@@ -59,6 +59,9 @@ class ExecRequest(Frozen):
     learn: str | None = None  # --learn OUT: any public host; the suggested policy goes to OUT
     summary: str | None = None  # --summary FILE: append this run's Markdown report
     observe: str | None = None  # --observe: off, calls, writes, all; None: calls, or all with --audit-log
+    ask: bool = False  # --ask: put hosts no entry allows to the user on /dev/tty (prompt.py)
+    ask_timeout: str | None = None  # --ask-timeout SECONDS
+    control_fd: str | None = None  # --control-fd N: live network lists (control.py)
 
 
 def say(msg: str) -> None:
@@ -119,11 +122,16 @@ def run(req: ExecRequest, *, prescan: dict[tuple[str, int], Any] | None = None) 
             return policy
         return load_cached(ctx, policy_files=req.policy_files, flags=flags, cache_dir=cache_dir)
 
+    runtime = None
+    if req.ask or req.control_fd is not None or req.ask_timeout is not None:
+        from safebox.prompt import exec_runtime
+
+        runtime = exec_runtime(ask=req.ask, ask_timeout=req.ask_timeout, control_fd=req.control_fd, say=say)
     opts = Options(strict=req.strict, without=req.without, dry_run=req.dry_run, audit_log=req.audit_log,
                    verbose=req.verbose, publish=req.publish, quiet=req.quiet, learn=req.learn, summary=req.summary,
                    observe=req.observe, policy_files=req.policy_files, cli=True,
                    learn_base=(lambda: ran_under[-1]) if req.learn else None,
-                   enforce_argv=enforce_argv(req) if req.learn else ())
+                   enforce_argv=enforce_argv(req) if req.learn else (), runtime=runtime)
     with Session(load, opts=opts, say=say) as session:  # 2.
         command = session.command(req.command, prescan=prescan)
         text = command.prepare()  # 3.

@@ -185,6 +185,7 @@ ALLOWED: dict[str, str] = {
     "mounter:*": "/proc/PID/ns/mnt",
     "netplan:*": "the run dir, safebox's own, O_EXCL|O_NOFOLLOW",
     "policy/load:*": "the policy file the user named, read before the run; the cache in safebox's state",
+    "prompt:TerminalPrompt.__call__": "/dev/tty, the controlling terminal, O_NOCTTY; a fixed device path",
     "proxy/tls:*": "certificates safebox generated in its state dir",
     "run/host:*": "/proc/self/mountinfo",
     "run/protect:*": "the quarantine: parents resolved before the run and re-checked (run/protect.py)",

@@ -1665,7 +1665,7 @@ def _resolve(policy: EffectivePolicy, *, layers: Layers, cwd: str, home: str, ho
     rules = landlock_rules(layers=layers, write_roots=write_roots, mask_dirs=mask_dirs, mask_files=mask_files,
                            write_exclude=tuple(sorted(excl)), carve_outs=regions.allows)
     socket_binds: list[str] = []
-    if policy.allow_unix_sockets and not policy.allow_all_unix_sockets and layers is not Layers.HELPER_ONLY:
+    if _hides_host_sockets(policy, layers):
         hide, keep = _unix_sockets(policy, warnings=warnings, notes=notes)
         mask_files = sorted(set(mask_files) | set(hide))
         # An allowed socket under the private /tmp or a masked directory is
@@ -1854,6 +1854,28 @@ def _resolve_deny_write(paths: tuple[str, ...], realpaths: RealPaths) -> dict[st
             there = kind is not None and (kind != "link" or os.path.lexists(target))
         deny_write[target] = deny_write.get(target, False) or there
     return deny_write
+
+
+GPU_UNIX_HELPER_ONLY = ("--allow-gpu (devices.gpu) without bubblewrap: CUDA needs unix sockets (its UVM descriptor "
+                        "server), and without bubblewrap's mounts no host socket (docker, dbus, ssh-agent) can be "
+                        "hidden from the command")
+GPU_UNIX_HINT = ('run with bubblewrap, or accept every host socket being reachable with '
+                 'network.allowAllUnixSockets = true (docs/gpu.md, "Unix sockets")')
+
+
+def _hides_host_sockets(policy: EffectivePolicy, layers: Layers) -> bool:
+    """Whether unix sockets are on with every unlisted host socket hidden:
+    ``allowUnixSockets`` under bubblewrap, or a GPU (CUDA serves its UVM
+    descriptors on a unix socket: docs/gpu.md, "Unix sockets"). A GPU
+    without bubblewrap, where nothing can be hidden, is refused unless
+    ``allowAllUnixSockets`` accepts every host socket."""
+    if policy.allow_all_unix_sockets:
+        return False
+    if layers is Layers.HELPER_ONLY:
+        if policy.devices_gpu:
+            raise BuildError(GPU_UNIX_HELPER_ONLY, hint=GPU_UNIX_HINT)
+        return False
+    return bool(policy.allow_unix_sockets or policy.devices_gpu)
 
 
 def _unix_sockets(policy: EffectivePolicy, *, warnings: list[str], notes: list[str]) -> tuple[list[str], list[str]]:

@@ -417,6 +417,9 @@ def merge(layers: list[tuple[Layer, dict[str, Any]]], ctx: Context) -> Effective
     from safebox.policy.presets import active
 
     extras = _srt_extras(layers, ctx, trust=trust, sources=sources)
+    from safebox.policy import srtnet
+
+    extras.update(srtnet.merge(layers, trust=trust, sources=sources, denied_domains=merged["denied_domains"]))
     return EffectivePolicy(**merged, **scalars, **extras, sources=tuple(sources),
                            cache_presets=active(merged["presets"], merged["allowed_domains"]))
 
@@ -638,6 +641,9 @@ def policy_document(eff: EffectivePolicy) -> dict[str, Any]:
             value = [{"path": v, "literal": True} if not _GLOB_CHARS.isdisjoint(v) else v for v in value]
             value += list(getattr(eff, _GLOB_FIELDS[field]))
         node[key[-1]] = list(value) if isinstance(value, tuple) else value
+    from safebox.policy import srtnet
+
+    out["network"].update(srtnet.document(eff))
     if eff.tls_terminate:
         tls: dict[str, Any] = {"excludeDomains": list(eff.tls_exclude_domains),
                                "extraCaCertPaths": list(eff.tls_extra_ca_cert_paths)}
@@ -810,7 +816,7 @@ def load_with_document(ctx: Context, *, policy_files: Sequence[str],
 POLICY_CACHE_MAX_ENTRIES = 256
 POLICY_CACHE_MAX_BYTES = 8 << 20
 _TOUCH_AFTER = 60.0
-_CACHE_FORMAT = 4  # 2: sources are (key, value, layer) records; 3: limits; 4: glob fields, allowGitConfig
+_CACHE_FORMAT = 5  # 2: sources are (key, value, layer) records; 3: limits; 4: glob fields, allowGitConfig; 5: srt 0.0.83 network keys
 
 
 def load_cached(ctx: Context, *, policy_files: Sequence[str], flags: Flags, cache_dir: str) -> EffectivePolicy:

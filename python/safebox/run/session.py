@@ -36,6 +36,7 @@ if TYPE_CHECKING:
     from typing import Any
 
     from safebox.builder.resolve import HostFacts, Scan
+    from safebox.decide import Runtime
     from safebox.policy.effective import EffectivePolicy
     from safebox.proxy.deferred import DeferredProxy
     from safebox.publish import PublishForwarder
@@ -71,6 +72,8 @@ class Options(Frozen):
     #: The caller's import path may hold a write root (a harness started
     #: from its own repo); see docs/api.md for what that costs.
     allow_import_roots: bool = False
+    #: Runtime decisions (decide.py): live lists, on_request, --ask, --control-fd.
+    runtime: Runtime | None = None
 
 
 class Session:
@@ -146,7 +149,13 @@ class Session:
         if not self.opts.dry_run:
             self.run_dir = RunDir(os.path.join(self.state, "run"), say=self.say)
         self.run_path = self.run_dir.path if self.run_dir else os.path.join(self.state, "run", "DRY-RUN")
-        self.net = NetKind.PROXY if self.policy.allowed_domains or self.opts.learn else NetKind.NONE
+        if self.policy.strict_allowlist:
+            from safebox.policy.srtnet import check_strict
+
+            check_strict(learn=bool(self.opts.learn), ask=self.opts.cli and self.opts.runtime is not None
+                         and self.opts.runtime.callback is not None)
+        live = self.opts.runtime is not None and self.opts.runtime.networked
+        self.net = NetKind.PROXY if self.policy.allowed_domains or self.opts.learn or live else NetKind.NONE
         self._prepare_network()
         # 8. The seccomp programs (cached on disk: builder/bpf_cache.py).
         self._seccomp()
@@ -217,6 +226,9 @@ class Session:
         from safebox.proxy.deferred import DeferredProxy
 
         netplan = self.netplan
+        live, ask = self.opts.runtime.attach(
+            self.policy.allowed_domains, self.policy.denied_domains, learn=bool(self.opts.learn),
+            allow_local_destinations=self.policy.allow_local_destinations) if self.opts.runtime else (None, None)
         # Listeners now, the proxy itself at the first client (proxy/deferred.py).
         proxy = DeferredProxy(ProxyConfig(
             allowed_domains=self.policy.allowed_domains, denied_domains=self.policy.denied_domains,
@@ -226,7 +238,8 @@ class Session:
             run_id=self.run_id if self._wants_records() else None,
             parent=netplan.parent if netplan else None,
             mitm=netplan.mitm if netplan else None, injector=netplan.injector if netplan else None,
-            denied=self._denied, say=None if self.opts.cli else self.say),
+            denied=self._denied, say=None if self.opts.cli else self.say, live=live, ask=ask,
+            keys=self.policy.net_keys()),
             run_dir=self.run_path, tcp=self.layers is Layers.HELPER_ONLY,
             # Unix sockets only for the socat bridges of --without helper;
             # with the helper, the proxy serves on the listeners it hands over.
@@ -251,12 +264,16 @@ class Session:
         self.filter_id = ""
         if self.layers is Layers.BWRAP_ONLY:
             return
-        unix = bool(self.policy.allow_unix_sockets or self.policy.allow_all_unix_sockets)
+        listed = bool(self.policy.allow_unix_sockets or self.policy.allow_all_unix_sockets)
+        # A GPU alone turns on SOCK_SEQPACKET only: CUDA's UVM socket (docs/gpu.md, "Unix sockets").
+        seq = bool(self.policy.devices_gpu) and not listed
+        unix = listed or seq
         inet = _plan.seccomp_inet(self.layers, self.net)
-        self.bpf, self.filter_id = bpf_cache.load(cache_dir=self.cache_dir, allow_unix_sockets=unix, inet=inet)
+        self.bpf, self.filter_id = bpf_cache.load(cache_dir=self.cache_dir, allow_unix_sockets=unix, inet=inet,
+                                                  unix_seqpacket_only=seq)
         if self.observe != "off":
             self.observe_bpf, _ = bpf_cache.load(cache_dir=self.cache_dir, allow_unix_sockets=unix, inet=inet,
-                                                 observe=self.observe)
+                                                 observe=self.observe, unix_seqpacket_only=seq)
 
     def command(self, argv: tuple[str, ...], *, env: Mapping[str, str] | None = None, cwd: str | None = None,
                 prescan: dict[tuple[str, int], Any] | None = None) -> Command:
