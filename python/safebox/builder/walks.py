@@ -10,8 +10,6 @@ import os
 import stat
 
 from safebox import _prescan
-from safebox._prescan import start_find as _find_links_start
-from safebox._prescan import start_rg as _rg_start
 from safebox._record import Spawned, path_outside, realpath_cached, which
 from safebox.builder.paths import Nearest, is_under
 from safebox.builder.resolved import Layers
@@ -106,7 +104,7 @@ def _dot_names() -> frozenset[str]:
 
 def _find_links_finish(proc: Spawned, roots: tuple[str, ...],
                        depth: int) -> tuple[list[str], list[str], list[str], Baseline]:
-    """(the symlinks and directories ``_find_links_start`` found whose names
+    """(the symlinks and directories ``_prescan.find_argv`` found whose names
     begin a protected path, to ``depth + 3`` below their root; the
     directories of ours it could not list; those of other users; the baseline of the watch at any depth,
     ``safebox.deepwatch``), as paths; fails closed on any error but an entry
@@ -180,12 +178,7 @@ class RootScan:
         if find is None:
             raise BuildError("find not found; it finds symlinked files safebox must keep read-only",
                              hint="install findutils")
-        self.rg = _rg_start(rg, root, depth, more=more)
-        try:
-            self.links = _find_links_start(find, root, more=more)
-        except BaseException:
-            self.rg.cancel()
-            raise
+        self.rg, self.links = _prescan.start_walks(rg, find, root, depth, more=more)
 
     def cancel(self) -> None:
         """Stop both walks and reap them."""

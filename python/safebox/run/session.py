@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 
 from safebox import limits as _limits
+from safebox import walkcache
 from safebox._record import Frozen, path_outside
 from safebox.builder.resolved import Layers, NetKind
 from safebox.errors import BuildError, HelperError
@@ -99,6 +100,7 @@ class Session:
         self.state = state_dir(self.home)
         self.cache_dir = os.path.join(self.state, "cache")
         private_dir(self.state)
+        walkcache.bind(self.state)  # the start walks are kept here, read-only to the command
         # 2. Settle and remove the run dirs of runs whose safebox died
         # (SIGKILL), before anything looks at the tree: protected files their
         # commands planted are quarantined now, and a walk started earlier
