@@ -159,10 +159,8 @@ def apply(h: Held, paths: tuple[str, ...] | None = None, *, force: bool = False)
         refused: list[tuple[str, str]] = []
         pins: dict[int, tuple[_Dirs, _Dirs]] = {}
         try:
+            _open_layers(h, cs, chosen, pins)
             for c in chosen:
-                if c.layer not in pins:
-                    pins[c.layer] = (_Dirs(hostio.pin(c.root), where=c.root, sweep=_sweeper(c.layer, cs)),
-                                     _Dirs(hostio.pin(h.upper(c.layer)), where=h.upper(c.layer)))
                 host, up = pins[c.layer]
                 if c.type == "other":
                     refused.append((c.path, "not a file, a directory or a symlink"))
@@ -237,6 +235,37 @@ def _sweeper(layer: int, cs: list[Change]) -> Callable[[int, str], None]:
                 except OSError:
                     pass
     return sweep
+
+
+def _open_layers(h: Held, cs: list[Change], chosen: list[Change], pins: dict[int, tuple[_Dirs, _Dirs]]) -> None:
+    """Pin each write root and its layer into ``pins``, sweeping the
+    temporary files of a killed apply from every directory the layer has.
+    A root that is gone is an error only when a chosen change needs it."""
+    from safebox import hostio
+
+    for k, root in enumerate(h.roots):
+        try:
+            pins[k] = (_Dirs(hostio.pin(root), where=root, sweep=_sweeper(k, cs)),
+                       _Dirs(hostio.pin(h.upper(k)), where=h.upper(k)))
+        except hostio.HostFileError:
+            if any(c.layer == k for c in chosen):
+                raise
+            continue
+        _sweep_all(pins[k][0], h.upper(k))
+
+
+def _sweep_all(host: _Dirs, upper: str) -> None:
+    """Enter (and so sweep) every host directory the layer has one for:
+    an apply killed after its last file in a directory left its temporary
+    files there, and this apply may have nothing else to do there."""
+    from safebox import hostio
+
+    for top, _dirs, _files, _fd in os.fwalk(upper, follow_symlinks=False):
+        rel = os.path.relpath(top, upper)
+        try:
+            host.get("" if rel == "." else rel)
+        except (OSError, hostio.HostFileError):
+            continue
 
 
 def _remove(dfd: int, name: str) -> None:
