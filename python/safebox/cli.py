@@ -549,6 +549,13 @@ def _this_safebox() -> str:
     return me if me and os.access(me, os.X_OK) else (shutil.which("safebox") or "safebox")
 
 
+def _add_changes_commands(app: Any) -> None:
+    """``safebox changes``, from the review package (docs/review.md)."""
+    from safebox.review.cli import add_commands
+
+    add_commands(app, _guarded)
+
+
 def _add_mcp_commands(app: click.Group) -> None:
     """``safebox mcp wrap|unwrap``."""
     import click
@@ -659,10 +666,7 @@ def _click_app() -> click.Group:
         sys.exit(doctor.main(["--json"] if as_json else [], helper_path=Path(find_helper()), standalone=False))
 
     _add_policy_commands(app)
-    from safebox.review.cli import add_commands as _add_changes_commands
-
     _add_changes_commands(app)
-
     _add_mcp_commands(app)
 
     @app.command("report")

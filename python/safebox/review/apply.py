@@ -145,6 +145,19 @@ class _Dirs:
         self.top.close()
 
 
+def _host_verdict(c: Change, hst: os.stat_result | None, started: int, *, force: bool) -> tuple[str, str] | None:
+    """Why the host's entry stops change ``c``: ("conflict", why): the host
+    changed it since the run started (``--force`` overrides); ("refused",
+    why): it is another user's. None: apply it."""
+    if hst is not None and not force and hst.st_ctime_ns >= started and c.kind != "added":
+        return "conflict", "changed on the host since the run started"
+    if c.kind == "modified" and hst is None and not force:
+        return "conflict", "deleted on the host since the run started"
+    if hst is not None and hst.st_uid != os.geteuid():
+        return "refused", f"the host's is owned by uid {hst.st_uid}, not by this user"
+    return None
+
+
 def apply(h: Held, paths: tuple[str, ...] | None = None, *, force: bool = False) -> Outcome:
     """Apply the held run's changes (those ``paths`` choose; see select)."""
     from safebox import hostio
@@ -177,14 +190,9 @@ def apply(h: Held, paths: tuple[str, ...] | None = None, *, force: bool = False)
                 except hostio.HostFileError as e:
                     refused.append((c.path, e.why))
                     continue
-                if hst is not None and not force and hst.st_ctime_ns >= started and c.kind != "added":
-                    conflicts.append((c.path, "changed on the host since the run started"))
-                    continue
-                if c.kind == "modified" and hst is None and not force:
-                    conflicts.append((c.path, "deleted on the host since the run started"))
-                    continue
-                if hst is not None and hst.st_uid != os.geteuid():
-                    refused.append((c.path, f"the host's is owned by uid {hst.st_uid}, not by this user"))
+                verdict = _host_verdict(c, hst, started, force=force)
+                if verdict is not None:
+                    (conflicts if verdict[0] == "conflict" else refused).append((c.path, verdict[1]))
                     continue
                 try:
                     _one(c, host, up, hst)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import sys
 import time
+from collections.abc import Callable
 
 from safebox.errors import RunError
 
@@ -190,11 +191,11 @@ def _audit(h: Held, kind: str, **fields: object) -> None:
         sys.stderr.write(f"safebox: cannot record {kind} in {log}: {e}\n")
 
 
-def add_commands(app: object) -> None:
-    """``safebox changes ...`` on the click group ``app``."""
+def add_commands(app: object, _guarded: Callable[..., int]) -> None:
+    """``safebox changes ...`` on the click group ``app``; ``_guarded`` is the
+    CLI's error mapping (passed in: only the CLI maps errors to exit codes,
+    and this module must not import it back)."""
     import click
-
-    from safebox.cli import _guarded
 
     assert isinstance(app, click.Group)
 

@@ -469,35 +469,10 @@ class Launch:
         self.relay.bwrap_child = _read_bwrap_child(bw_r)
         if sync:
             sync[1].close()
-            # Nothing (end of file): bubblewrap failed; its message and
-            # exit status are reported below.
-            if sync[0].recv(1) == b"R":
-                if self.relay.bwrap_child is None:
-                    raise RunError("bubblewrap did not report its sandbox's pid; cannot make the mounts")
-                from safebox import mounter
+            from safebox import mounter
 
-                # The violations table of a big policy (one entry per mount)
-                # is built while the mounter's child makes the mounts: the
-                # helper, which hands the supervisor its listener, runs only
-                # after G.
-                pending = (mounter.start(self.relay.bwrap_child, bulk, helper=self.rp.helper_path, env=self.env)
-                           if bulk.ops else None)
-                if pending is not None:
-                    self._ns_held = pending.hold
-                    try:
-                        self._start_observer()
-                    finally:
-                        pending.wait()
-                if rp.review_layers:
-                    from safebox.review import mounts as review_mounts
-
-                    # On top of every other mount, the big policy's too
-                    # (it reads the mount table back): the overlays (docs/review.md).
-                    review_mounts.start(self.relay.bwrap_child, rp, helper=self.rp.helper_path, env=self.env).wait()
-                sync[0].sendall(b"G\n")
-            elif bulk.ops:
-                self._start_observer()  # as without the mounter; bubblewrap's failure is reported below
-            sync[0].close()
+            self._ns_held = mounter.after_bwrap(sync[0], self.relay.bwrap_child, bulk, rp, env=self.env,
+                                                start_observer=self._start_observer)
         if handoff:
             self._adopt(handoff[0], handoff[1])
 
