@@ -172,6 +172,23 @@ def test_keys_typed_before_the_question_are_not_its_answer(fresh_home: FakeHome,
     assert (rc, out) == (0, "200\n"), err + tty
 
 
+def test_a_local_address_literal_is_refused_without_a_question_whatever_its_spelling(
+        fresh_home: FakeHome, server: int) -> None:
+    # Found in review: "[::ffff:7f00:1] port N" at the prompt hides loopback;
+    # "for this run" listed it literally, and a literal entry passes whatever
+    # its class: the command reached a host-loopback service without
+    # allowLocalDestinations. No answer may open a local address.
+    script = f"{code(server, '[::ffff:127.0.0.1]')}; {code(server, '127.0.0.1')}"
+    rc, out, err, tty = on_terminal(fresh_home, ["sh", "-c", script], ["--ask"], ["r", "r"])
+    assert (rc, out) == (0, "403\n403\n"), err + tty
+    assert PROMPT not in tty, tty
+    assert "127.0.0.1, a loopback address; local destinations need network.allowLocalDestinations" in err, err
+    # Control: with local destinations allowed, the same literals are asked about, and "r" opens them.
+    rc, out, err, tty = on_terminal(fresh_home, ["sh", "-c", script], [*local_policy(fresh_home), "--ask"], ["r", "r"])
+    assert (rc, out) == (0, "200\n200\n"), err + tty
+    assert tty.count(PROMPT) == 2 and "the command wants [::ffff:7f00:1] port" in tty, tty
+
+
 def test_ask_without_a_terminal_denies_and_says_so_once(fresh_home: FakeHome, server: int) -> None:
     both = f"{code(server)}; {code(server, '127.0.0.1')}"
     p = subprocess.run(fresh_home.argv(["sh", "-c", both], opts=[*local_policy(fresh_home), "--ask"]),
