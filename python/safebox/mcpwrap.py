@@ -53,7 +53,8 @@ from safebox import hostio, jsonc
 from safebox._record import Frozen
 from safebox.errors import SafeboxError
 
-__all__ = ["McpConfigError", "Outcome", "WrapOptions", "auto_preset", "unwrap_text", "wrap_text", "write"]
+__all__ = ["McpConfigError", "Outcome", "WrapOptions", "auto_preset", "report", "shown", "unwrap_text", "wrap_text",
+           "write"]
 
 #: Commands whose servers come from a registry, and the preset that lets them reach it.
 AUTO_PRESETS: dict[str, str] = {
@@ -356,7 +357,7 @@ def _check_names(root: jsonc.Node, only: Sequence[str], name: str) -> None:
     unknown = [s for s in only if s not in known]
     if unknown:
         raise McpConfigError(f"{name}: no server named {', '.join(map(repr, unknown))}",
-                             hint=f"the servers in it: {', '.join(sorted(known)) or 'none'}")
+                             hint=shown(f"the servers in it: {', '.join(sorted(known)) or 'none'}"))
 
 
 def wrap_text(text: str, opts: WrapOptions, *, only: Sequence[str] = (), name: str = "<config>"
@@ -488,7 +489,21 @@ def _own_policy(path: str, env_allow: tuple[str, ...]) -> None:
     hostio.replace(path, (json.dumps(doc, indent=2) + "\n").encode(), mode=0o600)
 
 
+def shown(text: str) -> str:
+    """``text`` for the terminal: every character that is not printable
+    (ESC, CR, C1 controls such as U+009B) a ``?``. A cloned project's config
+    picks server names, commands, options and comments: raw, an escape
+    sequence in them could rewrite what ``wrap`` says it did (found in review)."""
+    return "".join(c if c.isprintable() else "?" for c in text)
+
+
+def report(o: Outcome) -> str:
+    """The line ``wrap``/``unwrap`` says for one server (no newline)."""
+    return shown(f"{o.name}: {o.action}" + (f": {o.detail}" if o.detail else ""))
+
+
 def diff(path: str, old: str, new: str) -> str:
-    """A unified diff of the config before and after."""
-    return "".join(difflib.unified_diff(old.splitlines(keepends=True), new.splitlines(keepends=True),
-                                        fromfile=path, tofile=path))
+    """A unified diff of the config before and after, each line :func:`shown`."""
+    return "".join(shown(line.rstrip("\n")) + "\n"
+                   for line in difflib.unified_diff(old.splitlines(), new.splitlines(), fromfile=path, tofile=path,
+                                                    lineterm=""))
