@@ -149,4 +149,5 @@ def exec_runtime(*, ask: bool, ask_timeout: str | None, control_fd: str | None,
 
         channel = ControlChannel(open_control_fd(control_fd), say=say)
         runtime.on_live.append(channel.attach)
+        runtime.control_fd = channel.fd
     return runtime

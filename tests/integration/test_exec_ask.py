@@ -240,6 +240,38 @@ def test_control_fd_replaces_the_lists_while_the_command_runs_and_the_command_ne
         os.close(w)
 
 
+def _fifo_run(home: FakeHome, fifo: str, server: int) -> subprocess.CompletedProcess[str]:
+    """Run a command that writes a config of its own into ``fifo`` and then
+    asks for a host the policy does not list, with ``fifo`` as --control-fd."""
+    os.mkfifo(fifo)
+    r = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)
+    w = os.open(fifo, os.O_WRONLY)  # the caller's end, kept open: the reader waits for lines
+    try:
+        line = json.dumps({"network": {"allowedDomains": ["localhost"]}})
+        script = f"(printf '%s\\n' '{line}' > {fifo}) 2>/dev/null || echo cannot; sleep 1; {code(server)}"
+        return subprocess.run(home.argv(["sh", "-c", script], opts=[*local_policy(home), "--control-fd", str(r)]),
+                              cwd=home.work, env=home.env(), capture_output=True, text=True, pass_fds=(r,),
+                              timeout=60)
+    finally:
+        os.close(r)
+        os.close(w)
+
+
+def test_a_control_fifo_the_command_can_write_is_refused(fresh_home: FakeHome, server: int) -> None:
+    # Found in review: `mkfifo ctl` in the project (the work dir, a write root) and --control-fd 3 3<ctl:
+    # the command wrote {"network": {"allowedDomains": ["localhost"]}} into ./ctl and reached the host.
+    inside = str(fresh_home.work / f"ctl-{token()}")
+    p = _fifo_run(fresh_home, inside, server)
+    assert p.returncode == 125 and p.stdout == "", p.stdout + p.stderr
+    assert p.stderr.startswith(f"safebox: --control-fd {p.args[p.args.index('--control-fd') + 1]} is {inside}, "
+                               f"inside {fresh_home.work}, which the command may write"), p.stderr
+    # Control: the same FIFO in a directory the command may not write is accepted, and stays the caller's.
+    private = fresh_home.root / f"ctl-dir-{token()}"
+    private.mkdir(mode=0o700)
+    p = _fifo_run(fresh_home, str(private / "ctl"), server)
+    assert (p.returncode, p.stdout) == (0, "cannot\n403\n"), p.stderr
+
+
 @pytest.mark.parametrize(("value", "why"), [
     ("2", "--control-fd 2: must be an integer file descriptor >= 3"),
     ("1017", "--control-fd 1017 is not usable: Bad file descriptor; refusing to run the command without the "
