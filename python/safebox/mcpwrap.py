@@ -102,6 +102,38 @@ class Outcome(Frozen):
     env_allow: tuple[str, ...] = ()  # the variables its entry gives it, which it keeps (env.allow)
 
 
+#: Variables an entry's ``env`` may not set: the client starts safebox itself
+#: with them, on the host, before any sandbox exists. The dynamic loader runs
+#: ``LD_PRELOAD`` in safebox's process; ``PYTHON*`` runs code in a console
+#: script without ``-I``; OpenSSL loads providers named by ``OPENSSL_CONF``;
+#: ``SAFEBOX_HELPER``, ``HOME`` and ``XDG_*`` pick safebox's helper, its user
+#: policy, state and caches; the resolver variables re-point allowed names
+#: (found in review: ``"env": {"LD_PRELOAD": "./evil.so"}`` ran on the host).
+LAUNCHER_ENV_PREFIXES = ("LD_", "PYTHON", "SAFEBOX_", "OPENSSL_", "GCONV_", "GLIBC_", "MALLOC_", "XDG_", "BASH_FUNC_")
+LAUNCHER_ENV_NAMES = frozenset({"HOME", "TMPDIR", "BASH_ENV", "ENV", "SHELLOPTS", "BASHOPTS", "HOSTALIASES",
+                                "LOCALDOMAIN", "RES_OPTIONS", "LOCPATH", "NLSPATH", "SSL_CERT_FILE", "SSL_CERT_DIR",
+                                "LANGUAGE_PATH", "TZDIR"})
+
+
+def launcher_env(entry: jsonc.Node) -> list[str]:
+    """The names in an entry's ``env`` that would act on safebox itself
+    (:data:`LAUNCHER_ENV_NAMES`), and a ``PATH`` with a relative, empty or
+    ``$``-expanded entry: safebox looks up bwrap, socat and the command there."""
+    env = entry.get("env")
+    if env is None or env.value.kind != "object":
+        return []
+    bad = []
+    for m in env.value.members:
+        name = m.key
+        if name in LAUNCHER_ENV_NAMES or name.startswith(LAUNCHER_ENV_PREFIXES):
+            bad.append(name)
+        elif name == "PATH":
+            value = m.value.value if m.value.kind == "string" else ""
+            if not isinstance(value, str) or any(not d.startswith("/") or "$" in d for d in value.split(":")):
+                bad.append(name)
+    return bad
+
+
 def auto_preset(command: str) -> str | None:
     """The preset a server started by ``command`` needs to fetch itself (npx: npm, uvx: pip)."""
     return AUTO_PRESETS.get(os.path.basename(command))
@@ -368,7 +400,8 @@ def wrap_text(text: str, opts: WrapOptions, *, only: Sequence[str] = (), name: s
     it: its exec options are then replaced by ``opts``'s."""
     root = _parse(text, name)
     _check_names(root, only, name)
-    renamed = [k for k, e in _entries(root, only) if only and wrapped_split(e) is not None]
+    renamed = [k for k, e in _entries(root, only)
+               if only and e.kind == "object" and wrapped_split(e) is not None and not launcher_env(e)]
     if renamed:  # named again: unwrapped first, then wrapped with the new options
         text, _ = unwrap_text(text, only=renamed, name=name)
         root = _parse(text, name)
@@ -384,6 +417,13 @@ def wrap_text(text: str, opts: WrapOptions, *, only: Sequence[str] = (), name: s
                                       "safebox wraps the stdio servers started on this machine"))
         elif _str(entry, "command") is None:
             out.append(Outcome(name=key, action="skipped", detail="no \"command\" string: not a stdio server"))
+        elif launcher_env(entry):
+            names = ", ".join(launcher_env(entry))
+            out.append(Outcome(name=key, action="skipped",
+                               detail=f"NOT SANDBOXED: its \"env\" sets {names}, which the client gives safebox "
+                                      "itself, on the host, before any sandbox exists (code in safebox's own process, "
+                                      "or another helper, policy or resolver): remove it from the entry and wrap "
+                                      "again"))
         elif wrapped_split(entry) is not None:
             out.append(Outcome(name=key, action="already-wrapped", detail=_wrapped_detail(entry, opts)))
         else:
