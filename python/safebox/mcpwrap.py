@@ -117,12 +117,15 @@ LAUNCHER_ENV_NAMES = frozenset({"HOME", "TMPDIR", "BASH_ENV", "ENV", "SHELLOPTS"
 
 def launcher_env(entry: jsonc.Node) -> list[str]:
     """The names in an entry's ``env`` that would act on safebox itself
-    (:data:`LAUNCHER_ENV_NAMES`), and a ``PATH`` with a relative, empty or
-    ``$``-expanded entry: safebox looks up bwrap, socat and the command there."""
+    (:data:`LAUNCHER_ENV_NAMES`), a ``PATH`` with a relative, empty or
+    ``$``-expanded entry (safebox looks up bwrap, socat and the command
+    there), and ``envFile`` (VS Code's: variables wrap cannot see)."""
+    bad = []
+    if entry.get("envFile") is not None:
+        bad.append("envFile")  # VS Code reads it and gives its variables to safebox: wrap cannot see which
     env = entry.get("env")
     if env is None or env.value.kind != "object":
-        return []
-    bad = []
+        return bad
     for m in env.value.members:
         name = m.key
         if name in LAUNCHER_ENV_NAMES or name.startswith(LAUNCHER_ENV_PREFIXES):

@@ -263,6 +263,15 @@ def test_an_entry_whose_env_acts_on_safebox_itself_is_not_wrapped_and_says_so(en
     assert again == wrapped and out[0].action == "skipped"
 
 
+def test_an_entry_with_an_env_file_is_not_wrapped_and_says_so() -> None:
+    # VS Code reads envFile and gives its variables to the process it starts: LD_PRELOAD in it would run in
+    # safebox on the host, and wrap cannot see it.
+    entry = {"type": "stdio", "command": "node", "args": ["s.js"], "envFile": "${workspaceFolder}/.env"}
+    new, out = mcpwrap.wrap_text(json.dumps({"servers": {"s": entry}}), OPTS)
+    assert out[0].action == "skipped" and out[0].detail.startswith("NOT SANDBOXED: its \"env\" sets envFile")
+    assert servers(new, "servers")["s"] == entry
+
+
 def test_a_path_of_absolute_directories_in_env_is_kept_and_wrapped() -> None:
     # Claude Desktop configs often set PATH (nvm's node): absolute directories are no planted tool of the project.
     text = json.dumps({"mcpServers": {"s": {"command": "npx", "args": ["x"],
