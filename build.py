@@ -814,8 +814,8 @@ def test(pytest_args: list[str]) -> int:
     ``--fast``: the unit tests alone (no sandbox is started), for everyday work."""
     if pytest_args[:1] == ["--fast"]:
         py = setup()
-        return subprocess.run([str(py), "-m", "pytest", "-p", "no:cacheprovider", "-q", "tests/unit",
-                               *pytest_args[1:]], cwd=ROOT).returncode
+        return subprocess.run([str(py), "-m", "pytest", "-p", "no:cacheprovider", "-q", *_parallel(py),
+                               "tests/unit", *pytest_args[1:]], cwd=ROOT).returncode
     py = setup(for_tests=True)
     lint(py)
     c_tests()
@@ -823,7 +823,7 @@ def test(pytest_args: list[str]) -> int:
     env.setdefault("SAFEBOX_MUST_WORK", "1" if os.environ.get("CI") else "0")
     base = [str(py), "-m", "pytest", "-p", "no:cacheprovider", *pytest_args]
     _say("pytest as " + ("root" if os.geteuid() == 0 else "this user"))
-    rc = subprocess.run(base, cwd=ROOT, env=env).returncode
+    rc = _pytest_passes(base, [] if pytest_args else _parallel(py), cwd=ROOT, env=env)
     if os.geteuid() == 0 and not pytest_args:
         user = _ensure_unprivileged_user()
         # The GPU tests' stand-in nodes: a user cannot mknod them (tests/sbx.py).
@@ -833,11 +833,35 @@ def test(pytest_args: list[str]) -> int:
         uenv = {k: v for k, v in env.items() if k in ("PATH", "LANG", "CI", "SAFEBOX_MUST_WORK", "TERM")}
         home = subprocess.run(["getent", "passwd", user], capture_output=True, text=True).stdout.split(":")[5]
         uenv.update(HOME=home, USER=user, LOGNAME=user, SAFEBOX_TEST_UNPRIVILEGED="1")
-        r2 = subprocess.run(["runuser", "-u", user, "--", "env", "-i",
-                             *[f"{k}={v}" for k, v in uenv.items()],
-                             *base, "tests/integration", "tests/security"], cwd=ROOT).returncode
+        r2 = _pytest_passes(["runuser", "-u", user, "--", "env", "-i", *[f"{k}={v}" for k, v in uenv.items()],
+                             *base], _parallel(py), cwd=ROOT, paths=["tests/integration", "tests/security"])
         rc = rc or r2
     return rc
+
+
+def _parallel(py: Path) -> list[str]:
+    """pytest-xdist's options: a worker per core (SAFEBOX_TEST_WORKERS to
+    change it; 0 for none); none when xdist is not installed (a venv of
+    before it joined the test extra: `build.py setup --tests` adds it)."""
+    workers = os.environ.get("SAFEBOX_TEST_WORKERS", "auto")
+    if workers == "0" or subprocess.run([str(py), "-c", "import xdist"], capture_output=True).returncode != 0:
+        return []
+    return ["-n", workers, "--dist", "load"]
+
+
+def _pytest_passes(base: list[str], parallel: list[str], *, cwd: Path, env: dict[str, str] | None = None,
+                   paths: list[str] | None = None) -> int:
+    """pytest over ``paths``: with ``parallel``, the independent tests on
+    every core and then the ``serial`` ones alone (a timing bound or a race
+    measured beside other tests is a flake, and users are added to the host
+    one at a time); else all in one pass."""
+    where = paths or []
+    if not parallel:
+        return subprocess.run([*base, *where], cwd=cwd, env=env).returncode
+    rc = subprocess.run([*base, *parallel, "-m", "not serial", *where], cwd=cwd, env=env).returncode
+    # Exit 5: nothing selected (no serial test under these paths).
+    r2 = subprocess.run([*base, "-m", "serial", *where], cwd=cwd, env=env).returncode
+    return rc or (0 if r2 == 5 else r2)
 
 
 def main(argv: list[str]) -> int:

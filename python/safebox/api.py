@@ -120,7 +120,8 @@ class Policy:
     def from_dict(cls, data: Mapping[str, Any], *, name: str = "<dict>") -> Policy:
         """A policy from a dict shaped like a policy file. Raises
         :class:`PolicyError` naming the key (``key_path``), in the CLI's words."""
-        from safebox.policy.load import Layer, validate_layer
+        from safebox.policy.load import Layer
+        from safebox.policy.validate import validate_layer
 
         layer = Layer(name=name, data=dict(data))
         validate_layer(layer)
@@ -129,7 +130,8 @@ class Policy:
     @classmethod
     def from_file(cls, path: str | os.PathLike[str]) -> Policy:
         """A policy from a JSON or TOML policy file."""
-        from safebox.policy.load import Layer, _read_file, parse_document, validate_layer
+        from safebox.policy.load import Layer, _read_file, parse_document
+        from safebox.policy.validate import validate_layer
 
         p = os.path.abspath(os.fspath(path))
         try:
@@ -169,7 +171,9 @@ class Policy:
 
     def _effective(self, ctx: Context, *, presets: Sequence[str], limits: Mapping[str, str | None],
                    strict: bool) -> EffectivePolicy:
-        from safebox.policy.load import Flags, credential_env_layers, default_layer, flags_layer, merge, validate_layer
+        from safebox.policy.load import Flags, credential_env_layers, default_layer, flags_layer
+        from safebox.policy.merge import merge
+        from safebox.policy.validate import validate_layer
 
         flags = Flags(presets=tuple(presets), strict=strict, limit_processes=limits.get("processes"),
                       limit_memory=limits.get("memory"), limit_tmp_size=limits.get("tmpSize"),
@@ -269,6 +273,9 @@ class Sandbox:
     (a harness started from its own repo); docs/api.md says what it costs.
     ``quiet``: refusals reach the harness as events only, never as lines on
     the process's stderr (False: the proxy prints ``safebox exec``'s lines).
+    ``review``: each command's writes are held (docs/review.md): see
+    :meth:`changes`, :meth:`apply`, :meth:`discard`; ``keep``: the held run
+    survives :meth:`close`.
     ``on_request``: asked about each host no entry allows (a
     :class:`~safebox.decide.Request`); returns True (allow once), False
     (deny) or a :class:`~safebox.decide.Decision`; calls are serialised, and
@@ -285,7 +292,7 @@ class Sandbox:
                  on_event: Callable[[Event], None] | None = None, env: Mapping[str, str] | None = None,
                  allow_import_roots: bool = True, quiet: bool = True,
                  on_request: Callable[[Request], Any] | None = None,
-                 request_timeout: float = DEFAULT_TIMEOUT) -> None:
+                 request_timeout: float = DEFAULT_TIMEOUT, review: bool = False, keep: bool = False) -> None:
         if policy is None:
             pol = Policy()
         elif isinstance(policy, (Policy, Mapping, str, os.PathLike)):
@@ -301,6 +308,10 @@ class Sandbox:
         self._lock = threading.Lock()
         self._local = threading.local()
         self._env = env
+        #: review=True: the held run of the last command (docs/review.md), kept
+        #: after close() only with keep=True.
+        self._review, self._keep = review, keep
+        self._held: str | None = None
         self._loop: Any = _running_loop()
         self._runtime = Runtime(on_request, timeout=request_timeout, loop=lambda: self._loop, say=self._say)
 
@@ -310,7 +321,7 @@ class Sandbox:
         opts = Options(strict=strict, without=Without(without) if without else None,
                        audit_log=os.fspath(audit_log) if audit_log is not None else None,
                        cli=False, allow_import_roots=allow_import_roots, proxy_stderr=not quiet,
-                       runtime=self._runtime)
+                       runtime=self._runtime, review=review)
         self._session = Session(load, opts=opts, say=self._say, cwd=os.fspath(cwd) if cwd is not None else None,
                                 environ=env, network_event=self._network)
         self._closed = False
@@ -491,8 +502,64 @@ class Sandbox:
                 p.wait()
         self._session.close()
         self._runtime.close()
+        if self._held is not None and not self._keep:
+            with contextlib.suppress(SafeboxError):
+                self.discard()
         for q in subscribers:
             q.put(None)
+
+    # -- review ------------------------------------------------------------------
+
+    @property
+    def held_run(self) -> str | None:
+        """The id of the held run (``review=True``) whose changes wait, or None."""
+        return self._held
+
+    def _held_run(self) -> Any:
+        from safebox.errors import RunError
+        from safebox.review import store
+
+        if self._held is None:
+            raise RunError("no held run: make the Sandbox with review=True and run a command first")
+        return store.open_held(self._session.state, self._held)
+
+    def changes(self, *, diff: bool = False) -> list[dict[str, Any]]:
+        """The held run's changes: one dict per path (``path``, ``kind``:
+        added/modified/deleted, ``type``: file/dir/symlink/other, ``size``,
+        ``mode``, ``runs_code``: applied only when named), with ``diff``
+        (unified for text) when asked."""
+        from safebox.review import layer
+
+        h = self._held_run()
+        out = []
+        for c in layer.changes(h):
+            row: dict[str, Any] = c.as_json()
+            if diff:
+                row["diff"] = layer.diff(h, c)
+            out.append(row)
+        return out
+
+    def apply(self, paths: Sequence[str | os.PathLike[str]] | None = None, *, force: bool = False) -> dict[str, Any]:
+        """Apply the held run's changes (those at or beneath ``paths``; None:
+        all but the code-running ones) as ``safebox changes apply`` does.
+        Returns ``applied``, ``conflicts``, ``refused`` and ``code`` (left
+        out until named)."""
+        from safebox.review import apply as _apply
+
+        h = self._held_run()
+        # Relative paths are the work dir's, as the command saw them.
+        chosen = None if paths is None else tuple(os.path.join(self._session.cwd, os.fspath(p)) for p in paths)
+        out = _apply.apply(h, chosen, force=force)
+        return {"applied": list(out.applied), "conflicts": [list(c) for c in out.conflicts],
+                "refused": [list(r) for r in out.refused], "code": list(out.code)}
+
+    def discard(self) -> None:
+        """Remove the held run: nothing more of it reaches the host."""
+        from safebox.review import apply as _apply
+
+        h = self._held_run()
+        _apply.discard(h)
+        self._held = None
 
     def __enter__(self) -> Sandbox:
         return self
@@ -560,7 +627,15 @@ class Popen:
                 err_fd, err_ours = (out_fd if out_fd is not None else 1), None
             else:
                 err_fd, err_ours = _stdio_fd(stderr, mode="w", opened=opened)
+            if sandbox._review and sandbox._held is not None:
+                from safebox.errors import RunError
+
+                raise RunError(f"held run {sandbox._held} still waits: apply() or discard() it before the next "
+                               "command (each command's layer lies over the host tree, not over the last one's)")
             command.prepare()
+            held = getattr(command, "held", None)
+            if held is not None:
+                sandbox._held = held.id
             self._launch = command.start(stdio=Stdio(in_fd, out_fd, err_fd))
         except BaseException:
             for fd in opened + [f for f in (locals().get("in_ours"), locals().get("out_ours"),
@@ -625,6 +700,9 @@ class Popen:
                 rc = got
                 self.duration = time.monotonic() - self._t0
                 violations = command.finish(rc)
+                held = getattr(command, "held", None)
+                if held is not None and held.meta.get("status") == "empty":
+                    self._sandbox._held = None  # nothing changed: nothing held
                 self.returncode = rc
                 self._command = None
                 with self._sandbox._lock:

@@ -118,7 +118,8 @@ def _request(parsed: dict[str, Any]) -> ExecRequest:
         publish=tuple(parsed["publish"]),
         audit_log=parsed["audit_log"], verbose=bool(parsed["verbose"]), quiet=bool(parsed["quiet"]),
         summary=parsed["summary"], learn=parsed["learn"], observe=parsed["observe"],
-        ask=bool(parsed["ask"]), ask_timeout=parsed["ask_timeout"], control_fd=parsed["control_fd"])
+        ask=bool(parsed["ask"]), ask_timeout=parsed["ask_timeout"], control_fd=parsed["control_fd"],
+        review=bool(parsed["review"]))
 
 
 def fail(err: SafeboxError) -> NoReturn:
@@ -215,8 +216,10 @@ def _policy_show(policy_files: tuple[str, ...], presets: tuple[str, ...], as_jso
     import click
 
     from safebox.policy.defaults import credential_env
+    from safebox.policy.document import policy_document
     from safebox.policy.layers import replaced_values
-    from safebox.policy.load import Context, Flags, merge, policy_document, read_layers, state_dir
+    from safebox.policy.load import Context, Flags, read_layers, state_dir
+    from safebox.policy.merge import merge
     from safebox.policy.presets import describe
     from safebox.run.host import home as _host_home
 
@@ -302,7 +305,8 @@ def _policy_check(file: str) -> int:
     """``safebox policy check``: validate one policy file."""
     import click
 
-    from safebox.policy.load import Layer, _read_file, parse_document, validate_layer
+    from safebox.policy.load import Layer, _read_file, parse_document
+    from safebox.policy.validate import validate_layer
 
     try:
         raw = _read_file(file)
@@ -318,7 +322,8 @@ def _policy_check(file: str) -> int:
 def _read_policy(file: str) -> dict[str, Any]:
     """One policy file, validated, as its document (defaults left out)."""
     from safebox.errors import PolicyError
-    from safebox.policy.load import Layer, _read_file, parse_document, validate_layer
+    from safebox.policy.load import Layer, _read_file, parse_document
+    from safebox.policy.validate import validate_layer
 
     try:
         raw = _read_file(file)
@@ -526,7 +531,8 @@ def _check_wrap_policy(opts: Any, home: str) -> None:
     every start (an unknown preset, a bad domain, a policy file that does not
     validate): a client shows a server that exits 125 only in its logs."""
     from safebox.policy.defaults import credential_env
-    from safebox.policy.load import Context, Flags, merge, read_layers
+    from safebox.policy.load import Context, Flags, read_layers
+    from safebox.policy.merge import merge
 
     ctx = Context(cwd=os.path.realpath(os.getcwd()), home=home, credential_env=credential_env(os.environ))
     flags = Flags(allow_write=opts.allow_write, deny_read=opts.deny_read, allow_read=opts.allow_read,
@@ -653,6 +659,9 @@ def _click_app() -> click.Group:
         sys.exit(doctor.main(["--json"] if as_json else [], helper_path=Path(find_helper()), standalone=False))
 
     _add_policy_commands(app)
+    from safebox.review.cli import add_commands as _add_changes_commands
+
+    _add_changes_commands(app)
 
     _add_mcp_commands(app)
 

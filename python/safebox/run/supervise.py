@@ -428,7 +428,7 @@ class Launch:
         handoff_fd = handoff[1].fileno() if handoff else None
         fds = (args_fd, bw_w) + ((handoff_fd,) if handoff_fd else ())
         sync = None
-        if bulk.ops:
+        if bulk.ops or rp.review_layers:
             import socket
 
             # The sandbox's first program waits on this until the mounts
@@ -460,8 +460,8 @@ class Launch:
         self.relay.spawned = self.pid
         if self.cli:
             test_pause("command")  # a signal now is queued for the command
-        if not sync:
-            self._start_observer()  # while bwrap builds the sandbox
+        if not bulk.ops:
+            self._start_observer()  # while bwrap builds the sandbox (--review's overlays come after)
         self._close_fd(bw_w)
         self._close_fd(args_fd)
         # bw_r stays open until close(): bwrap writes its exit document on
@@ -480,14 +480,22 @@ class Launch:
                 # is built while the mounter's child makes the mounts: the
                 # helper, which hands the supervisor its listener, runs only
                 # after G.
-                pending = mounter.start(self.relay.bwrap_child, bulk, helper=self.rp.helper_path, env=self.env)
-                self._ns_held = pending.hold
-                try:
-                    self._start_observer()
-                finally:
-                    pending.wait()
+                pending = (mounter.start(self.relay.bwrap_child, bulk, helper=self.rp.helper_path, env=self.env)
+                           if bulk.ops else None)
+                if pending is not None:
+                    self._ns_held = pending.hold
+                    try:
+                        self._start_observer()
+                    finally:
+                        pending.wait()
+                if rp.review_layers:
+                    from safebox.review import mounts as review_mounts
+
+                    # On top of every other mount, the big policy's too
+                    # (it reads the mount table back): the overlays (docs/review.md).
+                    review_mounts.start(self.relay.bwrap_child, rp, helper=self.rp.helper_path, env=self.env).wait()
                 sync[0].sendall(b"G\n")
-            else:
+            elif bulk.ops:
                 self._start_observer()  # as without the mounter; bubblewrap's failure is reported below
             sync[0].close()
         if handoff:
