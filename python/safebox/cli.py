@@ -511,17 +511,17 @@ def _mcp(file: str, *, unwrap: bool, dry_run: bool, servers: tuple[str, ...], **
         new, outcomes = mcpwrap.wrap_text(text, opts, only=servers, name=file)
     out = sys.stderr if dry_run else sys.stdout
     for o in outcomes:
-        out.write(f"{o.name}: {o.action}" + (f": {o.detail}" if o.detail else "") + "\n")
+        out.write(mcpwrap.report(o) + "\n")
     if dry_run:
         sys.stdout.write(mcpwrap.diff(file, text, new))
         return 0
     mcpwrap.prepare(outcomes)
     if new != text:
         mcpwrap.write(path, new, mode)
-        out.write(f"{file}: written ({sum(o.action in ('wrapped', 'unwrapped') for o in outcomes)} server(s) "
+        out.write(f"{mcpwrap.shown(file)}: written ({sum(o.action in ('wrapped', 'unwrapped') for o in outcomes)} server(s) "
                   f"changed); restart the client to apply\n")
     else:
-        out.write(f"{file}: nothing to change\n")
+        out.write(f"{mcpwrap.shown(file)}: nothing to change\n")
     sys.stdout.flush()
     return 0
 

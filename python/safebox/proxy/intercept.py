@@ -360,8 +360,8 @@ async def _send_body(client: Stream, up: Stream, framing: str, length: int,
 
 
 async def _relay_response(up: Stream, client: Stream, strip: frozenset[str] = frozenset()) -> None:
-    """Interim (1xx) heads unchanged, the final head with ``Connection:
-    close`` and without the headers of ``strip`` (folded names,
+    """Interim (1xx) heads, then the final head with ``Connection: close``,
+    each without the headers of ``strip`` (folded names,
     network.stripResponseHeaders), then every byte until the upstream closes."""
     while True:
         try:
@@ -378,6 +378,10 @@ async def _relay_response(up: Stream, client: Stream, strip: frozenset[str] = fr
         if 100 <= code < 200:
             if code == 101:
                 raise UpstreamError("error", "the upstream switched protocols, which safebox does not relay here")
+            if strip:  # an interim head's headers too (103 Early Hints can carry any): "never passed"
+                from safebox.proxy.netkeys import strip_response_head
+
+                head = strip_response_head(head[:-4], strip) + b"\r\n\r\n"
             await client.send(head)
             continue
         named = {b"connection", b"keep-alive", b"proxy-connection"}

@@ -574,8 +574,19 @@ class Gate:
                 and not (self.keys is not None and self.keys.strict_allowlist)):
             # No entry allows it and none denies it: ask (decide.py), unless
             # network.strictAllowlist says the list is the whole answer (srt).
-            decision = await self.ask.decide(normalize_host(host), port, protocol, audit=self.audit)
-            rules = self.live.rules if self.live is not None else rules
+            asked = normalize_host(host)
+            literal = parse_ip_literal(asked)
+            local = rules.check_address(literal, host=asked, port=port) if literal is not None else None
+            if local is not None and not local.allowed:
+                # An IP literal whose address no answer may open (loopback,
+                # private, metadata, this host's own, in any spelling, e.g.
+                # ::ffff:127.0.0.1): refused as without asking. An answer
+                # remembered would list it literally, and a literal entry
+                # passes whatever its class (found in review).
+                decision = local
+            else:
+                decision = await self.ask.decide(asked, port, protocol, audit=self.audit)
+                rules = self.live.rules if self.live is not None else rules
         if not decision.allowed:
             self.record(host, port, protocol, decision)
             if self.explain is not None:

@@ -129,6 +129,12 @@ class Session:
                              hint="run `safebox doctor` to see why bubblewrap cannot run here")
         for n in layer_notes:
             self.say(n)
+        if self.opts.runtime is not None and self.opts.runtime.control_fd is not None:
+            from safebox.control import check_unreachable
+
+            check_unreachable(self.opts.runtime.control_fd, roots=(self.cwd, *self.policy.allow_write),
+                              landlock=self.layers is not Layers.BWRAP_ONLY,
+                              private_tmp=self.layers is not Layers.HELPER_ONLY)
         # 5. The limits plan.
         self.limits = _limits.for_run(self.policy, bwrap=self.bwrap if self.layers is not Layers.HELPER_ONLY else None,
                                       helper=self.layers is not Layers.BWRAP_ONLY, strict=self.strict,
