@@ -421,14 +421,10 @@ class Relay:
 
 
 def adopt_stream(reader: asyncio.StreamReader) -> tuple[bytes, bool]:
-    """Take what a ``StreamReader`` has buffered but not yet consumed, and
-    whether it has seen EOF, so its transport can be handed to a :class:`Relay`.
-
-    Uses ``StreamReader._buffer``/``_eof``: private, but unchanged since
-    Python 3.4 and the only way to switch protocols without losing bytes the
-    client sent right after its request (TLS ClientHello pipelined behind a
-    CONNECT, a POST body).
-    """
+    """Take what a ``StreamReader`` has buffered but not yet consumed, and whether it has seen EOF, so
+    its transport can be handed to a :class:`Relay`. Uses ``StreamReader._buffer``/``_eof``: private, but
+    unchanged since Python 3.4 and the only way to switch protocols without losing bytes the client sent
+    right after its request (TLS ClientHello pipelined behind a CONNECT, a POST body)."""
     buffer: bytearray = reader._buffer  # type: ignore[attr-defined]  # private, see above
     leftover = bytes(buffer)
     buffer.clear()
@@ -575,18 +571,9 @@ class Gate:
             # No entry allows it and none denies it: ask (decide.py), unless
             # network.strictAllowlist says the list is the whole answer (srt).
             asked = normalize_host(host)
-            literal = parse_ip_literal(asked)
-            local = rules.check_address(literal, host=asked, port=port) if literal is not None else None
-            if local is not None and not local.allowed:
-                # An IP literal whose address no answer may open (loopback,
-                # private, metadata, this host's own, in any spelling, e.g.
-                # ::ffff:127.0.0.1): refused as without asking. An answer
-                # remembered would list it literally, and a literal entry
-                # passes whatever its class (found in review).
-                decision = local
-            else:
-                decision = await self.ask.decide(asked, port, protocol, audit=self.audit)
-                rules = self.live.rules if self.live is not None else rules
+            refused = rules.literal_refusal(asked, port)  # an address no answer may open is never asked about
+            decision = refused if refused is not None else await self.ask.decide(asked, port, protocol, audit=self.audit)
+            rules = self.live.rules if self.live is not None else rules
         if not decision.allowed:
             self.record(host, port, protocol, decision)
             if self.explain is not None:
