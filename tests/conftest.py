@@ -66,6 +66,26 @@ def bwrap_works() -> bool:
     return done.returncode == 0
 
 
+def _private_tmpdir() -> None:
+    """Each pytest process (each xdist worker) keeps its temporary files
+    (``tmp_path``, ``tempfile``) in a directory of its own under /var/tmp,
+    not in /tmp. Without bubblewrap a sandbox's write roots include the
+    host's /tmp, and its watch takes a protected name that appears there
+    during the run (``.git/hooks``, ``.envrc``) for the command's and moves
+    it to the quarantine, and a directory another test made unlistable there
+    fails its walk: tests running side by side would see each other's files.
+    The sandboxes the tests start get no TMPDIR (``FakeHome.env``)."""
+    import tempfile
+
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
+    base = f"/var/tmp/safebox-pytest-{os.geteuid()}"
+    os.makedirs(base, mode=0o700, exist_ok=True)
+    path = os.path.join(base, worker)
+    os.makedirs(path, mode=0o700, exist_ok=True)
+    os.environ["TMPDIR"] = path
+    tempfile.tempdir = None  # gettempdir() reads TMPDIR again
+
+
 def pytest_configure() -> None:
     """Refuse the run when ``SAFEBOX_TEST_LANDLOCK_ABI`` disagrees with the kernel.
 
@@ -74,6 +94,7 @@ def pytest_configure() -> None:
     write the root-owned ``.hypothesis/`` the first one left (it fails, not
     skips). Every property test must find its failures from scratch anyway.
     """
+    _private_tmpdir()
     if _hypothesis_settings is not None:
         _hypothesis_settings.register_profile("safebox", database=None)
         _hypothesis_settings.load_profile("safebox")
