@@ -90,8 +90,11 @@ class DeferredProxy:
     """
 
     def __init__(self, config: ProxyConfig, *, run_dir: str | os.PathLike[str], tcp: bool = False,
-                 unix: bool = True) -> None:
+                 unix: bool = True, capture: bool = False) -> None:
         self.config = config
+        #: The capture front end's port on the host's 127.0.0.1 (proxy/capture.py), or None.
+        self.capture_port: int | None = None
+        self._capture = capture
         self.run_dir = os.fspath(run_dir)
         self.http_socket = os.path.join(self.run_dir, "http-proxy.sock")
         self.socks_socket = os.path.join(self.run_dir, "socks-proxy.sock")
@@ -146,6 +149,10 @@ class DeferredProxy:
                     sock = _tcp_listener()
                     self._pending.append((sock, kind))
                     setattr(self, attr, sock.getsockname()[1])
+            if self._capture:
+                sock = _tcp_listener()
+                self._pending.append((sock, "capture"))
+                self.capture_port = sock.getsockname()[1]
             self._wake_r, self._wake_w = os.pipe()  # close-on-exec, as every descriptor Python makes
             os.set_blocking(self._wake_r, False)
             if self._pending:  # else at the first adopt(): after bwrap was spawned

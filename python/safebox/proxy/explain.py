@@ -21,7 +21,7 @@ from safebox.proxy.rules import RULE_ALLOWED, RULE_DENIED, RULE_LOCAL, RULE_REQU
 __all__ = ["MAX_LINES", "Explainer", "policy_fix", "refusal_header", "refusal_line", "refusal_message"]
 
 MAX_LINES = 50
-_PROTOCOL = {"connect": "CONNECT", "http": "HTTP", "socks5": "SOCKS5"}
+_PROTOCOL = {"connect": "CONNECT", "http": "HTTP", "socks5": "SOCKS5", "capture": "TCP connect"}
 
 
 def _printable(text: str) -> str:
@@ -113,7 +113,8 @@ def refusal_line(host: str, port: int, protocol: str, decision: Decision) -> str
     shown = f"[{h}]" if ":" in h and not h.startswith("[") else h
     proto = _PROTOCOL.get(protocol, protocol.upper())
     by = "" if decision.rule in decision.reason or decision.rule == RULE_REQUEST else f" by {decision.rule}"
-    return _printable(f"safebox: refused {proto} to {shown}:{port}{by} ({decision.reason}); "
+    what = f"the DNS lookup of {shown}" if protocol == "dns" else f"{proto} to {shown}:{port}"
+    return _printable(f"safebox: refused {what}{by} ({decision.reason}); "
                       f"fix: {fix_for(h, decision, port)}") + "\n"
 
 

@@ -122,6 +122,7 @@ class ProxyServer:
         self._by_fd: dict[int, asyncio.AbstractServer] = {}
         self._tasks: set[asyncio.Task[None]] = set()
         self._stopped = False
+        self._capturer: Any = None
 
     # -- lifecycle ---------------------------------------------------------
 
@@ -283,7 +284,7 @@ class ProxyServer:
             for s, _ in listeners:
                 s.close()
             raise ProxyError("proxy not started")
-        handlers: dict[str, Handler] = {"http": http.handle, "socks5h": socks5.handle}
+        handlers: dict[str, Handler] = {"http": http.handle, "socks5h": socks5.handle, "capture": self._capture}
         # asyncio needs socket.socket (accept()); deferred.py keeps to _socket.
         socks = [(s if isinstance(s, socket.socket) else socket.socket(fileno=s.detach()), handlers[kind])
                  for s, kind in listeners]
@@ -294,6 +295,14 @@ class ProxyServer:
             for s, _ in socks:
                 s.close()
             raise ProxyError(f"cannot serve on the proxy ports: {exc}") from None
+
+    async def _capture(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, gate: Gate) -> None:
+        """The capture front end (proxy/capture.py), made at its first connection."""
+        if self._capturer is None:
+            from safebox.proxy.capture import Capture
+
+            self._capturer = Capture(gate)
+        await self._capturer.handle(reader, writer, gate)
 
     async def _serve_on(self, socks: list[tuple[socket.socket, Handler]], gate: Gate) -> None:
         for sock, handler in socks:

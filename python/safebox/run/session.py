@@ -225,12 +225,18 @@ class Session:
             parent=netplan.parent if netplan else None,
             mitm=netplan.mitm if netplan else None, injector=netplan.injector if netplan else None,
             denied=self._denied, say=None if self.opts.cli else self.say),
-            run_dir=self.run_path, tcp=self.layers is Layers.HELPER_ONLY,
+            run_dir=self.run_path, tcp=self.layers is Layers.HELPER_ONLY, capture=self._capture(),
             # Unix sockets only for the socat bridges of --without helper;
             # with the helper, the proxy serves on the listeners it hands over.
             unix=self.layers is Layers.BWRAP_ONLY)
         proxy.start()
         return proxy
+
+    def _capture(self) -> bool:
+        from safebox.netcapture import wants_capture  # docs/network.md, "Capture"
+
+        return wants_capture(both_layers=self.layers is Layers.BOTH, dry_run=self.opts.dry_run, observe=_plan.observe_mode(
+            self.opts.observe, layers=self.layers, dry_run=self.opts.dry_run, audit_log=bool(self.opts.audit_log)))
 
     def _wants_records(self) -> bool:
         return bool(self.opts.audit_log or self.summary or self.opts.learn) and not self.opts.dry_run
@@ -436,6 +442,10 @@ class Command:
             rp = with_gpu(rp, find_gpu_nodes(self._gpu_selection(), environ=dict(self.environ)))
         if s.netplan is not None and s.netplan.masked_files:
             rp = rp.replace(masked_files=s.netplan.masked_files)  # credentials.files, mode "mask"
+        if s.proxy is not None and s.proxy.capture_port:
+            from safebox.netcapture import resolv_conf  # the sandbox's DNS (docs/network.md, "DNS")
+
+            rp = rp.replace(masked_files=(*rp.masked_files, resolv_conf(s.run_path)))
         if not s.opts.dry_run:
             # Remembered before the command exists: a link it plants in one
             # of these is refused by later runs (refuse_planted_links).
@@ -553,6 +563,7 @@ class Command:
 
         assert self.rp is not None and self.dir is not None
         obs = Observer(helper=self.s.helper, run_dir=self.dir,
+                       capture_port=self.s.proxy.capture_port if self.s.proxy is not None else None,
                        table=build_table(self.rp, reads=self.s.observe == "all", ports=self.s.connect_ports))
         self.observers.append(obs)
         return obs

@@ -50,10 +50,12 @@ WHY_OFF = {
 class Observer:
     """One run's supervisor."""
 
-    def __init__(self, *, helper: str, run_dir: str, table: Table) -> None:
+    def __init__(self, *, helper: str, run_dir: str, table: Table, capture_port: int | None = None) -> None:
         from safebox.builder.helper_policy import write_policy_file
 
         self.helper = helper
+        #: The proxy's capture front end (proxy/capture.py): TCP connects go there.
+        self.capture_port = capture_port
         self.table = table
         self.table_path = os.path.join(run_dir, TABLE)
         write_policy_file(self.table_path, table.render())
@@ -74,6 +76,8 @@ class Observer:
         theirs = self._theirs.fileno()
         argv = [self.helper, "--supervise", "--table", self.table_path, "--events-fd", str(self.events_fd),
                 "--listener-sock", str(theirs)]
+        if self.capture_port:
+            argv += ["--capture-port", str(self.capture_port)]
         try:
             self.pid = spawn(self.helper, argv, pass_fds=(self.events_fd, theirs))
         finally:

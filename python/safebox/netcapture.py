@@ -1,0 +1,39 @@
+"""Capture's part of a run (docs/network.md, "Capture" and "DNS"): whether
+it is on, and the sandbox's ``/etc/resolv.conf``.
+
+Capture needs the seccomp supervisor (it is what sees a ``connect()``), so
+it is on exactly when a networked run has both layers and observation: with
+``--observe off``, ``--without bwrap`` or ``--without helper`` a connect that
+ignores the proxy is refused as before (Landlock, the empty namespace), never
+let through.
+"""
+
+from __future__ import annotations
+
+import os
+
+#: The sandbox's resolver configuration: the DNS of proxy/dns.py over TCP
+#: (``use-vc``: seccomp refuses UDP sockets, docs/network.md "UDP"), one try,
+#: no search domains (a name is looked up as given, as the proxy does).
+RESOLV_CONF = b"# safebox: the sandbox's DNS answers only names the policy allows (docs/network.md, DNS)\n" \
+              b"nameserver 198.18.0.53\noptions use-vc attempts:1 timeout:5\n"
+
+
+def wants_capture(*, both_layers: bool, observe: str, dry_run: bool) -> bool:
+    """Whether a networked run captures connects."""
+    return both_layers and observe != "off" and not dry_run
+
+
+def resolv_conf(run_dir: str) -> tuple[str, str]:
+    """Write the sandbox's resolv.conf into ``run_dir`` (once) and return
+    ``("/etc/resolv.conf", copy)`` for ``ResolvedPolicy.masked_files``."""
+    path = os.path.join(run_dir, "resolv.conf")
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o444)
+    except FileExistsError:
+        return "/etc/resolv.conf", path
+    try:
+        os.write(fd, RESOLV_CONF)
+    finally:
+        os.close(fd)
+    return "/etc/resolv.conf", path

@@ -1,0 +1,149 @@
+"""Capture: TCP connects of programs that ignore the proxy variables
+(docs/network.md, "Capture").
+
+The seccomp supervisor (``helper/supervise.c``, ``capture``) does not run a
+TCP ``connect()`` made inside: it connects to this front end, on the host's
+``127.0.0.1``, sends ``capture ADDR:PORT\\n`` (where the command wanted to
+go), and waits for one byte. ``y``: this connection becomes the command's
+socket (``SECCOMP_IOCTL_NOTIF_ADDFD``) and is relayed to the destination
+through the gate, as a CONNECT tunnel is; anything else: the connect fails
+with EACCES. The answer comes after the name's check, before the address
+checks and the upstream connect (the supervisor answers one call at a time):
+a destination refused later is closed at once, explained the same way.
+
+What ``ADDR`` stands for:
+
+- :data:`dns.SERVER` port 53: the sandbox's DNS (``proxy/dns.py``);
+- an address of :data:`dns.FAKE_NET` a lookup gave out: that name;
+- any other address: itself, an IP literal, checked as a CONNECT to it is
+  (allowed only when listed literally in ``network.allowedDomains``). So
+  loopback, IPv4-mapped, IPv6 and metadata addresses are refused here
+  exactly as through the proxy.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+
+from safebox.proxy import dns
+from safebox.proxy._asyncio import asyncio
+from safebox.proxy.rules import RULE_REQUEST, Decision
+from safebox.proxy.upstream import Gate, Refused, Relay, UpstreamError, adopt_stream
+
+__all__ = ["MAX_CAPTURED", "Capture"]
+
+#: Captured connections open at once; past this a connect is refused (said once).
+MAX_CAPTURED = 1024
+HEAD_TIMEOUT = 5.0
+PROTOCOL = "capture"
+
+
+def _parse(line: bytes) -> tuple[ipaddress.IPv4Address | ipaddress.IPv6Address, int] | None:
+    try:
+        text = line.decode("ascii").rstrip("\n")
+    except UnicodeDecodeError:
+        return None
+    if not text.startswith("capture "):
+        return None
+    where, _, port_text = text[8:].rpartition(":")
+    try:
+        port = int(port_text)
+        ip = ipaddress.ip_address(where[1:-1] if where.startswith("[") and where.endswith("]") else where)
+    except ValueError:
+        return None
+    if not 0 < port < 65536:
+        return None
+    return ip, port
+
+
+class Capture:
+    """The capture front end of one proxy (loop thread only)."""
+
+    def __init__(self, gate: Gate) -> None:
+        self.gate = gate
+        self.names = dns.FakeNames()
+        self.open = 0
+        self._said: set[str] = set()
+        self.resolver = dns.Resolver(self.names, gate.rules, self._refuse_lookup, self._say)
+
+    def _say(self, line: str) -> None:
+        if line in self._said:
+            return
+        self._said.add(line)
+        report = self.gate.report
+        if report is not None:
+            report(line)
+        else:
+            import sys
+
+            try:
+                sys.stderr.write(f"safebox: {line}\n")
+                sys.stderr.flush()
+            except (OSError, ValueError):
+                pass
+
+    def _refuse(self, host: str, port: int, protocol: str, decision: Decision) -> None:
+        self.gate.record(host, port, protocol, decision)
+        if self.gate.explain is not None:
+            self.gate.explain(host, port, protocol, decision)
+
+    def _refuse_lookup(self, name: str, decision: Decision) -> None:
+        self._refuse(name, 53, "dns", decision)
+
+    async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, gate: Gate) -> None:
+        """Serve one connection from the supervisor."""
+        try:
+            line = await asyncio.wait_for(reader.readuntil(b"\n"), HEAD_TIMEOUT)
+        except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, TimeoutError):
+            return
+        target = _parse(line)
+        if target is None:
+            return
+        ip, port = target
+        if ip == dns.SERVER and port == 53:
+            writer.write(b"y")
+            await dns.serve_tcp(reader, writer, self.resolver)
+            return
+        if isinstance(ip, ipaddress.IPv4Address) and ip in dns.FAKE_NET:
+            name = self.names.name(ip)
+            if name is None:
+                self._refuse(ip.compressed, port, PROTOCOL, Decision(
+                    False, RULE_REQUEST, f"{ip} stands for no name looked up in this sandbox (look the name up "
+                                         "again: the sandbox's DNS gives the address)"))
+                writer.write(b"n")
+                return
+            host = name
+        else:
+            mapped = ip.ipv4_mapped if isinstance(ip, ipaddress.IPv6Address) else None
+            host = ip.compressed if ip.version == 4 else f"[::ffff:{mapped}]" if mapped else f"[{ip.compressed}]"
+        if self.open >= MAX_CAPTURED:
+            self._say(f"more than {MAX_CAPTURED} captured connections open at once; new ones are refused (EACCES)")
+            writer.write(b"n")
+            return
+        decision = gate.rules.check_host(host, port)
+        if not decision.allowed:
+            self._refuse(host, port, PROTOCOL, decision)
+            writer.write(b"n")
+            return
+        writer.write(b"y")
+        self.open += 1
+        relay = Relay()
+        try:
+            try:
+                upstream = await gate.open(host, port, PROTOCOL, relay)
+            except Refused:
+                writer.transport.abort()  # explained by the gate
+                return
+            except UpstreamError as exc:
+                self._say(f"captured connection to {host}:{port} failed: {exc}")
+                writer.transport.abort()
+                return
+            try:
+                leftover, eof = adopt_stream(reader)
+                relay.start(writer.transport, leftover=leftover, client_eof=eof)  # type: ignore[arg-type]
+                await relay.done
+            finally:
+                relay.abort()
+                upstream.abort()
+        finally:
+            self.open -= 1

@@ -1,0 +1,144 @@
+"""Capture and the sandbox's DNS (docs/network.md, "Capture", "DNS"),
+through the real ``safebox exec``: bwrap, the helper, the seccomp
+supervisor and the proxy.
+
+The origin listens on the host's 127.0.0.1; the sandbox reaches it by the
+name ``localhost.`` (with the dot, /etc/hosts does not answer it, so the
+lookup goes to the sandbox's DNS), with ``allowLocalDestinations``.
+Loopback only: no packet leaves the machine.
+"""
+
+from __future__ import annotations
+
+import http.server
+import json
+import threading
+from collections.abc import Iterator
+
+import pytest
+
+from sbx import FakeHome, token
+
+pytestmark = pytest.mark.needs_bwrap
+
+# Connect from inside and say what happened, as "ok <reply>" or "errno N".
+CONNECT = ("import socket, sys\n"
+           "host, port = sys.argv[1], int(sys.argv[2])\n"
+           "fam = socket.AF_INET6 if ':' in host else socket.AF_INET\n"
+           "s = socket.socket(fam, socket.SOCK_STREAM)\n"
+           "s.settimeout(10)\n"
+           "try:\n"
+           "    s.connect((host, port))\n"
+           "    s.sendall(b'GET /c HTTP/1.0\\r\\nHost: x\\r\\n\\r\\n')\n"
+           "    print('ok', s.recv(100).split(b'\\r\\n')[0].decode())\n"
+           "except OSError as e:\n"
+           "    print('errno', e.errno)\n")
+
+
+class _Origin(http.server.BaseHTTPRequestHandler):
+    hits: list[str] = []
+
+    def do_GET(self) -> None:  # noqa: N802
+        type(self).hits.append(self.path)
+        body = b"captured-ok"
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.fixture(scope="module")
+def origin() -> Iterator[int]:
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Origin)
+    srv.daemon_threads = True
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    yield srv.server_address[1]
+    srv.shutdown()
+    srv.server_close()
+
+
+def _policy(home: FakeHome, network: dict[str, object]) -> list[str]:
+    path = home.root / f"policy-{token()}.json"
+    path.write_text(json.dumps({"network": network}))
+    return ["-p", str(path)]
+
+
+LOCAL = {"allowedDomains": ["localhost", "allowed.example"], "allowLocalDestinations": True}
+
+
+def test_an_allowed_name_resolves_inside_and_a_refused_one_gets_nxdomain_with_a_line_naming_it(
+        shared_home: FakeHome) -> None:
+    r = shared_home.run(["sh", "-c", "cat /etc/resolv.conf; getent ahosts allowed.example; echo rc=$?; "
+                                     "getent ahosts refused.example; echo rc=$?"], opts=_policy(shared_home, LOCAL))
+    assert "nameserver 198.18.0.53" in r.stdout and "options use-vc" in r.stdout, r.stdout
+    assert "198.18.1." in r.stdout and "allowed.example" in r.stdout, r.stdout + r.stderr
+    assert "rc=0\n" in r.stdout and r.stdout.endswith("rc=2\n"), r.stdout  # getent: 2 is "not found"
+    assert ("safebox: refused the DNS lookup of refused.example (refused.example is not in "
+            "network.allowedDomains); fix: --allow-domain refused.example") in r.stderr, r.stderr
+
+
+def test_curl_noproxy_reaches_an_allowed_name_through_the_filter_with_an_audit_record(
+        shared_home: FakeHome, origin: int) -> None:
+    log = shared_home.root / f"audit-{token()}.jsonl"
+    before = len(_Origin.hits)
+    r = shared_home.run(["curl", "-sS", "--noproxy", "*", "--max-time", "20", f"http://localhost.:{origin}/cap"],
+                        opts=[*_policy(shared_home, LOCAL), "--audit-log", str(log)])
+    assert (r.returncode, r.stdout) == (0, "captured-ok"), r.stderr
+    assert _Origin.hits[before:] == ["/cap"]
+    records = [json.loads(x) for x in log.read_text().splitlines()]
+    assert [(e["host"], e["port"], e["protocol"], e["verdict"]) for e in records if e["event"] == "network"] == [
+        ("localhost", origin, "capture", "allow")]
+
+
+def test_without_observation_there_is_no_capture_and_the_connect_still_fails(shared_home: FakeHome,
+                                                                             origin: int) -> None:
+    # Control for the test above: the same curl without the supervisor gets
+    # nowhere (no DNS inside, no route): capture is what let it through.
+    before = len(_Origin.hits)
+    r = shared_home.run(["curl", "-sS", "--noproxy", "*", "--max-time", "20", f"http://localhost.:{origin}/cap"],
+                        opts=[*_policy(shared_home, LOCAL), "--observe", "off"])
+    assert r.returncode in (6, 7), (r.returncode, r.stderr)
+    assert _Origin.hits[before:] == []
+
+
+def test_curl_noproxy_to_a_refused_name_fails_at_once_with_the_line(shared_home: FakeHome, origin: int) -> None:
+    before = len(_Origin.hits)
+    r = shared_home.run(["curl", "-sS", "--noproxy", "*", "--max-time", "20", f"http://refused.example:{origin}/"],
+                        opts=_policy(shared_home, LOCAL))
+    assert r.returncode == 6 and "Could not resolve host: refused.example" in r.stderr, r.stderr
+    assert "safebox: refused the DNS lookup of refused.example" in r.stderr
+    assert _Origin.hits[before:] == []
+
+
+@pytest.mark.parametrize(("host", "why"), [
+    ("127.0.0.1", "IP address 127.0.0.1 is not listed literally in network.allowedDomains"),
+    ("::1", "IP address ::1 is not listed literally in network.allowedDomains"),
+    ("::ffff:127.0.0.1", "IP address ::ffff:7f00:1 is not listed literally in network.allowedDomains"),
+    ("198.18.200.200", "198.18.200.200 stands for no name looked up in this sandbox"),
+])
+def test_a_direct_connect_to_an_address_no_allowed_name_stands_for_is_refused_with_the_line(
+        shared_home: FakeHome, origin: int, host: str, why: str) -> None:
+    before = len(_Origin.hits)
+    r = shared_home.run(["python3", "-c", CONNECT, host, str(origin)], opts=_policy(shared_home, LOCAL))
+    assert r.stdout == "errno 13\n", r.stdout + r.stderr  # EACCES, as Landlock's refusal
+    shown = f"[{host}]" if ":" in host else host
+    assert f"safebox: refused TCP connect to {shown}:{origin}" in r.stderr and why in r.stderr, r.stderr
+    assert _Origin.hits[before:] == []
+
+
+def test_an_address_listed_literally_is_reached_by_a_direct_connect(shared_home: FakeHome, origin: int) -> None:
+    # Control for the refusals above: the same connect with the address allowed.
+    before = len(_Origin.hits)
+    r = shared_home.run(["python3", "-c", CONNECT, "127.0.0.1", str(origin)],
+                        opts=_policy(shared_home, {"allowedDomains": [f"127.0.0.1:{origin}"]}))
+    assert r.stdout == "ok HTTP/1.0 200 OK\n", r.stdout + r.stderr
+    assert _Origin.hits[before:] == ["/c"]
+
+
+def test_the_proxy_path_keeps_working_with_capture_on(shared_home: FakeHome, origin: int) -> None:
+    r = shared_home.run(["curl", "-sS", "--max-time", "20", f"http://localhost:{origin}/proxied"],
+                        opts=_policy(shared_home, LOCAL))
+    assert (r.returncode, r.stdout) == (0, "captured-ok"), r.stderr
