@@ -28,12 +28,8 @@ def resolv_conf(run_dir: str) -> tuple[str, str]:
     """Write the sandbox's resolv.conf into ``run_dir`` (once) and return
     ``("/etc/resolv.conf", copy)`` for ``ResolvedPolicy.masked_files``."""
     path = os.path.join(run_dir, "resolv.conf")
-    try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o444)
-    except FileExistsError:
-        return "/etc/resolv.conf", path
-    try:
-        os.write(fd, RESOLV_CONF)
-    finally:
-        os.close(fd)
+    if not os.path.lexists(path):  # one per run dir: every command of a Sandbox binds the same file
+        from safebox.hostio import write_exclusive  # the run dir is safebox's own: O_EXCL, no link followed
+
+        write_exclusive(path, RESOLV_CONF, mode=0o444)
     return "/etc/resolv.conf", path

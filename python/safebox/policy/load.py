@@ -39,6 +39,7 @@ _WIDENING: tuple[tuple[str, ...], ...] = (
     ("network", "allowAllUnixSockets"),
     ("network", "allowLocalBinding"),
     ("network", "allowLocalDestinations"),
+    ("network", "allowedAddresses"),
     ("filesystem", "allowWrite"),
     ("filesystem", "allowRead"),
     ("filesystem", "allowWritePathDirs"),
@@ -377,7 +378,7 @@ def merge(layers: list[tuple[Layer, dict[str, Any]]], ctx: Context) -> Effective
     """Merge validated layers in order into an EffectivePolicy."""
     trust = any(_get(doc, ("trustProjectFiles",)) for layer, doc in layers if not layer.project)
     lists: dict[str, list[str]] = {k: [] for k in (
-        "allowed_domains", "denied_domains", "allow_unix_sockets", "deny_read", "allow_read",
+        "allowed_domains", "allowed_addresses", "denied_domains", "allow_unix_sockets", "deny_read", "allow_read",
         "allow_write", "deny_write", "env_deny", "env_allow", "ci_pass_env", "ci_pass_path", "presets",
         *_GLOB_FIELDS.values())}
     scalars: dict[str, Any] = {}
@@ -596,6 +597,7 @@ def _merge_tls(layer: Layer, tls: dict[str, Any], ctx: Context, out: dict[str, A
 # whether their entries are paths (expanded against the working directory).
 _LIST_KEYS: dict[tuple[str, ...], tuple[str, bool]] = {
     ("network", "allowedDomains"): ("allowed_domains", False),
+    ("network", "allowedAddresses"): ("allowed_addresses", False),
     ("network", "deniedDomains"): ("denied_domains", False),
     ("network", "allowUnixSockets"): ("allow_unix_sockets", True),
     ("filesystem", "denyRead"): ("deny_read", True),

@@ -38,6 +38,7 @@ from safebox.domains import (
     parse_ip_literal,
 )
 from safebox.hostport import split_port
+from safebox.proxy.addresses import Grant
 
 __all__ = [
     "RULE_ALLOWED",
@@ -59,6 +60,7 @@ __all__ = [
 RULE_ALLOWED = "network.allowedDomains"
 RULE_DENIED = "network.deniedDomains"
 RULE_LOCAL = "network.allowLocalDestinations"
+RULE_ADDRESSES = "network.allowedAddresses"
 #: Not a policy key: the request itself is malformed; no policy change helps.
 RULE_REQUEST = "request"
 #: Not a policy key: ``safebox exec --learn`` let a name through that no
@@ -307,6 +309,8 @@ class NetworkRules:
     #: (rule :data:`RULE_LEARN`); :meth:`check_address` is unchanged, so
     #: loopback, private and metadata addresses stay refused.
     learn: bool = False
+    #: ``network.allowedAddresses`` entries (proxy/addresses.py), validated when the policy was read.
+    allowed_addresses: tuple[str, ...] = ()
 
     @classmethod
     def from_policy(
@@ -316,6 +320,7 @@ class NetworkRules:
         *,
         allow_local_destinations: bool = False,
         learn: bool = False,
+        allowed_addresses: tuple[str, ...] = (),
     ) -> NetworkRules:
         """Canonicalise the entries; raises :class:`HostError` naming a bad one."""
         def compiled(key: str, patterns: tuple[str, ...] | list[str]) -> tuple[str, ...]:
@@ -336,11 +341,16 @@ class NetworkRules:
             denied=compiled(RULE_DENIED, denied_domains),
             allow_local_destinations=allow_local_destinations,
             learn=learn,
+            allowed_addresses=tuple(allowed_addresses),
         )
 
     @functools.cached_property
     def _allowed_index(self) -> _Index:
         return _Index(self.allowed)
+
+    @functools.cached_property
+    def _grant(self) -> Grant:
+        return Grant(self.allowed_addresses)
 
     @functools.cached_property
     def _denied_index(self) -> _Index:
@@ -383,20 +393,7 @@ class NetworkRules:
             return Decision(False, RULE_DENIED, f"{name} matches {everything!r} in {RULE_DENIED}")
         on = f" port {port}" if port is not None else ""
         if ip is not None:
-            if ip in self._literal_ips(self.denied, port, deny=True):
-                return Decision(False, RULE_DENIED, f"{name} is listed in {RULE_DENIED}")
-            if ip in self._literal_ips(self.allowed, port):
-                return Decision(True, RULE_ALLOWED, f"{name} is listed literally in {RULE_ALLOWED}")
-            if self.learn:
-                return Decision(True, RULE_LEARN, f"{name} is allowed while learning (--learn)")
-            others = self._other_ports(name)
-            if others:
-                return Decision(False, RULE_ALLOWED,
-                                f"{name}{on} is not allowed: {RULE_ALLOWED} allows it only as {others}")
-            return Decision(
-                False, RULE_ALLOWED,
-                f"IP address {name} is not listed literally in {RULE_ALLOWED}",
-            )
+            return self._check_literal(name, ip, port)
         for _, entry_port, p in self._denied_index.matching(name):
             if _port_ok(entry_port, port, deny=True):
                 return Decision(False, RULE_DENIED, f"{name} matches {p!r} in {RULE_DENIED}")
@@ -410,6 +407,27 @@ class NetworkRules:
             return Decision(False, RULE_ALLOWED,
                             f"{name}{on} is not allowed: {RULE_ALLOWED} allows it only as {others}")
         return Decision(False, RULE_ALLOWED, f"{name} is not in {RULE_ALLOWED}")
+
+    def _check_literal(self, name: str, ip: IPAddress, port: int | None) -> Decision:
+        """:meth:`check_host` for an IP literal."""
+        on = f" port {port}" if port is not None else ""
+        if ip in self._literal_ips(self.denied, port, deny=True):
+            return Decision(False, RULE_DENIED, f"{name} is listed in {RULE_DENIED}")
+        if ip in self._literal_ips(self.allowed, port):
+            return Decision(True, RULE_ALLOWED, f"{name} is listed literally in {RULE_ALLOWED}")
+        entry = self._grant.match(ip, port) if self.allowed_addresses else None
+        if entry is not None:
+            return Decision(True, RULE_ADDRESSES, f"{name} is covered by {entry!r} in {RULE_ADDRESSES}")
+        if self.learn:
+            return Decision(True, RULE_LEARN, f"{name} is allowed while learning (--learn)")
+        others = self._other_ports(name)
+        if others:
+            return Decision(False, RULE_ALLOWED,
+                            f"{name}{on} is not allowed: {RULE_ALLOWED} allows it only as {others}")
+        return Decision(
+            False, RULE_ALLOWED,
+            f"IP address {name} is not listed literally in {RULE_ALLOWED}",
+        )
 
     def check_address(self, ip: IPAddress, *, host: str = "", port: int | None = None) -> Decision:
         """Decide on one address a host resolved to (or an IP literal).
@@ -440,6 +458,9 @@ class NetworkRules:
                 f"{via}{ip.compressed}, a cloud metadata address; it is reachable only when "
                 f"listed literally in {RULE_ALLOWED}",
             )
+        entry = self._grant.match(ip, port) if self.allowed_addresses else None
+        if entry is not None:
+            return Decision(True, RULE_ADDRESSES, f"{via}{ip.compressed}, covered by {entry!r} in {RULE_ADDRESSES}")
         cls = address_class(ip)
         if cls is None:
             return Decision(True, RULE_ALLOWED, f"{via}{ip.compressed}, a public address")

@@ -100,6 +100,7 @@ class ProxyServer:
                 config.denied_domains,
                 allow_local_destinations=config.allow_local_destinations,
                 learn=config.learn,
+                allowed_addresses=config.allowed_addresses,
             )
         except HostError as exc:
             raise ProxyError(f"invalid network domain pattern: {exc}") from None

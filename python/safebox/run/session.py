@@ -144,7 +144,8 @@ class Session:
         if not self.opts.dry_run:
             self.run_dir = RunDir(os.path.join(self.state, "run"), say=self.say)
         self.run_path = self.run_dir.path if self.run_dir else os.path.join(self.state, "run", "DRY-RUN")
-        self.net = NetKind.PROXY if self.policy.allowed_domains or self.opts.learn else NetKind.NONE
+        self.net = (NetKind.PROXY if self.policy.allowed_domains or self.policy.allowed_addresses or self.opts.learn
+                    else NetKind.NONE)
         self._prepare_network()
         # 8. The seccomp programs (cached on disk: builder/bpf_cache.py).
         self._seccomp()
@@ -219,6 +220,7 @@ class Session:
         proxy = DeferredProxy(ProxyConfig(
             allowed_domains=self.policy.allowed_domains, denied_domains=self.policy.denied_domains,
             allow_local_destinations=self.policy.allow_local_destinations,
+            allowed_addresses=self.policy.allowed_addresses,
             audit_log=self.opts.audit_log or None, explain=not self.opts.quiet and self.opts.proxy_stderr,
             learn=bool(self.opts.learn),
             run_id=self.run_id if self._wants_records() else None,
