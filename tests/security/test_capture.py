@@ -12,8 +12,13 @@ from __future__ import annotations
 
 import http.server
 import json
+import os
+import subprocess
+import sys
+import textwrap
 import threading
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -142,3 +147,89 @@ def test_the_proxy_path_keeps_working_with_capture_on(shared_home: FakeHome, ori
     r = shared_home.run(["curl", "-sS", "--max-time", "20", f"http://localhost:{origin}/proxied"],
                         opts=_policy(shared_home, LOCAL))
     assert (r.returncode, r.stdout) == (0, "captured-ok"), r.stderr
+
+
+# -- cloud metadata through the capture front end, in a network namespace of our own --
+
+_METADATA_SCRIPT = textwrap.dedent(
+    """
+    import http.server, json, pathlib, socket, struct, sys, tempfile, threading
+    sys.path.insert(0, sys.argv[1])
+    from safebox.proxy import ProxyConfig, ProxyServer
+
+    class H(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            self.send_response(200); self.send_header("Content-Length", "6"); self.end_headers()
+            self.wfile.write(b"SECRET")
+        def log_message(self, *a): pass
+
+    srv = http.server.ThreadingHTTPServer(("169.254.169.254", 80), H)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+
+    def captured(port, where):
+        s = socket.create_connection(("127.0.0.1", port), 5)
+        s.sendall(f"capture {where}\\n".encode())
+        verdict = s.recv(1)
+        if verdict != b"y":
+            return verdict.decode()
+        if where.endswith(":53"):
+            return s
+        try:
+            s.sendall(b"GET / HTTP/1.0\\r\\n\\r\\n")
+            return "y " + s.recv(100).decode("latin-1")
+        except OSError as e:
+            return f"y errno {e.errno}"
+
+    def lookup(port, name):
+        s = captured(port, "198.18.0.53:53")
+        q = struct.pack("!6H", 1, 0x100, 1, 0, 0, 0) + b"".join(
+            bytes([len(p)]) + p.encode() for p in name.split(".")) + b"\\0\\0\\1\\0\\1"
+        s.sendall(struct.pack("!H", len(q)) + q)
+        a = s.recv(200)
+        return socket.inet_ntoa(a[-4:])
+
+    out = {}
+    def run(key, allowed, addresses, where):
+        p = ProxyServer(ProxyConfig(allowed, allow_local_destinations=True, allowed_addresses=addresses, explain=True),
+                        run_dir=pathlib.Path(tempfile.mkdtemp()), tcp=True)
+        p.start()
+        lst = socket.socket(); lst.bind(("127.0.0.1", 0)); lst.listen()
+        port = lst.getsockname()[1]
+        p.serve_listeners([(lst, "capture")])
+        try:
+            out[key] = captured(port, where(port))
+        finally:
+            p.stop()
+    names = ("metadata.test", "localhost")
+    run("literal", names, ("169.254.0.0/16",), lambda port: "169.254.169.254:80")
+    run("mapped", names, (), lambda port: "[::ffff:169.254.169.254]:80")
+    run("by_name", names, ("169.254.0.0/16",), lambda port: lookup(port, "metadata.test") + ":80")
+    run("listed_literally", ("169.254.169.254",), (), lambda port: "169.254.169.254:80")
+    print(json.dumps(out))
+    """
+)
+
+
+def test_cloud_metadata_is_refused_through_capture_inside_a_private_netns(tmp_path: Path) -> None:
+    import safebox
+
+    hosts = tmp_path / "hosts"
+    hosts.write_text("127.0.0.1 localhost\n169.254.169.254 metadata.test\n")
+    script = tmp_path / "meta.py"
+    script.write_text(_METADATA_SCRIPT)
+    cmd = (f"mount --bind {hosts} /etc/hosts && ip link set lo up && "
+           f"ip addr add 169.254.169.254/32 dev lo && exec {sys.executable} {script} "
+           f"{Path(safebox.__file__).parents[1]}")
+    userns = [] if os.geteuid() == 0 else ["-r"]
+    r = subprocess.run(["unshare", *userns, "-n", "-m", "sh", "-c", cmd], capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert out["literal"] == "n", out  # an allowedAddresses entry never covers metadata
+    assert out["mapped"] == "n", out
+    # The name passes its check (the supervisor is told 'y'), then every
+    # address it resolves to is checked and the connection is closed.
+    assert out["by_name"] in ("y ", "y errno 104"), out
+    assert "cloud metadata address" in r.stderr
+    # Control: the fake metadata server answers when listed literally.
+    assert out["listed_literally"].startswith("y HTTP/1.0 200"), out

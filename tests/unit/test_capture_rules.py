@@ -48,6 +48,7 @@ def test_an_address_entry_never_covers_metadata_or_an_ipv6_form_of_its_addresses
     rules = _rules(allowed_addresses=("169.254.0.0/16", "10.0.0.0/8"))
     meta = rules.check_address(ipaddress.ip_address("169.254.169.254"), port=80)
     assert not meta.allowed and "metadata" in meta.reason
+    assert not rules.check_host("169.254.169.254", 80).allowed  # a literal the command dialled, too
     assert not rules.check_address(ipaddress.ip_address("::ffff:10.0.0.5"), port=80).allowed
 
 

@@ -30,10 +30,24 @@ from safebox.proxy._asyncio import asyncio
 from safebox.proxy.rules import RULE_REQUEST, Decision
 from safebox.proxy.upstream import Gate, Refused, Relay, UpstreamError, adopt_stream
 
-__all__ = ["MAX_CAPTURED", "Capture"]
+__all__ = ["MAX_CAPTURED", "Capture", "connection_cap"]
 
-#: Captured connections open at once; past this a connect is refused (said once).
+#: Captured connections open at once; past this a connect is refused (said
+#: once). Lower when safebox's descriptor limit is: each holds up to six
+#: (client, upstream, a splice pipe each way), and the proxy path shares them.
 MAX_CAPTURED = 1024
+FDS_PER_CONNECTION = 6
+FDS_KEPT = 256
+
+
+def connection_cap() -> int:
+    """:data:`MAX_CAPTURED`, or what safebox's soft ``RLIMIT_NOFILE`` leaves room for."""
+    import resource
+
+    soft, _hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY:
+        return MAX_CAPTURED
+    return max(16, min(MAX_CAPTURED, (soft - FDS_KEPT) // FDS_PER_CONNECTION))
 HEAD_TIMEOUT = 5.0
 PROTOCOL = "capture"
 
@@ -63,6 +77,7 @@ class Capture:
         self.gate = gate
         self.names = dns.FakeNames()
         self.open = 0
+        self.cap = connection_cap()
         self._said: set[str] = set()
         self.resolver = dns.Resolver(self.names, gate.rules, self._refuse_lookup, self._say)
 
@@ -100,9 +115,18 @@ class Capture:
         if target is None:
             return
         ip, port = target
+        if self.open >= self.cap:
+            self._say(f"more than {self.cap} captured connections open at once; new ones are refused (EACCES) "
+                      "until some close")
+            writer.write(b"n")
+            return
         if ip == dns.SERVER and port == 53:
             writer.write(b"y")
-            await dns.serve_tcp(reader, writer, self.resolver)
+            self.open += 1
+            try:
+                await dns.serve_tcp(reader, writer, self.resolver)
+            finally:
+                self.open -= 1
             return
         if isinstance(ip, ipaddress.IPv4Address) and ip in dns.FAKE_NET:
             name = self.names.name(ip)
@@ -116,10 +140,6 @@ class Capture:
         else:
             mapped = ip.ipv4_mapped if isinstance(ip, ipaddress.IPv6Address) else None
             host = ip.compressed if ip.version == 4 else f"[::ffff:{mapped}]" if mapped else f"[{ip.compressed}]"
-        if self.open >= MAX_CAPTURED:
-            self._say(f"more than {MAX_CAPTURED} captured connections open at once; new ones are refused (EACCES)")
-            writer.write(b"n")
-            return
         decision = gate.rules.check_host(host, port)
         if not decision.allowed:
             self._refuse(host, port, PROTOCOL, decision)

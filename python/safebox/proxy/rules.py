@@ -415,7 +415,7 @@ class NetworkRules:
             return Decision(False, RULE_DENIED, f"{name} is listed in {RULE_DENIED}")
         if ip in self._literal_ips(self.allowed, port):
             return Decision(True, RULE_ALLOWED, f"{name} is listed literally in {RULE_ALLOWED}")
-        entry = self._grant.match(ip, port) if self.allowed_addresses else None
+        entry = self._grant.match(ip, port) if self.allowed_addresses and not _is_metadata(ip) else None
         if entry is not None:
             return Decision(True, RULE_ADDRESSES, f"{name} is covered by {entry!r} in {RULE_ADDRESSES}")
         if self.learn:

@@ -289,8 +289,8 @@ class ProxyServer:
         # asyncio needs socket.socket (accept()); deferred.py keeps to _socket.
         socks = [(s if isinstance(s, socket.socket) else socket.socket(fileno=s.detach()), handlers[kind])
                  for s, kind in listeners]
-        fut = asyncio.run_coroutine_threadsafe(self._serve_on(socks, self._gate), self._loop)
         try:
+            fut = asyncio.run_coroutine_threadsafe(self._serve_on(socks, self._gate), self._loop)
             fut.result(START_TIMEOUT)
         except BaseException as exc:
             for s, _ in socks:
@@ -316,8 +316,8 @@ class ProxyServer:
     def close_listeners(self, fds: set[int]) -> None:
         """Stop accepting on the listeners with these descriptors (given to
         :meth:`serve_listeners`) and close them; their connections go on."""
-        if self._loop is None or self._stopped:
-            return
+        if self._loop is None or self._stopped or self._loop.is_closed():
+            return  # a crashed loop closed every listener already
 
         async def close() -> None:
             for fd in fds:
