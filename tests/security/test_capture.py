@@ -119,9 +119,10 @@ def test_curl_noproxy_to_a_refused_name_fails_at_once_with_the_line(shared_home:
 
 
 @pytest.mark.parametrize(("host", "why"), [
-    ("127.0.0.1", "IP address 127.0.0.1 is not listed literally in network.allowedDomains"),
-    ("::1", "IP address ::1 is not listed literally in network.allowedDomains"),
-    ("::ffff:127.0.0.1", "IP address ::ffff:7f00:1 is not listed literally in network.allowedDomains"),
+    ("127.0.0.1", "a direct connection to 127.0.0.1 port {port} needs an entry in network.allowedAddresses"),
+    ("::1", "a direct connection to [::1] port {port} needs an entry in network.allowedAddresses"),
+    ("::ffff:127.0.0.1", "a direct connection to [::ffff:127.0.0.1] port {port} needs an entry in "
+                         "network.allowedAddresses"),
     ("198.18.200.200", "198.18.200.200 stands for no name looked up in this sandbox"),
 ])
 def test_a_direct_connect_to_an_address_no_allowed_name_stands_for_is_refused_with_the_line(
@@ -130,16 +131,25 @@ def test_a_direct_connect_to_an_address_no_allowed_name_stands_for_is_refused_wi
     r = shared_home.run(["python3", "-c", CONNECT, host, str(origin)], opts=_policy(shared_home, LOCAL))
     assert r.stdout == "errno 13\n", r.stdout + r.stderr  # EACCES, as Landlock's refusal
     shown = f"[{host}]" if ":" in host else host
-    assert f"safebox: refused TCP connect to {shown}:{origin}" in r.stderr and why in r.stderr, r.stderr
+    assert f"safebox: refused TCP connect to {shown}:{origin}" in r.stderr, r.stderr
+    assert why.format(port=origin) in r.stderr, r.stderr
     assert _Origin.hits[before:] == []
 
 
-def test_an_address_listed_literally_is_reached_by_a_direct_connect(shared_home: FakeHome, origin: int) -> None:
+def test_an_address_in_allowed_addresses_is_reached_by_a_direct_connect_and_a_literal_domain_is_not(
+        shared_home: FakeHome, origin: int) -> None:
     # Control for the refusals above: the same connect with the address allowed.
     before = len(_Origin.hits)
     r = shared_home.run(["python3", "-c", CONNECT, "127.0.0.1", str(origin)],
-                        opts=_policy(shared_home, {"allowedDomains": [f"127.0.0.1:{origin}"]}))
+                        opts=_policy(shared_home, {"allowedAddresses": [f"127.0.0.1/32:{origin}"]}))
     assert r.stdout == "ok HTTP/1.0 200 OK\n", r.stdout + r.stderr
+    assert _Origin.hits[before:] == ["/c"]
+    # An IP literal in allowedDomains is for the proxy path: a direct connect
+    # is refused, and the fix the line gives works (the run above).
+    r = shared_home.run(["python3", "-c", CONNECT, "127.0.0.1", str(origin)],
+                        opts=_policy(shared_home, {"allowedDomains": [f"127.0.0.1:{origin}"]}))
+    assert r.stdout == "errno 13\n", r.stdout + r.stderr
+    assert (f"fix: add 127.0.0.1/32:{origin} to network.allowedAddresses in a policy file") in r.stderr, r.stderr
     assert _Origin.hits[before:] == ["/c"]
 
 
@@ -205,6 +215,9 @@ _METADATA_SCRIPT = textwrap.dedent(
     run("mapped", names, (), lambda port: "[::ffff:169.254.169.254]:80")
     run("by_name", names, ("169.254.0.0/16",), lambda port: lookup(port, "metadata.test") + ":80")
     run("listed_literally", ("169.254.169.254",), (), lambda port: "169.254.169.254:80")
+    c = socket.create_connection(("169.254.169.254", 80), 5)
+    c.sendall(b"GET / HTTP/1.0\\r\\n\\r\\n")
+    out["without_safebox"] = c.recv(100).decode("latin-1")
     print(json.dumps(out))
     """
 )
@@ -231,5 +244,21 @@ def test_cloud_metadata_is_refused_through_capture_inside_a_private_netns(tmp_pa
     # address it resolves to is checked and the connection is closed.
     assert out["by_name"] in ("y ", "y errno 104"), out
     assert "cloud metadata address" in r.stderr
-    # Control: the fake metadata server answers when listed literally.
-    assert out["listed_literally"].startswith("y HTTP/1.0 200"), out
+    # Listed literally in allowedDomains: reached through the proxy only, never by a direct connect.
+    assert out["listed_literally"] == "n", out
+    # Control: the fake metadata server answers a connect made without safebox.
+    assert out["without_safebox"].startswith("HTTP/1.0 200"), out
+
+
+def test_through_the_api_a_refused_lookup_is_a_network_event_naming_the_host(shared_home: FakeHome) -> None:
+    import safebox
+
+    with safebox.Sandbox({"network": LOCAL}, cwd=shared_home.work, env=shared_home.env()) as sb:
+        r = sb.run(["getent", "ahosts", "nosuch.example"], capture_output=True, text=True)
+        ok = sb.run(["getent", "ahosts", "allowed.example"], capture_output=True, text=True)
+    assert r.returncode == 2 and r.stderr == "", r.stderr  # quiet under the API: the event says it
+    [ev] = [e for e in r.events if e.kind == "network"]
+    assert (ev.data["host"], ev.data["protocol"], ev.data["rule"]) == ("nosuch.example", "dns",
+                                                                       "network.allowedDomains")
+    assert "nosuch.example" in ev.data["message"], ev.data
+    assert ok.returncode == 0 and [e for e in ok.events if e.kind == "network"] == []  # control

@@ -15,19 +15,19 @@ What ``ADDR`` stands for:
 
 - :data:`dns.SERVER` port 53: the sandbox's DNS (``proxy/dns.py``);
 - an address of :data:`dns.FAKE_NET` a lookup gave out: that name;
-- any other address: itself, an IP literal, checked as a CONNECT to it is
-  (allowed only when listed literally in ``network.allowedDomains``). So
-  loopback, IPv4-mapped, IPv6 and metadata addresses are refused here
-  exactly as through the proxy.
+- any other address: itself, reached only when ``network.allowedAddresses``
+  covers it (:func:`_direct`). So loopback, IPv4-mapped, IPv6 and metadata
+  addresses are refused here.
 """
 
 from __future__ import annotations
 
 import ipaddress
+import time
 
 from safebox.proxy import dns
 from safebox.proxy._asyncio import asyncio
-from safebox.proxy.rules import RULE_REQUEST, Decision
+from safebox.proxy.rules import RULE_ADDRESSES, RULE_ALLOWED, RULE_REQUEST, Decision, is_metadata
 from safebox.proxy.upstream import Gate, Refused, Relay, UpstreamError, adopt_stream
 
 __all__ = ["MAX_CAPTURED", "Capture", "connection_cap"]
@@ -70,6 +70,25 @@ def _parse(line: bytes) -> tuple[ipaddress.IPv4Address | ipaddress.IPv6Address, 
     return ip, port
 
 
+def _direct(gate: Gate, ip: ipaddress.IPv4Address | ipaddress.IPv6Address, host: str, port: int,
+            decision: Decision) -> Decision:
+    """The decision on a connect to an address no name stands for: only
+    ``network.allowedAddresses`` lets it through (an IP literal in
+    ``allowedDomains`` is reached through the proxy, as before capture: a
+    policy that lists ``127.0.0.1`` for its registry does not open every
+    loopback port to a direct connect). Deny entries still win."""
+    if not decision.allowed and decision.rule != RULE_ALLOWED:
+        return decision  # denied on purpose, or malformed: that says it best
+    if gate.rules.address_grant(ip, port) is not None and decision.allowed:
+        return decision
+    if is_metadata(ip):
+        return Decision(False, RULE_ALLOWED, f"{host}, a cloud metadata address, is never reached by a direct "
+                                             "connection (list it literally in network.allowedDomains and go "
+                                             "through the proxy)")
+    return Decision(False, RULE_ADDRESSES, f"a direct connection to {host} port {port} needs an entry in "
+                                           f"{RULE_ADDRESSES} (names go through the sandbox's DNS)")
+
+
 class Capture:
     """The capture front end of one proxy (loop thread only)."""
 
@@ -78,6 +97,7 @@ class Capture:
         self.names = dns.FakeNames()
         self.open = 0
         self.cap = connection_cap()
+        self._looked_up: dict[str, float] = {}
         self._said: set[str] = set()
         self.resolver = dns.Resolver(self.names, gate.rules, self._refuse_lookup, self._say)
 
@@ -103,6 +123,14 @@ class Capture:
             self.gate.explain(host, port, protocol, decision)
 
     def _refuse_lookup(self, name: str, decision: Decision) -> None:
+        # One lookup asks for A and AAAA (and retries): one refusal per name
+        # per second, not one per query. Bounded: forgotten past 4096 names.
+        now = time.monotonic()
+        if now - self._looked_up.get(name, -2.0) < 1.0:
+            return
+        if len(self._looked_up) >= 4096:
+            self._looked_up.clear()
+        self._looked_up[name] = now
         self._refuse(name, 53, "dns", decision)
 
     async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, gate: Gate) -> None:
@@ -128,6 +156,7 @@ class Capture:
             finally:
                 self.open -= 1
             return
+        name_of_fake = None
         if isinstance(ip, ipaddress.IPv4Address) and ip in dns.FAKE_NET:
             name = self.names.name(ip)
             if name is None:
@@ -136,11 +165,13 @@ class Capture:
                                          "again: the sandbox's DNS gives the address)"))
                 writer.write(b"n")
                 return
-            host = name
+            host = name_of_fake = name
         else:
             mapped = ip.ipv4_mapped if isinstance(ip, ipaddress.IPv6Address) else None
             host = ip.compressed if ip.version == 4 else f"[::ffff:{mapped}]" if mapped else f"[{ip.compressed}]"
         decision = gate.rules.check_host(host, port)
+        if host != name_of_fake:
+            decision = _direct(gate, ip, host, port, decision)
         if not decision.allowed:
             self._refuse(host, port, PROTOCOL, decision)
             writer.write(b"n")

@@ -16,7 +16,15 @@ from __future__ import annotations
 import os
 import threading
 
-from safebox.proxy.rules import RULE_ALLOWED, RULE_DENIED, RULE_LOCAL, RULE_REQUEST, Decision, parse_ip_literal
+from safebox.proxy.rules import (
+    RULE_ADDRESSES,
+    RULE_ALLOWED,
+    RULE_DENIED,
+    RULE_LOCAL,
+    RULE_REQUEST,
+    Decision,
+    parse_ip_literal,
+)
 
 __all__ = ["MAX_LINES", "Explainer", "policy_fix", "refusal_header", "refusal_line", "refusal_message"]
 
@@ -39,6 +47,14 @@ def _presets(host: str) -> tuple[str, ...]:
         return ()
 
 
+def address_entry(host: str, port: int | None) -> str:
+    """The ``network.allowedAddresses`` entry for one address (and port)."""
+    bare = host[1:-1] if host.startswith("[") and host.endswith("]") else host
+    if ":" in bare:
+        return f"[{bare}/128]:{port}" if port is not None else f"{bare}/128"
+    return f"{bare}/32:{port}" if port is not None else f"{bare}/32"
+
+
 def fix_for(host: str, decision: Decision, port: int | None = None) -> str:
     """What to change so that ``host`` is allowed (or why nothing will)."""
     if decision.rule == RULE_ALLOWED and port is not None and "allows it only as" in decision.reason:
@@ -51,6 +67,8 @@ def fix_for(host: str, decision: Decision, port: int | None = None) -> str:
         return f"{host} is denied on purpose: remove the matching --deny-domain or {RULE_DENIED} entry"
     if decision.rule == RULE_LOCAL:
         return f"set {RULE_LOCAL} = true in a policy file (the name resolves to a local address)"
+    if decision.rule == RULE_ADDRESSES:
+        return f"add {address_entry(host, port)} to {RULE_ADDRESSES} in a policy file"
     if "metadata" in decision.reason or "link-local" in decision.reason:
         return f"list the address literally in {RULE_ALLOWED} only if the command must reach it"
     fix = f"--allow-domain {host}"
@@ -73,6 +91,8 @@ def policy_fix(host: str, decision: Decision, port: int | None = None) -> str:
         return f"none unless the matching {RULE_DENIED} entry is removed ({host} is denied on purpose)"
     if decision.rule == RULE_LOCAL:
         return f"set {RULE_LOCAL} to true (the name resolves to a local address)"
+    if decision.rule == RULE_ADDRESSES:
+        return f"add {address_entry(host, port)} to {RULE_ADDRESSES}"
     if "metadata" in decision.reason or "link-local" in decision.reason:
         return f"list the address literally in {RULE_ALLOWED} only if the command must reach it"
     fix = f"add {shown} to {RULE_ALLOWED}"

@@ -219,6 +219,13 @@ def _is_metadata(ip: IPAddress) -> bool:
     return ip in METADATA_ADDRESSES or any(ip in n for n in METADATA_NETWORKS if n.version == ip.version)
 
 
+def is_metadata(ip: IPAddress) -> bool:
+    """A cloud metadata address, or an IPv6 form embedding one."""
+    if _is_metadata(ip):
+        return True
+    return isinstance(ip, ipaddress.IPv6Address) and any(_is_metadata(v4) for v4 in _embedded_ipv4(ip))
+
+
 def _embedded_ipv4(ip: ipaddress.IPv6Address) -> list[ipaddress.IPv4Address]:
     """IPv4 addresses an IPv6 address reaches: mapped (``::ffff:a.b.c.d``),
     compatible (``::a.b.c.d``), NAT64 (``64:ff9b::/96``), 6to4 and Teredo."""
@@ -408,6 +415,12 @@ class NetworkRules:
                             f"{name}{on} is not allowed: {RULE_ALLOWED} allows it only as {others}")
         return Decision(False, RULE_ALLOWED, f"{name} is not in {RULE_ALLOWED}")
 
+    def address_grant(self, ip: IPAddress, port: int | None) -> str | None:
+        """The ``allowedAddresses`` entry covering ``ip`` on ``port``; never one for a metadata address."""
+        if not self.allowed_addresses or _is_metadata(ip):
+            return None
+        return self._grant.match(ip, port)
+
     def _check_literal(self, name: str, ip: IPAddress, port: int | None) -> Decision:
         """:meth:`check_host` for an IP literal."""
         on = f" port {port}" if port is not None else ""
@@ -415,7 +428,7 @@ class NetworkRules:
             return Decision(False, RULE_DENIED, f"{name} is listed in {RULE_DENIED}")
         if ip in self._literal_ips(self.allowed, port):
             return Decision(True, RULE_ALLOWED, f"{name} is listed literally in {RULE_ALLOWED}")
-        entry = self._grant.match(ip, port) if self.allowed_addresses and not _is_metadata(ip) else None
+        entry = self.address_grant(ip, port)
         if entry is not None:
             return Decision(True, RULE_ADDRESSES, f"{name} is covered by {entry!r} in {RULE_ADDRESSES}")
         if self.learn:
