@@ -35,9 +35,9 @@
 #define SAFEBOX_BUILD_ID "unknown"
 #endif
 
-#define USAGE "usage: safebox-helper --policy-file PATH [--status-fd N] [--handoff-fd N] "     \
-	      "-- COMMAND [ARGS]... "                                                          \
-	      "| --supervise --table PATH --events-fd N --listener-sock N [--capture-port N] " \
+#define USAGE "usage: safebox-helper --policy-file PATH [--status-fd N] [--handoff-fd N] "                        \
+	      "-- COMMAND [ARGS]... "                                                                             \
+	      "| --supervise --table PATH --events-fd N --listener-sock N [--capture-port N --capture-key-fd N] " \
 	      "| --mount --namespace-fd N --plan-fd N [--hold-fd N] | --probe | --version"
 
 struct args {

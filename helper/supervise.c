@@ -54,6 +54,7 @@
 #define SECCOMP_USER_NOTIF_FD_SYNC_WAKE_UP (1UL << 0)
 #endif
 
+#define CAPTURE_KEY 32    /* hex characters of each capture key */
 #define MAX_RECORDS 10000 /* beyond this, refusals are only counted */
 #define RECORD_MAX (4 * NT_PATH_MAX + 512)
 #define NO_ARG -1
@@ -182,7 +183,9 @@ struct sup {
 	struct cwd_slot cwd[CWD_CACHE_SLOTS];
 	pid_t chdir_pending; /* a task whose chdir may not have completed; 0: none */
 	unsigned long since_flush;
-	unsigned capture_port; /* safebox's capture listener on the host's 127.0.0.1; 0: no capture */
+	unsigned capture_port;            /* safebox's capture listener on the host's 127.0.0.1; 0: no capture */
+	char key_ask[CAPTURE_KEY + 1];    /* shown to the proxy with every request */
+	char key_answer[CAPTURE_KEY + 1]; /* the proxy's answer must carry it */
 };
 
 static struct sup *the_sup; /* the one supervisor of this process */
@@ -645,11 +648,32 @@ static int task_fd_flags(pid_t tid, int fd)
 	return (int)strtol(f + 6, NULL, 8);
 }
 
+/* Read "ASK ANSWER\n" (two keys of CAPTURE_KEY hex characters) from FD,
+ * then close it.  Dies on anything else. */
+static void read_capture_keys(int fd, struct sup *s)
+{
+	char buf[2 * CAPTURE_KEY + 3];
+	ssize_t n = read_all(fd, buf, sizeof(buf));
+	size_t i;
+
+	close(fd);
+	if (n != 2 * CAPTURE_KEY + 2 || buf[CAPTURE_KEY] != ' ' || buf[2 * CAPTURE_KEY + 1] != '\n')
+		die("--capture-key-fd: expected two keys of %d hex characters", CAPTURE_KEY);
+	for (i = 0; i < 2 * CAPTURE_KEY + 1; i++)
+		if (i != CAPTURE_KEY && !((buf[i] >= '0' && buf[i] <= '9') || (buf[i] >= 'a' && buf[i] <= 'f')))
+			die("--capture-key-fd: expected two keys of %d hex characters", CAPTURE_KEY);
+	memcpy(s->key_ask, buf, CAPTURE_KEY);
+	s->key_ask[CAPTURE_KEY] = '\0';
+	memcpy(s->key_answer, buf + CAPTURE_KEY + 1, CAPTURE_KEY);
+	s->key_answer[CAPTURE_KEY] = '\0';
+}
+
 /* Capture (docs/network.md, "Capture"): a TCP connect() to any address
  * but the proxy's own ports is not run.  This process connects to
  * safebox's capture listener on the host, says where the command wanted
- * to go ("capture ADDR:PORT\n"), and waits for one byte: 'y' (the filter
- * allows the destination: that connection is now the command's socket,
+ * to go ("capture ADDR:PORT KEY\n", KEY: the key safebox gave both), and
+ * waits for the answer: 'y' and the proxy's own key (the filter allows the
+ * destination: that connection is now the command's socket,
  * put in place of its descriptor with SECCOMP_IOCTL_NOTIF_ADDFD, and
  * connect() returns 0), anything else, end of file or silence for
  * CAPTURE_WAIT_MS (refused: EACCES, the errno of Landlock's refusal; the
@@ -663,19 +687,31 @@ static int capture(const struct sup *s, const struct seccomp_notif *req, const s
 	struct sockaddr_in to = { .sin_family = AF_INET, .sin_port = htons((uint16_t)s->capture_port), .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
 	struct seccomp_notif_addfd af;
 	struct pollfd p;
-	char head[NT_PATH_MAX + 16], verdict = 0;
+	char head[NT_PATH_MAX + 16 + CAPTURE_KEY], answer[1 + CAPTURE_KEY];
 	int fd = (int)(unsigned)req->data.args[0], flags, n;
 	cleanup_fd int c = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
 
 	if (c < 0 || RETRY_EINTR(connect(c, (struct sockaddr *)&to, sizeof(to))) < 0)
 		return EACCES;
-	n = snprintf(head, sizeof(head), "capture %s\n", addr->text);
+	n = snprintf(head, sizeof(head), "capture %s %s\n", addr->text, s->key_ask);
 	if (n < 0 || (size_t)n >= sizeof(head) || write_all(c, head, (size_t)n) != 0)
 		return EACCES;
-	p.fd = c;
-	p.events = POLLIN;
-	if (RETRY_EINTR(poll(&p, 1, CAPTURE_WAIT_MS)) != 1 || RETRY_EINTR(read(c, &verdict, 1)) != 1 ||
-	    verdict != 'y')
+	/* 'y' and the answer key: only safebox's proxy knows it, so a process
+	 * that took the port (the proxy gone) cannot have a connection
+	 * accepted. */
+	for (n = 0; n < 1 + CAPTURE_KEY;) {
+		ssize_t got;
+
+		p.fd = c;
+		p.events = POLLIN;
+		if (RETRY_EINTR(poll(&p, 1, CAPTURE_WAIT_MS)) != 1)
+			return EACCES;
+		got = RETRY_EINTR(read(c, answer + n, (size_t)(1 + CAPTURE_KEY - n)));
+		if (got <= 0 || answer[0] != 'y')
+			return EACCES;
+		n += (int)got;
+	}
+	if (memcmp(answer + 1, s->key_answer, CAPTURE_KEY) != 0)
 		return EACCES;
 	flags = task_fd_flags((pid_t)req->pid, fd);
 	if (flags < 0)
@@ -1067,6 +1103,7 @@ int supervise_main(int argc, char **argv)
 	int events = -1, sock = -1, i, rc = 0;
 	unsigned long n;
 	unsigned capture_port = 0;
+	int key_fd = -1;
 	struct nt_table t;
 	static struct sup s; /* 256 KiB of cwd cache: not on the stack */
 	pid_t parent = getppid();
@@ -1080,6 +1117,9 @@ int supervise_main(int argc, char **argv)
 		else if (strcmp(argv[i], "--capture-port") == 0 && i + 1 < argc && capture_port == 0 &&
 			 policy_parse_uint(argv[i + 1], strlen(argv[i + 1]), 1, 65535, &n) == 0)
 			capture_port = (unsigned)n, i++;
+		else if (strcmp(argv[i], "--capture-key-fd") == 0 && i + 1 < argc && key_fd < 0 &&
+			 policy_parse_uint(argv[i + 1], strlen(argv[i + 1]), 3, 1048576, &n) == 0)
+			key_fd = (int)n, i++;
 		else if (strcmp(argv[i], "--listener-sock") == 0 && i + 1 < argc && sock < 0 &&
 			 policy_parse_uint(argv[i + 1], strlen(argv[i + 1]), 3, 1048576, &n) == 0)
 			sock = (int)n, i++;
@@ -1099,6 +1139,10 @@ int supervise_main(int argc, char **argv)
 	s.t = &t;
 	s.events = events;
 	s.capture_port = capture_port;
+	if ((capture_port != 0) != (key_fd >= 0))
+		die("--supervise: --capture-port and --capture-key-fd go together");
+	if (key_fd >= 0)
+		read_capture_keys(key_fd, &s);
 	s.listener = receive_listener(sock);
 	close(sock);
 	if (s.listener >= 0) {

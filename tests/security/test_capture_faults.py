@@ -153,9 +153,26 @@ def test_a_dead_proxy_lets_no_captured_connection_out(shared_home: FakeHome, cou
         server = sb._session.proxy._server  # the loop stops as if it had crashed
         server._loop.call_soon_threadsafe(server._loop.stop)
         server._thread.join(10)
+        # An impostor takes the capture port and says yes to everything: it
+        # cannot know the proxy's answer key, so nothing is accepted.
+        impostor = socket.socket()
+        impostor.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        impostor.bind(("127.0.0.1", sb._session.proxy.capture_port))
+        impostor.listen()
+        heard: list[bytes] = []
+
+        def yes() -> None:
+            c, _ = impostor.accept()
+            heard.append(c.recv(200))
+            c.sendall(b"y" * 33)
+            c.close()
+
+        threading.Thread(target=yes, daemon=True).start()
         go.touch()
         out, err = p.communicate(timeout=60)
-    assert out == "ok hi\nerrno 13\n", out + err  # EACCES at once: the supervisor found no proxy
+        impostor.close()
+    assert out == "ok hi\nerrno 13\n", out + err  # EACCES: no proxy, and the impostor was not believed
+    assert heard and heard[0].startswith(b"capture "), heard
     assert counting.accepted == before
 
 

@@ -3,8 +3,10 @@
 
 The seccomp supervisor (``helper/supervise.c``, ``capture``) does not run a
 TCP ``connect()`` made inside: it connects to this front end, on the host's
-``127.0.0.1``, sends ``capture ADDR:PORT\\n`` (where the command wanted to
-go), and waits for one byte. ``y``: this connection becomes the command's
+``127.0.0.1``, sends ``capture ADDR:PORT KEY\\n`` (where the command wanted
+to go, and the key safebox gave it: a line without it is not answered), and
+waits for the answer. ``y`` and the proxy's answer key (a process that took
+the port cannot know it): this connection becomes the command's
 socket (``SECCOMP_IOCTL_NOTIF_ADDFD``) and is relayed to the destination
 through the gate, as a CONNECT tunnel is; anything else: the connect fails
 with EACCES. The answer comes after the name's check, before the address
@@ -52,12 +54,18 @@ HEAD_TIMEOUT = 5.0
 PROTOCOL = "capture"
 
 
-def _parse(line: bytes) -> tuple[ipaddress.IPv4Address | ipaddress.IPv6Address, int] | None:
+def _parse(line: bytes, key: str | None) -> tuple[ipaddress.IPv4Address | ipaddress.IPv6Address, int] | None:
+    """``capture ADDR:PORT KEY``: the destination, or None (malformed, or not the supervisor's key)."""
+    import hmac
+
     try:
         text = line.decode("ascii").rstrip("\n")
     except UnicodeDecodeError:
         return None
     if not text.startswith("capture "):
+        return None
+    text, _, shown = text.rpartition(" ") if key is not None else (text, "", "")
+    if key is not None and not hmac.compare_digest(shown.encode(), key.encode()):
         return None
     where, _, port_text = text[8:].rpartition(":")
     try:
@@ -92,8 +100,9 @@ def _direct(gate: Gate, ip: ipaddress.IPv4Address | ipaddress.IPv6Address, host:
 class Capture:
     """The capture front end of one proxy (loop thread only)."""
 
-    def __init__(self, gate: Gate) -> None:
+    def __init__(self, gate: Gate, *, keys: tuple[str, str] | None = None) -> None:
         self.gate = gate
+        self.keys = keys
         self.names = dns.FakeNames()
         self.open = 0
         self.cap = connection_cap()
@@ -139,17 +148,18 @@ class Capture:
             line = await asyncio.wait_for(reader.readuntil(b"\n"), HEAD_TIMEOUT)
         except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, TimeoutError):
             return
-        target = _parse(line)
+        target = _parse(line, self.keys[0] if self.keys else None)
         if target is None:
-            return
+            return  # not our supervisor: nothing is said, nothing is answered
         ip, port = target
+        yes = b"y" + (self.keys[1].encode() if self.keys else b"")
         if self.open >= self.cap:
             self._say(f"more than {self.cap} captured connections open at once; new ones are refused (EACCES) "
                       "until some close")
             writer.write(b"n")
             return
         if ip == dns.SERVER and port == 53:
-            writer.write(b"y")
+            writer.write(yes)
             self.open += 1
             try:
                 await dns.serve_tcp(reader, writer, self.resolver)
@@ -176,7 +186,7 @@ class Capture:
             self._refuse(host, port, PROTOCOL, decision)
             writer.write(b"n")
             return
-        writer.write(b"y")
+        writer.write(yes)
         self.open += 1
         relay = Relay()
         try:

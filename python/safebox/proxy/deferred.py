@@ -94,6 +94,8 @@ class DeferredProxy:
         self.config = config
         #: The capture front end's port on the host's 127.0.0.1 (proxy/capture.py), or None.
         self.capture_port: int | None = None
+        #: The capture handshake's keys (proxy/capture.py): one per direction, per proxy.
+        self.capture_keys = (os.urandom(16).hex(), os.urandom(16).hex()) if capture else None
         self._capture = capture
         self.run_dir = os.fspath(run_dir)
         self.http_socket = os.path.join(self.run_dir, "http-proxy.sock")
@@ -370,6 +372,7 @@ class DeferredProxy:
         from safebox.proxy.server import ProxyServer
 
         server = ProxyServer(self.config, run_dir=self.run_dir, tcp=False, unix=False)
+        server.capture_keys = self.capture_keys
         audit, self._audit = self._audit, None  # the server closes it from now on, even if start fails
         server.start(audit=audit)
         with self._lock:  # held while serving: release() must find each listener pending or served

@@ -124,6 +124,8 @@ class ProxyServer:
         self._tasks: set[asyncio.Task[None]] = set()
         self._stopped = False
         self._capturer: Any = None
+        #: (the supervisor's key, the proxy's answer key) of the capture handshake, or None.
+        self.capture_keys: tuple[str, str] | None = None
 
     # -- lifecycle ---------------------------------------------------------
 
@@ -302,7 +304,7 @@ class ProxyServer:
         if self._capturer is None:
             from safebox.proxy.capture import Capture
 
-            self._capturer = Capture(gate)
+            self._capturer = Capture(gate, keys=self.capture_keys)
         await self._capturer.handle(reader, writer, gate)
 
     async def _serve_on(self, socks: list[tuple[socket.socket, Handler]], gate: Gate) -> None:

@@ -566,6 +566,7 @@ class Command:
         assert self.rp is not None and self.dir is not None
         obs = Observer(helper=self.s.helper, run_dir=self.dir,
                        capture_port=self.s.proxy.capture_port if self.s.proxy is not None else None,
+                       capture_keys=self.s.proxy.capture_keys if self.s.proxy is not None else None,
                        table=build_table(self.rp, reads=self.s.observe == "all", ports=self.s.connect_ports))
         self.observers.append(obs)
         return obs
