@@ -153,6 +153,17 @@ def test_an_address_in_allowed_addresses_is_reached_by_a_direct_connect_and_a_li
     assert _Origin.hits[before:] == ["/c"]
 
 
+def test_a_dual_stack_socket_reaches_an_allowed_name_by_its_ipv4_mapped_address(shared_home: FakeHome,
+                                                                                origin: int) -> None:
+    # Java connects AF_INET6 sockets to ::ffff:a.b.c.d: the DNS's answer in that form is the same name.
+    code = ("import socket, sys\n"
+            "a = socket.getaddrinfo('localhost.', 0, socket.AF_INET)[0][4][0]\n"
+            "s = socket.socket(socket.AF_INET6); s.connect(('::ffff:' + a, int(sys.argv[1])))\n"
+            "s.sendall(b'GET /mapped HTTP/1.0\\r\\n\\r\\n'); print(s.recv(12).decode())\n")
+    r = shared_home.run(["python3", "-c", code, str(origin)], opts=_policy(shared_home, LOCAL))
+    assert (r.returncode, r.stdout) == (0, "HTTP/1.0 200\n"), r.stdout + r.stderr
+
+
 def test_the_proxy_path_keeps_working_with_capture_on(shared_home: FakeHome, origin: int) -> None:
     r = shared_home.run(["curl", "-sS", "--max-time", "20", f"http://localhost:{origin}/proxied"],
                         opts=_policy(shared_home, LOCAL))

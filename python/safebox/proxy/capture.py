@@ -167,6 +167,9 @@ class Capture:
                 self.open -= 1
             return
         name_of_fake = None
+        mapped = ip.ipv4_mapped if isinstance(ip, ipaddress.IPv6Address) else None
+        if mapped is not None and mapped in dns.FAKE_NET:
+            ip = mapped  # a dual-stack socket (Java's) dialling the DNS's answer: the same destination
         if isinstance(ip, ipaddress.IPv4Address) and ip in dns.FAKE_NET:
             name = self.names.name(ip)
             if name is None:
