@@ -157,7 +157,10 @@ class DeferredProxy:
                 self.capture_port = sock.getsockname()[1]
             self._wake_r, self._wake_w = os.pipe()  # close-on-exec, as every descriptor Python makes
             os.set_blocking(self._wake_r, False)
-            if self._pending:  # else at the first adopt(): after bwrap was spawned
+            # Else at the first adopt(), after bwrap was spawned (the capture
+            # listener alone waits for it too: nothing can connect to it
+            # before the helper's ports are adopted and the command runs).
+            if any(kind != "capture" for _, kind in self._pending):
                 self._start_watcher()
         except BaseException:
             self.stop()
