@@ -729,6 +729,38 @@ static int capture(const struct sup *s, const struct seccomp_notif *req, const s
 	return 0;
 }
 
+/* UDP to the sandbox's DNS (198.18.0.53:53, docs/network.md "UDP"): a
+ * connect() of a UDP socket there is not run either; a UDP socket of this
+ * process, connected to the proxy's DNS on the host's 127.0.0.1 (the
+ * capture port's number), takes the descriptor's place.  Returns the errno
+ * to answer, or 0. */
+static int capture_dns_udp(const struct sup *s, const struct seccomp_notif *req)
+{
+	struct sockaddr_in to = { .sin_family = AF_INET,
+				  .sin_port = htons((uint16_t)s->capture_port),
+				  .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	struct seccomp_notif_addfd af;
+	int fd = (int)(unsigned)req->data.args[0], flags;
+	cleanup_fd int c = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+
+	if (c < 0 || connect(c, (struct sockaddr *)&to, sizeof(to)) < 0)
+		return EACCES;
+	flags = task_fd_flags((pid_t)req->pid, fd);
+	if (flags < 0)
+		return EBADF;
+	if ((flags & O_NONBLOCK) && fcntl(c, F_SETFL, O_NONBLOCK) < 0)
+		return EACCES;
+	memset(&af, 0, sizeof(af));
+	af.id = req->id;
+	af.flags = SECCOMP_ADDFD_FLAG_SETFD;
+	af.srcfd = (unsigned)c;
+	af.newfd = (unsigned)fd;
+	af.newfd_flags = (unsigned)(flags & O_CLOEXEC);
+	if (ioctl(s->listener, SECCOMP_IOCTL_NOTIF_ADDFD, &af) < 0)
+		return EACCES;
+	return 0;
+}
+
 /* A path argument of task TID joined with its base: PATH at ADDR, relative
  * to DIRFD (NO_ARG: the cwd).  Returns 0 with OUT filled, or -1. */
 static int path_arg(pid_t tid, unsigned long long addr, int dirfd, char *out, size_t cap)
@@ -905,6 +937,11 @@ static void handle_watch(struct sup *s, const struct seccomp_notif *req, const s
 				sock_proto((pid_t)req->pid, (int)(unsigned)req->data.args[0], proto, sizeof(proto));
 			if (inet && s->capture_port != 0 && (strcmp(proto, "TCP") == 0 || strcmp(proto, "TCPv6") == 0)) {
 				respond_result(s->listener, req->id, capture(s, req, &addr));
+				return;
+			}
+			if (inet && s->capture_port != 0 && strcmp(proto, "UDP") == 0 &&
+			    strcmp(addr.text, "198.18.0.53:53") == 0) {
+				respond_result(s->listener, req->id, capture_dns_udp(s, req));
 				return;
 			}
 		} else if (nt_decide(s->t, &c, &v)) {

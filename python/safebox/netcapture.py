@@ -12,11 +12,11 @@ from __future__ import annotations
 
 import os
 
-#: The sandbox's resolver configuration: the DNS of proxy/dns.py over TCP
-#: (``use-vc``: seccomp refuses UDP sockets, docs/network.md "UDP"), one try,
-#: no search domains (a name is looked up as given, as the proxy does).
+#: The sandbox's resolver configuration: the DNS of proxy/dns.py (UDP and TCP
+#: both captured, docs/network.md "UDP"), no search domains (a name is looked
+#: up as given, as the proxy does).
 RESOLV_CONF = b"# safebox: the sandbox's DNS answers only names the policy allows (docs/network.md, DNS)\n" \
-              b"nameserver 198.18.0.53\noptions use-vc attempts:1 timeout:5\n"
+              b"nameserver 198.18.0.53\noptions attempts:2 timeout:2\n"
 
 
 def wants_capture(*, both_layers: bool, observe: str, dry_run: bool) -> bool:

@@ -142,6 +142,21 @@ class Capture:
         self._looked_up[name] = now
         self._refuse(name, 53, "dns", decision)
 
+    def datagrams(self) -> asyncio.DatagramProtocol:
+        """The protocol of the DNS's UDP socket: one answer per query, to its sender."""
+        resolver = self.resolver
+
+        class _Dns(asyncio.DatagramProtocol):
+            def connection_made(self, transport: asyncio.BaseTransport) -> None:
+                self.transport = transport
+
+            def datagram_received(self, data: bytes, addr: tuple[str, int]) -> None:
+                out = resolver.answer(data[:dns.MAX_MESSAGE])
+                if out is not None:
+                    self.transport.sendto(out, addr)  # type: ignore[attr-defined]
+
+        return _Dns()
+
     async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, gate: Gate) -> None:
         """Serve one connection from the supervisor."""
         try:

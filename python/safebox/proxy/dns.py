@@ -1,9 +1,8 @@
 """The sandbox's DNS: answers only from the policy (docs/network.md, "DNS").
 
-Inside, ``/etc/resolv.conf`` names :data:`SERVER` with ``options use-vc``
-(queries over TCP: the sandbox has no UDP, below). Its TCP connection is
-captured like any other (``proxy/capture.py``) and served here, on the
-proxy's loop. Nothing is ever asked of a real resolver at lookup time:
+Inside, ``/etc/resolv.conf`` names :data:`SERVER`. A TCP connection or a
+connected UDP socket to it is captured (``proxy/capture.py``) and served
+here, on the proxy's loop. Nothing is ever asked of a real resolver at lookup time:
 
 - a name the policy allows (``network.allowedDomains``, on any port) gets an
   ``A`` record from :data:`FAKE_NET`, one address per name for the run

@@ -124,6 +124,7 @@ class ProxyServer:
         self._tasks: set[asyncio.Task[None]] = set()
         self._stopped = False
         self._capturer: Any = None
+        self._datagrams: list[asyncio.BaseTransport] = []
         #: (the supervisor's key, the proxy's answer key) of the capture handshake, or None.
         self.capture_keys: tuple[str, str] | None = None
 
@@ -287,7 +288,8 @@ class ProxyServer:
             for s, _ in listeners:
                 s.close()
             raise ProxyError("proxy not started")
-        handlers: dict[str, Handler] = {"http": http.handle, "socks5h": socks5.handle, "capture": self._capture}
+        handlers: dict[str, Handler] = {"http": http.handle, "socks5h": socks5.handle, "capture": self._capture,
+                                        "dns-udp": self._capture}
         # asyncio needs socket.socket (accept()); deferred.py keeps to _socket.
         socks = [(s if isinstance(s, socket.socket) else socket.socket(fileno=s.detach()), handlers[kind])
                  for s, kind in listeners]
@@ -301,15 +303,24 @@ class ProxyServer:
 
     async def _capture(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, gate: Gate) -> None:
         """The capture front end (proxy/capture.py), made at its first connection."""
+        await self._capturer_for(gate).handle(reader, writer, gate)
+
+    def _capturer_for(self, gate: Gate) -> Any:
         if self._capturer is None:
             from safebox.proxy.capture import Capture
 
             self._capturer = Capture(gate, keys=self.capture_keys)
-        await self._capturer.handle(reader, writer, gate)
+        return self._capturer
 
     async def _serve_on(self, socks: list[tuple[socket.socket, Handler]], gate: Gate) -> None:
         for sock, handler in socks:
             fd = sock.fileno()
+            if sock.type == socket.SOCK_DGRAM:  # the sandbox's DNS over UDP (proxy/capture.py)
+                self._capturer_for(gate)
+                transport, _ = await asyncio.get_running_loop().create_datagram_endpoint(
+                    lambda: self._capturer.datagrams(), sock=sock)
+                self._datagrams.append(transport)
+                continue
             server = await asyncio.start_server(self._client(handler, gate, listener=fd), sock=sock,
                                                 limit=http.MAX_HEAD, backlog=BACKLOG)
             self._servers.append(server)
@@ -370,6 +381,8 @@ class ProxyServer:
         """Stop accepting, cancel every connection, wait for them to finish."""
         for server in self._servers:
             server.close()
+        for transport in self._datagrams:
+            transport.close()
         tasks = list(self._tasks)
         for t in tasks:
             t.cancel()
