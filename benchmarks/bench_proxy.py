@@ -27,6 +27,7 @@ import json
 import os
 import pathlib
 import re
+import shutil
 import socket
 import statistics
 import subprocess
@@ -411,17 +412,21 @@ def main() -> int:
         assert child.stdout is not None
         http_port, socks_port = map(int, child.stdout.readline().split())
         rss0, pss0 = memory(child.pid)
-        b_http, port_http = bridge(run_dir / "http-proxy.sock")
-        b_socks, port_socks = bridge(run_dir / "socks-proxy.sock")
+        # Without socat (a bare benchmark machine) the bridged rows are left out.
+        bridges = [bridge(run_dir / "http-proxy.sock"), bridge(run_dir / "socks-proxy.sock")] if shutil.which("socat") else []
         paths = {
             "direct": [],
             "HTTP, proxy accepts": ["-x", f"http://127.0.0.1:{http_port}"],
             "CONNECT, proxy accepts": ["-p", "-x", f"http://127.0.0.1:{http_port}"],
             "SOCKS5, proxy accepts": ["-x", f"socks5h://127.0.0.1:{socks_port}"],
-            "HTTP via socat": ["-x", f"http://127.0.0.1:{port_http}"],
-            "CONNECT via socat": ["-p", "-x", f"http://127.0.0.1:{port_http}"],
-            "SOCKS5 via socat": ["-x", f"socks5h://127.0.0.1:{port_socks}"],
         }
+        if bridges:
+            (_, port_http), (_, port_socks) = bridges
+            paths.update({
+                "HTTP via socat": ["-x", f"http://127.0.0.1:{port_http}"],
+                "CONNECT via socat": ["-p", "-x", f"http://127.0.0.1:{port_http}"],
+                "SOCKS5 via socat": ["-x", f"socks5h://127.0.0.1:{port_socks}"],
+            })
         port = server.server_address[1]
         rows = []
         peak = (0, 0)
@@ -445,7 +450,7 @@ def main() -> int:
         finally:
             child.stdin.close()  # type: ignore[union-attr]
             child.wait(10)
-            for b in (b_http, b_socks):
+            for b, _ in bridges:
                 b.terminate()
                 b.wait()
             server.shutdown()

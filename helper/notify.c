@@ -629,3 +629,88 @@ int nt_decide(const struct nt_table *t, const struct nt_call *c, struct nt_verdi
 	}
 	return 0;
 }
+
+/* A decimal id at *S: 1..NT_MAX_PID, no sign, no leading zero.  Advances
+ * *S past it.  Returns it, or -1. */
+static long parse_id(const char **s)
+{
+	const char *p = *s;
+	long v = 0;
+
+	if (*p < '1' || *p > '9')
+		return -1;
+	while (*p >= '0' && *p <= '9') {
+		v = v * 10 + (*p - '0');
+		if (v > NT_MAX_PID)
+			return -1;
+		p++;
+	}
+	*s = p;
+	return v;
+}
+
+int nt_comm_path(const char *path, long *pid, long *tid)
+{
+	const char *p;
+
+	if (strncmp(path, "/proc/", 6) != 0)
+		return -1;
+	p = path + 6;
+	if (strcmp(p, "thread-self/comm") == 0) {
+		*pid = 0;
+		*tid = 0;
+		return 0;
+	}
+	if (strncmp(p, "self/", 5) == 0) {
+		*pid = 0;
+		p += 5;
+	} else {
+		*pid = parse_id(&p);
+		if (*pid < 0 || *p++ != '/')
+			return -1;
+	}
+	if (strcmp(p, "comm") == 0) {
+		*tid = -1;
+		return 0;
+	}
+	if (strncmp(p, "task/", 5) != 0)
+		return -1;
+	p += 5;
+	*tid = parse_id(&p);
+	return *tid > 0 && strcmp(p, "/comm") == 0 ? 0 : -1;
+}
+
+long nt_status_last(const char *buf, size_t len, const char *key)
+{
+	size_t klen = strlen(key), i = 0;
+
+	while (i < len) {
+		const char *line = buf + i;
+		const char *nl = memchr(line, '\n', len - i);
+		size_t llen = nl ? (size_t)(nl - line) : len - i;
+
+		if (llen > klen + 1 && memcmp(line, key, klen) == 0 && line[klen] == ':') {
+			const char *p = line + klen + 1, *end = line + llen;
+			long last = -1;
+
+			while (p < end) {
+				if (*p == ' ' || *p == '\t') {
+					p++;
+					continue;
+				}
+				if (*p < '1' || *p > '9')
+					return -1;
+				last = 0;
+				while (p < end && *p >= '0' && *p <= '9') {
+					last = last * 10 + (*p - '0');
+					if (last > NT_MAX_PID)
+						return -1;
+					p++;
+				}
+			}
+			return last;
+		}
+		i += llen + 1;
+	}
+	return -1;
+}

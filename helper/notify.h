@@ -138,4 +138,22 @@ int nt_decide(const struct nt_table *t, const struct nt_call *c, struct nt_verdi
  * then unchanged). */
 int nt_hex(char *out, size_t cap, size_t *len, const char *s);
 
+/* Thread names (supervise.c, grant_thread_name).  PATH names the comm file of
+ * one thread of the caller's own process in one of exactly these spellings:
+ *   /proc/self/task/TID/comm   /proc/PID/task/TID/comm   (that thread)
+ *   /proc/thread-self/comm                               (the caller)
+ *   /proc/self/comm            /proc/PID/comm            (the main thread)
+ * with PID and TID decimal, 1..NT_MAX_PID, no sign or leading zero.  Returns
+ * 0 with *PID (0 for "self"/"thread-self") and *TID (0: the caller, -1: the
+ * main thread) set, or -1 for any other string.  Whose process PID is, is
+ * the caller's to check. */
+#define NT_MAX_PID 4194304L /* PID_MAX_LIMIT on 64-bit (include/linux/threads.h) */
+int nt_comm_path(const char *path, long *pid, long *tid);
+
+/* The last number on the line "KEY:\t..." of a /proc/PID/status text BUF
+ * of LEN bytes (NSpid and NStgid list a task's ids from the outermost pid
+ * namespace to its own, so the last is its id where it lives).  Returns it
+ * (1..NT_MAX_PID), or -1 when the line is missing or malformed. */
+long nt_status_last(const char *buf, size_t len, const char *key);
+
 #endif

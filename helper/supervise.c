@@ -26,6 +26,7 @@
 #include "policy.h"
 #include "util.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <linux/audit.h>
@@ -47,6 +48,9 @@
 #include <time.h>
 #include <unistd.h>
 
+#ifndef SECCOMP_ADDFD_FLAG_SEND
+#define SECCOMP_ADDFD_FLAG_SEND (1UL << 1) /* Linux 5.14; the ioctl itself is 5.9 */
+#endif
 #ifndef SECCOMP_IOCTL_NOTIF_SET_FLAGS
 #define SECCOMP_IOCTL_NOTIF_SET_FLAGS SECCOMP_IOW(4, __u64)
 #endif
@@ -973,6 +977,137 @@ static void handle_watch(struct sup *s, const struct seccomp_notif *req, const s
 	respond(s->listener, req->id, 0);
 }
 
+/* Task TID's (a host thread id) /proc/TID/status KEY value where it lives
+ * (nt_status_last), or -1. */
+static long status_id(pid_t tid, const char *key)
+{
+	char path[64], buf[4096];
+	ssize_t n;
+	int fd;
+
+	snprintf(path, sizeof(path), "/proc/%d/status", (int)tid);
+	fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+	if (fd < 0)
+		return -1;
+	n = RETRY_EINTR(read(fd, buf, sizeof(buf)));
+	close(fd);
+	return n > 0 ? nt_status_last(buf, (size_t)n, key) : -1;
+}
+
+/* Whether task TID lives in our pid namespace (its ids there are ours):
+ * both /proc/PID/ns/pid links name one namespace.  0 when unsure (the link
+ * needs ptrace read access: a non-dumpable task's is not ours to read). */
+static int our_pid_ns(pid_t tid)
+{
+	char path[64];
+	struct stat ours, its;
+
+	snprintf(path, sizeof(path), "/proc/%d/ns/pid", (int)tid);
+	return stat("/proc/self/ns/pid", &ours) == 0 && stat(path, &its) == 0 && ours.st_dev == its.st_dev &&
+	       ours.st_ino == its.st_ino;
+}
+
+/* The host thread id of the thread the caller (host thread CALLER, of host
+ * process HOST_TGID) calls TID where it lives (nt_comm_path: 0 itself, -1
+ * its main thread), or -1 when its process has no such thread.  Whatever
+ * it returns, the open of /proc/HOST_TGID/task/ID/comm finds only a thread
+ * of HOST_TGID's group (the kernel's proc_task_lookup): an id of another
+ * process there, or one that exited and was reused meanwhile, fails. */
+static pid_t host_thread(pid_t caller, pid_t host_tgid, long tid)
+{
+	char path[64];
+	struct dirent *d;
+	pid_t found = -1;
+	DIR *dir;
+
+	if (tid == 0)
+		return caller;
+	if (tid == -1)
+		return host_tgid;
+	/* Without bubblewrap the command shares our pid namespace: TID is the
+	 * host id, and no walk of the task list (two reads of a status per
+	 * thread: a process of N threads naming each would cost N*N). */
+	if (our_pid_ns(caller))
+		return (pid_t)tid;
+	if (tid == status_id(caller, "NSpid"))
+		return caller;
+	snprintf(path, sizeof(path), "/proc/%d/task", (int)host_tgid);
+	dir = opendir(path);
+	if (dir == NULL)
+		return -1;
+	while (found < 0 && (d = readdir(dir)) != NULL) {
+		const char *p = d->d_name;
+		long t = 0;
+
+		while (*p >= '0' && *p <= '9' && t <= NT_MAX_PID)
+			t = t * 10 + (*p++ - '0');
+		/* Only NSpid: the directory lists HOST_TGID's threads, and the
+		 * open checks the group again (above). */
+		if (*p == '\0' && t > 0 && t <= NT_MAX_PID && status_id((pid_t)t, "NSpid") == tid)
+			found = (pid_t)t;
+	}
+	closedir(dir);
+	return found;
+}
+
+/* Thread names: the one call the supervisor answers itself.  Naming another
+ * thread of one's own process is pthread_setname_np(3), which glibc does by
+ * writing /proc/self/task/TID/comm; Landlock cannot allow that file (its
+ * rules are inodes fixed before the command runs, and every process and
+ * thread gets new /proc inodes), so the write fails with EACCES, and NVIDIA's
+ * driver then fails cuInit with CUDA_ERROR_OPERATING_SYSTEM (docs/gpu.md).
+ * For an open of one of the exact spellings nt_comm_path takes, naming a
+ * thread of the caller's own process, with write intent and no other flag,
+ * the supervisor opens that thread's comm on the host and installs the
+ * descriptor as the call's result (SECCOMP_ADDFD_FLAG_SEND, Linux 5.14).
+ * Nothing else is ever opened: the path is built here from ids checked in
+ * /proc, not resolved in the task's view; and the kernel checks again at
+ * write(2) that the writer and the named thread share a thread group
+ * (comm_write, fs/proc/base.c).  Returns 1 when answered, 0 to go on as
+ * for any watched call (which then fails as before, and is reported). */
+static int grant_thread_name(struct sup *s, const struct seccomp_notif *req, const struct watch *w)
+{
+	const unsigned long allowed = 03 | 0100 | 01000 | 02000000 | 0400 | 0100000;
+	/* O_ACCMODE, O_CREAT, O_TRUNC, O_CLOEXEC, O_NOCTTY, O_LARGEFILE (x86-64 numbers, as the kernel sees them) */
+	unsigned long fl;
+	struct seccomp_notif_addfd add;
+	char raw[48], path[96];
+	long pid, tid, own;
+	pid_t caller = (pid_t)req->pid, tgid, host;
+	int fd, rc;
+
+	if (w->op != W_OPEN)
+		return 0;
+	fl = (unsigned long)req->data.args[w->flags];
+	if (((fl & 03) != O_WRONLY && (fl & 03) != O_RDWR) || (fl & ~allowed) != 0)
+		return 0;
+	if (read_string(caller, req->data.args[w->path], raw, sizeof(raw)) <= 0 || nt_comm_path(raw, &pid, &tid) < 0)
+		return 0;
+	tgid = (pid_t)status_id(caller, "Tgid");
+	own = status_id(caller, "NStgid");
+	if (tgid <= 0 || own <= 0 || (pid != 0 && pid != own))
+		return 0; /* another process's thread: Landlock decides, as for any file */
+	host = host_thread(caller, tgid, tid);
+	if (host <= 0)
+		return 0;
+	snprintf(path, sizeof(path), "/proc/%d/task/%d/comm", (int)tgid, (int)host);
+	fd = open(path, (int)(fl & 03) | O_CLOEXEC | O_NOFOLLOW | O_NOCTTY);
+	if (fd < 0)
+		return 0;
+	rc = -1;
+	/* Still the notification read: the ids above were the caller's. */
+	if (ioctl(s->listener, SECCOMP_IOCTL_NOTIF_ID_VALID, &req->id) == 0) {
+		memset(&add, 0, sizeof(add));
+		add.id = req->id;
+		add.flags = SECCOMP_ADDFD_FLAG_SEND;
+		add.srcfd = (__u32)fd;
+		add.newfd_flags = (__u32)(fl & O_CLOEXEC);
+		rc = ioctl(s->listener, SECCOMP_IOCTL_NOTIF_ADDFD, &add);
+	}
+	close(fd);
+	return rc >= 0;
+}
+
 /* One notification.  A watched call goes on (handle_watch); any other is
  * on the denylist (the observing program notifies only for those two) and
  * gets EPERM, the errno of every rule the program turns into a
@@ -996,7 +1131,8 @@ static void handle(struct sup *s, const struct seccomp_notif *req)
 		respond(s->listener, req->id, EPERM);
 		return;
 	}
-	handle_watch(s, req, w);
+	if (!grant_thread_name(s, req, w))
+		handle_watch(s, req, w);
 }
 
 /* Receive the listener descriptor safebox forwards on SOCK (one message,

@@ -62,8 +62,11 @@ class _Origin(http.server.BaseHTTPRequestHandler):
 class _OriginServer(http.server.ThreadingHTTPServer):
     daemon_threads = True
     seen: list[Seen]
+    body: bytes | None = None
 
     def reply(self, seen: Seen) -> bytes:
+        if self.body is not None:
+            return self.body
         if seen.path.startswith("/bytes/"):
             return pattern(int(seen.path.split("/")[2]))
         return f"origin-{self.server_address[1]} {seen.method} {seen.path}".encode()
@@ -75,14 +78,23 @@ def pattern(n: int) -> bytes:
     return (block * (n // len(block) + 1))[:n]
 
 
-def start_origin(*, tls: ssl.SSLContext | None = None) -> _OriginServer:
-    """An HTTP (or, with ``tls``, HTTPS) origin on 127.0.0.1 that records every request."""
+def start_origin(*, tls: ssl.SSLContext | None = None, body: bytes | None = None) -> _OriginServer:
+    """An HTTP (or, with ``tls``, HTTPS) origin on 127.0.0.1 that records every
+    request; it answers ``body`` to each when given, else names itself and the request.
+    The one test HTTP server: stop it with ``stop_origin``."""
     srv = _OriginServer(("127.0.0.1", 0), _Origin)
     srv.seen = []
+    srv.body = body
     if tls is not None:
         srv.socket = tls.wrap_socket(srv.socket, server_side=True)
     threading.Thread(target=srv.serve_forever, daemon=True).start()
     return srv
+
+
+def stop_origin(srv: _OriginServer) -> None:
+    """Stop serving and close the listener."""
+    srv.shutdown()
+    srv.server_close()
 
 
 # --------------------------------------------------------------- a test CA

@@ -26,13 +26,15 @@ if TYPE_CHECKING:
         TimeoutExpired,
         check_host,
     )
+    from safebox.decide import Decision, Request
     from safebox.errors import PolicyError, SafeboxError
 
 #: name -> the module that defines it.
 _API = {name: "safebox.api" for name in ("DEVNULL", "PIPE", "STDOUT", "AsyncPopen", "CalledProcessError",
                                          "CompletedRun", "Event",
                                          "HostCheck", "Policy", "Popen", "Sandbox", "TimeoutExpired", "check_host")}
-_API.update({"PolicyError": "safebox.errors", "SafeboxError": "safebox.errors"})
+_API.update({"PolicyError": "safebox.errors", "SafeboxError": "safebox.errors", "Decision": "safebox.decide",
+             "Request": "safebox.decide"})
 
 
 def __getattr__(name: str) -> object:
@@ -50,5 +52,5 @@ def __dir__() -> list[str]:
     return sorted([*globals(), *_API])
 
 
-__all__ = ["DEVNULL", "PIPE", "STDOUT", "AsyncPopen", "CalledProcessError", "CompletedRun", "Event", "HostCheck", "Policy",
-           "PolicyError", "Popen", "SafeboxError", "Sandbox", "TimeoutExpired", "__version__", "check_host"]
+__all__ = ["DEVNULL", "PIPE", "STDOUT", "AsyncPopen", "CalledProcessError", "CompletedRun", "Decision", "Event",
+           "HostCheck", "Policy", "PolicyError", "Popen", "Request", "SafeboxError", "Sandbox", "TimeoutExpired", "__version__", "check_host"]

@@ -27,8 +27,8 @@ _CLOCK_REALTIME_COARSE = 5
 _started: dict[tuple[str, int], tuple[Spawned, Spawned]] = {}
 
 
-def start_rg(rg: str, root: str, depth: int, *, more: tuple[str, ...] = ()) -> Spawned:
-    """Start ripgrep listing the protected files under ``root`` and ``more``
+def rg_argv(rg: str, root: str, depth: int, *, more: tuple[str, ...] = ()) -> list[str]:
+    """ripgrep listing the protected files under ``root`` and ``more``
     roots (collected by ``resolve._rg_finish``)."""
     globs: list[str] = []
     for name in defaults.PROTECTED_FILES:
@@ -40,16 +40,21 @@ def start_rg(rg: str, root: str, depth: int, *, more: tuple[str, ...] = ()) -> S
     globs += ["-g", "**/HEAD", "-g", "**/.git"]
     # -j1: one walker thread measured faster here for small and large trees
     # alike (4.4 vs 6.0 ms on a small work tree, 65 vs 100 ms on /usr/share).
-    cmd = [rg, "--files", "--hidden", "--no-ignore", "--no-config", "-j1",
-           "--max-depth", str(depth + 3), *globs, "--", root, *more]
+    return [rg, "--files", "--hidden", "--no-ignore", "--no-config", "-j1",
+            "--max-depth", str(depth + 3), *globs, "--", root, *more]
+
+
+def start_rg(rg: str, root: str, depth: int, *, more: tuple[str, ...] = ()) -> Spawned:
+    """Start :func:`rg_argv`."""
+    cmd = rg_argv(rg, root, depth, more=more)
     try:
         return Spawned(cmd)
     except OSError as e:
         raise BuildError(f"ripgrep failed under {root}: {e}; cannot find protected files") from None
 
 
-def start_find(find: str, root: str, *, more: tuple[str, ...] = ()) -> Spawned:
-    """Start find(1) listing, under ``root`` and ``more`` roots, the symlinks
+def find_argv(find: str, root: str, *, more: tuple[str, ...] = ()) -> list[str]:
+    """find(1) listing, under ``root`` and ``more`` roots, the symlinks
     and directories whose names begin with a dot (collected and narrowed to
     protected names by ``resolve._find_links_finish``), and for the watch at
     any depth (``safebox.deepwatch``) every directory (``objects`` ones
@@ -81,19 +86,24 @@ def start_find(find: str, root: str, *, more: tuple[str, ...] = ()) -> Spawned:
     kept to ``depth + 3`` by the caller. Records end in NUL; a directory is
     its path alone, anything else ``PATH//KIND`` (no path find prints holds
     ``//``), with ``DEV.INO`` after the kind where the watch needs it.
-    ``since_ns`` on the returned walk: the file clock before the walk
-    began (what the watch compares directory ctimes with).
     """
     # A root that begins with "-" or is "(" would read as an expression: every
     # root is absolute, so none can. Every path printed begins with the root,
     # so with "/": a leading "!" cannot be part of one.
-    cmd = [find, root, *more, "-mindepth", "1",
-           "-type", "d", "(", "!", "-readable", "-o", "!", "-executable", ")",
-           "(", "-uid", str(os.geteuid()), "-printf", "!%p\\0", "-o", "-printf", "?%p\\0", ")", "-prune",
-           "-o", "(", "-type", "d", "(", "-name", ".*", "-printf", "%p//d\\0",
-           "-o", "-name", "objects", "-printf", "%p//o\\0", "-o", "-printf", "%p\\0", ")", ")",
-           "-o", "(", "-name", ".*", "(", "-type", "l", "-printf", "%p//l%D.%i\\0",
-           "-o", "-name", ".envrc", "-printf", "%p//e%D.%i\\0", ")", ")"]
+    return [find, root, *more, "-mindepth", "1",
+            "-type", "d", "(", "!", "-readable", "-o", "!", "-executable", ")",
+            "(", "-uid", str(os.geteuid()), "-printf", "!%p\\0", "-o", "-printf", "?%p\\0", ")", "-prune",
+            "-o", "(", "-type", "d", "(", "-name", ".*", "-printf", "%p//d\\0",
+            "-o", "-name", "objects", "-printf", "%p//o\\0", "-o", "-printf", "%p\\0", ")", ")",
+            "-o", "(", "-name", ".*", "(", "-type", "l", "-printf", "%p//l%D.%i\\0",
+            "-o", "-name", ".envrc", "-printf", "%p//e%D.%i\\0", ")", ")"]
+
+
+def start_find(find: str, root: str, *, more: tuple[str, ...] = ()) -> Spawned:
+    """Start :func:`find_argv`; ``since_ns`` on the returned walk: the file
+    clock before the walk began (what the watch compares directory ctimes
+    with)."""
+    cmd = find_argv(find, root, more=more)
     # The coarse clock is the one file times are taken from: a change made
     # after this line has a ctime at or after it (the watch also allows for
     # filesystems with coarser times).
@@ -105,6 +115,25 @@ def start_find(find: str, root: str, *, more: tuple[str, ...] = ()) -> Spawned:
         raise BuildError(f"find failed under {root}: {e}; cannot find protected symlinks") from None
     proc.since_ns = since
     return proc
+
+
+def start_walks(rg: str, find: str, root: str, depth: int, *, more: tuple[str, ...] = ()
+                ) -> tuple[Spawned, Spawned]:
+    """The ripgrep and find walks of ``root`` (and ``more`` roots): those of
+    a single root replayed from ``walkcache`` when nothing under it changed
+    since they last ran, else started (and kept for the next start)."""
+    if more:
+        walk = start_rg(rg, root, depth, more=more)
+        try:
+            return walk, start_find(find, root, more=more)
+        except BaseException:
+            walk.cancel()
+            raise
+    from safebox import walkcache
+
+    argvs = (rg_argv(rg, root, depth), find_argv(find, root))
+    walks = walkcache.start(root, depth, argvs, (lambda: start_rg(rg, root, depth), lambda: start_find(find, root)))
+    return walks  # type: ignore[return-value]  # the part of Spawned that resolve uses
 
 
 def safe_tool(name: str) -> str | None:
@@ -127,18 +156,15 @@ def early(argv: list[str]) -> None:
     options = argv[1:argv.index("--")] if "--" in argv else argv[1:]
     if "--dry-run" in options:
         return
+    if any(o in ("-C", "--chdir") or o.startswith("--chdir=") for o in options):
+        return  # the work dir is another directory: the runner walks that one
     rg, find = safe_tool("rg"), safe_tool("find")
     if rg is None or find is None:
         return
     try:
         cwd = os.path.realpath(os.getcwd())
         depth = defaults.DEFAULT_SEARCH_DEPTH
-        walk = start_rg(rg, cwd, depth)
-        try:
-            _started[(cwd, depth)] = (walk, start_find(find, cwd))
-        except BaseException:
-            walk.cancel()
-            raise
+        _started[(cwd, depth)] = start_walks(rg, find, cwd, depth)
     except Exception:  # noqa: BLE001 -- an optimisation only
         return
 

@@ -22,6 +22,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import IO, TYPE_CHECKING, Any
 
+from safebox.decide import DEFAULT_TIMEOUT, Decision, Request, Runtime
 from safebox.errors import PolicyError, SafeboxError
 from safebox.run.plan import Without
 from safebox.run.session import Command, Options, Session
@@ -31,6 +32,21 @@ if TYPE_CHECKING:
     from safebox.doctor import Check
     from safebox.policy.effective import EffectivePolicy
     from safebox.policy.load import Context, Layer
+    from safebox.proxy.live import LiveLists
+
+def _running_loop() -> Any:
+    """The event loop running in this thread, if any (asyncio is not
+    imported for it)."""
+    import sys
+
+    asyncio = sys.modules.get("asyncio")
+    if asyncio is None:
+        return None
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        return None
+
 
 #: How long run() reads what is left after a timeout killed the sandbox.
 _DRAIN = 5.0
@@ -104,7 +120,8 @@ class Policy:
     def from_dict(cls, data: Mapping[str, Any], *, name: str = "<dict>") -> Policy:
         """A policy from a dict shaped like a policy file. Raises
         :class:`PolicyError` naming the key (``key_path``), in the CLI's words."""
-        from safebox.policy.load import Layer, validate_layer
+        from safebox.policy.load import Layer
+        from safebox.policy.validate import validate_layer
 
         layer = Layer(name=name, data=dict(data))
         validate_layer(layer)
@@ -113,7 +130,8 @@ class Policy:
     @classmethod
     def from_file(cls, path: str | os.PathLike[str]) -> Policy:
         """A policy from a JSON or TOML policy file."""
-        from safebox.policy.load import Layer, _read_file, parse_document, validate_layer
+        from safebox.policy.load import Layer, _read_file, parse_document
+        from safebox.policy.validate import validate_layer
 
         p = os.path.abspath(os.fspath(path))
         try:
@@ -153,7 +171,9 @@ class Policy:
 
     def _effective(self, ctx: Context, *, presets: Sequence[str], limits: Mapping[str, str | None],
                    strict: bool) -> EffectivePolicy:
-        from safebox.policy.load import Flags, credential_env_layers, default_layer, flags_layer, merge, validate_layer
+        from safebox.policy.load import Flags, credential_env_layers, default_layer, flags_layer
+        from safebox.policy.merge import merge
+        from safebox.policy.validate import validate_layer
 
         flags = Flags(presets=tuple(presets), strict=strict, limit_processes=limits.get("processes"),
                       limit_memory=limits.get("memory"), limit_tmp_size=limits.get("tmpSize"),
@@ -253,6 +273,12 @@ class Sandbox:
     (a harness started from its own repo); docs/api.md says what it costs.
     ``quiet``: refusals reach the harness as events only, never as lines on
     the process's stderr (False: the proxy prints ``safebox exec``'s lines).
+    ``on_request``: asked about each host no entry allows (a
+    :class:`~safebox.decide.Request`); returns True (allow once), False
+    (deny) or a :class:`~safebox.decide.Decision`; calls are serialised, and
+    one unanswered after ``request_timeout`` seconds is denied
+    (docs/api.md, "Runtime decisions"). A coroutine function runs on the
+    event loop the sandbox was made or last awaited on.
     """
 
     def __init__(self, policy: PolicyLike | Sequence[PolicyLike] | None = None, *,
@@ -261,7 +287,9 @@ class Sandbox:
                  memory: str | None = None, tmp_size: str | None = None, wall_time: str | None = None,
                  strict: bool = False, without: str | None = None,
                  on_event: Callable[[Event], None] | None = None, env: Mapping[str, str] | None = None,
-                 allow_import_roots: bool = True, quiet: bool = True) -> None:
+                 allow_import_roots: bool = True, quiet: bool = True,
+                 on_request: Callable[[Request], Any] | None = None,
+                 request_timeout: float = DEFAULT_TIMEOUT) -> None:
         if policy is None:
             pol = Policy()
         elif isinstance(policy, (Policy, Mapping, str, os.PathLike)):
@@ -277,13 +305,16 @@ class Sandbox:
         self._lock = threading.Lock()
         self._local = threading.local()
         self._env = env
+        self._loop: Any = _running_loop()
+        self._runtime = Runtime(on_request, timeout=request_timeout, loop=lambda: self._loop, say=self._say)
 
         def load(ctx: Context, _cache_dir: str) -> EffectivePolicy:  # no policy cache: loaded once per Sandbox
             return pol._effective(ctx, presets=presets, limits=limits, strict=strict)
 
         opts = Options(strict=strict, without=Without(without) if without else None,
                        audit_log=os.fspath(audit_log) if audit_log is not None else None,
-                       cli=False, allow_import_roots=allow_import_roots, proxy_stderr=not quiet)
+                       cli=False, allow_import_roots=allow_import_roots, proxy_stderr=not quiet,
+                       runtime=self._runtime)
         self._session = Session(load, opts=opts, say=self._say, cwd=os.fspath(cwd) if cwd is not None else None,
                                 environ=env, network_event=self._network)
         self._closed = False
@@ -412,13 +443,40 @@ class Sandbox:
         """:meth:`run` for asyncio: runs in a worker thread, the loop stays free."""
         import asyncio
 
+        self._loop = asyncio.get_running_loop()  # an async on_request runs here
         return await asyncio.to_thread(self.run, args, **kw)
 
     async def popen_async(self, args: Args, **kw: Any) -> AsyncPopen:
         """:meth:`popen` for asyncio: the start-up in a worker thread."""
         import asyncio
 
+        self._loop = asyncio.get_running_loop()
         return AsyncPopen(await asyncio.to_thread(self.popen, args, **kw))
+
+    # -- runtime decisions ------------------------------------------------------
+
+    def allow_domain(self, entry: str) -> str:
+        """Allow ``entry`` (``example.com``, ``*.example.com``,
+        ``example.com:443``) from the next connection on, in every command
+        of this sandbox; returns it in canonical form. A same entry in the
+        denied list is dropped; other denied entries still win."""
+        return self._live().allow(entry)
+
+    def deny_domain(self, entry: str, *, reason: str | None = None) -> str:
+        """Refuse ``entry`` from the next connection on (open connections go
+        on); ``reason`` is said in the refusal (the 403, the event). Returns
+        the canonical entry."""
+        return self._live().deny(entry, reason)
+
+    def _live(self) -> LiveLists:
+        if self._closed:
+            raise ValueError("the sandbox is closed")
+        live = self._runtime.live
+        if live is None:
+            raise SafeboxError("this sandbox has no network to change: its policy allows no domain",
+                               hint="create it with on_request= (a callback; `lambda r: False` denies every "
+                                    "question) or with an allowed domain, then allow_domain() works")
+        return live
 
     # -- lifetime ----------------------------------------------------------------
 
@@ -436,6 +494,7 @@ class Sandbox:
             with contextlib.suppress(SafeboxError):
                 p.wait()
         self._session.close()
+        self._runtime.close()
         for q in subscribers:
             q.put(None)
 
@@ -766,5 +825,5 @@ def check_host() -> HostCheck:
     return HostCheck(checks=tuple(checks), ok=doctor.exit_code(checks) == 0)
 
 
-__all__ = ["DEVNULL", "PIPE", "STDOUT", "AsyncPopen", "CalledProcessError", "CompletedRun", "Event", "HostCheck", "Policy", "Popen",
+__all__ = ["DEVNULL", "PIPE", "STDOUT", "AsyncPopen", "CalledProcessError", "CompletedRun", "Decision", "Event", "HostCheck", "Policy", "Popen",
            "Sandbox", "TimeoutExpired", "check_host"]

@@ -13,8 +13,11 @@ from __future__ import annotations
 import os
 import sys
 
-from safebox._record import Frozen
 from safebox.errors import EXIT_SAFEBOX_FAILED, SafeboxError
+
+# The option table lives in its own module, so that code reading exec lines
+# back (mcpwrap) needs no import of the CLI, which imports it.
+from safebox.exec_options import EXEC_OPTIONS
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -26,81 +29,6 @@ if TYPE_CHECKING:
     from safebox.runner import ExecRequest
 
 
-class Opt(Frozen):
-    """One ``exec`` option, shared by the click command and the fast parser."""
-
-    long: str
-    dest: str
-    help: str
-    short: str | None = None
-    value: str | None = None  # metavar when the option takes a value
-    multiple: bool = False
-    choices: tuple[str, ...] = ()
-    # The value when the option is given bare (--allow-gpu); a value then
-    # only comes inline (--allow-gpu=0,2), never from the next argument.
-    optional: str | None = None
-
-
-EXEC_OPTIONS: tuple[Opt, ...] = (
-    Opt(long="--policy", dest="policy_files",
-        help="Policy file (JSON or TOML), layered after the user and project files; repeatable: each later "
-             "file adds to the lists and replaces the other values of the ones before "
-             "(docs/policy-reference.md#layers).", short="-p", value="FILE", multiple=True),
-    Opt(long="--allow-write", dest="allow_write", help="Also allow writing beneath PATH (repeatable).", value="PATH", multiple=True),
-    Opt(long="--deny-read", dest="deny_read",
-        help="Also make PATH unreadable (repeatable; a glob pattern such as '**/.env' denies every match).",
-        value="PATH", multiple=True),
-    Opt(long="--allow-read", dest="allow_read",
-        help="Make PATH readable again inside a denyRead region (repeatable; patterns too).",
-        value="PATH", multiple=True),
-    Opt(long="--deny-write", dest="deny_write",
-        help="Keep PATH read-only even beneath a write root (repeatable; patterns too).",
-        value="PATH", multiple=True),
-    Opt(long="--allow-domain", dest="allow_domains", help="Allow DOMAIN through the proxy; *.example.com = subdomains (repeatable).",
-        value="DOMAIN", multiple=True),
-    Opt(long="--deny-domain", dest="deny_domains", help="Refuse DOMAIN even if allowed (repeatable).", value="DOMAIN", multiple=True),
-    Opt(long="--preset", dest="presets",
-        help="A toolchain's registry domains and sandbox-private caches: npm, pip, cargo, go, maven, github "
-             "(repeatable; docs/toolchains.md).", value="NAME", multiple=True),
-    Opt(long="--publish", dest="publish",
-        help="Make 127.0.0.1:PORT on the host reach 127.0.0.1:PORT inside (needs network.allowLocalBinding; "
-             "repeatable).", value="PORT", multiple=True),
-    Opt(long="--limit-processes", dest="limit_processes",
-        help="At most N processes and threads in the sandbox, or 'unlimited' (limits.processes; default 4096).",
-        value="N"),
-    Opt(long="--limit-memory", dest="limit_memory",
-        help="Memory of the sandbox, e.g. 2GiB, or 'unlimited' (limits.memory; default unlimited).", value="SIZE"),
-    Opt(long="--limit-tmp", dest="limit_tmp_size",
-        help="Size of the private /tmp and of /dev/shm, each, e.g. 1GiB (limits.tmpSize; default RAM/4, at most 4GiB).",
-        value="SIZE"),
-    Opt(long="--timeout", dest="timeout",
-        help="Stop the whole sandbox after DURATION (90s, 30m, 1h30m; limits.wallTime) and exit 124.",
-        value="DURATION"),
-    Opt(long="--allow-gpu", dest="allow_gpu",
-        help="Bind the GPU device nodes (NVIDIA's, DRI render nodes) and allow exactly them; --allow-gpu=0,2 "
-             "selects GPUs (devices.gpu; docs/gpu.md).", value="LIST", optional="all"),
-    Opt(long="--strict", dest="strict", help="Refuse to run unless every layer is fully enforced."),
-    Opt(long="--without", dest="without", help="Run one layer alone: 'bwrap' (helper only) or 'helper' (bubblewrap only).",
-        value="LAYER", choices=("bwrap", "helper")),
-    Opt(long="--dry-run", dest="dry_run", help="Print the bwrap argv and the helper policy; run nothing."),
-    Opt(long="--audit-log", dest="audit_log",
-        help="Append JSON-lines events (start, stop, network decisions, every refusal) to FILE.", value="FILE"),
-    Opt(long="--summary", dest="summary",
-        help="Append this run's Markdown report to FILE (done with $GITHUB_STEP_SUMMARY when that is set).",
-        value="FILE"),
-    Opt(long="--learn", dest="learn",
-        help="Let the command reach any public host through the proxy, record what it used, and write a "
-             "suggested policy (JSON) to OUT; file rules and local-address refusals still hold.", value="OUT"),
-    Opt(long="--observe", dest="observe",
-        help="Which refusals to report: 'calls' (denied system calls, sockets, exec, connections; no file "
-             "call, which costs nothing per file), 'writes' (the default: also refused file writes), 'all' (also "
-             "reads of denied paths; the default with --audit-log) or 'off'.",
-        value="MODE", choices=("off", "calls", "writes", "all")),
-    Opt(long="--verbose", dest="verbose", help="Say which layers were enforced and what was adjusted; list every refusal.",
-        short="-v"),
-    Opt(long="--quiet", dest="quiet", help="Do not print refusals (a line per refused host, the end-of-run summary), "
-        "nor hints (errors still print; the audit log keeps every refusal).", short="-q"),
-)
 _BY_NAME = {o.long: o for o in EXEC_OPTIONS} | {o.short: o for o in EXEC_OPTIONS if o.short}
 
 
@@ -189,7 +117,8 @@ def _request(parsed: dict[str, Any]) -> ExecRequest:
         strict=bool(parsed["strict"]), dry_run=bool(parsed["dry_run"]),
         publish=tuple(parsed["publish"]),
         audit_log=parsed["audit_log"], verbose=bool(parsed["verbose"]), quiet=bool(parsed["quiet"]),
-        summary=parsed["summary"], learn=parsed["learn"], observe=parsed["observe"])
+        summary=parsed["summary"], learn=parsed["learn"], observe=parsed["observe"],
+        ask=bool(parsed["ask"]), ask_timeout=parsed["ask_timeout"], control_fd=parsed["control_fd"])
 
 
 def fail(err: SafeboxError) -> NoReturn:
@@ -244,12 +173,24 @@ def _exit_now(rc: int) -> None:
     os._exit(rc)
 
 
+def _chdir(path: str) -> None:
+    """``exec --chdir DIR``: DIR becomes the working directory, before anything
+    is resolved against it (it is the work dir, a write root)."""
+    try:
+        os.chdir(path)
+    except OSError as e:
+        raise SafeboxError(f"exec: --chdir {path}: {e.strerror}",
+                           hint="give an existing directory (safebox mcp wrap creates each server's)") from None
+
+
 def _run_exec(parsed: dict[str, Any]) -> int:
     # ripgrep's walk of the working directory starts before the runner (and
     # everything it imports) is loaded; the runner adopts it.
     from safebox import _prescan
     from safebox.builder.resolve import prestart
 
+    if parsed.get("chdir"):
+        _chdir(parsed["chdir"])
     prescan: dict[tuple[str, int], Any] = {}
     if not parsed["dry_run"]:
         try:
@@ -274,8 +215,10 @@ def _policy_show(policy_files: tuple[str, ...], presets: tuple[str, ...], as_jso
     import click
 
     from safebox.policy.defaults import credential_env
+    from safebox.policy.document import policy_document
     from safebox.policy.layers import replaced_values
-    from safebox.policy.load import Context, Flags, merge, policy_document, read_layers, state_dir
+    from safebox.policy.load import Context, Flags, read_layers, state_dir
+    from safebox.policy.merge import merge
     from safebox.policy.presets import describe
     from safebox.run.host import home as _host_home
 
@@ -361,7 +304,8 @@ def _policy_check(file: str) -> int:
     """``safebox policy check``: validate one policy file."""
     import click
 
-    from safebox.policy.load import Layer, _read_file, parse_document, validate_layer
+    from safebox.policy.load import Layer, _read_file, parse_document
+    from safebox.policy.validate import validate_layer
 
     try:
         raw = _read_file(file)
@@ -377,7 +321,8 @@ def _policy_check(file: str) -> int:
 def _read_policy(file: str) -> dict[str, Any]:
     """One policy file, validated, as its document (defaults left out)."""
     from safebox.errors import PolicyError
-    from safebox.policy.load import Layer, _read_file, parse_document, validate_layer
+    from safebox.policy.load import Layer, _read_file, parse_document
+    from safebox.policy.validate import validate_layer
 
     try:
         raw = _read_file(file)
@@ -527,6 +472,134 @@ def _add_policy_commands(app: click.Group) -> None:
         sys.exit(_guarded(_policy_diff, old, new, as_json))
 
 
+def _mcp(file: str, *, unwrap: bool, dry_run: bool, servers: tuple[str, ...], **kw: Any) -> int:
+    """``safebox mcp wrap|unwrap``: rewrite an MCP client config (safebox/mcpwrap.py)."""
+    from safebox import mcpwrap
+    from safebox.policy.load import user_config_dir
+    from safebox.run.host import home as _host_home
+
+    path = os.path.abspath(file)
+    if not dry_run:
+        from safebox.builder.resolve import WRITE_ROOTS, read_write_roots
+        from safebox.hostio import refuse_planted_links
+        from safebox.policy.load import state_dir
+
+        # A project's .mcp.json may lie where earlier sandboxed commands wrote (as `policy merge -o` checks);
+        # not the current directory as such: a client's config under a dotfile manager's ~/.config link is
+        # no sandbox's doing unless a run had it as a write root.
+        earlier = tuple(read_write_roots(os.path.join(state_dir(_host_home(os.environ)), WRITE_ROOTS)))
+        refuse_planted_links(path, earlier, what=f"mcp {'unwrap' if unwrap else 'wrap'}")
+    text, mode = mcpwrap.read(path)
+    if unwrap:
+        new, outcomes = mcpwrap.unwrap_text(text, only=servers, name=file)
+    else:
+        home = _host_home(os.environ)
+
+        def absolute(p: str) -> str:  # the client starts safebox elsewhere: no path relative to here
+            return p if p.startswith(("/", "~")) else os.path.abspath(p)
+
+        opts = mcpwrap.WrapOptions(
+            safebox=kw["safebox"] or _this_safebox(), state=mcpwrap.state_dir(os.environ, home),
+            config=os.path.join(user_config_dir(home), "mcp"),
+            policy_files=tuple(map(absolute, kw["policy_files"])), presets=kw["presets"],
+            allow_read=tuple(map(absolute, kw["allow_read"])), allow_write=tuple(map(absolute, kw["allow_write"])),
+            deny_read=tuple(map(absolute, kw["deny_read"])), allow_domains=kw["allow_domains"],
+            deny_domains=kw["deny_domains"], work_dir=absolute(kw["work_dir"]) if kw["work_dir"] else None,
+            audit_log=absolute(kw["audit_log"]) if kw["audit_log"] else None, auto_presets=not kw["no_auto_preset"])
+        _check_wrap_policy(opts, home)
+        new, outcomes = mcpwrap.wrap_text(text, opts, only=servers, name=file)
+    out = sys.stderr if dry_run else sys.stdout
+    for o in outcomes:
+        out.write(f"{o.name}: {o.action}" + (f": {o.detail}" if o.detail else "") + "\n")
+    if dry_run:
+        sys.stdout.write(mcpwrap.diff(file, text, new))
+        return 0
+    mcpwrap.prepare(outcomes)
+    if new != text:
+        mcpwrap.write(path, new, mode)
+        out.write(f"{file}: written ({sum(o.action in ('wrapped', 'unwrapped') for o in outcomes)} server(s) "
+                  f"changed); restart the client to apply\n")
+    else:
+        out.write(f"{file}: nothing to change\n")
+    sys.stdout.flush()
+    return 0
+
+
+def _check_wrap_policy(opts: Any, home: str) -> None:
+    """Refuse now what each wrapped server's ``safebox exec`` would refuse at
+    every start (an unknown preset, a bad domain, a policy file that does not
+    validate): a client shows a server that exits 125 only in its logs."""
+    from safebox.policy.defaults import credential_env
+    from safebox.policy.load import Context, Flags, read_layers
+    from safebox.policy.merge import merge
+
+    ctx = Context(cwd=os.path.realpath(os.getcwd()), home=home, credential_env=credential_env(os.environ))
+    flags = Flags(allow_write=opts.allow_write, deny_read=opts.deny_read, allow_read=opts.allow_read,
+                  allow_domains=opts.allow_domains, deny_domains=opts.deny_domains,
+                  presets=(*opts.presets, "npm", "pip") if opts.auto_presets else opts.presets)
+    merge(read_layers(ctx, policy_files=opts.policy_files, flags=flags), ctx)
+
+
+def _this_safebox() -> str:
+    """The absolute path of this safebox, for a client whose PATH may not find it."""
+    import shutil
+
+    me = os.path.abspath(sys.argv[0]) if os.path.basename(sys.argv[0]) == "safebox" else None
+    return me if me and os.access(me, os.X_OK) else (shutil.which("safebox") or "safebox")
+
+
+def _add_mcp_commands(app: click.Group) -> None:
+    """``safebox mcp wrap|unwrap``."""
+    import click
+
+    @app.group("mcp")
+    def mcp_grp() -> None:
+        """Run the MCP servers of a client config (Claude Desktop, Claude Code, Cursor, VS Code)
+        under safebox exec (docs/agents.md)."""
+
+    server_opt = click.option("--server", "servers", metavar="NAME", multiple=True,
+                              help="Only the server NAME (repeatable; default: every server in FILE).")
+    dry_opt = click.option("--dry-run", is_flag=True, help="Print the change as a unified diff; write nothing.")
+
+    @mcp_grp.command("wrap")
+    @click.argument("file", type=click.Path(dir_okay=False))
+    @server_opt
+    @dry_opt
+    @click.option("-p", "--policy", "policy_files", metavar="FILE", multiple=True,
+                  help="A policy file for the servers, as exec --policy (repeatable).")
+    @click.option("--preset", "presets", metavar="NAME", multiple=True,
+                  help="Also this preset (npx servers get npm and uvx ones pip by themselves).")
+    @click.option("--allow-read", metavar="PATH", multiple=True, help="As exec --allow-read (repeatable).")
+    @click.option("--allow-write", metavar="PATH", multiple=True,
+                  help="As exec --allow-write: e.g. the directories a filesystem server serves (repeatable).")
+    @click.option("--deny-read", metavar="PATH", multiple=True, help="As exec --deny-read (repeatable).")
+    @click.option("--allow-domain", "allow_domains", metavar="DOMAIN", multiple=True,
+                  help="As exec --allow-domain: a host the servers may reach (repeatable).")
+    @click.option("--deny-domain", "deny_domains", metavar="DOMAIN", multiple=True,
+                  help="As exec --deny-domain (repeatable).")
+    @click.option("--work-dir", metavar="DIR",
+                  help="The servers' work dir (writable) instead of one of their own under "
+                       "$XDG_STATE_HOME/safebox/mcp/NAME/work.")
+    @click.option("--audit-log", metavar="FILE",
+                  help="Their audit log instead of $XDG_STATE_HOME/safebox/mcp/NAME/audit.jsonl.")
+    @click.option("--no-auto-preset", is_flag=True, help="Do not add --preset npm to npx servers, pip to uvx ones.")
+    @click.option("--safebox", metavar="PATH", help="The safebox the client runs (default: this one).")
+    def mcp_wrap(file: str, servers: tuple[str, ...], dry_run: bool, **kw: Any) -> None:
+        """Rewrite FILE so that each stdio MCP server runs under safebox exec, in a work dir
+        of its own, with an audit log. Remote (http) servers are left alone and reported.
+        A server already wrapped is left as it is unless --server names it (its options are
+        then replaced). Only each server's command and args change; unwrap undoes it."""
+        sys.exit(_guarded(lambda: _mcp(file, unwrap=False, dry_run=dry_run, servers=servers, **kw)))
+
+    @mcp_grp.command("unwrap")
+    @click.argument("file", type=click.Path(dir_okay=False))
+    @server_opt
+    @dry_opt
+    def mcp_unwrap(file: str, servers: tuple[str, ...], dry_run: bool) -> None:
+        """Give each wrapped server in FILE its own command line back, as it was before wrap."""
+        sys.exit(_guarded(lambda: _mcp(file, unwrap=True, dry_run=dry_run, servers=servers)))
+
+
 def _click_app() -> click.Group:
     import click
 
@@ -585,6 +658,8 @@ def _click_app() -> click.Group:
         sys.exit(doctor.main(["--json"] if as_json else [], helper_path=Path(find_helper()), standalone=False))
 
     _add_policy_commands(app)
+
+    _add_mcp_commands(app)
 
     @app.command("report")
     @click.argument("logs", nargs=-1, required=True, type=click.Path(dir_okay=False))

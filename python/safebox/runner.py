@@ -59,6 +59,14 @@ class ExecRequest(Frozen):
     learn: str | None = None  # --learn OUT: any public host; the suggested policy goes to OUT
     summary: str | None = None  # --summary FILE: append this run's Markdown report
     observe: str | None = None  # --observe: off, calls, writes, all; None: calls, or all with --audit-log
+    ask: bool = False  # --ask: put hosts no entry allows to the user on /dev/tty (prompt.py)
+    ask_timeout: str | None = None  # --ask-timeout SECONDS
+    control_fd: str | None = None  # --control-fd N: live network lists (control.py)
+
+
+#: The request's fields a session takes as they are: every one both records
+#: name (written once, in each record, not a third time here).
+_PASSED_ON = tuple(f for f in Options.__fields__ if f in ExecRequest.__fields__)
 
 
 def say(msg: str) -> None:
@@ -103,7 +111,8 @@ def run(req: ExecRequest, *, prescan: dict[tuple[str, int], Any] | None = None) 
     arrived before the sandbox was spawned, after undoing the start-up."""
     if not req.command:
         raise RunError("no command given (usage: safebox exec [OPTIONS] -- COMMAND [ARGS]...)")
-    _signals.catch()  # 1. the cli did already; run() called otherwise must not lose one either
+    # The cli caught them already; run() called otherwise must not lose one either.
+    _signals.catch()  # 1.
     flags = req.flags.replace(strict=True) if req.strict and not req.flags.strict else req.flags
 
     ran_under: list[dict[str, Any]] = []  # --learn: the policy the run ran under, as one document
@@ -119,11 +128,14 @@ def run(req: ExecRequest, *, prescan: dict[tuple[str, int], Any] | None = None) 
             return policy
         return load_cached(ctx, policy_files=req.policy_files, flags=flags, cache_dir=cache_dir)
 
-    opts = Options(strict=req.strict, without=req.without, dry_run=req.dry_run, audit_log=req.audit_log,
-                   verbose=req.verbose, publish=req.publish, quiet=req.quiet, learn=req.learn, summary=req.summary,
-                   observe=req.observe, policy_files=req.policy_files, cli=True,
+    runtime = None
+    if req.ask or req.control_fd is not None or req.ask_timeout is not None:
+        from safebox.prompt import exec_runtime
+
+        runtime = exec_runtime(ask=req.ask, ask_timeout=req.ask_timeout, control_fd=req.control_fd, say=say)
+    opts = Options(**{f: getattr(req, f) for f in _PASSED_ON}, cli=True,
                    learn_base=(lambda: ran_under[-1]) if req.learn else None,
-                   enforce_argv=enforce_argv(req) if req.learn else ())
+                   enforce_argv=enforce_argv(req) if req.learn else (), runtime=runtime)
     with Session(load, opts=opts, say=say) as session:  # 2.
         command = session.command(req.command, prescan=prescan)
         text = command.prepare()  # 3.

@@ -22,7 +22,11 @@ for w in "$P"/wheels/*.whl; do
   "$PY" -c 'import sys, zipfile; zipfile.ZipFile(sys.argv[1]).extractall(sys.argv[2])' "$w" "$SITE"
 done
 chmod 755 "$SITE"/safebox/_bin/* 2>/dev/null
-export PATH="$P/bin:$PATH" LD_LIBRARY_PATH="$P/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+# The tools run through their own loader (bin/*); only libseccomp is added to
+# the search path, and only if that machine lacks one: this machine's libc
+# must never reach that machine's programs (python3, nvidia-smi).
+export PATH="$P/bin:$PATH"
+ldconfig -p | grep -q 'libseccomp.so.2 ' || export LD_LIBRARY_PATH="$P/seccomp${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 SB=("$PY" -I -c "import sys; sys.path.insert(0, '$SITE'); from safebox.cli import main; sys.argv[0] = 'safebox'; main()")
 WORK=$(mktemp -d /var/tmp/safebox-gpu-work.XXXXXX)
 cp "$ROOT/tests/gpu/matmul.py" "$WORK/"
@@ -31,27 +35,35 @@ cd "$WORK" || exit 2
 echo "== $(date -u +%FT%TZ) $(uname -r); driver $(nvidia-smi --query-gpu=driver_version --format=csv,noheader | head -1)"
 nvidia-smi -L
 ls -l /dev/nvidia* /dev/dri 2>/dev/null
-"${SB[@]}" doctor | grep -E "gpu|bwrap|landlock|helper"
+"${SB[@]}" doctor
 fail=0
-row() {  # name, expect (ok|fail), command...
+row() {  # name, expect (ok | fail | rc=N: that exit status exactly), command...
   local name=$1 expect=$2; shift 2
   local t0 t1 out rc
   t0=$EPOCHREALTIME; out=$("$@" 2>&1); rc=$?; t1=$EPOCHREALTIME
   local got=ok; [ "$rc" -ne 0 ] && got=fail
+  case $expect in rc=*) got=rc=$rc ;; esac
   local mark=PASS; [ "$got" != "$expect" ] && { mark=FAIL; fail=1; }
   printf '%-44s %-4s rc=%-3s %6.2fs  %s\n' "$name" "$mark" "$rc" "$(awk "BEGIN {print $t1 - $t0}")" "$(echo "$out" | tail -1)"
+  [ "$mark" = FAIL ] && echo "$out" | tail -8 | sed 's/^/      | /' 
 }
 row "outside: nvidia-smi -L" ok nvidia-smi -L
 row "outside: matmul" ok "$PY" matmul.py
+echo '{"network": {"allowAllUnixSockets": true}}' > "$WORK/all-unix.json"
+row "safebox --allow-gpu (helper-only), no key" rc=125 "${SB[@]}" exec --allow-gpu --without bwrap -- nvidia-smi -L
 for mode in both helper-only bwrap-only; do
-  case $mode in both) w=() ;; helper-only) w=(--without bwrap) ;; bwrap-only) w=(--without helper) ;; esac
+  # Without bubblewrap no host socket can be hidden, and CUDA needs unix
+  # sockets: --allow-gpu there takes network.allowAllUnixSockets (docs/gpu.md).
+  case $mode in both) w=() ;; helper-only) w=(--without bwrap -p "$WORK/all-unix.json") ;; bwrap-only) w=(--without helper) ;; esac
   row "safebox --allow-gpu ($mode): nvidia-smi -L" ok "${SB[@]}" exec --allow-gpu "${w[@]}" -- nvidia-smi -L
   row "safebox --allow-gpu ($mode): matmul" ok "${SB[@]}" exec --allow-gpu "${w[@]}" -- "$PY" matmul.py
 done
 row "safebox --allow-gpu=0 (both): matmul" ok "${SB[@]}" exec --allow-gpu=0 -- "$PY" matmul.py
 row "safebox, no flag (both): nvidia-smi -L" fail "${SB[@]}" exec -- nvidia-smi -L
-row "safebox, no flag (both): matmul" fail "${SB[@]}" exec -- "$PY" matmul.py
-row "safebox, no flag (helper-only): matmul" fail "${SB[@]}" exec --without bwrap -- "$PY" matmul.py
+# matmul.py exits 2 when torch loads but CUDA is unavailable: the refusal
+# is the device's absence, not some other failure (3: no torch at all).
+row "safebox, no flag (both): matmul" rc=2 "${SB[@]}" exec -- "$PY" matmul.py
+row "safebox, no flag (helper-only): matmul" rc=2 "${SB[@]}" exec --without bwrap -- "$PY" matmul.py
 echo "== $([ $fail -eq 0 ] && echo 'every expectation held' || echo 'SOME EXPECTATION FAILED')"
 rm -rf "$SITE" "$WORK"
 exit $fail

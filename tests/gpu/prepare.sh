@@ -24,5 +24,8 @@ for tool in bwrap socat rg; do
     "$tool" > "$P/bin/$tool"
   chmod 755 "$P/bin/$tool"
 done
-cp -L "$(ldconfig -p | awk '/libseccomp.so.2 / {print $NF; exit}')" "$P/lib/"
+# libseccomp alone in its own folder: that one goes on LD_LIBRARY_PATH there
+# (pyseccomp loads it), where this machine's libc must never be found.
+mkdir -p "$P/seccomp"
+cp -L "$(ldconfig -p | awk '/libseccomp.so.2 / {print $NF; exit}')" "$P/seccomp/"
 du -sh "$P"

@@ -36,6 +36,16 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	buf[n] = '\0';
 	if (nt_cstring(buf, n + 1) < 0)
 		abort();
+	{
+		long pid = 0, tid = 0;
+
+		if (nt_comm_path(buf, &pid, &tid) == 0 &&
+		    (pid < 0 || pid > NT_MAX_PID || tid < -1 || tid > NT_MAX_PID || strncmp(buf, "/proc/", 6) != 0 ||
+		     strstr(buf, "comm") == NULL || strstr(buf, "..") || strstr(buf, "//")))
+			abort();
+		if (nt_status_last((const char *)data, size, "NSpid") > NT_MAX_PID)
+			abort();
+	}
 	len = nt_join("/base/dir", buf, out, sizeof(out));
 	if (len >= 0) {
 		if (out[0] != '/' || (size_t)len != strlen(out) || strstr(out, "//") || strstr(out, "/./") ||

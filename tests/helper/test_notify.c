@@ -219,8 +219,66 @@ static void check_hex(void)
 	ok(nt_hex(out, sizeof(out), &len, "abcd") < 0 && len == 0, "hex that does not fit");
 }
 
+static void check_comm_path(void)
+{
+	static const struct {
+		const char *path;
+		int rc;
+		long pid, tid;
+	} rows[] = {
+		{ "/proc/self/task/3/comm", 0, 0, 3 },
+		{ "/proc/42/task/43/comm", 0, 42, 43 },
+		{ "/proc/thread-self/comm", 0, 0, 0 },
+		{ "/proc/self/comm", 0, 0, -1 },
+		{ "/proc/7/comm", 0, 7, -1 },
+		{ "/proc/4194304/task/4194304/comm", 0, 4194304, 4194304 },
+		{ "/proc/4194305/comm", -1, 0, 0 },
+		{ "/proc/self/task/03/comm", -1, 0, 0 },
+		{ "/proc/self/task/0/comm", -1, 0, 0 },
+		{ "/proc/self/task/-1/comm", -1, 0, 0 },
+		{ "/proc/self/task/3/comm/", -1, 0, 0 },
+		{ "/proc/self/task/3//comm", -1, 0, 0 },
+		{ "/proc/self/task/3/../3/comm", -1, 0, 0 },
+		{ "/proc/self/task/3/attr/current", -1, 0, 0 },
+		{ "/proc/self/task/3/mem", -1, 0, 0 },
+		{ "/proc/self/task/comm", -1, 0, 0 },
+		{ "/proc//self/comm", -1, 0, 0 },
+		{ "/proc/sys/kernel/comm", -1, 0, 0 },
+		{ "proc/self/comm", -1, 0, 0 },
+		{ "/proc/self/task/3/commx", -1, 0, 0 },
+		{ "/proc/thread-self/task/3/comm", -1, 0, 0 },
+		{ "", -1, 0, 0 },
+	};
+	size_t i;
+
+	for (i = 0; i < sizeof(rows) / sizeof(rows[0]); i++) {
+		long pid = 99, tid = 99;
+		int rc = nt_comm_path(rows[i].path, &pid, &tid);
+		char name[96];
+
+		snprintf(name, sizeof(name), "comm path '%s'", rows[i].path);
+		ok(rc == rows[i].rc && (rc != 0 || (pid == rows[i].pid && tid == rows[i].tid)), name);
+	}
+}
+
+static void check_status_last(void)
+{
+	static const char st[] = "Name:\tpython3\nTgid:\t5102\nNgid:\t0\nPid:\t5104\n"
+				 "NStgid:\t5102\t2\nNSpid:\t5104\t3\nBad:\t1x\n";
+
+	ok(nt_status_last(st, sizeof(st) - 1, "NSpid") == 3, "status: the innermost NSpid");
+	ok(nt_status_last(st, sizeof(st) - 1, "NStgid") == 2, "status: the innermost NStgid");
+	ok(nt_status_last(st, sizeof(st) - 1, "Tgid") == 5102, "status: a one-value line");
+	ok(nt_status_last(st, sizeof(st) - 1, "Ngid") == -1, "status: zero is no id");
+	ok(nt_status_last(st, sizeof(st) - 1, "Bad") == -1, "status: a malformed value");
+	ok(nt_status_last(st, sizeof(st) - 1, "NS") == -1, "status: a key's prefix is not the key");
+	ok(nt_status_last(st, 20, "Pid") == -1, "status: nothing past LEN is read");
+}
+
 int main(void)
 {
+	check_comm_path();
+	check_status_last();
 	check_table();
 	check_join();
 	check_decide();

@@ -10,14 +10,13 @@ reached by an allowed name (``localhost`` with allowLocalDestinations).
 
 from __future__ import annotations
 
-import http.server
 import json
-import threading
 from collections.abc import Iterator
 
 import pytest
 
 import safebox
+from netservers import start_origin, stop_origin
 from sbx import BWRAP_ONLY, HELPER_ONLY, FakeHome, token
 
 pytestmark = pytest.mark.needs_bwrap
@@ -32,25 +31,11 @@ def line(host: str, port: int, fix: str) -> str:
             "same way.")
 
 
-class _Ok(http.server.BaseHTTPRequestHandler):
-    def do_GET(self) -> None:  # noqa: N802
-        self.send_response(200)
-        self.send_header("Content-Length", "3")
-        self.end_headers()
-        self.wfile.write(b"ok\n")
-
-    def log_message(self, *args: object) -> None:
-        pass
-
-
 @pytest.fixture(scope="module")
 def server() -> Iterator[int]:
-    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Ok)
-    srv.daemon_threads = True
-    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    srv = start_origin(body=b"ok\n")
     yield srv.server_address[1]
-    srv.shutdown()
-    srv.server_close()
+    stop_origin(srv)
 
 
 def policy(home: FakeHome) -> list[str]:
@@ -73,7 +58,7 @@ def test_a_refused_plain_http_request_gets_a_403_that_says_why_in_one_line(share
     assert f"safebox: refused HTTP to pypi.org:{server}" in r.stderr and "--allow-domain pypi.org" in r.stderr
     # Control: an allowed name through the same proxy gets the server's answer.
     r = shared_home.run(["curl", "-sS", "-D", "-", "--max-time", "20", f"http://localhost:{server}/"], opts=opts)
-    assert r.returncode == 0 and r.stdout.startswith("HTTP/1.0 200") and "X-Safebox" not in r.stdout, r.stdout
+    assert r.returncode == 0 and r.stdout.startswith("HTTP/1.1 200") and "X-Safebox" not in r.stdout, r.stdout
 
 
 def test_a_refused_connect_gets_the_header_too(shared_home: FakeHome, server: int) -> None:

@@ -110,6 +110,7 @@ def test_commands_run_from_many_threads_in_one_sandbox_and_in_ten_sandboxes_at_o
     assert shared == [f"{i}\n".encode() for i in range(16)]
 
 
+@pytest.mark.serial  # four half-second sleeps must overlap within a time bound
 def test_asyncio_runs_and_streams_commands_concurrently(shared_home: FakeHome) -> None:
     async def main() -> tuple[list[int], bytes]:
         with sandbox(shared_home) as sb:

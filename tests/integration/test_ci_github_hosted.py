@@ -37,7 +37,8 @@ import pytest
 from ciuser import CiUser, ci_user, install_root
 from sbx import PATH, REPO, missing, token
 
-pytestmark = pytest.mark.needs_bwrap
+# serial: useradd and userdel take the host's passwd lock, one at a time.
+pytestmark = [pytest.mark.needs_bwrap, pytest.mark.serial]
 
 JS_YAML = REPO / ".tools" / "node_modules" / "js-yaml"
 WHEELHOUSE = REPO / ".tools" / "wheelhouse"

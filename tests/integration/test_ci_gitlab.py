@@ -18,7 +18,8 @@ import pytest
 from ciuser import CiUser, ci_user, install_root
 from sbx import PATH, REPO, SAFEBOX, FakeHome, missing, token
 
-pytestmark = pytest.mark.needs_bwrap
+# serial: useradd and userdel take the host's passwd lock, one at a time.
+pytestmark = [pytest.mark.needs_bwrap, pytest.mark.serial]
 
 TEMPLATE = REPO / "ci" / "gitlab" / "safebox.gitlab-ci.yml"
 GCL = REPO / ".tools" / "node_modules" / ".bin" / "gitlab-ci-local"

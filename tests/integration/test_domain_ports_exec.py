@@ -6,13 +6,13 @@ path (HTTP, CONNECT, SOCKS5). Loopback only."""
 
 from __future__ import annotations
 
-import http.server
 import json
-import threading
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
+from netservers import start_origin, stop_origin
 from sbx import FakeHome, token
 
 pytestmark = pytest.mark.needs_bwrap
@@ -20,34 +20,24 @@ pytestmark = pytest.mark.needs_bwrap
 SOCKS = ["-x", "socks5h://127.0.0.1:1080"]
 
 
-class _Hits(http.server.BaseHTTPRequestHandler):
-    hits: list[tuple[int, str]] = []
+#: The two origins of the module, by port (netservers: each records what it received).
+_ORIGINS: dict[int, Any] = {}
 
-    def do_GET(self) -> None:  # noqa: N802
-        port = self.server.server_address[1]
-        type(self).hits.append((port, self.path))
-        body = f"served-by-{port}".encode()
-        self.send_response(200)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
 
-    def log_message(self, *args: object) -> None:
-        pass
+def _hits(port: int) -> list[str]:
+    return [s.path for s in _ORIGINS[port].seen]
 
 
 @pytest.fixture(scope="module")
 def two_ports() -> Iterator[tuple[int, int]]:
-    servers = []
-    for _ in range(2):
-        srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Hits)
-        srv.daemon_threads = True
-        threading.Thread(target=srv.serve_forever, daemon=True).start()
-        servers.append(srv)
+    servers = [start_origin(), start_origin()]
+    for srv in servers:
+        port = srv.server_address[1]
+        srv.body = f"served-by-{port}".encode()
+        _ORIGINS[port] = srv
     yield servers[0].server_address[1], servers[1].server_address[1]
     for srv in servers:
-        srv.shutdown()
-        srv.server_close()
+        stop_origin(srv)
 
 
 def _policy(home: FakeHome, network: dict[str, object]) -> list[str]:
@@ -72,7 +62,7 @@ def test_the_same_host_on_another_port_is_refused_with_the_reason(shared_home: F
                                                                   two_ports: tuple[int, int]) -> None:
     good, other = two_ports
     opts = _policy(shared_home, {"allowedDomains": [f"localhost:{good}"]})
-    before = [h for h in _Hits.hits if h[0] == other]
+    before = _hits(other)
     r = _curl(shared_home, ["-D", "/dev/stderr"], f"http://localhost:{other}/no", opts)
     assert r.returncode == 0 and "403 Forbidden" in r.stderr, r.stderr
     assert r.stdout == (f"safebox refused localhost:{other} by network.allowedDomains: localhost port {other} is "
@@ -85,7 +75,7 @@ def test_the_same_host_on_another_port_is_refused_with_the_reason(shared_home: F
     assert r.returncode == 56 and "CONNECT tunnel failed, response 403" in r.stderr
     r = _curl(shared_home, SOCKS, f"http://localhost:{other}/no", opts)
     assert r.returncode == 97, r.stderr
-    assert [h for h in _Hits.hits if h[0] == other] == before  # nothing reached the other server
+    assert _hits(other) == before  # nothing reached the other server
 
 
 def test_control_without_a_port_the_entry_covers_every_port(shared_home: FakeHome,

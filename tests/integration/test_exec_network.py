@@ -20,15 +20,14 @@ hang.
 
 from __future__ import annotations
 
-import http.server
 import json
 import subprocess
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from netservers import Seen, start_origin, stop_origin
 from sbx import BOTH, EACCES, ECONNREFUSED, EPERM, HELPER_ONLY, SAFEBOX, FakeHome, host, token, wait_for
 
 pytestmark = pytest.mark.needs_bwrap
@@ -37,32 +36,23 @@ SOCKS = ["-x", "socks5h://127.0.0.1:1080"]
 PATHS = {"http": [], "connect": ["-p"], "socks5": SOCKS}
 
 
-class _Server(http.server.BaseHTTPRequestHandler):
-    body = b""
-    hits: list[str] = []
+#: What the module's origin received (netservers.Seen), for the tests that
+#: check nothing reached it.
+_SEEN: list[Seen] = []
 
-    def do_GET(self) -> None:  # noqa: N802
-        type(self).hits.append(self.path)
-        self.send_response(200)
-        self.send_header("Content-Length", str(len(self.body)))
-        self.end_headers()
-        self.wfile.write(self.body)
 
-    def log_message(self, *args: object) -> None:
-        pass
+def _hits() -> list[str]:
+    return [s.path for s in _SEEN]
 
 
 @pytest.fixture(scope="module")
 def server() -> Iterator[tuple[int, str]]:
     """(port, body) of an HTTP server on 127.0.0.1."""
     body = f"hello-{token()}"
-    _Server.body = body.encode()
-    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Server)
-    srv.daemon_threads = True
-    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    srv = start_origin(body=body.encode())
+    srv.seen = _SEEN
     yield srv.server_address[1], body
-    srv.shutdown()
-    srv.server_close()
+    stop_origin(srv)
 
 
 def policy(home: FakeHome, network: dict[str, object]) -> list[str]:
@@ -129,7 +119,7 @@ def test_a_denied_domain_wins_over_an_allowed_one(shared_home: FakeHome, server:
     opts = policy(shared_home, {**LOCAL, "deniedDomains": ["localhost"]})
     r = curl(shared_home, [], f"http://localhost:{port}/", opts=opts)
     assert "network.deniedDomains" in r.stdout and r.stdout.startswith("safebox refused localhost:")
-    assert _Server.hits.count("/") == 0
+    assert _hits().count("/") == 0
 
 
 @pytest.mark.parametrize("path", list(PATHS))
@@ -145,7 +135,7 @@ def test_a_star_in_denied_domains_refuses_every_host_with_the_documented_reason(
     opts = policy(shared_home, {**network, "deniedDomains": ["*"]})
     checked = subprocess.run([str(SAFEBOX), "policy", "check", opts[1]], capture_output=True, text=True, check=False)
     assert (checked.returncode, checked.stdout) == (0, f"{opts[1]}: ok\n"), checked.stderr
-    before = len(_Server.hits)
+    before = len(_hits())
     for host_ in ("localhost", "127.0.0.1"):  # a name and a listed IP literal alike
         r = curl(shared_home, PATHS[path] if path != "http" else ["-D", "/dev/stderr"],
                  f"http://{host_}:{port}/{path}", opts=opts)
@@ -159,7 +149,7 @@ def test_a_star_in_denied_domains_refuses_every_host_with_the_documented_reason(
             assert r.returncode == 56 and "CONNECT tunnel failed, response 403" in r.stderr, r.stderr
         else:
             assert r.returncode == 97 and "SOCKS5" in r.stderr and "(2)" in r.stderr, r.stderr
-    assert len(_Server.hits) == before
+    assert len(_hits()) == before
 
 
 def test_a_star_in_allowed_domains_is_refused_alike_by_policy_check_and_exec(shared_home: FakeHome) -> None:
@@ -183,7 +173,7 @@ def test_an_allowed_name_resolving_to_loopback_needs_allow_local_destinations(
         shared_home: FakeHome, server: tuple[int, str], path: str) -> None:
     port, _ = server
     opts = policy(shared_home, {"allowedDomains": ["localhost"]})
-    before = len(_Server.hits)
+    before = len(_hits())
     r = curl(shared_home, PATHS[path], f"http://localhost:{port}/{path}", opts=opts)
     if path == "http":
         assert r.returncode == 0
@@ -195,7 +185,7 @@ def test_an_allowed_name_resolving_to_loopback_needs_allow_local_destinations(
         assert r.returncode == 56 and "response 403" in r.stderr
     else:
         assert r.returncode == 97
-    assert len(_Server.hits) == before
+    assert len(_hits()) == before
 
 
 def test_without_an_allowed_domain_nothing_reaches_the_network(shared_home: FakeHome,

@@ -9,40 +9,25 @@ Against the real kernel, bwrap, helper and proxy; the server listens on
 
 from __future__ import annotations
 
-import http.server
 import json
 import shlex
 import subprocess
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from netservers import start_origin, stop_origin
 from sbx import SAFEBOX, FakeHome, host
 
 pytestmark = pytest.mark.needs_bwrap
 
 
-class _Handler(http.server.BaseHTTPRequestHandler):
-    def do_GET(self) -> None:  # noqa: N802
-        self.send_response(200)
-        self.send_header("Content-Length", "2")
-        self.end_headers()
-        self.wfile.write(b"ok")
-
-    def log_message(self, *args: object) -> None:
-        pass
-
-
 @pytest.fixture(scope="module")
 def server() -> Iterator[int]:
-    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
-    srv.daemon_threads = True
-    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    srv = start_origin(body=b"ok")
     yield srv.server_address[1]
-    srv.shutdown()
-    srv.server_close()
+    stop_origin(srv)
 
 
 def _get(port: int) -> str:

@@ -159,3 +159,26 @@ def test_a_home_under_tmp_is_no_reason_to_warn_about_the_private_tmp() -> None:
         assert w.stderr == _warned(f"--allow-write {base}", "a directory that holds your home directory", str(base))
     finally:
         shutil.rmtree(base, ignore_errors=True)
+
+
+def test_chdir_makes_another_directory_the_work_dir_and_the_callers_is_not_writable(fresh_home: FakeHome) -> None:
+    # `safebox mcp wrap` starts each server with --chdir: the client's own directory (a home) stays read-only.
+    other = fresh_home.root / "other"
+    other.mkdir()
+    ok = fresh_home.run(["sh", "-c", "pwd; echo x > here.txt"])  # control: the caller's directory is the work dir
+    assert ok.returncode == 0 and ok.stdout == f"{fresh_home.work}\n", ok.stderr
+    r = fresh_home.run(["sh", "-c", f"pwd; echo y > mine.txt; echo z > {fresh_home.work}/there.txt"],
+                       opts=["--chdir", str(other)])
+    assert r.returncode == 2 and r.stdout == f"{other}\n"  # sh: a redirection that fails
+    assert f"{fresh_home.work}/there.txt: Read-only file system" in r.stderr, r.stderr
+    assert (other / "mine.txt").read_text() == "y\n" and not (fresh_home.work / "there.txt").exists()
+
+
+def test_chdir_to_a_missing_directory_or_to_slash_is_refused(shared_home: FakeHome) -> None:
+    gone = shared_home.root / "no-such-dir"
+    r = shared_home.run(["true"], opts=["--chdir", str(gone)])
+    assert r.returncode == 125
+    assert r.stderr == (f"safebox: exec: --chdir {gone}: No such file or directory\n"
+                        "hint: give an existing directory (safebox mcp wrap creates each server's)\n"), r.stderr
+    slash = shared_home.run(["true"], opts=["-C", "/"])
+    assert slash.returncode == 125 and slash.stderr.startswith("safebox: the work dir / is a write root"), slash.stderr

@@ -311,3 +311,19 @@ def test_an_audit_log_with_a_second_name_in_the_work_dir_is_a_refusal(fresh_home
     assert r.stderr.startswith(f"safebox: cannot open audit log {log}: has 2 hard links; safebox will not use a "
                                "file linked elsewhere"), r.stderr
     assert "forged" not in log.read_text()
+
+
+@pytest.mark.parametrize("mode", MOUNT_MODES)
+def test_claude_desktops_mcp_servers_stay_read_only_with_the_config_dir_writable(fresh_home: FakeHome,
+                                                                               mode: str) -> None:
+    # claude_desktop_config.json's mcpServers are commands Claude Desktop
+    # starts on the host (docs/agents.md). Before: the append landed.
+    cfg = fresh_home.root / ".config" / "Claude" / "claude_desktop_config.json"
+    cfg.parent.mkdir(parents=True)
+    cfg.write_text('{"mcpServers": {}}\n')
+    other = fresh_home.root / ".config" / "other.json"
+    r = fresh_home.run(["sh", "-c", f"echo ok > {other}; echo evil >> {cfg}"], mode=mode,
+                       opts=["--allow-write", "~/.config"])
+    assert other.read_text() == "ok\n"  # control: the rest of ~/.config is writable
+    assert r.returncode != 0 and f"{cfg}: {WRITE_DENIED[mode]}" in r.stderr, r.stderr
+    assert cfg.read_text() == '{"mcpServers": {}}\n'

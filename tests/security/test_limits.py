@@ -257,6 +257,7 @@ def test_a_tmp_size_without_bwraps_private_tmp_is_refused(shared_home: FakeHome)
 
 
 @pytest.mark.parametrize("mode", [BOTH, HELPER_ONLY, BWRAP_ONLY])
+@pytest.mark.serial  # the elapsed time is bounded
 def test_a_command_past_its_wall_time_is_stopped_with_its_whole_tree_and_exit_status_124(
         fresh_home: FakeHome, mode: str) -> None:
     arg = unique_sleep_arg()
@@ -279,6 +280,7 @@ def test_a_command_past_its_wall_time_is_stopped_with_its_whole_tree_and_exit_st
     assert ok.returncode == 7 and "wallTime" not in ok.stderr
 
 
+@pytest.mark.serial  # the elapsed time is bounded
 def test_a_command_that_ignores_sigterm_is_killed_after_the_grace_period(shared_home: FakeHome) -> None:
     arg = unique_sleep_arg()
     # An ignored SIGTERM is inherited: the shell and both sleeps ignore it.

@@ -41,6 +41,9 @@ import pytest
 
 from sbx import BOTH, BWRAP_ONLY, HELPER_ONLY, FakeHome, kill_tree_by_arg, pids_with_arg, unique_sleep_arg, wait_for
 
+# serial: four starts at a time against a time bound each, which other tests beside it would stretch.
+pytestmark = pytest.mark.serial
+
 RUNS_PER_MODE = int(os.environ.get("SAFEBOX_SIGNAL_RUNS", "200"))
 POOL = 4
 SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)

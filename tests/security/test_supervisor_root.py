@@ -24,6 +24,9 @@ import pytest
 
 from sbx import BOTH, OWN_PROBES, FakeHome, compile_c, host, token
 
+# serial: the races count exchanges within a time window, which other tests beside it would stretch.
+pytestmark = pytest.mark.serial
+
 # Bounds of one race: the review found about 100 leaks in 30,000 tries on two
 # CPUs; the loop stops at whichever bound comes first.
 RACE_SECONDS = 8

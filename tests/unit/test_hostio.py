@@ -169,7 +169,7 @@ ALLOWED: dict[str, str] = {
     "builder/caches:_level": ("the preset caches: each level opened beneath the one above with "
                               "O_NOFOLLOW|O_DIRECTORY, type and owner checked with fstat"),
     "builder/helper_policy:write_policy_file": "the run dir, safebox's own, O_EXCL|O_NOFOLLOW",
-    "builder/resolve:host_unix_sockets": "/proc/net/unix",
+    "builder/sockets:host_unix_sockets": "/proc/net/unix",
     "builder/seccomp:libseccomp_identity": "/proc/self/maps",
     "cgroups:*": "/proc and cgroupfs",
     "ci:_ancestor_exes": "/proc/PID/stat",
@@ -184,7 +184,8 @@ ALLOWED: dict[str, str] = {
     "limits:*": "/proc, cgroupfs and markers in safebox's state",
     "mounter:*": "/proc/PID/ns/mnt",
     "netplan:*": "the run dir, safebox's own, O_EXCL|O_NOFOLLOW",
-    "policy/load:*": "the policy file the user named, read before the run; the cache in safebox's state",
+    "policy/sources:*": "the policy file the user named, read before the run",
+    "prompt:TerminalPrompt.__call__": "/dev/tty, the controlling terminal, O_NOCTTY; a fixed device path",
     "proxy/tls:*": "certificates safebox generated in its state dir",
     "run/host:*": "/proc/self/mountinfo",
     "run/protect:*": "the quarantine: parents resolved before the run and re-checked (run/protect.py)",

@@ -281,6 +281,26 @@ WRONG: list[tuple[str, object, str]] = [
     ("network.parentProxy", {"https": "http://p:99999"}, 'network.parentProxy.https = "http://p:99999": not a '
                                                          "proxy URL"),
     ("network.parentProxy", {"noProxy": ["a.com"]}, "network.parentProxy.noProxy: must be a string, not a list"),
+    # srt 0.0.83's network keys (policy/srtnet.py).
+    ("network.deniedResolvedAddresses", "10.0.0.0/8", "network.deniedResolvedAddresses: must be a list of IP "
+                                                      'addresses or CIDR ranges, not the string "10.0.0.0/8"'),
+    ("network.deniedResolvedAddresses", ["[fc00::]/7"], 'network.deniedResolvedAddresses[0] = "[fc00::]/7": '
+                                                        "'[fc00::]/7' is not an IP address or CIDR range"),
+    ("network.deniedResolvedAddresses", ["10.0.0.0/8", "fc00::/7", "192.0.2.7"], None),
+    ("network.deniedDomainReasons", ["x"], "network.deniedDomainReasons: must be a table/object whose values are "
+                                           "reasons (text), not a list"),
+    ("network.deniedDomainReasons", {"a.com": ""}, "network.deniedDomainReasons.a.com = \"\": a reason must be a "
+                                                   "non-empty string"),
+    ("network.strictAllowlist", "yes", 'network.strictAllowlist: must be true or false, not the string "yes"'),
+    ("network.requireHostMatch", 1, "network.requireHostMatch: must be true or false, not the number 1"),
+    ("network.refuseOpaqueTunnels", "no", 'network.refuseOpaqueTunnels: must be true or false, not the string "no"'),
+    ("network.stripResponseHeaders", ["set cookie"], 'network.stripResponseHeaders[0] = "set cookie": '
+                                                     "'set cookie' is not an HTTP header name"),
+    ("network.allowPlaintextHeaderSet", None, None),
+    ("network.allowPlaintextHeaderSet", "on", 'network.allowPlaintextHeaderSet: must be true or false, not the '
+                                              'string "on"'),
+    ("network.mitmProxy", {"socketPath": "/tmp/m.sock", "domains": ["a.com"]},
+     "network.mitmProxy: srt key not supported by safebox: safebox does not hand connections to another proxy"),
     ("credentials", [], "credentials: must be a table/object, not a list"),
     ("credentials.envVars", [{"name": "GH_TOKEN"}], "credentials.envVars[0].mode: must be"),
     ("credentials.envVars", [{"name": "GH TOKEN", "mode": "deny"}], 'credentials.envVars[0].name = "GH TOKEN": '

@@ -344,3 +344,31 @@ def test_a_fast_entry_whose_libseccomp_file_changed_is_a_miss(tmp_path: Path) ->
     upgraded = f"{path} {size} {int(mtime) + 1} {ino}".encode().hex().encode()  # same path, another mtime
     entry.write_bytes(b" ".join([*fields, upgraded]) + sep + body)
     assert bpf_cache._read(str(entry)) is None
+
+
+@pytest.mark.parametrize("inet", [InetMode.NONE, InetMode.ANY])
+def test_a_gpu_alone_turns_on_seqpacket_unix_sockets_only_and_the_program_agrees(inet: InetMode) -> None:
+    # CUDA's UVM descriptor server is SOCK_SEQPACKET (docs/gpu.md, "Unix
+    # sockets"); every other type stays refused, with the flags in any bits
+    # above the type (SOCK_NONBLOCK|SOCK_CLOEXEC) or junk in the upper 32.
+    program = seccomp.compile_program(allow_unix_sockets=True, allow_inet=inet, unix_seqpacket_only=True)
+    cloexec = 0o2000000
+    for sock_type, want in ((5, None), (5 | cloexec, None), (1, Action.EPERM), (2, Action.EPERM),
+                            (1 | cloexec, Action.EPERM), (1 << 32 | 1, Action.EPERM), (0, Action.EPERM),
+                            (15, Action.EPERM)):
+        args = (seccomp.AF_UNIX, sock_type, 0)
+        got = seccomp.decide("socket", args, allow_unix_sockets=True, allow_inet=inet, unix_seqpacket_only=True)
+        assert got == want, sock_type
+        assert run_bpf(program, nr=nr_of("socket"), args=args) == expected_ret(want), sock_type
+    # socketpair (pipes between the command's own processes) stays as it was.
+    assert seccomp.decide("socketpair", (seccomp.AF_UNIX, 1, 0), allow_unix_sockets=True, allow_inet=inet,
+                          unix_seqpacket_only=True) is None
+    # With the policy's own unix sockets (allowUnixSockets) every type is on.
+    assert seccomp.decide("socket", (seccomp.AF_UNIX, 1, 0), allow_unix_sockets=True, allow_inet=inet) is None
+
+
+def test_the_seqpacket_only_program_has_its_own_cache_key() -> None:
+    a = seccomp.cache_key(allow_unix_sockets=True, allow_inet=InetMode.ANY, libseccomp="2.5.4")
+    b = seccomp.cache_key(allow_unix_sockets=True, allow_inet=InetMode.ANY, libseccomp="2.5.4",
+                          unix_seqpacket_only=True)
+    assert a != b

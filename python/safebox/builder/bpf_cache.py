@@ -44,11 +44,12 @@ def _seccomp_module_file() -> str:
     return os.path.join(os.path.dirname(os.path.realpath(__file__)), "seccomp.py")
 
 
-def fast_key(*, allow_unix_sockets: bool, inet: str, observe: str = "off") -> str:
+def fast_key(*, allow_unix_sockets: bool, inet: str, observe: str = "off", unix_seqpacket_only: bool = False) -> str:
     """Key from cheap facts only: no import of the rule table."""
     st = os.stat(_seccomp_module_file())
     material = repr((__version__, st.st_size, st.st_mtime_ns, st.st_ino, os.uname().machine,
-                     allow_unix_sockets, inet) + ((observe,) if observe != "off" else ()))
+                     allow_unix_sockets, inet) + ((observe,) if observe != "off" else ())
+                    + (("unix_seqpacket_only",) if unix_seqpacket_only else ()))
     return sha256_hex(material.encode())[:32]
 
 
@@ -90,10 +91,13 @@ def _same_library(lib_hex: str) -> bool:
     return (str(st.st_size), str(st.st_mtime_ns), str(st.st_ino)) == (size, mtime, ino)
 
 
-def load(*, cache_dir: str, allow_unix_sockets: bool, inet: str, observe: str = "off") -> tuple[bytes, str]:
+def load(*, cache_dir: str, allow_unix_sockets: bool, inet: str, observe: str = "off",
+         unix_seqpacket_only: bool = False) -> tuple[bytes, str]:
     """(BPF program, filter id) for these options (``observe``: a
-    ``seccomp.Observe`` value; "off" is the plain denylist)."""
-    key = fast_key(allow_unix_sockets=allow_unix_sockets, inet=inet, observe=observe)
+    ``seccomp.Observe`` value; "off" is the plain denylist;
+    ``unix_seqpacket_only``: unix sockets on for a GPU alone)."""
+    key = fast_key(allow_unix_sockets=allow_unix_sockets, inet=inet, observe=observe,
+                   unix_seqpacket_only=unix_seqpacket_only)
     path = os.path.join(cache_dir, f"bpf-{key}.bin")
     hit = _read(path)
     if hit is not None:
@@ -101,7 +105,7 @@ def load(*, cache_dir: str, allow_unix_sockets: bool, inet: str, observe: str = 
     from safebox.builder.seccomp import InetMode, Observe, compile_with_id
 
     program, fid, lib = compile_with_id(allow_unix_sockets=allow_unix_sockets, allow_inet=InetMode(inet),
-                                        observe=Observe(observe))
+                                        observe=Observe(observe), unix_seqpacket_only=unix_seqpacket_only)
     from safebox.hostio import HostFileError, replace
 
     try:

@@ -146,3 +146,8 @@ def at_or_beneath(sorted_paths: list[str], top: str) -> list[str]:
         out.append(sorted_paths[i])
         i += 1
     return out
+
+
+def is_under(path: str, root: str) -> bool:
+    """``path`` is ``root`` or beneath it (``root`` "/" holds everything)."""
+    return path == root or root == "/" or path.startswith(root.rstrip("/") + "/")

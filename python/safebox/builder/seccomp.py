@@ -103,6 +103,7 @@ class When(StrEnum):
 
     ALWAYS = "always"
     UNIX_DENIED = "unix_denied"  # allow_unix_sockets is False
+    UNIX_SEQPACKET_ONLY = "unix_seqpacket_only"  # unix sockets on for a GPU alone (docs/gpu.md)
     INET_TCP_ONLY = "inet_tcp_only"  # allow_inet is InetMode.TCP_ONLY
     INET_NONE = "inet_none"  # allow_inet is InetMode.NONE
 
@@ -153,6 +154,7 @@ _SOCK_TYPE_MASK = 0xF  # the kernel's SOCK_TYPE_MASK; SOCK_NONBLOCK/SOCK_CLOEXEC
 
 AF_UNSPEC, AF_UNIX, AF_INET, AF_INET6, AF_NETLINK, AF_PACKET, AF_VSOCK = 0, 1, 2, 10, 16, 17, 40
 SOCK_STREAM = 1
+SOCK_SEQPACKET = 5
 IPPROTO_TCP = 6
 NETLINK_ROUTE = 0
 TIOCSTI, TIOCLINUX = 0x5412, 0x541C
@@ -301,6 +303,17 @@ RULES: tuple[Rule, ...] = (
     # --- sockets
     _deny("socket", "AF_UNIX off by policy: host daemons (docker, dbus, ssh-agent) listen there",
           Cond(0, Op.EQ, AF_UNIX), when=When.UNIX_DENIED),
+    # --allow-gpu alone turns AF_UNIX on for CUDA's UVM descriptor server, a
+    # SOCK_SEQPACKET socket (docs/gpu.md, "Unix sockets"). Only that type: a
+    # host daemon's STREAM or DGRAM socket (docker, dbus, ssh-agent, journald)
+    # that the masks miss (bound after the start, or in another network
+    # namespace) then cannot be connected to (EPROTOTYPE, or EPERM here).
+    *(
+        _deny("socket", f"AF_UNIX type {sock_type}: a GPU turns on SOCK_SEQPACKET only",
+              Cond(0, Op.EQ, AF_UNIX), Cond(1, Op.MASKED_EQ, sock_type, _SOCK_TYPE_MASK),
+              when=When.UNIX_SEQPACKET_ONLY)
+        for sock_type in range(_SOCK_TYPE_MASK + 1) if sock_type != SOCK_SEQPACKET
+    ),
     _deny("socket", "families >= 17 (AF_PACKET, AF_ALG, AF_VSOCK to the VM host, AF_XDP, AF_SMC, ...) "
           "and any value with junk in the upper 32 bits", Cond(0, Op.GE, _SOCKET_FAMILY_LIMIT)),
     *(
@@ -444,13 +457,16 @@ def notified(rule: Rule, observe: Observe) -> bool:
     return observe is not Observe.OFF and rule.action is Action.EPERM
 
 
-def applies(rule: Rule, *, allow_unix_sockets: bool, allow_inet: InetMode) -> bool:
-    """True when ``rule`` is part of the program compiled with these options."""
+def applies(rule: Rule, *, allow_unix_sockets: bool, allow_inet: InetMode, unix_seqpacket_only: bool = False) -> bool:
+    """True when ``rule`` is part of the program compiled with these options
+    (``unix_seqpacket_only``: unix sockets are on for a GPU alone)."""
     match rule.when:
         case When.ALWAYS:
             return True
         case When.UNIX_DENIED:
             return not allow_unix_sockets
+        case When.UNIX_SEQPACKET_ONLY:
+            return allow_unix_sockets and unix_seqpacket_only
         case When.INET_TCP_ONLY:
             return allow_inet is InetMode.TCP_ONLY
         case When.INET_NONE:
@@ -459,20 +475,23 @@ def applies(rule: Rule, *, allow_unix_sockets: bool, allow_inet: InetMode) -> bo
             assert_never(rule.when)
 
 
-def active_rules(*, allow_unix_sockets: bool, allow_inet: InetMode) -> tuple[Rule, ...]:
+def active_rules(*, allow_unix_sockets: bool, allow_inet: InetMode,
+                 unix_seqpacket_only: bool = False) -> tuple[Rule, ...]:
     """The entries of :data:`RULES` compiled under these options, in order."""
-    return tuple(r for r in RULES if applies(r, allow_unix_sockets=allow_unix_sockets, allow_inet=allow_inet))
+    return tuple(r for r in RULES if applies(r, allow_unix_sockets=allow_unix_sockets, allow_inet=allow_inet,
+                                             unix_seqpacket_only=unix_seqpacket_only))
 
 
 def decide(syscall: str, args: tuple[int, ...] = (), *, allow_unix_sockets: bool,
-           allow_inet: InetMode) -> Action | None:
+           allow_inet: InetMode, unix_seqpacket_only: bool = False) -> Action | None:
     """What the table says for one call (``None``: allowed). Pure; no libseccomp.
 
     Matches what the compiled program does for the native ABI; the unit tests
     check the two against each other with a BPF interpreter.
     """
     padded = tuple(args) + (0,) * (6 - len(args))
-    for rule in active_rules(allow_unix_sockets=allow_unix_sockets, allow_inet=allow_inet):
+    for rule in active_rules(allow_unix_sockets=allow_unix_sockets, allow_inet=allow_inet,
+                             unix_seqpacket_only=unix_seqpacket_only):
         if rule.syscall == syscall and all(c.matches(padded) for c in rule.conds):
             return rule.action
     return None
@@ -542,7 +561,8 @@ def libseccomp_version() -> str:
     return f"{v.major}.{v.minor}.{v.micro}"
 
 
-def compile_program(*, allow_unix_sockets: bool, allow_inet: InetMode, observe: Observe = Observe.OFF) -> bytes:
+def compile_program(*, allow_unix_sockets: bool, allow_inet: InetMode, observe: Observe = Observe.OFF,
+                    unix_seqpacket_only: bool = False) -> bytes:
     """Compile the active rules into a raw classic-BPF program (native endian).
 
     With ``observe`` other than OFF, the EPERM rules return
@@ -564,7 +584,9 @@ def compile_program(*, allow_unix_sockets: bool, allow_inet: InetMode, observe: 
         # Only the native arch is in the filter: any other audit arch (i386 via int 0x80)
         # and, on x86_64, any x32 syscall number (libseccomp adds that check) is killed.
         filt.set_attr(sc.Attr.ACT_BADARCH, sc.KILL_PROCESS)
-        for rule in active_rules(allow_unix_sockets=allow_unix_sockets, allow_inet=allow_inet):
+        active = active_rules(allow_unix_sockets=allow_unix_sockets, allow_inet=allow_inet,
+                              unix_seqpacket_only=unix_seqpacket_only)
+        for rule in active:
             nr = _resolve(sc, rule.syscall)
             if nr is None:
                 continue  # not on this arch: unreachable through the native ABI
@@ -576,7 +598,7 @@ def compile_program(*, allow_unix_sockets: bool, allow_inet: InetMode, observe: 
             act = sc.NOTIFY if notified(rule, observe) else sc.ERRNO(_errno_of(rule.action))
             filt.add_rule(act, nr, *args)
         watches = watched(observe)
-        denied_names = {r.syscall for r in active_rules(allow_unix_sockets=allow_unix_sockets, allow_inet=allow_inet)}
+        denied_names = {r.syscall for r in active}
         clash = denied_names & {w.syscall for w in watches}
         if clash:
             raise BuildError(f"seccomp: {sorted(clash)} both denied and watched; the supervisor would let them run")
@@ -617,26 +639,27 @@ def table_digest() -> str:
 
 
 def cache_key(*, allow_unix_sockets: bool, allow_inet: InetMode, libseccomp: str,
-              observe: Observe = Observe.OFF) -> str:
+              observe: Observe = Observe.OFF, unix_seqpacket_only: bool = False) -> str:
     """Full sha256 hex key of the program for these options and this
     libseccomp version (pure: the caller passes the version)."""
     material = repr((
         CACHE_FORMAT, __version__, table_digest(), platform.machine(), sys.byteorder,
         ("allow_unix_sockets", allow_unix_sockets), ("allow_inet", allow_inet.value),
         ("libseccomp", libseccomp),
-    ) + ((("observe", observe.value),) if observe is not Observe.OFF else ()))
+    ) + ((("observe", observe.value),) if observe is not Observe.OFF else ())
+      + ((("unix_seqpacket_only", True),) if unix_seqpacket_only else ()))
     return hashlib.sha256(material.encode()).hexdigest()
 
 
 def filter_id(*, allow_unix_sockets: bool, allow_inet: InetMode, libseccomp: str,
-              observe: Observe = Observe.OFF) -> str:
+              observe: Observe = Observe.OFF, unix_seqpacket_only: bool = False) -> str:
     """The first 16 hex digits of :func:`cache_key`: names the program in logs and the cache."""
     return cache_key(allow_unix_sockets=allow_unix_sockets, allow_inet=allow_inet, libseccomp=libseccomp,
-                     observe=observe)[:16]
+                     observe=observe, unix_seqpacket_only=unix_seqpacket_only)[:16]
 
 
 def compile_with_id(*, allow_unix_sockets: bool, allow_inet: InetMode,
-                    observe: Observe = Observe.OFF) -> tuple[bytes, str, str]:
+                    observe: Observe = Observe.OFF, unix_seqpacket_only: bool = False) -> tuple[bytes, str, str]:
     """The program for these options, its filter id and the identity of the
     libseccomp it was compiled with (:func:`libseccomp_identity`), for
     ``builder/bpf_cache.py``, the one cache of programs.
@@ -654,8 +677,9 @@ def compile_with_id(*, allow_unix_sockets: bool, allow_inet: InetMode,
         raise BuildError(f"seccomp: cannot load pyseccomp/libseccomp: {exc}",
                          hint="install libseccomp (Debian: libseccomp2) and pyseccomp") from exc
     fid = filter_id(allow_unix_sockets=allow_unix_sockets, allow_inet=allow_inet, libseccomp=version,
-                    observe=observe)
-    return compile_program(allow_unix_sockets=allow_unix_sockets, allow_inet=allow_inet, observe=observe), fid, ident
+                    observe=observe, unix_seqpacket_only=unix_seqpacket_only)
+    return compile_program(allow_unix_sockets=allow_unix_sockets, allow_inet=allow_inet, observe=observe,
+                           unix_seqpacket_only=unix_seqpacket_only), fid, ident
 
 
 def instructions(program: bytes) -> list[tuple[int, int, int, int]]:

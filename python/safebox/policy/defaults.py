@@ -212,6 +212,9 @@ PROTECTED_FILES: tuple[str, ...] = (
     ".netrc",
     ".envrc",
     ".mcp.json",
+    # Claude Code's user file: its `mcpServers` (and each project's) are
+    # commands the client starts on the host (docs/agents.md, "MCP servers").
+    ".claude.json",
     # ripgrep reads the file RIPGREP_CONFIG_PATH names (conventionally this
     # one) at every search; `--pre=COMMAND` there runs COMMAND on every file
     # the user's next `rg` searches. sandbox-runtime protects it too.
@@ -235,6 +238,9 @@ PROTECTED_DIRS: tuple[str, ...] = (
     ".config/autostart",
     ".config/systemd",
     ".config/environment.d",
+    # Claude Desktop's claude_desktop_config.json: its mcpServers are commands
+    # the app starts on the host.
+    ".config/Claude",
     ".ssh",
     ".git/hooks",
     # Dev containers: `initializeCommand` runs on the host when the editor

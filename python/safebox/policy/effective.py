@@ -63,6 +63,15 @@ class EffectivePolicy(Frozen):
     credential_env_vars: tuple[tuple[str, str, tuple[str, ...] | None], ...] = ()
     credential_files: tuple[tuple[str, str, tuple[str, ...] | None], ...] = ()
     allow_plaintext_inject: bool = False
+    # srt 0.0.83's network keys (policy/srtnet.py): canonical ranges, header
+    # names, (canonical deniedDomains entry, reason) pairs.
+    denied_resolved_addresses: tuple[str, ...] = ()
+    denied_domain_reasons: tuple[tuple[str, str], ...] = ()
+    strict_allowlist: bool = False
+    require_host_match: bool = False
+    refuse_opaque_tunnels: bool = False
+    strip_response_headers: tuple[str, ...] = ()
+    allow_plaintext_header_set: bool = False
     # Where each entry came from, for `safebox policy show`: (key as files
     # spell it, value, layer: "defaults", a file's path or "command line"),
     # in layer order; for a scalar only the layer whose value won.
@@ -104,6 +113,21 @@ class EffectivePolicy(Frozen):
         return bool(self.tls_terminate or self.credential_env_vars or self.credential_files
                     or self.parent_proxy_http is not None or self.parent_proxy_https is not None
                     or (self.allowed_domains and any(environ.get(k) for k in _PROXY_ENV)))
+
+    def net_keys(self) -> Any:
+        """The proxy's options from srt 0.0.83's network keys
+        (``proxy/config.py: NetKeys``, as light as ProxyConfig), or None
+        when none is set."""
+        if not (self.denied_resolved_addresses or self.denied_domain_reasons or self.require_host_match
+                or self.refuse_opaque_tunnels or self.strip_response_headers or self.strict_allowlist):
+            return None
+        from safebox.proxy.config import NetKeys
+
+        return NetKeys(denied_resolved=self.denied_resolved_addresses, reasons=self.denied_domain_reasons,
+                       require_host_match=self.require_host_match,
+                       refuse_opaque_tunnels=self.refuse_opaque_tunnels,
+                       strip_response_headers=self.strip_response_headers,
+                       strict_allowlist=self.strict_allowlist)
 
     def to_json_dict(self) -> dict[str, Any]:
         """A JSON-ready dict (tuples become lists)."""

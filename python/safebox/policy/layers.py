@@ -1,6 +1,6 @@
 """Policy documents layered as files are: ``-p base.json -p learned.json``.
 
-The run's merge (``load.merge``) turns layers into an EffectivePolicy, with
+The run's merge (``policy/merge.py``) turns layers into an EffectivePolicy, with
 paths expanded for this host. This module merges the *documents* by the
 same rules, so that what it writes (``--learn OUT``: the policy a run ran
 under plus what it learned) is a policy file that means, under ``safebox
@@ -35,7 +35,7 @@ KEYED_LISTS: dict[tuple[str, ...], str] = {
     ("credentials", "envVars"): "name",
     ("credentials", "files"): "path",
 }
-#: Scalars the run reads as "any layer set it" (load.merge), not "the last".
+#: Scalars the run reads as "any layer set it" (policy/merge.py), not "the last".
 _ANY_TRUE = frozenset({("trustProjectFiles",)})
 
 

@@ -14,6 +14,7 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, PlainValidator
 
 from safebox.domains import check_pattern
+from safebox.policy import srtnet
 
 
 def _check_domain_pattern(value: str) -> str:
@@ -191,6 +192,9 @@ PassEnvPattern = Annotated[str, AfterValidator(_check_pass_env)]
 PresetName = Annotated[str, AfterValidator(_check_preset)]
 ProxyUrl = Annotated[str, AfterValidator(_check_proxy_url)]
 EnvName = Annotated[str, AfterValidator(_check_env_name)]
+AddressRange = Annotated[Any, PlainValidator(srtnet.check_address_range)]
+DenialReason = Annotated[Any, PlainValidator(srtnet.check_reason)]
+HeaderName = Annotated[Any, PlainValidator(srtnet.check_header_name)]
 CredentialMode = Literal["deny", "mask"]
 Port = Annotated[int, Field(ge=1, le=65535)]
 SearchDepth = Annotated[int, Field(ge=1, le=20)]
@@ -211,6 +215,9 @@ NOUNS: dict[Any, tuple[str, str]] = {
     ProxyUrl: ("a proxy URL (http://host:port)", "proxy URLs"),
     EnvName: ("an environment variable name", "environment variable names"),
     CredentialMode: ('"deny" or "mask"', '"deny"/"mask" values'),
+    AddressRange: ("an IP address or CIDR range", "IP addresses or CIDR ranges"),
+    DenialReason: ("a reason (text)", "reasons (text)"),
+    HeaderName: ("an HTTP header name", "HTTP header names"),
     Port: ("a port number from 1 to 65535", "port numbers"),
     SearchDepth: ("a whole number from 1 to 20", "whole numbers from 1 to 20"),
     str: ("a string", "strings"),
@@ -242,6 +249,10 @@ SRT_KEYS_NOT_SUPPORTED: dict[str, str] = {
     "credentials.files.maskDuplicates": "safebox masks the whole file only; remove the key",
     "credentials.awsPairs": "safebox does not re-sign AWS SigV4 requests; mask or deny the variables instead",
     "credentials.sigv4": "safebox does not re-sign AWS SigV4 requests; remove the key",
+    # srt routes the matching domains through a MITM proxy on a unix socket.
+    "network.mitmProxy": "safebox does not hand connections to another proxy by domain; to inspect "
+                         "HTTPS use network.tlsTerminate, or run the MITM proxy on a TCP port and set "
+                         "network.parentProxy (its noProxy lists the hosts it should not see)",
 }
 
 
@@ -285,6 +296,14 @@ class NetworkSettings(_Strict):
     socksProxyPort: Port | None = None
     tlsTerminate: TlsTerminateSettings | None = None
     parentProxy: ParentProxySettings | None = None
+    # srt 0.0.83's keys (policy/srtnet.py, docs/policy-reference.md "srt network keys").
+    deniedResolvedAddresses: list[AddressRange] | None = None
+    deniedDomainReasons: dict[str, DenialReason] | None = None
+    strictAllowlist: bool | None = None
+    requireHostMatch: bool | None = None
+    refuseOpaqueTunnels: bool | None = None
+    stripResponseHeaders: list[HeaderName] | None = None
+    allowPlaintextHeaderSet: bool | None = None
 
 
 class FilesystemSettings(_Strict):

@@ -12,11 +12,33 @@ if TYPE_CHECKING:
     from collections.abc import Callable
     from typing import Any
 
+    from safebox.decide import Asker
     from safebox.proxy.inject import Injector
+    from safebox.proxy.live import LiveLists
     from safebox.proxy.parent import ParentProxy
     from safebox.proxy.tls import Mitm
 
-__all__ = ["ProxyConfig"]
+__all__ = ["NetKeys", "ProxyConfig"]
+
+
+class NetKeys(Frozen):
+    """srt 0.0.83's network keys, as the proxy applies them."""
+
+    #: ``deniedResolvedAddresses``, canonical networks.
+    denied_resolved: tuple[str, ...] = ()
+    #: ``deniedDomainReasons``: (canonical deniedDomains entry, reason).
+    reasons: tuple[tuple[str, str], ...] = ()
+    require_host_match: bool = False
+    refuse_opaque_tunnels: bool = False
+    #: ``strictAllowlist``: a host no entry allows is refused without asking (decide.py).
+    strict_allowlist: bool = False
+    strip_response_headers: tuple[str, ...] = ()
+
+    def folded_strip(self) -> set[str]:
+        """``strip_response_headers`` folded as srt matches them."""
+        from safebox.policy.srtnet import fold_header
+
+        return {fold_header(h) for h in self.strip_response_headers}
 
 
 class ProxyConfig(Frozen):
@@ -52,6 +74,13 @@ class ProxyConfig(Frozen):
     #: Where the proxy's one-off lines (a TLS failure) go instead of stderr:
     #: the API's ``message`` events. None: stderr, unless ``explain`` is off.
     say: Callable[[str], None] | None = None
+    #: srt 0.0.83's network keys (``proxy/netkeys.py``); None: none set.
+    keys: NetKeys | None = None
+    #: Lists that change while the sandbox runs (proxy/live.py); they replace
+    #: the domain lists above, which then only say what the lists began as.
+    live: LiveLists | None = None
+    #: Asks about a host no entry allows (decide.py): ``on_request``, ``--ask``.
+    ask: Asker | None = None
 
     def __init__(self, allowed_domains: tuple[str, ...] = (), denied_domains: tuple[str, ...] = (),
                  **kw: Any) -> None:

@@ -371,7 +371,13 @@ class DeferredProxy:
             if self._want_up:
                 return True
             events = poll.poll()
-            if any(fd in watched and not ev & select.POLLNVAL for fd, ev in events):
+            # Only a listener still pending has a client: release() shuts a
+            # listener down (POLLHUP here) before it closes it, and takes it
+            # off the list first, under the lock (the unprivileged flake of
+            # test_released_listeners_refuse_before_and_after_the_server_is_up).
+            with self._lock:
+                current = {s.fileno() for s, _ in self._pending}
+            if any(fd in watched and fd in current and not ev & select.POLLNVAL for fd, ev in events):
                 return True  # a client (or an error, which the server then meets)
             try:
                 os.read(self._wake_r, 64)

@@ -19,6 +19,7 @@ import threading
 from safebox.proxy.rules import (
     RULE_ADDRESSES,
     RULE_ALLOWED,
+    RULE_ASK,
     RULE_DENIED,
     RULE_LOCAL,
     RULE_REQUEST,
@@ -75,7 +76,8 @@ def fix_for(host: str, decision: Decision, port: int | None = None) -> str:
     presets = _presets(host)
     if presets:
         fix += " or " + " or ".join(f"--preset {p}" for p in presets)
-    return f"{fix} ({RULE_ALLOWED} in a policy file)"
+    fix = f"{fix} ({RULE_ALLOWED} in a policy file)"
+    return f"{fix}, or allow it when asked" if decision.rule == RULE_ASK else fix
 
 
 def policy_fix(host: str, decision: Decision, port: int | None = None) -> str:
@@ -87,6 +89,8 @@ def policy_fix(host: str, decision: Decision, port: int | None = None) -> str:
         return f"add {shown}:{port} to {RULE_ALLOWED}"
     if decision.rule == RULE_REQUEST:
         return "none: the request is malformed"
+    if decision.rule == RULE_ASK:
+        return "none: whoever runs the sandbox refused it when asked"
     if decision.rule == RULE_DENIED:
         return f"none unless the matching {RULE_DENIED} entry is removed ({host} is denied on purpose)"
     if decision.rule == RULE_LOCAL:
@@ -115,8 +119,9 @@ def refusal_message(host: str, port: int, decision: Decision) -> str:
     h = _shown(host, decision)
     shown = f"[{h}]" if ":" in h and not h.startswith("[") else h
     return _printable(f"safebox refused {shown}:{port} by {decision.rule}: {decision.reason}. "
-                      f"Fix, for whoever runs the sandbox: {policy_fix(h, decision, port)}. "
-                      "Retrying, or another route to the host, is refused the same way.")
+                      f"Fix, for whoever runs the sandbox: {policy_fix(h, decision, port)}."
+                      + ("" if decision.rule == RULE_ASK else
+                         " Retrying, or another route to the host, is refused the same way."))
 
 
 def refusal_header(host: str, port: int, decision: Decision) -> str:

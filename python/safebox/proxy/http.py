@@ -38,7 +38,8 @@ async def _reply(writer: asyncio.StreamWriter, data: bytes) -> None:
 async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, gate: Gate) -> None:
     """Serve one client connection: one request, then a tunnel or a response."""
     try:
-        head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), HEAD_TIMEOUT)
+        async with asyncio.timeout(HEAD_TIMEOUT):  # not wait_for: no second task per request
+            head = await reader.readuntil(b"\r\n\r\n")
     except asyncio.LimitOverrunError:
         await _reply(writer, error_response(431, f"safebox: request head larger than {MAX_HEAD} bytes\n"))
         return
@@ -52,7 +53,25 @@ async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, gat
     try:
         req = parse_request_head(head[:-4])
     except BadRequest as exc:
+        keys = gate.keys
+        if exc.misdirected and keys is not None and keys.require_host_match:
+            from safebox.proxy.netkeys import misdirected
+
+            await _reply(writer, misdirected(gate, exc.message, *exc.misdirected))
+            return
         await _reply(writer, error_response(exc.status, f"safebox: bad request: {exc.message}\n"))
+        return
+    keys = gate.keys
+    if keys is not None and keys.refuse_opaque_tunnels and req.is_connect and (
+            gate.mitm is None or gate.mitm.excluded(req.host, req.port)):
+        from safebox.proxy.netkeys import refuse_opaque
+
+        await _reply(writer, refuse_opaque(gate, req.host, req.port, "connect"))
+        return
+    if keys is not None and keys.strip_response_headers and not req.is_connect:
+        from safebox.proxy.intercept import forward_plain  # network.stripResponseHeaders: heads are read
+
+        await forward_plain(reader, writer, gate, req, head)
         return
     if gate.mitm is not None and req.is_connect and not gate.mitm.excluded(req.host, req.port):
         from safebox.proxy.intercept import terminate  # network.tlsTerminate

@@ -359,9 +359,10 @@ async def _send_body(client: Stream, up: Stream, framing: str, length: int,
                 await up.send(b"%x\r\n%s\r\n" % (len(data), data))
 
 
-async def _relay_response(up: Stream, client: Stream) -> None:
+async def _relay_response(up: Stream, client: Stream, strip: frozenset[str] = frozenset()) -> None:
     """Interim (1xx) heads unchanged, the final head with ``Connection:
-    close``, then every byte until the upstream closes."""
+    close`` and without the headers of ``strip`` (folded names,
+    network.stripResponseHeaders), then every byte until the upstream closes."""
     while True:
         try:
             head = await up.readuntil(b"\r\n\r\n", MAX_HEAD)
@@ -385,7 +386,12 @@ async def _relay_response(up: Stream, client: Stream) -> None:
             if name.strip().lower() == b"connection":
                 named.update(t.strip().lower() for t in value.split(b","))
         kept = [line for line in lines[1:] if line.partition(b":")[0].strip().lower() not in named]
-        await client.send(b"\r\n".join([lines[0], *kept, b"Connection: close"]) + b"\r\n\r\n")
+        final = b"\r\n".join([lines[0], *kept])
+        if strip:
+            from safebox.proxy.netkeys import strip_response_head
+
+            final = strip_response_head(final, strip)
+        await client.send(final + b"\r\nConnection: close\r\n\r\n")
         break
     while data := await up.read_some():
         await client.send(data)
@@ -409,6 +415,12 @@ async def _forward(client: Stream, gate: Gate, name: str, addresses: list[IPAddr
     if request is None:
         return
     method, target, headers, framing, length = request
+    from safebox.proxy.netkeys import on_request  # srt 0.0.83's requireHostMatch, stripResponseHeaders
+
+    refusal, strip = on_request(gate, headers, name, port, tls=tls, default=default)
+    if refusal is not None:
+        await client.send(refusal)
+        return
     injector: Injector | None = gate.injector
     creds = injector.for_host(name, port) if injector is not None and (tls or injector.allow_plaintext) else []
     hpairs = Injector.header_pairs(creds)
@@ -453,7 +465,7 @@ async def _forward(client: Stream, gate: Gate, name: str, addresses: list[IPAddr
             await up.send(buffered)
         else:
             await _send_body(client, up, framing, length, bpairs)
-        await _relay_response(up, client)
+        await _relay_response(up, client, strip)
     except BadRequest as exc:
         await client.send(error_response(exc.status, f"safebox: bad request: {exc.message}\n"))
     except UpstreamError as exc:
@@ -578,6 +590,12 @@ async def terminate(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, 
     first = await _sniff(reader)
     assert gate.mitm is not None
     if not _looks_like_client_hello(first):
+        if gate.keys is not None and gate.keys.refuse_opaque_tunnels:
+            from safebox.proxy.netkeys import refuse_opaque
+
+            refuse_opaque(gate, req.host, req.port, "connect")  # said and recorded; the 200 is sent
+            writer.transport.close()
+            return
         # Not TLS (or a silent client): the tunnel it asked for, untouched.
         relay = Relay()
         try:

@@ -26,7 +26,8 @@ from __future__ import annotations
 import functools
 import ipaddress
 import re
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 
 from safebox.domains import (
     DENY_ALL,
@@ -42,10 +43,12 @@ from safebox.proxy.addresses import Grant
 
 __all__ = [
     "RULE_ALLOWED",
+    "RULE_ASK",
     "RULE_DENIED",
     "RULE_LEARN",
     "RULE_LOCAL",
     "RULE_REQUEST",
+    "RULE_RESOLVED",
     "Decision",
     "HostError",
     "NetworkRules",
@@ -61,11 +64,15 @@ RULE_ALLOWED = "network.allowedDomains"
 RULE_DENIED = "network.deniedDomains"
 RULE_LOCAL = "network.allowLocalDestinations"
 RULE_ADDRESSES = "network.allowedAddresses"
+RULE_RESOLVED = "network.deniedResolvedAddresses"
 #: Not a policy key: the request itself is malformed; no policy change helps.
 RULE_REQUEST = "request"
 #: Not a policy key: ``safebox exec --learn`` let a name through that no
 #: entry allows, to record it (the address checks still apply).
 RULE_LEARN = "learn"
+#: Not a policy key: whoever runs the sandbox answered when asked
+#: (``on_request``, ``safebox exec --ask``; decide.py).
+RULE_ASK = "ask"
 
 #: Cloud instance-metadata and credential endpoints (AWS/GCP/Azure/OpenStack
 #: at 169.254.169.254, AWS IPv6 on Nitro, Alibaba, Azure's WireServer
@@ -81,6 +88,14 @@ METADATA_ADDRESSES: frozenset[IPAddress] = frozenset(
         ipaddress.ip_address("fd00:ec2::23"),
         ipaddress.ip_address("100.100.100.200"),
         ipaddress.ip_address("168.63.129.16"),
+        # srt 0.0.83's list of platform endpoints outside link-local: Oracle
+        # Cloud's 192.0.0.192, GCP's fd20:ce::254, and fd00:c1::a9fe:a9fe,
+        # fd00:42::42. Private by class already; listed so that
+        # allowLocalDestinations does not open them.
+        ipaddress.ip_address("192.0.0.192"),
+        ipaddress.ip_address("fd20:ce::254"),
+        ipaddress.ip_address("fd00:c1::a9fe:a9fe"),
+        ipaddress.ip_address("fd00:42::42"),
     }
 )
 METADATA_NETWORKS = (ipaddress.ip_network("169.254.0.0/16"), ipaddress.ip_network("fe80::/10"))
@@ -106,6 +121,10 @@ class Decision:
     allowed: bool
     rule: str
     reason: str
+    #: ``deniedDomainReasons``: the reason the user wrote for the entry that
+    #: refused (already in ``reason``); the 403's status phrase, and an SSH
+    #: client's disconnect text on port 22 (proxy/netkeys.py).
+    told: str = ""
 
 
 def validate_pattern(pattern: str, *, denied: bool = False) -> str:
@@ -318,6 +337,13 @@ class NetworkRules:
     learn: bool = False
     #: ``network.allowedAddresses`` entries (proxy/addresses.py), validated when the policy was read.
     allowed_addresses: tuple[str, ...] = ()
+    #: ``deniedDomainReasons``: canonical deniedDomains entry -> reason.
+    reasons: tuple[tuple[str, str], ...] = ()
+    #: ``deniedResolvedAddresses``: ranges no resolved address may fall in.
+    denied_resolved: tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...] = ()
+    #: This host's interface addresses (proxy/netkeys.py OwnAddresses):
+    #: refused like loopback. None: not consulted (unit tests of the table).
+    own: Callable[[], frozenset[IPAddress] | None] | None = field(default=None, compare=False)
 
     @classmethod
     def from_policy(
@@ -328,6 +354,9 @@ class NetworkRules:
         allow_local_destinations: bool = False,
         learn: bool = False,
         allowed_addresses: tuple[str, ...] = (),
+        reasons: tuple[tuple[str, str], ...] = (),
+        denied_resolved: tuple[str, ...] = (),
+        own: Callable[[], frozenset[IPAddress] | None] | None = None,
     ) -> NetworkRules:
         """Canonicalise the entries; raises :class:`HostError` naming a bad one."""
         def compiled(key: str, patterns: tuple[str, ...] | list[str]) -> tuple[str, ...]:
@@ -349,7 +378,20 @@ class NetworkRules:
             allow_local_destinations=allow_local_destinations,
             learn=learn,
             allowed_addresses=tuple(allowed_addresses),
+            reasons=tuple((check_pattern(e, denied=True), r) for e, r in reasons),
+            denied_resolved=tuple(ipaddress.ip_network(n, strict=False) for n in denied_resolved),
+            own=own,
         )
+
+    def _refused_by(self, entry: str, reason: str) -> Decision:
+        """A refusal by the deniedDomains ``entry``, with its deniedDomainReasons text if any."""
+        told = dict(self.reasons).get(entry, "")
+        if not told:
+            return Decision(False, RULE_DENIED, reason)
+        from safebox.policy.srtnet import clean_reason
+
+        told = clean_reason(told)
+        return Decision(False, RULE_DENIED, f"{reason}: {told}", told=told)
 
     @functools.cached_property
     def _allowed_index(self) -> _Index:
@@ -397,13 +439,13 @@ class NetworkRules:
         everything = self._deny_all(port)
         if everything is not None:
             # Names and IP literals alike: "refuses everything" (policy-reference.md).
-            return Decision(False, RULE_DENIED, f"{name} matches {everything!r} in {RULE_DENIED}")
+            return self._refused_by(everything, f"{name} matches {everything!r} in {RULE_DENIED}")
         on = f" port {port}" if port is not None else ""
         if ip is not None:
             return self._check_literal(name, ip, port)
         for _, entry_port, p in self._denied_index.matching(name):
             if _port_ok(entry_port, port, deny=True):
-                return Decision(False, RULE_DENIED, f"{name} matches {p!r} in {RULE_DENIED}")
+                return self._refused_by(p, f"{name} matches {p!r} in {RULE_DENIED}")
         for _, entry_port, p in self._allowed_index.matching(name):
             if _port_ok(entry_port, port, deny=False):
                 return Decision(True, RULE_ALLOWED, f"{name} matches {p!r} in {RULE_ALLOWED}")
@@ -424,8 +466,10 @@ class NetworkRules:
     def _check_literal(self, name: str, ip: IPAddress, port: int | None) -> Decision:
         """:meth:`check_host` for an IP literal."""
         on = f" port {port}" if port is not None else ""
-        if ip in self._literal_ips(self.denied, port, deny=True):
-            return Decision(False, RULE_DENIED, f"{name} is listed in {RULE_DENIED}")
+        hit = next((p for _, entry_port, p in self._denied_index.matching(name)
+                    if _port_ok(entry_port, port, deny=True)), None)
+        if hit is not None or ip in self._literal_ips(self.denied, port, deny=True):
+            return self._refused_by(hit or "", f"{name} is listed in {RULE_DENIED}")
         if ip in self._literal_ips(self.allowed, port):
             return Decision(True, RULE_ALLOWED, f"{name} is listed literally in {RULE_ALLOWED}")
         entry = self.address_grant(ip, port)
@@ -461,20 +505,38 @@ class NetworkRules:
         denied = self._literal_ips(self.denied, port, deny=True)
         hit = next((a for a in (ip, *embedded) if a in denied), None)
         if hit is not None:
-            return Decision(False, RULE_DENIED, f"{via}{ip.compressed}, {hit.compressed} is listed in {RULE_DENIED}")
+            entry = next((e for _, entry_port, e in self._denied_index.exact.get(hit.compressed, ())
+                          if _port_ok(entry_port, port, deny=True)), "")
+            return self._refused_by(entry, f"{via}{ip.compressed}, {hit.compressed} is listed in {RULE_DENIED}")
         literal = self._literal_ips(self.allowed, port)
         if ip in literal:
             return Decision(True, RULE_ALLOWED, f"{ip.compressed} is listed literally in {RULE_ALLOWED}")
+        listed = next((f"{a.compressed} in {n.compressed}" for a in (ip, *embedded) for n in self.denied_resolved
+                       if a.version == n.version and a in n), None)
+        if listed is not None:
+            return Decision(False, RULE_RESOLVED, f"{via}{ip.compressed}, {listed} is listed in {RULE_RESOLVED}")
         if _is_metadata(ip) or any(_is_metadata(v4) for v4 in embedded):
             return Decision(
                 False, RULE_ALLOWED,
                 f"{via}{ip.compressed}, a cloud metadata address; it is reachable only when "
                 f"listed literally in {RULE_ALLOWED}",
             )
-        entry = self._grant.match(ip, port) if self.allowed_addresses else None
-        if entry is not None:
-            return Decision(True, RULE_ADDRESSES, f"{via}{ip.compressed}, covered by {entry!r} in {RULE_ADDRESSES}")
+        granted = self._grant.match(ip, port) if self.allowed_addresses else None
+        if granted is not None:
+            return Decision(True, RULE_ADDRESSES, f"{via}{ip.compressed}, covered by {granted!r} in {RULE_ADDRESSES}")
         cls = address_class(ip)
+        if cls is None and self.own is not None:
+            own = self.own()
+            if own is None or any(a in own for a in (ip, *embedded)):
+                # A service bound to 0.0.0.0 answers on this host's public
+                # address exactly as on loopback (srt's check; issue 27).
+                # Addresses never read: every one may be this host's.
+                what = ("an address of this host's own interfaces" if own is not None
+                        else "possibly this host's own (its interface addresses could not be read)")
+                if self.allow_local_destinations:
+                    return Decision(True, RULE_LOCAL, f"{via}{ip.compressed} ({what}); {RULE_LOCAL} is set")
+                return Decision(False, RULE_LOCAL,
+                                f"{via}{ip.compressed}, {what}; local destinations need {RULE_LOCAL}")
         if cls is None:
             return Decision(True, RULE_ALLOWED, f"{via}{ip.compressed}, a public address")
         if self.allow_local_destinations:

@@ -94,13 +94,25 @@ class ProxyServer:
 
     def __init__(self, config: ProxyConfig, *, run_dir: str | os.PathLike[str], tcp: bool = False,
                  unix: bool = True) -> None:
+        from safebox.proxy.netkeys import OwnAddresses
+
+        keys = config.keys
+        own = OwnAddresses()
+        own()  # read at the proxy's start; again when stale (docs/network.md)
         try:
-            self.rules = NetworkRules.from_policy(
+            # allowedAddresses rides with them: a sandbox whose lists change
+            # keeps its address grants (live.py rebuilds with these keywords).
+            extra: dict[str, Any] = {"reasons": keys.reasons if keys else (),
+                                     "denied_resolved": keys.denied_resolved if keys else (), "own": own,
+                                     "allowed_addresses": config.allowed_addresses}
+            if config.live is not None:  # lists that change keep the same checks
+                config.live.add_checks(**extra)
+            self.rules = config.live.rules if config.live is not None else NetworkRules.from_policy(
                 config.allowed_domains,
                 config.denied_domains,
                 allow_local_destinations=config.allow_local_destinations,
                 learn=config.learn,
-                allowed_addresses=config.allowed_addresses,
+                **extra,
             )
         except HostError as exc:
             raise ProxyError(f"invalid network domain pattern: {exc}") from None
@@ -156,7 +168,8 @@ class ProxyServer:
                   else None)
         gate = self._gate = Gate(self.rules, audit=self._audit.event if self._audit else None, explain=explain,
                                  parent=self.config.parent, mitm=self.config.mitm, injector=self.config.injector,
-                                 report=report, denied=self.config.denied)
+                                 report=report, denied=self.config.denied, live=self.config.live,
+                                 ask=self.config.ask, keys=self.config.keys)
         ready = threading.Event()
         failure: list[BaseException] = []
         loop = asyncio.new_event_loop()

@@ -90,17 +90,33 @@ async def _handshake(reader: asyncio.StreamReader, writer: asyncio.StreamWriter)
 async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, gate: Gate) -> None:
     """Serve one SOCKS5 client connection."""
     try:
-        target = await asyncio.wait_for(_handshake(reader, writer), HANDSHAKE_TIMEOUT)
+        async with asyncio.timeout(HANDSHAKE_TIMEOUT):  # not wait_for: no second task per connection
+            target = await _handshake(reader, writer)
     except (asyncio.IncompleteReadError, TimeoutError):
         return
     if target is None:
         await writer.drain()
         return
     host, port = target
+    if gate.keys is not None and gate.keys.refuse_opaque_tunnels:
+        from safebox.proxy.netkeys import refuse_opaque
+
+        refuse_opaque(gate, host, port, "socks5")
+        writer.write(reply(REPLY["not_allowed"]))
+        await writer.drain()
+        return
     relay = Relay()
     try:
         upstream = await gate.open(host, port, "socks5", relay)
-    except Refused:
+    except Refused as exc:
+        if exc.decision.told and port == 22:
+            # network.deniedDomainReasons for SSH: ssh through a SOCKS
+            # ProxyCommand (nc -X 5) prints the reason of a disconnect sent
+            # in-band; the tunnel is "established" only to carry it.
+            from safebox.proxy.netkeys import tell_ssh
+
+            await tell_ssh(reader, writer, reply(REPLY["succeeded"], ("0.0.0.0", 0)), exc.decision.told)
+            return
         writer.write(reply(REPLY["not_allowed"]))
         await writer.drain()
         return

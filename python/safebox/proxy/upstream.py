@@ -24,11 +24,14 @@ from typing import Any
 
 from safebox.domains import IPAddress
 from safebox.proxy._asyncio import asyncio
-from safebox.proxy.rules import Decision, HostError, NetworkRules, normalize_host, parse_ip_literal
+from safebox.proxy.rules import RULE_ALLOWED, Decision, HostError, NetworkRules, normalize_host, parse_ip_literal
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from safebox.decide import Asker
+    from safebox.proxy.config import NetKeys
     from safebox.proxy.inject import Injector
+    from safebox.proxy.live import LiveLists
     from safebox.proxy.parent import ParentProxy, ProxyURL
     from safebox.proxy.tls import Mitm
 
@@ -432,6 +435,9 @@ def adopt_stream(reader: asyncio.StreamReader) -> tuple[bytes, bool]:
     return leftover, bool(reader._eof)  # type: ignore[attr-defined]  # private, see above
 
 
+#: How long a name's addresses are kept (seconds), and for how many names.
+RESOLVE_TTL = 5.0
+RESOLVE_ENTRIES = 1024
 _UNREACHABLE = {errno.ENETUNREACH, errno.EHOSTUNREACH, errno.EHOSTDOWN, errno.ENETDOWN}
 #: A parent proxy's answer to CONNECT may not exceed this (srt: 16 KiB).
 MAX_PARENT_HEAD = 16 * 1024
@@ -462,11 +468,20 @@ class Gate:
     injector: Injector | None = None
     #: Says one line on safebox's stderr (a TLS failure the user must see).
     report: Callable[[str], None] | None = None
+    #: The lists of a sandbox that can change them while it runs
+    #: (proxy/live.py); read at every request instead of ``rules``.
+    live: LiveLists | None = None
+    #: Puts a destination no entry allows to whoever runs the sandbox (decide.py).
+    ask: Asker | None = None
+    #: srt 0.0.83's network keys (proxy/netkeys.py); None: none set.
+    keys: NetKeys | None = None
     _loop: asyncio.AbstractEventLoop | None = field(default=None, repr=False)
     #: Per destination and verdict: (host, port, verdict) -> [connections,
     #: bytes out, bytes in, rule, reason]. Read by the run's report and by
     #: --learn (:meth:`destinations`); one dict update per connection.
     stats: dict[tuple[str, int, str], list[Any]] = field(default_factory=dict, repr=False)
+    #: name -> (loop time it expires, addresses): :meth:`_resolve`'s answers.
+    _answers: dict[str, tuple[float, tuple[IPAddress, ...]]] = field(default_factory=dict, repr=False)
 
     def record(self, host: str, port: int, protocol: str, decision: Decision, **extra: object) -> None:
         """One audit line per decision."""
@@ -495,16 +510,24 @@ class Gate:
             self.denied(host, port, protocol, decision)
 
     async def _resolve(self, name: str, port: int) -> list[IPAddress]:
-        """Every address ``name`` resolves to (an IP literal: itself)."""
+        """Every address ``name`` resolves to (an IP literal: itself).
+
+        An answer is kept for :data:`RESOLVE_TTL` seconds (at most
+        :data:`RESOLVE_ENTRIES` names): the lookup runs in a thread of the
+        executor, and that hop is most of a new connection's added latency
+        (docs/benchmarks.md). A cached answer is checked again at every use
+        like a fresh one; failures are not kept."""
         literal = parse_ip_literal(name)
         if literal is not None:
             return [literal]
         loop = asyncio.get_running_loop()
+        now = loop.time()
+        hit = self._answers.get(name)
+        if hit is not None and hit[0] > now:
+            return list(hit[1])
         try:
-            infos = await asyncio.wait_for(
-                loop.getaddrinfo(name, port, type=socket.SOCK_STREAM, proto=socket.IPPROTO_TCP),
-                self.resolve_timeout,
-            )
+            async with asyncio.timeout(self.resolve_timeout):
+                infos = await loop.getaddrinfo(name, port, type=socket.SOCK_STREAM, proto=socket.IPPROTO_TCP)
         except (socket.gaierror, UnicodeError) as exc:
             raise UpstreamError("resolve", f"cannot resolve {name}: {exc}") from None
         except TimeoutError:
@@ -514,6 +537,10 @@ class Gate:
             ip = ipaddress.ip_address(str(info[4][0]).split("%", 1)[0])
             if ip not in addresses:
                 addresses.append(ip)
+        if len(self._answers) >= RESOLVE_ENTRIES:
+            self._answers.pop(next(iter(self._answers)))  # the oldest answer
+        self._answers.pop(name, None)
+        self._answers[name] = (now + RESOLVE_TTL, tuple(addresses))
         return addresses
 
     def _flowed(self, host: str, port: int, relay: Relay) -> None:
@@ -539,7 +566,16 @@ class Gate:
         any others); when it gives none the parent resolves the name
         (docs/network.md, "Parent proxy"), and the list is empty.
         """
-        decision = self.rules.check_host(host, port)
+        rules = self.live.rules if self.live is not None else self.rules
+        decision = rules.check_host(host, port)
+        if not decision.allowed and self.live is not None:
+            decision = self.live.explained(host, port, decision)
+        if (not decision.allowed and decision.rule == RULE_ALLOWED and self.ask is not None
+                and not (self.keys is not None and self.keys.strict_allowlist)):
+            # No entry allows it and none denies it: ask (decide.py), unless
+            # network.strictAllowlist says the list is the whole answer (srt).
+            decision = await self.ask.decide(normalize_host(host), port, protocol, audit=self.audit)
+            rules = self.live.rules if self.live is not None else rules
         if not decision.allowed:
             self.record(host, port, protocol, decision)
             if self.explain is not None:
@@ -557,7 +593,7 @@ class Gate:
                 # public names: the parent resolves it (and is trusted to).
                 addresses = []
         if addresses or via is None:
-            decision = self.rules.check_addresses(addresses, host=name, port=port)
+            decision = rules.check_addresses(addresses, host=name, port=port)
         if via is None:
             self.record(host, port, protocol, decision)
         else:
@@ -575,10 +611,9 @@ class Gate:
         last: UpstreamError | None = None
         for ip in addresses:
             try:
-                transport, _ = await asyncio.wait_for(
-                    loop.create_connection(factory, host=ip.compressed, port=port),
-                    self.connect_timeout,
-                )
+                # asyncio.timeout, not wait_for: no second task per connect.
+                async with asyncio.timeout(self.connect_timeout):
+                    transport, _ = await loop.create_connection(factory, host=ip.compressed, port=port)
                 assert isinstance(transport, asyncio.Transport)
                 return transport
             except TimeoutError:

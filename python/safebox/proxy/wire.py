@@ -34,7 +34,7 @@ _HOP_BY_HOP = frozenset(
      "proxy-authenticate", "te", "trailer", "upgrade"}
 )
 _REASONS = {
-    400: "Bad Request", 403: "Forbidden", 405: "Method Not Allowed", 408: "Request Timeout",
+    400: "Bad Request", 403: "Forbidden", 421: "Misdirected Request", 405: "Method Not Allowed", 408: "Request Timeout",
     431: "Request Header Fields Too Large", 502: "Bad Gateway", 504: "Gateway Timeout",
     505: "HTTP Version Not Supported",
 }
@@ -43,10 +43,13 @@ _REASONS = {
 class BadRequest(Exception):
     """The request cannot be served; ``status`` is the HTTP status to answer."""
 
-    def __init__(self, status: int, message: str) -> None:
+    def __init__(self, status: int, message: str, *, misdirected: tuple[str, int] | None = None) -> None:
         super().__init__(message)
         self.status = status
         self.message = message
+        #: The target (host, port) when the Host header names another: 421
+        #: under network.requireHostMatch (proxy/netkeys.py).
+        self.misdirected = misdirected
 
 
 @dataclass(frozen=True)
@@ -192,7 +195,7 @@ def _check_host_header(headers: list[tuple[str, str]], host: str, port: int, aut
                 raise BadRequest(400, f"bad Host header: {exc.message}") from None
             if (h_host, h_port) != (host, port):
                 raise BadRequest(
-                    400, f"Host header {value!r} disagrees with the request target {authority!r}"
+                    400, f"Host header {value!r} disagrees with the request target {authority!r}", misdirected=(host, port)
                 )
 
 
@@ -225,14 +228,15 @@ def _origin_head(req: Request, authority: str, *, via: ProxyURL | None = None) -
 
 
 def error_response(status: int, body: str, *, rule: str | None = None,
-                   headers: tuple[tuple[str, str], ...] = ()) -> bytes:
+                   headers: tuple[tuple[str, str], ...] = (), phrase: str = "") -> bytes:
     """A complete ``Connection: close`` response with a text body; ``headers``
-    are written as given (the caller keeps them to printable ASCII)."""
+    and ``phrase`` (the status phrase, default the standard one) are written
+    as given (the caller keeps them to printable ASCII)."""
     data = body.encode()
     extra = f"X-Safebox-Rule: {rule}\r\n" if rule else ""
     extra += "".join(f"{name}: {value}\r\n" for name, value in headers)
     return (
-        f"HTTP/1.1 {status} {_REASONS.get(status, 'Error')}\r\n"
+        f"HTTP/1.1 {status} {phrase or _REASONS.get(status, 'Error')}\r\n"
         f"Content-Type: text/plain; charset=utf-8\r\nContent-Length: {len(data)}\r\n"
         f"Connection: close\r\n{extra}\r\n"
     ).encode() + data
@@ -244,5 +248,10 @@ def refusal_response(host: str, port: int, decision: Decision) -> bytes:
     imported here, on a refusal, not on the proxy's start)."""
     from safebox.proxy.explain import refusal_header, refusal_message
 
+    phrase = ""
+    if decision.told:  # network.deniedDomainReasons: what a client prints of a refused CONNECT
+        from safebox.policy.srtnet import status_phrase
+
+        phrase = status_phrase(decision.told)
     return error_response(403, refusal_message(host, port, decision) + "\n", rule=decision.rule,
-                          headers=(("X-Safebox-Refused", refusal_header(host, port, decision)),))
+                          headers=(("X-Safebox-Refused", refusal_header(host, port, decision)),), phrase=phrase)

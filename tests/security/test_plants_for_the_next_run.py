@@ -1,4 +1,5 @@
-"""Attacks found in review, each now stopped; each with its control.
+"""Plants a command could leave for the next run (attacks found in review),
+each now stopped; each with its control.
 
 - renaming a parent of safebox's state dir to plant a forged cache (turned
   off denyRead and seccomp for the next run);

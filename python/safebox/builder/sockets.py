@@ -1,0 +1,106 @@
+"""``network.allowUnixSockets`` under bubblewrap: which host unix sockets
+to hide behind a mask and which allowed ones exist (seccomp cannot see a
+connect() path, and Landlock has no unix-connect right)."""
+
+from __future__ import annotations
+
+import os
+import stat
+
+from safebox.builder.resolved import Layers
+from safebox.errors import BuildError
+from safebox.policy.effective import EffectivePolicy
+
+
+def host_unix_sockets() -> list[str]:
+    """Paths of the unix sockets bound in this network namespace (/proc/net/unix)."""
+    out = []
+    try:
+        with open("/proc/net/unix", "rb") as f:
+            lines = f.read().split(b"\n")[1:]
+    except OSError as e:
+        raise BuildError(f"cannot read /proc/net/unix ({e.strerror}); cannot hide unlisted sockets") from None
+    for line in lines:
+        fields = line.split(None, 7)
+        if len(fields) == 8 and fields[7].startswith(b"/"):
+            out.append(os.fsdecode(fields[7]))
+    return sorted(set(out))
+
+
+def split_unix_sockets(allowed: tuple[str, ...], candidates: list[str]) -> tuple[list[str], list[str]]:
+    """(sockets to hide, allowed sockets that exist).
+
+    seccomp cannot see a connect() path and Landlock has no unix-connect right
+    (ABI <= 7), so per-path filtering is done with mounts: every socket the
+    host has bound (``/proc/net/unix``) that is not listed gets /dev/null
+    bound over it, and connect() there fails (ECONNREFUSED). Sockets bound
+    after the sandbox starts are not covered (docs/policy-reference.md).
+    """
+    allowed_real = {os.path.realpath(a) for a in allowed}
+    hide: list[str] = []
+    keep: list[str] = []
+    for path in candidates:
+        try:
+            st = os.lstat(path)
+        except OSError:
+            continue
+        if not stat.S_ISSOCK(st.st_mode):
+            continue
+        (keep if os.path.realpath(path) in allowed_real else hide).append(path)
+    for a in sorted(allowed_real):
+        try:
+            if stat.S_ISSOCK(os.lstat(a).st_mode) and a not in keep:
+                keep.append(a)
+        except OSError:
+            pass
+    return sorted(set(hide)), sorted(set(keep))
+
+
+GPU_UNIX_HELPER_ONLY = ("--allow-gpu (devices.gpu) without bubblewrap: CUDA needs unix sockets (its UVM descriptor "
+                        "server), and without bubblewrap's mounts no host socket (docker, dbus, ssh-agent) can be "
+                        "hidden from the command")
+GPU_UNIX_HINT = ('run with bubblewrap, or accept every host socket being reachable with '
+                 'network.allowAllUnixSockets = true (docs/gpu.md, "Unix sockets")')
+
+
+def hides_host_sockets(policy: EffectivePolicy, layers: Layers) -> bool:
+    """Whether unix sockets are on with every unlisted host socket hidden:
+    ``allowUnixSockets`` under bubblewrap, or a GPU (CUDA serves its UVM
+    descriptors on a unix socket: docs/gpu.md, "Unix sockets"). A GPU
+    without bubblewrap, where nothing can be hidden, is refused unless
+    ``allowAllUnixSockets`` accepts every host socket."""
+    if policy.allow_all_unix_sockets:
+        return False
+    if layers is Layers.HELPER_ONLY:
+        if policy.devices_gpu:
+            raise BuildError(GPU_UNIX_HELPER_ONLY, hint=GPU_UNIX_HINT)
+        return False
+    return bool(policy.allow_unix_sockets or policy.devices_gpu)
+
+
+def unix_sockets(policy: EffectivePolicy, *, warnings: list[str], notes: list[str]) -> tuple[list[str], list[str]]:
+    """(sockets to mask, allowed sockets) for ``allowUnixSockets`` paths
+    under bubblewrap. By identity first (builder/unix_diag.py): an allowed
+    path must be its socket's own name, not a hard link's, a renamed file's
+    or a relative bind's (refused); a hidden socket with a second name is a
+    warning (refused under --strict), one whose name may have changed a
+    note (-v)."""
+    from safebox.builder import unix_diag
+
+    bound = unix_diag.listening()
+    unix_diag.check_allowed(policy.allow_unix_sockets, bound)
+    unhidden, maybe_unhidden = unix_diag.unhideable(policy.allow_unix_sockets, bound)
+    if unhidden:
+        more = f" and {len(unhidden) - 3} more" if len(unhidden) > 3 else ""
+        what = (f"network.allowUnixSockets: {len(unhidden)} host unix socket{'s' if len(unhidden) > 1 else ''} "
+                f"cannot be hidden, as a mask covers one name and {'they have' if len(unhidden) > 1 else 'it has'} "
+                f"more: {', '.join(unhidden[:3])}{more}; a command that finds another name can connect to it")
+        if policy.strict:
+            raise BuildError(f"--strict: {what}", hint="remove the socket's extra links, or run without --strict "
+                                                       "(docs/policy-reference.md, \"Unix sockets\")")
+        warnings.append(what + ' (--strict refuses to run so; docs/policy-reference.md, "Unix sockets")')
+    if maybe_unhidden:
+        more = f" and {len(maybe_unhidden) - 3} more" if len(maybe_unhidden) > 3 else ""
+        notes.append("network.allowUnixSockets: host unix sockets whose current name safebox may not know (no mask "
+                     f"covers a name it does not know): {', '.join(maybe_unhidden[:3])}{more}")
+    return split_unix_sockets(policy.allow_unix_sockets, host_unix_sockets())
