@@ -294,3 +294,78 @@ def test_through_the_api_a_refused_lookup_is_a_network_event_naming_the_host(sha
                                                                        "network.allowedDomains")
     assert "nosuch.example" in ev.data["message"], ev.data
     assert ok.returncode == 0 and [e for e in ok.events if e.kind == "network"] == []  # control
+
+
+# -- the proxy's other checks on a captured connection (docs/network.md,
+# "The proxy's other checks, on a captured connection") --
+
+@pytest.mark.parametrize(("key", "value", "rule"), [
+    ("refuseOpaqueTunnels", True, "network.refuseOpaqueTunnels"),
+    ("deniedResolvedAddresses", ["127.0.0.0/8"], "network.deniedResolvedAddresses"),
+])
+def test_a_captured_connect_is_refused_by_the_srt_keys_that_refuse_it_through_the_proxy(
+        shared_home: FakeHome, origin: int, key: str, value: object, rule: str) -> None:
+    # The control is test_curl_noproxy_reaches_an_allowed_name_through_the_filter_with_an_audit_record:
+    # the same curl and policy without the key.
+    before = len(_Origin.hits)
+    r = shared_home.run(["curl", "-sS", "--noproxy", "*", "--max-time", "20", f"http://localhost.:{origin}/srt"],
+                        opts=_policy(shared_home, {**LOCAL, key: value}))
+    assert r.returncode in (7, 52, 56), (r.returncode, r.stdout, r.stderr)  # refused, or closed at once
+    line = next((x for x in r.stderr.splitlines() if x.startswith("safebox: refused TCP connect to ")), "")
+    assert line.startswith(f"safebox: refused TCP connect to localhost:{origin}") and rule in line, r.stderr
+    assert _Origin.hits[before:] == []
+
+
+CURL_LATE = ["curl", "-sS", "--noproxy", "*", "--max-time", "20"]
+
+
+def test_a_name_allowed_while_the_sandbox_runs_resolves_inside_and_is_reached_by_a_captured_connect(
+        shared_home: FakeHome, origin: int) -> None:
+    import safebox
+
+    before = len(_Origin.hits)
+    policy = {"network": {"allowedDomains": ["allowed.example"], "allowLocalDestinations": True}}
+    with safebox.Sandbox(policy, cwd=shared_home.work, env=shared_home.env()) as sb:
+        refused = sb.run([*CURL_LATE, f"http://localhost.:{origin}/late"], capture_output=True, text=True)
+        sb.allow_domain("localhost")
+        late = sb.run([*CURL_LATE, f"http://localhost.:{origin}/late"], capture_output=True, text=True)
+    assert refused.returncode == 6, refused.stderr  # the control: not resolved before the change
+    assert (late.returncode, late.stdout) == (0, "captured-ok"), late.stderr
+    assert _Origin.hits[before:] == ["/late"]
+
+
+def test_a_captured_connect_to_a_name_no_entry_allows_is_put_to_on_request_with_its_port(
+        shared_home: FakeHome, origin: int) -> None:
+    import safebox
+
+    asked: list[tuple[str, int, str]] = []
+    answers = iter([True, False])
+
+    def on_request(req: object) -> bool:
+        asked.append((req.host, req.port, req.protocol))  # type: ignore[attr-defined]
+        return next(answers)
+
+    before = len(_Origin.hits)
+    policy = {"network": {"allowedDomains": ["allowed.example"], "allowLocalDestinations": True}}
+    with safebox.Sandbox(policy, cwd=shared_home.work, env=shared_home.env(), on_request=on_request) as sb:
+        yes = sb.run([*CURL_LATE, f"http://localhost.:{origin}/asked"], capture_output=True, text=True)
+        no = sb.run([*CURL_LATE, f"http://localhost.:{origin + 1 if origin < 65535 else origin - 1}/no"],
+                    capture_output=True, text=True)
+    assert (yes.returncode, yes.stdout) == (0, "captured-ok"), yes.stderr
+    assert no.returncode in (7, 52, 56), (no.returncode, no.stderr)  # said no: closed at once
+    assert [a[::2] for a in asked] == [("localhost", "capture"), ("localhost", "capture")], asked
+    assert asked[0][1] == origin
+    assert _Origin.hits[before:] == ["/asked"]
+
+
+def test_with_strict_allowlist_a_name_no_entry_allows_is_not_asked_about_and_gets_nxdomain(
+        shared_home: FakeHome, origin: int) -> None:
+    import safebox
+
+    asked: list[object] = []
+    policy = {"network": {"allowedDomains": ["allowed.example"], "allowLocalDestinations": True,
+                          "strictAllowlist": True}}
+    with safebox.Sandbox(policy, cwd=shared_home.work, env=shared_home.env(),
+                         on_request=lambda r: asked.append(r) or True) as sb:
+        r = sb.run([*CURL_LATE, f"http://localhost.:{origin}/strict"], capture_output=True, text=True)
+    assert r.returncode == 6 and asked == [], (r.returncode, r.stderr, asked)

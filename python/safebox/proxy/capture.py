@@ -29,8 +29,18 @@ import time
 
 from safebox.proxy import dns
 from safebox.proxy._asyncio import asyncio
-from safebox.proxy.rules import RULE_ADDRESSES, RULE_ALLOWED, RULE_REQUEST, Decision, is_metadata
+from safebox.proxy.rules import (
+    RULE_ADDRESSES,
+    RULE_ALLOWED,
+    RULE_ASK,
+    RULE_HOST_MATCH,
+    RULE_OPAQUE,
+    RULE_REQUEST,
+    Decision,
+    is_metadata,
+)
 from safebox.proxy.upstream import Gate, Refused, Relay, UpstreamError, adopt_stream
+from safebox.proxy.verdict import check_name, may_ask, rules_now
 
 __all__ = ["MAX_CAPTURED", "Capture", "connection_cap"]
 
@@ -87,7 +97,7 @@ def _direct(gate: Gate, ip: ipaddress.IPv4Address | ipaddress.IPv6Address, host:
     loopback port to a direct connect). Deny entries still win."""
     if not decision.allowed and decision.rule != RULE_ALLOWED:
         return decision  # denied on purpose, or malformed: that says it best
-    if gate.rules.address_grant(ip, port) is not None and decision.allowed:
+    if rules_now(gate).address_grant(ip, port) is not None and decision.allowed:
         return decision
     if is_metadata(ip):
         return Decision(False, RULE_ALLOWED, f"{host}, a cloud metadata address, is never reached by a direct "
@@ -108,7 +118,22 @@ class Capture:
         self.cap = connection_cap()
         self._looked_up: dict[str, float] = {}
         self._said: set[str] = set()
-        self.resolver = dns.Resolver(self.names, gate.rules, self._refuse_lookup, self._say)
+        self.resolver = dns.Resolver(self.names, gate.rules, self._refuse_lookup, self._say, decide=self._lookup)
+
+    def _lookup(self, name: str) -> Decision:
+        """Whether the sandbox's DNS answers ``name``: the proxy's lists as
+        they are now (live ones change), and a name the proxy would put to
+        whoever runs the sandbox gets its address: the question is asked at
+        the connect, with the port (Gate.check), as for a CONNECT."""
+        gate = self.gate
+        decision = dns.dns_decision(rules_now(gate), name)
+        if decision.allowed:
+            return decision
+        if gate.live is not None:
+            decision = gate.live.explained(name, None, decision)
+        if may_ask(gate, decision):
+            return Decision(True, RULE_ASK, f"{name} is asked about at the connect")
+        return decision
 
     def _say(self, line: str) -> None:
         if line in self._said:
@@ -157,6 +182,34 @@ class Capture:
 
         return _Dns()
 
+    @staticmethod
+    def _decide(gate: Gate, ip: ipaddress.IPv4Address | ipaddress.IPv6Address, host: str, port: int, *,
+                direct: bool) -> Decision:
+        """The verdict the supervisor waits for: the proxy's checks on the
+        name (proxy/verdict.py: the lists as they are now), or :func:`_direct`'s
+        on an address. A connect the proxy would refuse is refused here, or
+        closed by :meth:`Gate.open`, which checks again with every address
+        check (deniedResolvedAddresses, this host's own addresses, metadata)
+        and asks (``on_request``, ``--ask``) when the proxy would."""
+        keys = gate.keys
+        if keys is not None and keys.refuse_opaque_tunnels:
+            # A captured connection is a tunnel the proxy cannot read, like
+            # a SOCKS5 one: refused as the proxy path refuses those.
+            return Decision(False, RULE_OPAQUE, f"a captured connection (a program that ignores HTTPS_PROXY) "
+                                                f"cannot be inspected; {RULE_OPAQUE} is set")
+        decision = check_name(gate, host, port)
+        if direct:
+            return _direct(gate, ip, host, port, decision)
+        if (keys is not None and keys.require_host_match and decision.allowed and gate.mitm is not None
+                and not gate.mitm.excluded(host, port)):
+            # Through the proxy this TLS would be terminated and its requests'
+            # Host checked; a captured connection is relayed unread.
+            return Decision(False, RULE_HOST_MATCH, f"{host} port {port} is TLS-terminated and {RULE_HOST_MATCH} "
+                                                    "is set: its requests are checked only through HTTPS_PROXY")
+        if may_ask(gate, decision):
+            return Decision(True, RULE_ASK, f"{host} is asked about once connected (Gate.check)")
+        return decision
+
     async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, gate: Gate) -> None:
         """Serve one connection from the supervisor."""
         try:
@@ -181,7 +234,28 @@ class Capture:
             finally:
                 self.open -= 1
             return
-        name_of_fake = None
+        where = self._destination(ip, port)
+        if where is None:
+            writer.write(b"n")
+            return
+        ip, host, direct = where
+        decision = self._decide(gate, ip, host, port, direct=direct)
+        if not decision.allowed:
+            self._refuse(host, port, PROTOCOL, decision)
+            writer.write(b"n")
+            return
+        writer.write(yes)
+        self.open += 1
+        try:
+            await self._relay(reader, writer, gate, host, port)
+        finally:
+            self.open -= 1
+
+    def _destination(self, ip: ipaddress.IPv4Address | ipaddress.IPv6Address, port: int
+                     ) -> tuple[ipaddress.IPv4Address | ipaddress.IPv6Address, str, bool] | None:
+        """(the address, the host to check, whether it is a direct connect)
+        for a captured ``ip``; None (refused, said) for an address of the
+        fake range that no lookup gave out."""
         mapped = ip.ipv4_mapped if isinstance(ip, ipaddress.IPv6Address) else None
         if mapped is not None and mapped in dns.FAKE_NET:
             ip = mapped  # a dual-stack socket (Java's) dialling the DNS's answer: the same destination
@@ -191,38 +265,28 @@ class Capture:
                 self._refuse(ip.compressed, port, PROTOCOL, Decision(
                     False, RULE_REQUEST, f"{ip} stands for no name looked up in this sandbox (look the name up "
                                          "again: the sandbox's DNS gives the address)"))
-                writer.write(b"n")
-                return
-            host = name_of_fake = name
-        else:
-            mapped = ip.ipv4_mapped if isinstance(ip, ipaddress.IPv6Address) else None
-            host = ip.compressed if ip.version == 4 else f"[::ffff:{mapped}]" if mapped else f"[{ip.compressed}]"
-        decision = gate.rules.check_host(host, port)
-        if host != name_of_fake:
-            decision = _direct(gate, ip, host, port, decision)
-        if not decision.allowed:
-            self._refuse(host, port, PROTOCOL, decision)
-            writer.write(b"n")
-            return
-        writer.write(yes)
-        self.open += 1
+                return None
+            return ip, name, False
+        host = ip.compressed if ip.version == 4 else f"[::ffff:{mapped}]" if mapped else f"[{ip.compressed}]"
+        return ip, host, True
+
+    async def _relay(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, gate: Gate, host: str,
+                     port: int) -> None:
+        """Check ``host:port`` fully and relay the supervisor's connection to it (Gate.open)."""
         relay = Relay()
         try:
-            try:
-                upstream = await gate.open(host, port, PROTOCOL, relay)
-            except Refused:
-                writer.transport.abort()  # explained by the gate
-                return
-            except UpstreamError as exc:
-                self._say(f"captured connection to {host}:{port} failed: {exc}")
-                writer.transport.abort()
-                return
-            try:
-                leftover, eof = adopt_stream(reader)
-                relay.start(writer.transport, leftover=leftover, client_eof=eof)  # type: ignore[arg-type]
-                await relay.done
-            finally:
-                relay.abort()
-                upstream.abort()
+            upstream = await gate.open(host, port, PROTOCOL, relay)
+        except Refused:
+            writer.transport.abort()  # explained by the gate
+            return
+        except UpstreamError as exc:
+            self._say(f"captured connection to {host}:{port} failed: {exc}")
+            writer.transport.abort()
+            return
+        try:
+            leftover, eof = adopt_stream(reader)
+            relay.start(writer.transport, leftover=leftover, client_eof=eof)  # type: ignore[arg-type]
+            await relay.done
         finally:
-            self.open -= 1
+            relay.abort()
+            upstream.abort()

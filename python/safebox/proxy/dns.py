@@ -143,9 +143,13 @@ class Resolver:
     """Answers queries for one run (proxy loop only)."""
 
     def __init__(self, names: FakeNames, rules: NetworkRules,
-                 refuse: Callable[[str, Decision], None], say: Callable[[str], None]) -> None:
+                 refuse: Callable[[str, Decision], None], say: Callable[[str], None], *,
+                 decide: Callable[[str], Decision] | None = None) -> None:
         self.names = names
         self.rules = rules
+        #: The verdict on a name (the capture front end's: the proxy's lists
+        #: as they are now); None: :func:`dns_decision` on :attr:`rules`.
+        self.decide = decide
         self.refuse = refuse
         self.say = say
         self.bucket = _Bucket()
@@ -167,7 +171,7 @@ class Resolver:
             return _reply(msg, end, _REFUSED)
         if qclass != 1:
             return _reply(msg, end, _NOTIMP)
-        decision = dns_decision(self.rules, name)
+        decision = self.decide(name) if self.decide is not None else dns_decision(self.rules, name)
         if not decision.allowed:
             self.refuse(name, decision)
             return _reply(msg, end, _NXDOMAIN)

@@ -21,8 +21,11 @@ from safebox.proxy.rules import (
     RULE_ALLOWED,
     RULE_ASK,
     RULE_DENIED,
+    RULE_HOST_MATCH,
     RULE_LOCAL,
+    RULE_OPAQUE,
     RULE_REQUEST,
+    RULE_RESOLVED,
     Decision,
     parse_ip_literal,
 )
@@ -56,8 +59,24 @@ def address_entry(host: str, port: int | None) -> str:
     return f"{bare}/32:{port}" if port is not None else f"{bare}/32"
 
 
+def _key_fix(decision: Decision) -> str | None:
+    """The fix of a refusal by one of srt's network keys (proxy/netkeys.py),
+    in the policy's words; None for the other rules."""
+    if decision.rule == RULE_RESOLVED:
+        return f"none unless the matching {RULE_RESOLVED} range is removed (the address is refused on purpose)"
+    if decision.rule == RULE_OPAQUE:
+        return (f"none while {RULE_OPAQUE} is set, unless the traffic goes through HTTPS_PROXY as TLS that "
+                "network.tlsTerminate covers")
+    if decision.rule == RULE_HOST_MATCH:
+        return f"none while {RULE_HOST_MATCH} is set, unless the requests go through HTTPS_PROXY naming their host"
+    return None
+
+
 def fix_for(host: str, decision: Decision, port: int | None = None) -> str:
     """What to change so that ``host`` is allowed (or why nothing will)."""
+    keyed = _key_fix(decision)
+    if keyed is not None:
+        return keyed
     if decision.rule == RULE_ALLOWED and port is not None and "allows it only as" in decision.reason:
         # A host:port entry names another port (srt's syntax).
         shown = f"[{host}]" if ":" in host and not host.startswith("[") else host
@@ -85,6 +104,9 @@ def policy_fix(host: str, decision: Decision, port: int | None = None) -> str:
     (a harness, the user of ``safebox exec``): no command-line flag, no ``;``
     (it is the last field of ``X-Safebox-Refused``)."""
     shown = f"[{host}]" if ":" in host and not host.startswith("[") else host
+    keyed = _key_fix(decision)
+    if keyed is not None:
+        return keyed
     if decision.rule == RULE_ALLOWED and port is not None and "allows it only as" in decision.reason:
         return f"add {shown}:{port} to {RULE_ALLOWED}"
     if decision.rule == RULE_REQUEST:

@@ -42,11 +42,14 @@ from safebox.hostport import split_port
 from safebox.proxy.addresses import Grant
 
 __all__ = [
+    "RULE_ADDRESSES",
     "RULE_ALLOWED",
     "RULE_ASK",
     "RULE_DENIED",
+    "RULE_HOST_MATCH",
     "RULE_LEARN",
     "RULE_LOCAL",
+    "RULE_OPAQUE",
     "RULE_REQUEST",
     "RULE_RESOLVED",
     "Decision",
@@ -65,6 +68,8 @@ RULE_DENIED = "network.deniedDomains"
 RULE_LOCAL = "network.allowLocalDestinations"
 RULE_ADDRESSES = "network.allowedAddresses"
 RULE_RESOLVED = "network.deniedResolvedAddresses"
+RULE_HOST_MATCH = "network.requireHostMatch"  # proxy/netkeys.py
+RULE_OPAQUE = "network.refuseOpaqueTunnels"  # proxy/netkeys.py
 #: Not a policy key: the request itself is malformed; no policy change helps.
 RULE_REQUEST = "request"
 #: Not a policy key: ``safebox exec --learn`` let a name through that no
