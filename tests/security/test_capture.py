@@ -369,3 +369,20 @@ def test_with_strict_allowlist_a_name_no_entry_allows_is_not_asked_about_and_get
                          on_request=lambda r: asked.append(r) or True) as sb:
         r = sb.run([*CURL_LATE, f"http://localhost.:{origin}/strict"], capture_output=True, text=True)
     assert r.returncode == 6 and asked == [], (r.returncode, r.stderr, asked)
+
+
+def test_through_the_api_allowed_addresses_hold_while_the_lists_change(shared_home: FakeHome, origin: int) -> None:
+    # A Sandbox's lists can always change (proxy/live.py): its rules are
+    # rebuilt at every change, and allowedAddresses must survive each.
+    import safebox
+
+    before = len(_Origin.hits)
+    policy = {"network": {"allowedAddresses": [f"127.0.0.1/32:{origin}"]}}
+    with safebox.Sandbox(policy, cwd=shared_home.work, env=shared_home.env()) as sb:
+        first = sb.run(["python3", "-c", CONNECT, "127.0.0.1", str(origin)], capture_output=True, text=True)
+        sb.allow_domain("later.example")
+        second = sb.run(["python3", "-c", CONNECT, "127.0.0.1", str(origin)], capture_output=True, text=True)
+        other = sb.run(["python3", "-c", CONNECT, "127.0.0.2", str(origin)], capture_output=True, text=True)
+    assert first.stdout == second.stdout == "ok HTTP/1.0 200 OK\n", (first.stdout, second.stdout, second.stderr)
+    assert other.stdout == "errno 13\n", other.stdout  # the control: an address no entry covers
+    assert _Origin.hits[before:] == ["/c", "/c"]
