@@ -106,3 +106,53 @@ def test_answers_are_rate_limited_and_the_limit_is_said_once() -> None:
     codes = [r.answer(_query("git.example"))[3] & 0xF for _ in range(int(dns.BURST) * 2)]  # type: ignore[index]
     assert codes.count(5) >= dns.BURST / 2 and codes[0] == 0  # REFUSED past the burst
     assert len(said) == 1 and "lookups per second" in said[0]
+
+
+class _Mitm:
+    """network.tlsTerminate's exclusion list, as Capture._decide reads it."""
+
+    def __init__(self, excluded: tuple[str, ...] = ()) -> None:
+        self.names = excluded
+
+    def excluded(self, host: str, _port: int) -> bool:
+        return host in self.names
+
+
+class _Ask:
+    """Stands for decide.py's Asker: Capture._decide only looks whether there is one."""
+
+
+def _decide(host: str, *, direct: bool = False, **gate: object) -> Decision:
+    from safebox.proxy.capture import Capture
+    from safebox.proxy.upstream import Gate
+
+    g = Gate(NetworkRules.from_policy(["git.example"], ["bad.example"]), **gate)  # type: ignore[arg-type]
+    ip = ipaddress.ip_address("127.0.0.1" if direct else "198.18.1.1")
+    return Capture._decide(g, ip, host, 443, direct=direct)
+
+
+def test_a_captured_connect_meets_the_keys_that_refuse_it_through_the_proxy() -> None:
+    from safebox.proxy.config import NetKeys
+
+    assert _decide("git.example").allowed  # the control: no key set
+    opaque = _decide("git.example", keys=NetKeys(refuse_opaque_tunnels=True))
+    assert (opaque.allowed, opaque.rule) == (False, "network.refuseOpaqueTunnels")
+    match = NetKeys(require_host_match=True)
+    host = _decide("git.example", keys=match, mitm=_Mitm())
+    assert (host.allowed, host.rule) == (False, "network.requireHostMatch")  # terminated through the proxy
+    assert _decide("git.example", keys=match, mitm=_Mitm(("git.example",))).allowed  # excluded: a plain tunnel
+    assert _decide("git.example", keys=match).allowed  # nothing is terminated
+
+
+def test_a_name_no_entry_allows_is_asked_about_at_the_connect_unless_strict_allowlist_or_denied() -> None:
+    from safebox.proxy.config import NetKeys
+
+    assert not _decide("other.example").allowed  # the control: nobody to ask
+    asked = _decide("other.example", ask=_Ask())
+    assert (asked.allowed, asked.rule) == (True, "ask")  # Gate.open asks, with the port
+    strict = _decide("other.example", ask=_Ask(), keys=NetKeys(strict_allowlist=True))
+    assert (strict.allowed, strict.rule) == (False, "network.allowedDomains")
+    denied = _decide("bad.example", ask=_Ask())
+    assert (denied.allowed, denied.rule) == (False, "network.deniedDomains")
+    direct = _decide("127.0.0.1", direct=True, ask=_Ask())  # an address is never asked about
+    assert (direct.allowed, direct.rule) == (False, "network.allowedAddresses")
