@@ -12,6 +12,7 @@
 #include "mounter.h"
 #include "policy.h"
 #include "publish.h"
+#include "review.h"
 #include "seccomp.h"
 #include "status.h"
 #include "supervise.h"
@@ -38,7 +39,8 @@
 #define USAGE "usage: safebox-helper --policy-file PATH [--status-fd N] [--handoff-fd N] "                        \
 	      "-- COMMAND [ARGS]... "                                                                             \
 	      "| --supervise --table PATH --events-fd N --listener-sock N [--capture-port N --capture-key-fd N] " \
-	      "| --mount --namespace-fd N --plan-fd N [--hold-fd N] | --probe | --version"
+	      "| --mount --namespace-fd N --plan-fd N [--hold-fd N] "                                             \
+	      "| --review --namespace-fd N --plan-fd N | --probe | --version"
 
 struct args {
 	const char *policy_path;
@@ -350,6 +352,8 @@ int main(int argc, char **argv)
 		return supervise_main(argc, argv);
 	if (argc >= 2 && strcmp(argv[1], "--mount") == 0)
 		return mounter_main(argc, argv);
+	if (argc >= 2 && strcmp(argv[1], "--review") == 0)
+		return review_main(argc, argv);
 	parse_args(argc, argv, &a);
 	setup_status_fd(a.status_fd);
 

@@ -93,7 +93,7 @@ static void join(char *dst, size_t len, const char *a, const char *b, int n)
 
 /* A descriptor number given on the command line: decimal, >= 3.  Dies
  * otherwise. */
-static int fd_arg(const char *opt, const char *s)
+int mounter_fd_arg(const char *opt, const char *s)
 {
 	char *end;
 	long n = strtol(s, &end, 10);
@@ -105,7 +105,7 @@ static int fd_arg(const char *opt, const char *s)
 
 /* Read the whole plan from FD into a new buffer.  Dies on a read error or
  * a plan over SB_PLAN_MAX bytes. */
-static char *read_plan(int fd, size_t *len)
+char *mounter_read_plan(int fd, size_t *len)
 {
 	struct stat st;
 	char *buf;
@@ -156,7 +156,7 @@ static void fork_holder(int ns, int hold)
 
 /* Step 2: enter the mount namespace NS and the user namespace owning it.
  * Dies on failure. */
-static void enter(int ns)
+void mounter_enter(int ns)
 {
 	int user = ioctl(ns, SB_NS_GET_USERNS);
 
@@ -361,11 +361,11 @@ int mounter_main(int argc, char **argv)
 
 	for (int i = 2; i < argc; i++) {
 		if (strcmp(argv[i], "--namespace-fd") == 0 && i + 1 < argc && ns < 0)
-			ns = fd_arg(argv[i], argv[i + 1]), i++;
+			ns = mounter_fd_arg(argv[i], argv[i + 1]), i++;
 		else if (strcmp(argv[i], "--plan-fd") == 0 && i + 1 < argc && plan_fd < 0)
-			plan_fd = fd_arg(argv[i], argv[i + 1]), i++;
+			plan_fd = mounter_fd_arg(argv[i], argv[i + 1]), i++;
 		else if (strcmp(argv[i], "--hold-fd") == 0 && i + 1 < argc && hold < 0)
-			hold = fd_arg(argv[i], argv[i + 1]), i++;
+			hold = mounter_fd_arg(argv[i], argv[i + 1]), i++;
 		else
 			die("--mount: unexpected argument '%s' (usage: --mount --namespace-fd N --plan-fd N "
 			    "[--hold-fd N])",
@@ -373,13 +373,13 @@ int mounter_main(int argc, char **argv)
 	}
 	if (ns < 0 || plan_fd < 0)
 		die("--mount needs --namespace-fd and --plan-fd");
-	buf = read_plan(plan_fd, &len);
+	buf = mounter_read_plan(plan_fd, &len);
 	close(plan_fd);
 	if (mount_plan_parse(buf, len, &p, err, sizeof(err)) < 0)
 		die("mount plan: %s", err);
 	if (hold >= 0) /* 1 */
 		fork_holder(ns, hold);
-	enter(ns); /* 2 */
+	mounter_enter(ns); /* 2 */
 	m.scratch = p.scratch;
 	m.empty_tree = -1;
 	if (p.empty != NULL) {

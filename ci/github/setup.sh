@@ -11,7 +11,7 @@
 #   setup.sh doctor     `safebox doctor`; fails the job with its fix text
 #   setup.sh configure  write the `safebox-step` shell for sandboxed steps
 # Inputs come from the environment (action.yml sets them): SAFEBOX_POLICY,
-# SAFEBOX_PRESETS, SAFEBOX_MODE (enforce|learn), SAFEBOX_LEARN_OUT,
+# SAFEBOX_PRESETS, SAFEBOX_MODE (enforce|learn), SAFEBOX_REVIEW (true|false), SAFEBOX_LEARN_OUT,
 # SAFEBOX_APPARMOR (profile|sysctl|skip), SAFEBOX_INSTALL_ROOT. docs/ci.md
 # describes each.
 set -euo pipefail
@@ -167,6 +167,11 @@ configure() {
   local log="$BASE/audit.jsonl" learned=${SAFEBOX_LEARN_OUT:-$BASE/learned-policy.json}
   local mode=${SAFEBOX_MODE:-enforce}
   args+=(--audit-log "$log")
+  case "${SAFEBOX_REVIEW:-false}" in
+    true) args+=(--review) ;;
+    false) ;;
+    *) die "input review: '${SAFEBOX_REVIEW}' is not true or false" ;;
+  esac
   case "$mode" in
     enforce|learn) ;;
     *) die "input mode: '${SAFEBOX_MODE}' is not enforce or learn" ;;

@@ -23,7 +23,8 @@ from dataclasses import dataclass, field
 from typing import IO, TYPE_CHECKING, Any
 
 from safebox.decide import DEFAULT_TIMEOUT, Decision, Request, Runtime
-from safebox.errors import PolicyError, SafeboxError
+from safebox.errors import SafeboxError
+from safebox.review.api import Reviewing, held_id, prepare
 from safebox.run.plan import Without
 from safebox.run.session import Command, Options, Session
 from safebox.run.supervise import Stdio
@@ -31,7 +32,7 @@ from safebox.run.supervise import Stdio
 if TYPE_CHECKING:
     from safebox.doctor import Check
     from safebox.policy.effective import EffectivePolicy
-    from safebox.policy.load import Context, Layer
+    from safebox.policy.load import Context
     from safebox.proxy.live import LiveLists
 
 def _running_loop() -> Any:
@@ -103,113 +104,18 @@ def _text_encoding() -> str:
 
 
 # ---------------------------------------------------------------- policies
+# Policy, in its own module (safebox/api_policy.py), re-exported here.
+from safebox.api_policy import Policy, PolicyLike, _as_policy  # noqa: E402
 
 
-class Policy:
-    """A policy built in code: layers in the policy file format
-    (docs/policy-reference.md), validated when made. A :class:`Sandbox`
-    merges the built-in defaults, then these layers in order, then its own
-    arguments (presets, limits). The user's and the project's policy files
-    are not read: a harness states its policy (add them with
-    :meth:`from_file` if wanted)."""
-
-    def __init__(self, layers: Sequence[Layer] = ()) -> None:
-        self.layers: tuple[Layer, ...] = tuple(layers)
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any], *, name: str = "<dict>") -> Policy:
-        """A policy from a dict shaped like a policy file. Raises
-        :class:`PolicyError` naming the key (``key_path``), in the CLI's words."""
-        from safebox.policy.load import Layer
-        from safebox.policy.validate import validate_layer
-
-        layer = Layer(name=name, data=dict(data))
-        validate_layer(layer)
-        return cls((layer,))
-
-    @classmethod
-    def from_file(cls, path: str | os.PathLike[str]) -> Policy:
-        """A policy from a JSON or TOML policy file."""
-        from safebox.policy.load import Layer, _read_file, parse_document
-        from safebox.policy.validate import validate_layer
-
-        p = os.path.abspath(os.fspath(path))
-        try:
-            raw = _read_file(p)
-        except FileNotFoundError:
-            raise PolicyError(f"{p}: policy file not found") from None
-        layer = Layer(name=p, data=parse_document(p, raw))
-        validate_layer(layer)
-        return cls((layer,))
-
-    def __repr__(self) -> str:
-        names = ", ".join(repr(layer.name) for layer in self.layers)
-        return f"Policy(layers=[{names}])" if len(names) < 200 else f"Policy({len(self.layers)} layers)"
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, Policy) and self.to_dict() == other.to_dict()
-
-    __hash__ = None  # type: ignore[assignment]  # mutable contents
-
-    def to_dict(self) -> dict[str, Any]:
-        """The layers merged into one dict shaped like a policy file (lists
-        add up, scalars are replaced, as :meth:`merge` and policy files
-        layer): ``Policy.from_dict(p.to_dict())`` is the same policy. The
-        built-in defaults and a :class:`Sandbox`'s own arguments are not in
-        it (``Sandbox.policy`` is the merged policy in force)."""
-        import copy
-
-        out: dict[str, Any] = {}
-        for layer in self.layers:
-            _layer_onto(out, layer.data)
-        return copy.deepcopy(out)
-
-    def merge(self, *others: Policy) -> Policy:
-        """This policy, then ``others`` on top (lists add up, scalars are
-        replaced, as policy files layer)."""
-        return Policy((*self.layers, *(layer for o in others for layer in o.layers)))
-
-    def _effective(self, ctx: Context, *, presets: Sequence[str], limits: Mapping[str, str | None],
-                   strict: bool) -> EffectivePolicy:
-        from safebox.policy.load import Flags, credential_env_layers, default_layer, flags_layer
-        from safebox.policy.merge import merge
-        from safebox.policy.validate import validate_layer
-
-        flags = Flags(presets=tuple(presets), strict=strict, limit_processes=limits.get("processes"),
-                      limit_memory=limits.get("memory"), limit_tmp_size=limits.get("tmpSize"),
-                      timeout=limits.get("wallTime"))
-        first = default_layer()
-        validated = [(first, validate_layer(first))]
-        validated += [(layer, layer.data) for layer in credential_env_layers(ctx)]
-        validated += [(layer, validate_layer(layer)) for layer in (*self.layers, flags_layer(flags))]
-        return merge(validated, ctx)
-
-
-def _layer_onto(out: dict[str, Any], data: Mapping[str, Any]) -> None:
-    """One layer on top of ``out``: dicts merge, lists add up (without
-    repeats), other values are replaced."""
-    for key, value in data.items():
-        have = out.get(key)
-        if isinstance(value, Mapping) and isinstance(have, dict):
-            _layer_onto(have, value)
-        elif isinstance(value, Mapping):
-            out[key] = {}
-            _layer_onto(out[key], value)
-        elif isinstance(value, list) and isinstance(have, list):
-            have.extend(v for v in value if v not in have)
-        else:
-            out[key] = list(value) if isinstance(value, list) else value
-
-
-PolicyLike = Policy | Mapping[str, Any] | str | os.PathLike[str]
-
-
-def _as_policy(policy: PolicyLike) -> Policy:
-    if isinstance(policy, Policy):
-        return policy
-    if isinstance(policy, Mapping):
-        return Policy.from_dict(policy)
-    return Policy.from_file(policy)
+def _as_policies(policy: PolicyLike | Sequence[PolicyLike] | None) -> Policy:
+    """A Sandbox's ``policy`` argument as one Policy: none, one, or layers
+    first to last (as `safebox exec -p base.json -p more.json`)."""
+    if policy is None:
+        return Policy()
+    if isinstance(policy, (Policy, Mapping, str, os.PathLike)):
+        return _as_policy(policy)
+    return Policy().merge(*(_as_policy(p) for p in policy))
 
 
 # ------------------------------------------------------------------ events
@@ -254,7 +160,7 @@ class CompletedRun:
 # ------------------------------------------------------------------ sandbox
 
 
-class Sandbox:
+class Sandbox(Reviewing):
     """One sandbox for many commands: one policy, one run dir, one proxy.
 
     ``policy``: a :class:`Policy`, a dict shaped like a policy file, a
@@ -273,6 +179,9 @@ class Sandbox:
     (a harness started from its own repo); docs/api.md says what it costs.
     ``quiet``: refusals reach the harness as events only, never as lines on
     the process's stderr (False: the proxy prints ``safebox exec``'s lines).
+    ``review``: each command's writes are held (docs/review.md): see
+    :meth:`changes`, :meth:`apply`, :meth:`discard`; ``keep``: the held run
+    survives :meth:`close`.
     ``on_request``: asked about each host no entry allows (a
     :class:`~safebox.decide.Request`); returns True (allow once), False
     (deny) or a :class:`~safebox.decide.Decision`; calls are serialised, and
@@ -289,14 +198,8 @@ class Sandbox:
                  on_event: Callable[[Event], None] | None = None, env: Mapping[str, str] | None = None,
                  allow_import_roots: bool = True, quiet: bool = True,
                  on_request: Callable[[Request], Any] | None = None,
-                 request_timeout: float = DEFAULT_TIMEOUT) -> None:
-        if policy is None:
-            pol = Policy()
-        elif isinstance(policy, (Policy, Mapping, str, os.PathLike)):
-            pol = _as_policy(policy)
-        else:
-            # Layers, first to last, as `safebox exec -p base.json -p more.json`.
-            pol = Policy().merge(*(_as_policy(p) for p in policy))
+                 request_timeout: float = DEFAULT_TIMEOUT, review: bool = False, keep: bool = False) -> None:
+        pol = _as_policies(policy)
         limits = {"processes": None if processes is None else str(processes), "memory": memory,
                   "tmpSize": tmp_size, "wallTime": wall_time}
         self._on_event = on_event
@@ -305,6 +208,8 @@ class Sandbox:
         self._lock = threading.Lock()
         self._local = threading.local()
         self._env = env
+        # review=True: the held run of the last command (docs/review.md), kept after close() only with keep=True.
+        self._review, self._keep, self._held = review, keep, None
         self._loop: Any = _running_loop()
         self._runtime = Runtime(on_request, timeout=request_timeout, loop=lambda: self._loop, say=self._say)
 
@@ -314,7 +219,7 @@ class Sandbox:
         opts = Options(strict=strict, without=Without(without) if without else None,
                        audit_log=os.fspath(audit_log) if audit_log is not None else None,
                        cli=False, allow_import_roots=allow_import_roots, proxy_stderr=not quiet,
-                       runtime=self._runtime)
+                       runtime=self._runtime, review=review)
         self._session = Session(load, opts=opts, say=self._say, cwd=os.fspath(cwd) if cwd is not None else None,
                                 environ=env, network_event=self._network)
         self._closed = False
@@ -495,6 +400,9 @@ class Sandbox:
                 p.wait()
         self._session.close()
         self._runtime.close()
+        if self._held is not None and not self._keep:
+            with contextlib.suppress(SafeboxError):
+                self.discard()
         for q in subscribers:
             q.put(None)
 
@@ -564,7 +472,7 @@ class Popen:
                 err_fd, err_ours = (out_fd if out_fd is not None else 1), None
             else:
                 err_fd, err_ours = _stdio_fd(stderr, mode="w", opened=opened)
-            command.prepare()
+            sandbox._held = prepare(command, sandbox._review, sandbox._held)
             self._launch = command.start(stdio=Stdio(in_fd, out_fd, err_fd))
         except BaseException:
             for fd in opened + [f for f in (locals().get("in_ours"), locals().get("out_ours"),
@@ -596,11 +504,9 @@ class Popen:
                 self.stdin = io.TextIOWrapper(self._stdin_bin, write_through=True,
                                               encoding=self.encoding, errors=errors)
             if self.stdout is not None:
-                self.stdout = io.TextIOWrapper(self._bin["stdout"], encoding=self.encoding,
-                                               errors=errors)
+                self.stdout = io.TextIOWrapper(self._bin["stdout"], encoding=self.encoding, errors=errors)
             if self.stderr is not None:
-                self.stderr = io.TextIOWrapper(self._bin["stderr"], encoding=self.encoding,
-                                               errors=errors)
+                self.stderr = io.TextIOWrapper(self._bin["stderr"], encoding=self.encoding, errors=errors)
         self.events.append(sandbox._emit("start", args=args, pid=self.pid, layers=sandbox.layers))
         with sandbox._lock:
             sandbox._running.add(self)
@@ -629,6 +535,8 @@ class Popen:
                 rc = got
                 self.duration = time.monotonic() - self._t0
                 violations = command.finish(rc)
+                if getattr(command, "held", None) is not None and held_id(command, finished=True) is None:
+                    self._sandbox._held = None  # nothing changed: nothing held
                 self.returncode = rc
                 self._command = None
                 with self._sandbox._lock:

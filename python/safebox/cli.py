@@ -118,7 +118,8 @@ def _request(parsed: dict[str, Any]) -> ExecRequest:
         publish=tuple(parsed["publish"]),
         audit_log=parsed["audit_log"], verbose=bool(parsed["verbose"]), quiet=bool(parsed["quiet"]),
         summary=parsed["summary"], learn=parsed["learn"], observe=parsed["observe"],
-        ask=bool(parsed["ask"]), ask_timeout=parsed["ask_timeout"], control_fd=parsed["control_fd"])
+        ask=bool(parsed["ask"]), ask_timeout=parsed["ask_timeout"], control_fd=parsed["control_fd"],
+        review=bool(parsed["review"]))
 
 
 def fail(err: SafeboxError) -> NoReturn:
@@ -510,17 +511,17 @@ def _mcp(file: str, *, unwrap: bool, dry_run: bool, servers: tuple[str, ...], **
         new, outcomes = mcpwrap.wrap_text(text, opts, only=servers, name=file)
     out = sys.stderr if dry_run else sys.stdout
     for o in outcomes:
-        out.write(f"{o.name}: {o.action}" + (f": {o.detail}" if o.detail else "") + "\n")
+        out.write(mcpwrap.report(o) + "\n")
     if dry_run:
         sys.stdout.write(mcpwrap.diff(file, text, new))
         return 0
     mcpwrap.prepare(outcomes)
     if new != text:
         mcpwrap.write(path, new, mode)
-        out.write(f"{file}: written ({sum(o.action in ('wrapped', 'unwrapped') for o in outcomes)} server(s) "
+        out.write(f"{mcpwrap.shown(file)}: written ({sum(o.action in ('wrapped', 'unwrapped') for o in outcomes)} server(s) "
                   f"changed); restart the client to apply\n")
     else:
-        out.write(f"{file}: nothing to change\n")
+        out.write(f"{mcpwrap.shown(file)}: nothing to change\n")
     sys.stdout.flush()
     return 0
 
@@ -546,6 +547,13 @@ def _this_safebox() -> str:
 
     me = os.path.abspath(sys.argv[0]) if os.path.basename(sys.argv[0]) == "safebox" else None
     return me if me and os.access(me, os.X_OK) else (shutil.which("safebox") or "safebox")
+
+
+def _add_changes_commands(app: Any) -> None:
+    """``safebox changes``, from the review package (docs/review.md)."""
+    from safebox.review.cli import add_commands
+
+    add_commands(app, _guarded)
 
 
 def _add_mcp_commands(app: click.Group) -> None:
@@ -658,7 +666,7 @@ def _click_app() -> click.Group:
         sys.exit(doctor.main(["--json"] if as_json else [], helper_path=Path(find_helper()), standalone=False))
 
     _add_policy_commands(app)
-
+    _add_changes_commands(app)
     _add_mcp_commands(app)
 
     @app.command("report")

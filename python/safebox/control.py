@@ -15,7 +15,10 @@ error: the lists last applied stay.
 The channel is the caller's, never the command's: safebox takes the
 descriptor before anything is spawned and marks it close-on-exec, and the
 spawn closes every other inherited descriptor (run/spawn.py), so nothing in
-the sandbox can read the updates or write one of its own.
+the sandbox can read the updates or write one of its own; and a named FIFO or
+file the command could open again by its path (under a write root, another
+link, or any under ``--without helper``) is refused before the run
+(:func:`check_unreachable`).
 """
 
 from __future__ import annotations
@@ -32,7 +35,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from safebox.proxy.live import LiveLists
 
-__all__ = ["MAX_LINE", "ControlChannel", "apply_line", "open_control_fd"]
+__all__ = ["MAX_LINE", "ControlChannel", "apply_line", "check_unreachable", "open_control_fd", "reopenable"]
 
 #: A longer line is refused (and skipped up to its end): the reader's memory is bounded.
 MAX_LINE = 4 * 1024 * 1024
@@ -62,6 +65,52 @@ def open_control_fd(text: str) -> int:
                            "channel it asks for", hint=hint)
     os.set_inheritable(fd, False)  # never the command's (the spawn closes the rest)
     return fd
+
+
+def reopenable(fd: int) -> tuple[str, int] | None:
+    """The path descriptor ``fd`` can be opened again by (a named FIFO, a
+    file) and its link count; None for an anonymous pipe or a socket."""
+    try:
+        st = os.fstat(fd)
+        target = os.readlink(f"/proc/self/fd/{fd}")
+    except OSError:
+        return None
+    if not (stat.S_ISFIFO(st.st_mode) or stat.S_ISREG(st.st_mode) or stat.S_ISCHR(st.st_mode)):
+        return None
+    if not target.startswith("/"):
+        return None  # pipe:[N], socket:[N], anon_inode:...
+    return target.removesuffix(" (deleted)"), st.st_nlink
+
+
+def check_unreachable(fd: int, *, roots: tuple[str, ...], landlock: bool, private_tmp: bool) -> None:
+    """Refuse (SafeboxError, 125) a control descriptor the sandboxed command
+    could open again by its path and write lines of its own into: a named
+    FIFO or file with another link, under a directory it may write (the
+    working directory, ``allowWrite``; ``/tmp`` only where it is the host's,
+    without bubblewrap), or, without Landlock (``--without helper``),
+    anywhere: a FIFO it sees on a read-only mount opens for writing all the
+    same. Found in review: ``mkfifo ctl`` in the project, and the command
+    allowed itself every host by writing to ``./ctl``."""
+    found = reopenable(fd)
+    if found is None:
+        return
+    path, links = found
+    hint = ("pass a pipe (--control-fd 3 3< <(producer)), or a FIFO in a directory of its own outside every "
+            "directory the command may write (with the helper; without it, only a pipe)")
+    if not landlock:
+        raise SafeboxError(f"--control-fd {fd} is {path}: without the helper (Landlock) the command can open it "
+                           "again for writing wherever it sees it, and write updates of its own", hint=hint)
+    if links > 1:
+        raise SafeboxError(f"--control-fd {fd} ({path}) has {links} links: the command could write updates of its "
+                           "own through another", hint=hint)
+    real = os.path.realpath(path)
+    for root in roots:
+        r = os.path.realpath(root)
+        if private_tmp and r == "/tmp":
+            continue  # bubblewrap's /tmp is a tmpfs of the sandbox's own: the host's is not in it
+        if real == r or real.startswith(r.rstrip("/") + "/"):
+            raise SafeboxError(f"--control-fd {fd} is {path}, inside {root}, which the command may write: it could "
+                               "write updates of its own into it", hint=hint)
 
 
 def apply_line(line: bytes, live: LiveLists) -> str | None:

@@ -246,6 +246,9 @@ class Runtime:
         self.asker: Asker | None = None
         #: Called with the live lists once they exist (``--control-fd``'s reader).
         self.on_live: list[Callable[[LiveLists], None]] = []
+        #: ``--control-fd``'s descriptor: checked once the write roots are known
+        #: (control.py check_unreachable).
+        self.control_fd: int | None = None
 
     def attach(self, allowed: tuple[str, ...], denied: tuple[str, ...], *, allow_local_destinations: bool,
                learn: bool) -> tuple[LiveLists, Asker | None]:

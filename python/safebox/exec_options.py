@@ -89,6 +89,9 @@ EXEC_OPTIONS: tuple[Opt, ...] = (
              "call, which costs nothing per file), 'writes' (the default: also refused file writes), 'all' (also "
              "reads of denied paths; the default with --audit-log) or 'off'.",
         value="MODE", choices=("off", "calls", "writes", "all")),
+    Opt(long="--review", dest="review",
+        help="Hold every write in a layer instead of the host; then `safebox changes diff|apply|discard` "
+             "(docs/review.md)."),
     Opt(long="--verbose", dest="verbose", help="Say which layers were enforced and what was adjusted; list every refusal.",
         short="-v"),
     Opt(long="--quiet", dest="quiet", help="Do not print refusals (a line per refused host, the end-of-run summary), "

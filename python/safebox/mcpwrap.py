@@ -53,7 +53,8 @@ from safebox import hostio, jsonc
 from safebox._record import Frozen
 from safebox.errors import SafeboxError
 
-__all__ = ["McpConfigError", "Outcome", "WrapOptions", "auto_preset", "unwrap_text", "wrap_text", "write"]
+__all__ = ["McpConfigError", "Outcome", "WrapOptions", "auto_preset", "report", "shown", "unwrap_text", "wrap_text",
+           "write"]
 
 #: Commands whose servers come from a registry, and the preset that lets them reach it.
 AUTO_PRESETS: dict[str, str] = {
@@ -99,6 +100,41 @@ class Outcome(Frozen):
     audit_log: str | None = None
     policy_file: str | None = None  # the server's own policy file
     env_allow: tuple[str, ...] = ()  # the variables its entry gives it, which it keeps (env.allow)
+
+
+#: Variables an entry's ``env`` may not set: the client starts safebox itself
+#: with them, on the host, before any sandbox exists. The dynamic loader runs
+#: ``LD_PRELOAD`` in safebox's process; ``PYTHON*`` runs code in a console
+#: script without ``-I``; OpenSSL loads providers named by ``OPENSSL_CONF``;
+#: ``SAFEBOX_HELPER``, ``HOME`` and ``XDG_*`` pick safebox's helper, its user
+#: policy, state and caches; the resolver variables re-point allowed names
+#: (found in review: ``"env": {"LD_PRELOAD": "./evil.so"}`` ran on the host).
+LAUNCHER_ENV_PREFIXES = ("LD_", "PYTHON", "SAFEBOX_", "OPENSSL_", "GCONV_", "GLIBC_", "MALLOC_", "XDG_", "BASH_FUNC_")
+LAUNCHER_ENV_NAMES = frozenset({"HOME", "TMPDIR", "BASH_ENV", "ENV", "SHELLOPTS", "BASHOPTS", "HOSTALIASES",
+                                "LOCALDOMAIN", "RES_OPTIONS", "LOCPATH", "NLSPATH", "SSL_CERT_FILE", "SSL_CERT_DIR",
+                                "LANGUAGE_PATH", "TZDIR"})
+
+
+def launcher_env(entry: jsonc.Node) -> list[str]:
+    """The names in an entry's ``env`` that would act on safebox itself
+    (:data:`LAUNCHER_ENV_NAMES`), a ``PATH`` with a relative, empty or
+    ``$``-expanded entry (safebox looks up bwrap, socat and the command
+    there), and ``envFile`` (VS Code's: variables wrap cannot see)."""
+    bad = []
+    if entry.get("envFile") is not None:
+        bad.append("envFile")  # VS Code reads it and gives its variables to safebox: wrap cannot see which
+    env = entry.get("env")
+    if env is None or env.value.kind != "object":
+        return bad
+    for m in env.value.members:
+        name = m.key
+        if name in LAUNCHER_ENV_NAMES or name.startswith(LAUNCHER_ENV_PREFIXES):
+            bad.append(name)
+        elif name == "PATH":
+            value = m.value.value if m.value.kind == "string" else ""
+            if not isinstance(value, str) or any(not d.startswith("/") or "$" in d for d in value.split(":")):
+                bad.append(name)
+    return bad
 
 
 def auto_preset(command: str) -> str | None:
@@ -356,7 +392,7 @@ def _check_names(root: jsonc.Node, only: Sequence[str], name: str) -> None:
     unknown = [s for s in only if s not in known]
     if unknown:
         raise McpConfigError(f"{name}: no server named {', '.join(map(repr, unknown))}",
-                             hint=f"the servers in it: {', '.join(sorted(known)) or 'none'}")
+                             hint=shown(f"the servers in it: {', '.join(sorted(known)) or 'none'}"))
 
 
 def wrap_text(text: str, opts: WrapOptions, *, only: Sequence[str] = (), name: str = "<config>"
@@ -367,7 +403,8 @@ def wrap_text(text: str, opts: WrapOptions, *, only: Sequence[str] = (), name: s
     it: its exec options are then replaced by ``opts``'s."""
     root = _parse(text, name)
     _check_names(root, only, name)
-    renamed = [k for k, e in _entries(root, only) if only and wrapped_split(e) is not None]
+    renamed = [k for k, e in _entries(root, only)
+               if only and e.kind == "object" and wrapped_split(e) is not None and not launcher_env(e)]
     if renamed:  # named again: unwrapped first, then wrapped with the new options
         text, _ = unwrap_text(text, only=renamed, name=name)
         root = _parse(text, name)
@@ -383,6 +420,13 @@ def wrap_text(text: str, opts: WrapOptions, *, only: Sequence[str] = (), name: s
                                       "safebox wraps the stdio servers started on this machine"))
         elif _str(entry, "command") is None:
             out.append(Outcome(name=key, action="skipped", detail="no \"command\" string: not a stdio server"))
+        elif launcher_env(entry):
+            names = ", ".join(launcher_env(entry))
+            out.append(Outcome(name=key, action="skipped",
+                               detail=f"NOT SANDBOXED: its \"env\" sets {names}, which the client gives safebox "
+                                      "itself, on the host, before any sandbox exists (code in safebox's own process, "
+                                      "or another helper, policy or resolver): remove it from the entry and wrap "
+                                      "again"))
         elif wrapped_split(entry) is not None:
             out.append(Outcome(name=key, action="already-wrapped", detail=_wrapped_detail(entry, opts)))
         else:
@@ -488,7 +532,21 @@ def _own_policy(path: str, env_allow: tuple[str, ...]) -> None:
     hostio.replace(path, (json.dumps(doc, indent=2) + "\n").encode(), mode=0o600)
 
 
+def shown(text: str) -> str:
+    """``text`` for the terminal: every character that is not printable
+    (ESC, CR, C1 controls such as U+009B) a ``?``. A cloned project's config
+    picks server names, commands, options and comments: raw, an escape
+    sequence in them could rewrite what ``wrap`` says it did (found in review)."""
+    return "".join(c if c.isprintable() else "?" for c in text)
+
+
+def report(o: Outcome) -> str:
+    """The line ``wrap``/``unwrap`` says for one server (no newline)."""
+    return shown(f"{o.name}: {o.action}" + (f": {o.detail}" if o.detail else ""))
+
+
 def diff(path: str, old: str, new: str) -> str:
-    """A unified diff of the config before and after."""
-    return "".join(difflib.unified_diff(old.splitlines(keepends=True), new.splitlines(keepends=True),
-                                        fromfile=path, tofile=path))
+    """A unified diff of the config before and after, each line :func:`shown`."""
+    return "".join(shown(line.rstrip("\n")) + "\n"
+                   for line in difflib.unified_diff(old.splitlines(), new.splitlines(), fromfile=path, tofile=path,
+                                                    lineterm=""))

@@ -26,7 +26,14 @@ from __future__ import annotations
 import os
 
 from safebox.builder.bulk import BulkOp, BulkPlan
-from safebox.errors import BuildError
+from safebox.errors import BuildError, RunError
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from typing import Any
+
+    from safebox.builder.resolved import ResolvedPolicy
 
 _LETTER = {BulkOp.WRITE: b"W", BulkOp.PIN: b"P", BulkOp.READ_ONLY: b"R", BulkOp.MASK_DIR: b"D",
            BulkOp.MASK_FILE: b"F"}
@@ -125,3 +132,40 @@ def start(pid: int, plan: BulkPlan, *, helper: str, env: dict[str, str]) -> Pend
         for fd in fds:
             os.close(fd)
     return Pending(child, err_r, len(plan.ops), hold_w)
+
+
+def after_bwrap(sync: Any, child: int | None, bulk: BulkPlan, rp: ResolvedPolicy, *, env: dict[str, str],
+                start_observer: Callable[[], None]) -> int:
+    """Once bubblewrap asks (``R`` on ``sync``, its sandbox built), make the
+    mounts it could not: ``bulk``'s, then ``--review``'s overlays on top of
+    every other mount (docs/review.md); then let the sandbox's first program
+    go on (``G``). The supervisor is started meanwhile (``start_observer``):
+    the helper, which hands it its listener, runs only after ``G``. Returns
+    the descriptor holding the mount namespace (-1: none). Nothing on
+    ``sync`` (end of file): bubblewrap failed, and reports it itself."""
+    hold = -1
+    if sync.recv(1) == b"R":
+        if child is None:
+            raise RunError("bubblewrap did not report its sandbox's pid; cannot make the mounts")
+        pending = start(child, bulk, helper=rp.helper_path, env=env) if bulk.ops else None
+        try:
+            if pending is not None:
+                hold = pending.hold
+                try:
+                    start_observer()
+                finally:
+                    pending.wait()
+            if rp.review_layers:
+                from safebox.review import mounts as review_mounts
+
+                # The big policy's mounts included: the overlays read the mount table back.
+                review_mounts.start(child, rp, helper=rp.helper_path, env=env).wait()
+        except BaseException:
+            if hold >= 0:
+                os.close(hold)
+            raise
+        sync.sendall(b"G\n")
+    elif bulk.ops:
+        start_observer()  # as without the mounter; bubblewrap's failure is reported by its caller
+    sync.close()
+    return hold

@@ -7,8 +7,10 @@ controlling terminal, ``/dev/tty`` (allow once, for this run, or deny).
   (bwrap ``--new-session``), and seccomp refuses ``TIOCSTI``/``TIOCLINUX``,
   so it cannot push input into the terminal; input typed before the question
   (typeahead meant for the command) is discarded (``tcflush``) before it is
-  asked. What the command does to the terminal can at most take the answer
-  away (it reads it first): then no answer comes and the host is denied.
+  asked. What the command reads from the terminal can at most take the
+  answer away (it reads it first): then no answer comes and the host is
+  denied. What it writes can mislead: it shares the terminal's output and can
+  redraw the question over safebox's (docs/threat-model.md, "Out of scope").
 * The host shown is canonical (normalize_host): no escape sequence reaches
   the terminal from it.
 * No answer within the timeout denies.
@@ -147,4 +149,5 @@ def exec_runtime(*, ask: bool, ask_timeout: str | None, control_fd: str | None,
 
         channel = ControlChannel(open_control_fd(control_fd), say=say)
         runtime.on_live.append(channel.attach)
+        runtime.control_fd = channel.fd
     return runtime

@@ -59,6 +59,7 @@ class ExecRequest(Frozen):
     learn: str | None = None  # --learn OUT: any public host; the suggested policy goes to OUT
     summary: str | None = None  # --summary FILE: append this run's Markdown report
     observe: str | None = None  # --observe: off, calls, writes, all; None: calls, or all with --audit-log
+    review: bool = False  # --review: writes held in a layer (safebox.review)
     ask: bool = False  # --ask: put hosts no entry allows to the user on /dev/tty (prompt.py)
     ask_timeout: str | None = None  # --ask-timeout SECONDS
     control_fd: str | None = None  # --control-fd N: live network lists (control.py)

@@ -222,7 +222,8 @@ def test_the_apparmor_step_does_nothing_where_the_kernel_does_not_restrict_user_
 def test_the_action_names_every_input_its_script_reads() -> None:
     action = (REPO / "action.yml").read_text()
     script = SETUP.read_text()
-    for var in ("SAFEBOX_POLICY", "SAFEBOX_PRESETS", "SAFEBOX_MODE", "SAFEBOX_LEARN_OUT", "SAFEBOX_APPARMOR"):
+    for var in ("SAFEBOX_POLICY", "SAFEBOX_PRESETS", "SAFEBOX_MODE", "SAFEBOX_LEARN_OUT", "SAFEBOX_APPARMOR",
+                "SAFEBOX_REVIEW"):
         assert f"{var}: ${{{{ inputs." in action and var in script
     assert PATH  # the fake runner's PATH starts from the tests' own
 
@@ -345,3 +346,22 @@ def test_a_step_whose_policy_makes_runner_temp_writable_still_cannot_rewrite_the
     assert step.stdout == "refused\nrefused\n", step.stdout
     assert shell.read_text() == before
     assert (gh.temp / "notes").read_text() == "notes\n"  # control: the write root the policy gave holds
+
+
+def test_review_input_holds_a_steps_writes_and_puts_the_diff_in_the_step_summary(fresh_home: FakeHome) -> None:
+    gh = FakeRunner(fresh_home)
+    r = gh.action("configure", SAFEBOX_REVIEW="true")
+    assert r.returncode == 0, r.stderr
+    step = gh.run_step("echo more >> README.md\necho new > built.txt\n", "safebox-step {0}")
+    assert step.returncode == 0, step.stderr
+    assert (fresh_home.work / "README.md").read_text() == "hello\n" and not (fresh_home.work / "built.txt").exists()
+    summary = gh.files["GITHUB_STEP_SUMMARY"].read_text()
+    assert "### safebox: held changes of run `" in summary and "1 added, 1 modified, 0 deleted" in summary
+    assert f"M {fresh_home.work}/README.md\nA {fresh_home.work}/built.txt\n" in summary
+    assert " hello\n+more\n" in summary and "+new\n" in summary
+    # Control: without the input the same step writes the workspace.
+    bad = gh.action("configure", SAFEBOX_REVIEW="yes")
+    assert bad.returncode != 0 and "input review: 'yes' is not true or false" in bad.stderr + bad.stdout
+    assert gh.action("configure", SAFEBOX_REVIEW="false").returncode == 0
+    plain = gh.run_step("echo new > built.txt\n", "safebox-step {0}")
+    assert plain.returncode == 0 and (fresh_home.work / "built.txt").read_text() == "new\n"

@@ -172,6 +172,23 @@ def test_keys_typed_before_the_question_are_not_its_answer(fresh_home: FakeHome,
     assert (rc, out) == (0, "200\n"), err + tty
 
 
+def test_a_local_address_literal_is_refused_without_a_question_whatever_its_spelling(
+        fresh_home: FakeHome, server: int) -> None:
+    # Found in review: "[::ffff:7f00:1] port N" at the prompt hides loopback;
+    # "for this run" listed it literally, and a literal entry passes whatever
+    # its class: the command reached a host-loopback service without
+    # allowLocalDestinations. No answer may open a local address.
+    script = f"{code(server, '[::ffff:127.0.0.1]')}; {code(server, '127.0.0.1')}"
+    rc, out, err, tty = on_terminal(fresh_home, ["sh", "-c", script], ["--ask"], ["r", "r"])
+    assert (rc, out) == (0, "403\n403\n"), err + tty
+    assert PROMPT not in tty, tty
+    assert "127.0.0.1, a loopback address; local destinations need network.allowLocalDestinations" in err, err
+    # Control: with local destinations allowed, the same literals are asked about, and "r" opens them.
+    rc, out, err, tty = on_terminal(fresh_home, ["sh", "-c", script], [*local_policy(fresh_home), "--ask"], ["r", "r"])
+    assert (rc, out) == (0, "200\n200\n"), err + tty
+    assert tty.count(PROMPT) == 2 and "the command wants [::ffff:7f00:1] port" in tty, tty
+
+
 def test_ask_without_a_terminal_denies_and_says_so_once(fresh_home: FakeHome, server: int) -> None:
     both = f"{code(server)}; {code(server, '127.0.0.1')}"
     p = subprocess.run(fresh_home.argv(["sh", "-c", both], opts=[*local_policy(fresh_home), "--ask"]),
@@ -221,6 +238,38 @@ def test_control_fd_replaces_the_lists_while_the_command_runs_and_the_command_ne
         assert (f"safebox: invalid config on --control-fd {r}: not a domain entry: 'a b'") in err, err
     finally:
         os.close(w)
+
+
+def _fifo_run(home: FakeHome, fifo: str, server: int) -> subprocess.CompletedProcess[str]:
+    """Run a command that writes a config of its own into ``fifo`` and then
+    asks for a host the policy does not list, with ``fifo`` as --control-fd."""
+    os.mkfifo(fifo)
+    r = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)
+    w = os.open(fifo, os.O_WRONLY)  # the caller's end, kept open: the reader waits for lines
+    try:
+        line = json.dumps({"network": {"allowedDomains": ["localhost"]}})
+        script = f"(printf '%s\\n' '{line}' > {fifo}) 2>/dev/null || echo cannot; sleep 1; {code(server)}"
+        return subprocess.run(home.argv(["sh", "-c", script], opts=[*local_policy(home), "--control-fd", str(r)]),
+                              cwd=home.work, env=home.env(), capture_output=True, text=True, pass_fds=(r,),
+                              timeout=60)
+    finally:
+        os.close(r)
+        os.close(w)
+
+
+def test_a_control_fifo_the_command_can_write_is_refused(fresh_home: FakeHome, server: int) -> None:
+    # Found in review: `mkfifo ctl` in the project (the work dir, a write root) and --control-fd 3 3<ctl:
+    # the command wrote {"network": {"allowedDomains": ["localhost"]}} into ./ctl and reached the host.
+    inside = str(fresh_home.work / f"ctl-{token()}")
+    p = _fifo_run(fresh_home, inside, server)
+    assert p.returncode == 125 and p.stdout == "", p.stdout + p.stderr
+    assert p.stderr.startswith(f"safebox: --control-fd {p.args[p.args.index('--control-fd') + 1]} is {inside}, "
+                               f"inside {fresh_home.work}, which the command may write"), p.stderr
+    # Control: the same FIFO in a directory the command may not write is accepted, and stays the caller's.
+    private = fresh_home.root / f"ctl-dir-{token()}"
+    private.mkdir(mode=0o700)
+    p = _fifo_run(fresh_home, str(private / "ctl"), server)
+    assert (p.returncode, p.stdout) == (0, "cannot\n403\n"), p.stderr
 
 
 @pytest.mark.parametrize(("value", "why"), [

@@ -284,3 +284,25 @@ def test_a_config_reached_through_a_link_in_an_earlier_runs_write_root_is_refuse
                                f"symlink inside the write root {fresh_home.work}"), r.stderr
     ok = mcp_cli(fresh_home, "wrap", str(config))  # control: the path it leads to, given as such
     assert ok.returncode == 0 and config.read_text() != text, ok.stderr
+
+
+def test_escape_sequences_in_a_projects_config_never_reach_the_terminal(fresh_home: FakeHome) -> None:
+    # Found in review: a cloned project's .mcp.json picks server names, options and comments; printed raw,
+    # "\x1b[2K\r" erased "already-wrapped: ... --allow-write /" and wrote "wrapped" over it.
+    config = fresh_home.work / ".mcp.json"
+    text = ('{"mcpServers": {\n'
+            '  // \x1b]0;title\x07 \u009b2K\n'
+            '  "ok\\u001b[2K\\rfake": {"command": "node", "args": ["y.js"]},\n'
+            '  "pre": {"command": "/usr/bin/safebox", "args": ["exec", "--allow-write", "/", "--allow-read",'
+            ' "\\u001b[0m\\r\\u001b[2Kpre: wrapped\\u009b", "--", "node", "x.js"]}\n'
+            '}}\n')
+    config.write_text(text)
+    for args in (["wrap", "--dry-run"], ["wrap"], ["unwrap"]):
+        r = mcp_cli(fresh_home, *args, str(config))
+        assert r.returncode == 0, r.stderr
+        said = r.stdout + r.stderr
+        assert not any(c in said for c in "\x1b\r\x07\u009b"), repr(said)
+        # Control: the names and options are there, each control character a "?".
+        assert "ok?[2K?fake: " in said and "--allow-write / --allow-read ?[0m??[2Kpre: wrapped?" in said \
+            or args == ["unwrap"], said
+    assert "// ?]0;title? ?2K" in mcp_cli(fresh_home, "wrap", "--dry-run", str(config)).stdout

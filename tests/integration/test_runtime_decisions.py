@@ -231,3 +231,26 @@ def test_an_answer_allows_the_name_never_a_local_address_behind_it(shared_home: 
     with safebox.Sandbox(LOCAL, cwd=shared_home.work, env=shared_home.env(), on_request=lambda _r: True) as sb:
         r = sb.run(curl("localhost", server), capture_output=True, text=True)
     assert r.stdout.endswith("\nok\n"), r.stdout
+
+
+def test_an_answer_for_the_lifetime_never_opens_a_local_address_literal(shared_home: FakeHome, server: int) -> None:
+    # Found in review: Decision(True) listed the literal it was asked about, and a literal entry passes whatever
+    # its class, so a harness allowing "any host but ..." opened host loopback (any spelling) without
+    # allowLocalDestinations. Such a literal is now refused without asking.
+    asked: list[safebox.Request] = []
+
+    def anything(req: safebox.Request) -> safebox.Decision:
+        asked.append(req)
+        return safebox.Decision(True)
+
+    forms = ("127.0.0.1", "[::ffff:127.0.0.1]", "[::ffff:7f00:1]")
+    with safebox.Sandbox(cwd=shared_home.work, env=shared_home.env(), on_request=anything) as sb:
+        runs = [sb.run(curl(h, server), capture_output=True, text=True) for h in forms for _ in range(2)]
+    for r in runs:
+        assert r.stdout.startswith("HTTP/1.1 403"), r.stdout
+        assert "; network.allowLocalDestinations; " in r.stdout, r.stdout
+    assert asked == []
+    # Control: with local destinations allowed, the literal is asked about and the answer opens it.
+    with safebox.Sandbox(LOCAL, cwd=shared_home.work, env=shared_home.env(), on_request=anything) as sb:
+        r = sb.run(curl("[::ffff:127.0.0.1]", server), capture_output=True, text=True)
+    assert r.stdout.endswith("\nok\n") and [a.host for a in asked] == ["::ffff:7f00:1"], r.stdout

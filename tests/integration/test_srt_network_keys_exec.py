@@ -26,6 +26,10 @@ class _Origin(http.server.BaseHTTPRequestHandler):
     def do_GET(self) -> None:  # noqa: N802
         type(self).hits.append(self.path)
         body = f"served {self.path}".encode()
+        if self.path.startswith("/early"):  # an interim head first (103 Early Hints) with the header in it
+            self.send_response_only(103)
+            self.send_header("Set-Cookie", "early=secret")
+            self.end_headers()
         self.send_response(200)
         self.send_header("Set-Cookie", "session=secret")
         self.send_header("X-Keep", "kept")
@@ -131,6 +135,17 @@ def test_strip_response_headers_takes_them_off_a_plain_http_response(shared_home
     # Control: without the key the header reaches the client.
     r = _curl(shared_home, ["-D", "/dev/stderr"], f"http://localhost:{port}/s", {})
     assert "Set-Cookie: session=secret" in r.stderr
+
+
+def test_strip_response_headers_takes_them_off_an_interim_response_too(shared_home: FakeHome, port: int) -> None:
+    # Found in review: a 1xx head (103 Early Hints) was relayed unchanged, its Set-Cookie with it, though the
+    # key says "never passed to the command".
+    r = _curl(shared_home, ["-D", "/dev/stderr"], f"http://localhost:{port}/early", {"stripResponseHeaders": ["set-cookie"]})
+    assert (r.returncode, r.stdout) == (0, "served /early"), r.stderr
+    assert " 103 " in r.stderr and "cookie" not in r.stderr.lower(), r.stderr
+    # Control: without the key both heads carry it.
+    r = _curl(shared_home, ["-D", "/dev/stderr"], f"http://localhost:{port}/early", {})
+    assert "Set-Cookie: early=secret" in r.stderr and "Set-Cookie: session=secret" in r.stderr, r.stderr
 
 
 def test_require_host_match_answers_421_to_a_host_header_naming_another_host(shared_home: FakeHome,

@@ -187,6 +187,13 @@ ALLOWED: dict[str, str] = {
     "policy/sources:*": "the policy file the user named, read before the run",
     "prompt:TerminalPrompt.__call__": "/dev/tty, the controlling terminal, O_NOCTTY; a fixed device path",
     "proxy/tls:*": "certificates safebox generated in its state dir",
+    "review/apply:*": ("the held run's apply: every open, mkdir and rename is an *at call beneath a write root "
+                       "and a layer pinned by descriptors, each directory opened O_NOFOLLOW (hostio.PinnedDir."
+                       "parent_of), the target created O_EXCL beside (tests/security/test_review.py)"),
+    "review/cli:*": "os.devnull",
+    "review/layer:*": ("the layers are walked by directory descriptors opened O_NOFOLLOW; files read after fstat "
+                       "says regular (the host's beneath a pinned root, hostio.PinnedDir)"),
+    "review/mounts:*": "/proc/PID/mountinfo and /proc/PID/ns/mnt of the sandbox safebox started",
     "run/host:*": "/proc/self/mountinfo",
     "run/protect:*": "the quarantine: parents resolved before the run and re-checked (run/protect.py)",
     "run/rundir:*": "the run dir's lock, safebox's own",

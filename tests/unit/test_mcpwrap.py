@@ -238,3 +238,43 @@ def test_a_config_of_many_escapes_or_deep_nesting_is_read_in_linear_time_or_refu
     assert time.monotonic() - t < 5
     with pytest.raises(jsonc.JsoncError, match="nested more than 200 deep"):
         jsonc.parse("[" * 10_000)
+
+
+@pytest.mark.parametrize("env", [{"LD_PRELOAD": "./evil.so"}, {"LD_LIBRARY_PATH": "."}, {"PYTHONPATH": "x"},
+                                 {"SAFEBOX_HELPER": "/p/evil"}, {"XDG_CONFIG_HOME": "./cfg"}, {"HOME": "/p"},
+                                 {"OPENSSL_CONF": "/p/evil.cnf"}, {"HOSTALIASES": "/p/aliases"},
+                                 {"GLIBC_TUNABLES": "x"}, {"BASH_ENV": "/p/rc"}, {"PATH": "bin:/usr/bin"},
+                                 {"PATH": "${PWD}/bin:/usr/bin"}])
+def test_an_entry_whose_env_acts_on_safebox_itself_is_not_wrapped_and_says_so(env: dict[str, str]) -> None:
+    # Found in review: the client starts the wrapped line with the entry's env, so {"LD_PRELOAD": "./evil.so"}
+    # ran the project's library in safebox's own process on the host, and wrap said "wrapped".
+    entry = {"command": "node", "args": ["server.js"], "env": {"GITHUB_TOKEN": "t", **env}}
+    text = json.dumps({"mcpServers": {"s": entry, "ok": {"command": "node", "args": ["ok.js"], "env": {"API_KEY": "k"}}}})
+    new, out = mcpwrap.wrap_text(text, OPTS)
+    by = {o.name: o for o in out}
+    assert by["s"].action == "skipped" and by["s"].detail.startswith(f"NOT SANDBOXED: its \"env\" sets {next(iter(env))}")
+    assert servers(new)["s"] == entry
+    # Control: an entry whose env only carries the server's own settings is wrapped.
+    assert by["ok"].action == "wrapped" and servers(new)["ok"]["command"] == OPTS.safebox
+    # Named again, an entry that came wrapped with such an env is not unwrapped and left unwrapped.
+    wrapped = json.dumps({"mcpServers": {"s": {"command": "/opt/sb/bin/safebox", "args": ["exec", "--", "node"],
+                                               "env": env}}})
+    again, out = mcpwrap.wrap_text(wrapped, OPTS, only=["s"])
+    assert again == wrapped and out[0].action == "skipped"
+
+
+def test_an_entry_with_an_env_file_is_not_wrapped_and_says_so() -> None:
+    # VS Code reads envFile and gives its variables to the process it starts: LD_PRELOAD in it would run in
+    # safebox on the host, and wrap cannot see it.
+    entry = {"type": "stdio", "command": "node", "args": ["s.js"], "envFile": "${workspaceFolder}/.env"}
+    new, out = mcpwrap.wrap_text(json.dumps({"servers": {"s": entry}}), OPTS)
+    assert out[0].action == "skipped" and out[0].detail.startswith("NOT SANDBOXED: its \"env\" sets envFile")
+    assert servers(new, "servers")["s"] == entry
+
+
+def test_a_path_of_absolute_directories_in_env_is_kept_and_wrapped() -> None:
+    # Claude Desktop configs often set PATH (nvm's node): absolute directories are no planted tool of the project.
+    text = json.dumps({"mcpServers": {"s": {"command": "npx", "args": ["x"],
+                                            "env": {"PATH": "/home/u/.nvm/versions/node/v20/bin:/usr/bin"}}}})
+    _, out = mcpwrap.wrap_text(text, OPTS)
+    assert out[0].action == "wrapped"

@@ -135,6 +135,9 @@ def mount_args(rp: ResolvedPolicy) -> list[str]:
         a += ["--bind", sock, sock]
     if rp.run_dir:
         a += ["--ro-bind", rp.run_dir, rp.run_dir]
+    if rp.review_layers:
+        # --review: detached by safebox-helper --review once the overlays are made.
+        a += ["--bind", rp.review_layers, rp.review_stage]
     if rp.helper_path and any(_under(rp.helper_path, t) for t in rp.private_tmp):
         # safebox installed under /tmp: the private /tmp would hide the helper.
         a += ["--ro-bind", rp.helper_path, rp.helper_path]
@@ -231,14 +234,21 @@ def namespace_args(rp: ResolvedPolicy, *, bwrap_status_fd: int | None) -> list[s
 NO_HELPER_STATUS = '{"v":1,"ok":true,"landlock":null,"nnp":false,"caps":false,"seccomp":false,"bridges":0}'
 
 
-def sync_lines(sync_fd: int) -> list[str]:
+def sync_lines(sync_fd: int, cwd: str | None = None) -> list[str]:
     """The handshake that holds the sandbox while safebox makes a big
     policy's mounts in it (``safebox.mounter``): ``R`` out, ``G`` back, or
     exit 125 before anything else runs. ``sync_fd`` is a single digit (dash
-    reads ``>&12`` as a syntax error)."""
+    reads ``>&12`` as a syntax error). With ``cwd`` (``--review``), enter
+    it again after ``G``: bubblewrap's chdir holds the directory mounted
+    there before, and an overlay made on it since is seen only through a
+    new look-up of its path."""
     assert 3 <= sync_fd <= 9, sync_fd
-    return [f"printf R >&{sync_fd} && IFS= read -r go <&{sync_fd} && [ \"$go\" = G ] || exit 125",
-            f"exec {sync_fd}>&-"]
+    out = [f"printf R >&{sync_fd} && IFS= read -r go <&{sync_fd} && [ \"$go\" = G ] || exit 125",
+           f"exec {sync_fd}>&-"]
+    if cwd:
+        quoted = "'" + cwd.replace("'", "'\\''") + "'"
+        out.append(f"cd -- {quoted} || exit 125")
+    return out
 
 
 def launcher_script(rp: ResolvedPolicy, *, socat: str, status_fd: int | None, sync_fd: int | None = None) -> str:
@@ -247,7 +257,7 @@ def launcher_script(rp: ResolvedPolicy, *, socat: str, status_fd: int | None, sy
     set-up failure from the command's own exit status), and execs the command."""
     import shlex  # only for --without helper; shlex pulls in re
 
-    lines = sync_lines(sync_fd) if sync_fd is not None else []
+    lines = sync_lines(sync_fd, rp.cwd if rp.review_layers else None) if sync_fd is not None else []
     for b in rp.bridges:
         lines.append(f"{shlex.quote(socat)} -b 262144 TCP-LISTEN:{b.port},bind=127.0.0.1,fork,reuseaddr "
                      f"UNIX-CONNECT:{shlex.quote(b.socket_path)} </dev/null >/dev/null 2>&1 &")
@@ -275,7 +285,7 @@ def command_args(rp: ResolvedPolicy, command: list[str], *, status_fd: int | Non
             if handoff_fd is not None:
                 a += ["--handoff-fd", str(handoff_fd)]
             if sync_fd is not None:
-                script = "\n".join([*sync_lines(sync_fd), 'exec "$@"'])
+                script = "\n".join([*sync_lines(sync_fd, rp.cwd if rp.review_layers else None), 'exec "$@"'])
                 return ["--", "/bin/sh", "-c", script, "safebox-sync", *a, "--", *command]
             return ["--", *a, "--", *command]
         case Layers.BWRAP_ONLY:

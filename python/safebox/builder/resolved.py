@@ -113,5 +113,9 @@ class ResolvedPolicy(Frozen):
     # with --dev-bind after bwrap's own /dev; empty without bwrap (the
     # helper's Landlock rules grant the host nodes instead).
     gpu_nodes: tuple[tuple[str, str], ...] = ()
+    # --review (safebox.review): the held run's layers dir, bound read-write
+    # at review_stage (in the run dir) until the overlays are mounted.
+    review_layers: str = ""
+    review_stage: str = ""
     notes: tuple[str, ...] = ()  # said with -v
     warnings: tuple[str, ...] = ()  # said on every run: a grant the policy gave does not hold

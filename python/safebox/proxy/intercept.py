@@ -33,6 +33,7 @@ import ssl
 
 from safebox.domains import IPAddress
 from safebox.proxy._asyncio import asyncio
+from safebox.proxy.netkeys import strip_response_head
 from safebox.proxy.rules import HostError
 from safebox.proxy.upstream import Gate, Refused, Relay, UpstreamError, adopt_stream
 from safebox.proxy.wire import (
@@ -360,8 +361,8 @@ async def _send_body(client: Stream, up: Stream, framing: str, length: int,
 
 
 async def _relay_response(up: Stream, client: Stream, strip: frozenset[str] = frozenset()) -> None:
-    """Interim (1xx) heads unchanged, the final head with ``Connection:
-    close`` and without the headers of ``strip`` (folded names,
+    """Interim (1xx) heads, then the final head with ``Connection: close``,
+    each without the headers of ``strip`` (folded names,
     network.stripResponseHeaders), then every byte until the upstream closes."""
     while True:
         try:
@@ -378,7 +379,8 @@ async def _relay_response(up: Stream, client: Stream, strip: frozenset[str] = fr
         if 100 <= code < 200:
             if code == 101:
                 raise UpstreamError("error", "the upstream switched protocols, which safebox does not relay here")
-            await client.send(head)
+            # An interim head's headers too (103 Early Hints can carry any): "never passed".
+            await client.send(strip_response_head(head[:-4], strip) + b"\r\n\r\n" if strip else head)
             continue
         named = {b"connection", b"keep-alive", b"proxy-connection"}
         for line in lines[1:]:
@@ -387,10 +389,7 @@ async def _relay_response(up: Stream, client: Stream, strip: frozenset[str] = fr
                 named.update(t.strip().lower() for t in value.split(b","))
         kept = [line for line in lines[1:] if line.partition(b":")[0].strip().lower() not in named]
         final = b"\r\n".join([lines[0], *kept])
-        if strip:
-            from safebox.proxy.netkeys import strip_response_head
-
-            final = strip_response_head(final, strip)
+        final = strip_response_head(final, strip) if strip else final
         await client.send(final + b"\r\nConnection: close\r\n\r\n")
         break
     while data := await up.read_some():

@@ -491,6 +491,16 @@ class NetworkRules:
             f"IP address {name} is not listed literally in {RULE_ALLOWED}",
         )
 
+    def literal_refusal(self, host: str, port: int) -> Decision | None:
+        """The refusal of an IP-literal ``host`` whose address no answer may
+        open (loopback, private, metadata, this host's own, in any spelling,
+        e.g. ``::ffff:127.0.0.1``), or None: a name or a public literal, asked
+        about as any host (decide.py). An answer remembered would list the
+        literal, and a literal entry passes whatever its class (found in review)."""
+        literal = parse_ip_literal(host)
+        local = self.check_address(literal, host=host, port=port) if literal is not None else None
+        return local if local is not None and not local.allowed else None
+
     def check_address(self, ip: IPAddress, *, host: str = "", port: int | None = None) -> Decision:
         """Decide on one address a host resolved to (or an IP literal).
 

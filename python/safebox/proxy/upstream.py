@@ -422,14 +422,10 @@ class Relay:
 
 
 def adopt_stream(reader: asyncio.StreamReader) -> tuple[bytes, bool]:
-    """Take what a ``StreamReader`` has buffered but not yet consumed, and
-    whether it has seen EOF, so its transport can be handed to a :class:`Relay`.
-
-    Uses ``StreamReader._buffer``/``_eof``: private, but unchanged since
-    Python 3.4 and the only way to switch protocols without losing bytes the
-    client sent right after its request (TLS ClientHello pipelined behind a
-    CONNECT, a POST body).
-    """
+    """Take what a ``StreamReader`` has buffered but not yet consumed, and whether it has seen EOF, so
+    its transport can be handed to a :class:`Relay`. Uses ``StreamReader._buffer``/``_eof``: private, but
+    unchanged since Python 3.4 and the only way to switch protocols without losing bytes the client sent
+    right after its request (TLS ClientHello pipelined behind a CONNECT, a POST body)."""
     buffer: bytearray = reader._buffer  # type: ignore[attr-defined]  # private, see above
     leftover = bytes(buffer)
     buffer.clear()
@@ -569,7 +565,9 @@ class Gate:
         """
         decision = check_name(self, host, port)
         if self.ask is not None and may_ask(self, decision):  # proxy/verdict.py, shared with capture
-            decision = await self.ask.decide(normalize_host(host), port, protocol, audit=self.audit)
+            asked = normalize_host(host)
+            refused = rules_now(self).literal_refusal(asked, port)  # an address no answer may open is never asked about
+            decision = refused if refused is not None else await self.ask.decide(asked, port, protocol, audit=self.audit)
         rules = rules_now(self)
         if not decision.allowed:
             self.record(host, port, protocol, decision)

@@ -93,6 +93,11 @@ class Command:
             checkpoint("bwrap")
         # 4. Resolve: every mount and rule, host paths looked up.
         rp = self._resolve()
+        if s.opts.review:
+            from safebox.review.run import attach
+
+            rp, self.held = attach(rp, bwrap=s.bwrap, state=s.state, command_dir=self.dir or s.run_path,
+                                   command=self.argv, cwd=s.cwd, dry_run=s.opts.dry_run, audit_log=s.opts.audit_log)
         # 5. Build: the helper policy, the seccomp files, the environment.
         d = self.decision = self._decide(rp)
         if s.opts.dry_run:
@@ -371,6 +376,12 @@ class Command:
             s.say(f"the run was stopped when the violations supervisor died ({lost}): refusals after that were "
                   f"not observed; exit status {rc}")
         quarantined, restored = settle(rp, s.state, say=s.say)
+        held = getattr(self, "held", None)
+        if held is not None:
+            from safebox.review.run import finish as review_finish
+
+            self.held = review_finish(held, rc, say=s.say, audit=self.recorder.audit if self.recorder else None,
+                                      summary=s.summary)
         refused = self.ci_run.finish(self._passing()) if self.ci_run is not None else []
         for r in refused:
             s.say(f"refused {r.file} entry {r.name!r}: {r.reason} (not passed on to later steps; docs/ci.md)")

@@ -168,7 +168,7 @@ def dry_run_text(rp: ResolvedPolicy, command: tuple[str, ...], policy_bytes: byt
     if rp.layers is not Layers.HELPER_ONLY:
         handoff = 5 if rp.layers is Layers.BOTH and (rp.bridges or rp.publish) else None
         opts, tail = bwrap_argv(mounts, rp, command, bwrap_status_fd=4, status_fd=3, socat=socat,
-                                handoff_fd=handoff, sync_fd=6 if ops else None)
+                                handoff_fd=handoff, sync_fd=6 if ops or rp.review_layers else None)
         argv = ["bwrap", *opts, *tail]
     else:
         argv = [rp.helper_path, "--policy-file", rp.policy_path, "--status-fd", "3", "--", *command]

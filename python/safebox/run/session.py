@@ -63,6 +63,8 @@ class Options(Frozen):
     #: descriptors, become the child subreaper, reap every child. False
     #: (the API): touch nothing process-wide.
     cli: bool = True
+    #: --review: the command's writes held in a layer (safebox.review).
+    review: bool = False
     #: The caller's import path may hold a write root (a harness started
     #: from its own repo); see docs/api.md for what that costs.
     allow_import_roots: bool = False
@@ -127,6 +129,7 @@ class Session:
                              hint="run `safebox doctor` to see why bubblewrap cannot run here")
         for n in layer_notes:
             self.say(n)
+        self._check_control_fd()
         # 5. The limits plan.
         self.limits = _limits.for_run(self.policy, bwrap=self.bwrap if self.layers is not Layers.HELPER_ONLY else None,
                                       helper=self.layers is not Layers.BWRAP_ONLY, strict=self.strict,
@@ -146,6 +149,15 @@ class Session:
         self._prepare_network()
         # 8. The seccomp programs (builder/bpf_cache.py, the one cache).
         self._seccomp()
+
+    def _check_control_fd(self) -> None:
+        """--control-fd: refused where the command could write it by a path (control.py)."""
+        if self.opts.runtime is not None and self.opts.runtime.control_fd is not None:
+            from safebox.control import check_unreachable
+
+            check_unreachable(self.opts.runtime.control_fd, roots=(self.cwd, *self.policy.allow_write),
+                              landlock=self.layers is not Layers.BWRAP_ONLY,
+                              private_tmp=self.layers is not Layers.HELPER_ONLY)
 
     def _check_helper(self) -> None:
         from safebox.helper import check_helper, find_helper, replaceable

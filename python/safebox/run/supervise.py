@@ -428,7 +428,7 @@ class Launch:
         handoff_fd = handoff[1].fileno() if handoff else None
         fds = (args_fd, bw_w) + ((handoff_fd,) if handoff_fd else ())
         sync = None
-        if bulk.ops:
+        if bulk.ops or rp.review_layers:
             import socket
 
             # The sandbox's first program waits on this until the mounts
@@ -460,8 +460,8 @@ class Launch:
         self.relay.spawned = self.pid
         if self.cli:
             test_pause("command")  # a signal now is queued for the command
-        if not sync:
-            self._start_observer()  # while bwrap builds the sandbox
+        if not bulk.ops:
+            self._start_observer()  # while bwrap builds the sandbox (--review's overlays come after)
         self._close_fd(bw_w)
         self._close_fd(args_fd)
         # bw_r stays open until close(): bwrap writes its exit document on
@@ -469,27 +469,10 @@ class Launch:
         self.relay.bwrap_child = _read_bwrap_child(bw_r)
         if sync:
             sync[1].close()
-            # Nothing (end of file): bubblewrap failed; its message and
-            # exit status are reported below.
-            if sync[0].recv(1) == b"R":
-                if self.relay.bwrap_child is None:
-                    raise RunError("bubblewrap did not report its sandbox's pid; cannot make the mounts")
-                from safebox import mounter
+            from safebox import mounter
 
-                # The violations table of a big policy (one entry per mount)
-                # is built while the mounter's child makes the mounts: the
-                # helper, which hands the supervisor its listener, runs only
-                # after G.
-                pending = mounter.start(self.relay.bwrap_child, bulk, helper=self.rp.helper_path, env=self.env)
-                self._ns_held = pending.hold
-                try:
-                    self._start_observer()
-                finally:
-                    pending.wait()
-                sync[0].sendall(b"G\n")
-            else:
-                self._start_observer()  # as without the mounter; bubblewrap's failure is reported below
-            sync[0].close()
+            self._ns_held = mounter.after_bwrap(sync[0], self.relay.bwrap_child, bulk, rp, env=self.env,
+                                                start_observer=self._start_observer)
         if handoff:
             self._adopt(handoff[0], handoff[1])
 

@@ -1,0 +1,385 @@
+"""Putting a held run's changes on the host, file by file.
+
+The layer is the command's work, so hostile input; the host tree is the
+user's. Every step is a ``*at`` call beneath the write root pinned by a
+descriptor, each directory on the way opened ``O_NOFOLLOW`` (safebox.hostio):
+no symlink on the host is ever followed, whoever planted it.
+
+* a file: copied to a new temporary name beside the target (``O_EXCL``),
+  its mode set (set-user-ID and set-group-ID bits dropped), then renamed
+  over the target: a reader sees the old file or the new one, never half;
+* a symlink: made beside, then renamed over the target (a link is placed,
+  never followed);
+* a deletion (a whiteout) or a replaced directory (opaque): removed by
+  descriptors, without following a link;
+* a conflict: the host's entry changed since the run started (its change
+  time is not before the held run's ``started`` marker) and is not already
+  what the layer holds: refused, named, unless ``force``;
+* code-running names (safebox.review.layer.runs_code): listed, applied
+  only when the caller names them;
+* idempotent: what the host already holds is skipped, so an apply stopped
+  half-way is finished by running it again; two at once are refused (lock).
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import re
+import stat
+
+from safebox._record import Frozen
+from safebox.errors import RunError
+from safebox.review import layer as _layer
+from safebox.review import store as _store
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from safebox.hostio import PinnedDir
+    from safebox.review.layer import Change
+    from safebox.review.store import Held
+
+_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+class Outcome(Frozen):
+    """What an apply did."""
+
+    applied: tuple[str, ...] = ()
+    already: tuple[str, ...] = ()  # the host held it already (an earlier apply)
+    code: tuple[str, ...] = ()  # code-running names left out (name them to apply)
+    conflicts: tuple[tuple[str, str], ...] = ()  # (path, why)
+    refused: tuple[tuple[str, str], ...] = ()  # (path, why)
+
+
+def select(cs: list[Change], paths: tuple[str, ...] | None) -> tuple[list[Change], list[Change]]:
+    """(chosen, code-running left out). ``paths``: absolute host paths;
+    each chooses the changes at or beneath it, code-running ones included
+    (that is naming them). None: every change but the code-running ones."""
+    if paths is None:
+        return [c for c in cs if not c.runs_code], [c for c in cs if c.runs_code]
+    norm = [os.path.normpath(p) for p in paths]
+    chosen = [c for c in cs if any(c.path == p or c.path.startswith(p.rstrip("/") + "/") for p in norm)]
+    return chosen, []
+
+
+def _check_space(chosen: list[Change]) -> None:
+    need: dict[str, int] = {}
+    for c in chosen:
+        if c.kind != "deleted" and c.type == "file":
+            need[c.root] = need.get(c.root, 0) + c.size
+    for root, n in need.items():
+        try:
+            sv = os.statvfs(root)
+        except OSError:
+            continue
+        free = sv.f_bavail * sv.f_frsize
+        if n > free:
+            raise RunError(f"cannot apply: the changes need {n} bytes under {root} and its file system has {free} "
+                           f"free ({os.strerror(errno.ENOSPC)}); nothing was applied",
+                           hint="free some space, then run `safebox changes apply` again")
+
+
+class _Dirs:
+    """Directories beneath a pinned one, each opened once (``O_NOFOLLOW``,
+    component by component from its cached parent) and kept for the
+    apply: 10,000 files in 100 directories cost 100 walks, not 10,000."""
+
+    def __init__(self, top: PinnedDir, *, where: str, sweep: Callable[[int, str], None] | None = None) -> None:
+        self.top, self.where, self.sweep = top, where, sweep
+        self.fds: dict[str, int] = {}
+        if sweep is not None:
+            sweep(top.fd, "")
+
+    def get(self, rel_dir: str, *, make: Callable[[str], int] | None = None) -> int | None:
+        """The descriptor of ``rel_dir`` ("" the top); None when it does not
+        exist (``make``: create it, with the mode make returns). A symlink
+        on the way is HostFileError."""
+        from safebox import hostio
+
+        if rel_dir == "":
+            return self.top.fd
+        fd = self.fds.get(rel_dir)
+        if fd is not None:
+            return fd
+        head, _, name = rel_dir.rpartition("/")
+        parent = self.get(head, make=make)
+        if parent is None:
+            return None
+        try:
+            fd = os.open(name, _DIR, dir_fd=parent)
+        except FileNotFoundError:
+            if make is None:
+                return None
+            os.mkdir(name, make(rel_dir), dir_fd=parent)
+            fd = os.open(name, _DIR, dir_fd=parent)
+        except OSError as e:
+            if e.errno in (errno.ENOTDIR, errno.ELOOP):
+                try:
+                    link = stat.S_ISLNK(os.stat(name, dir_fd=parent, follow_symlinks=False).st_mode)
+                except OSError:
+                    link = False
+                if link:
+                    raise hostio.HostFileError(os.path.join(self.where, rel_dir),
+                                               f"{name!r} on the way is a symlink; safebox never follows one in a "
+                                               "place a sandboxed command could write") from None
+                if e.errno == errno.ENOTDIR and make is None:
+                    return None
+            raise
+        self.fds[rel_dir] = fd
+        if self.sweep is not None:
+            self.sweep(fd, rel_dir)
+        return fd
+
+    def forget(self, rel: str) -> None:
+        """Drop ``rel`` and what lies beneath it (removed or replaced)."""
+        for k in [k for k in self.fds if k == rel or k.startswith(rel + "/")]:
+            os.close(self.fds.pop(k))
+
+    def close(self) -> None:
+        for fd in self.fds.values():
+            os.close(fd)
+        self.fds.clear()
+        self.top.close()
+
+
+def _host_verdict(c: Change, hst: os.stat_result | None, started: int, *, force: bool) -> tuple[str, str] | None:
+    """Why the host's entry stops change ``c``: ("conflict", why): the host
+    changed it since the run started (``--force`` overrides); ("refused",
+    why): it is another user's. None: apply it."""
+    if hst is not None and not force and hst.st_ctime_ns >= started and c.kind != "added":
+        return "conflict", "changed on the host since the run started"
+    if c.kind == "modified" and hst is None and not force:
+        return "conflict", "deleted on the host since the run started"
+    if hst is not None and hst.st_uid != os.geteuid():
+        return "refused", f"the host's is owned by uid {hst.st_uid}, not by this user"
+    return None
+
+
+def apply(h: Held, paths: tuple[str, ...] | None = None, *, force: bool = False) -> Outcome:
+    """Apply the held run's changes (those ``paths`` choose; see select)."""
+    from safebox import hostio
+
+    with _store.Lock(h, "apply"):
+        cs = _layer.changes(h)
+        chosen, code = select(cs, paths)
+        _check_space(chosen)
+        started = h.started_ns()
+        applied: list[str] = []
+        conflicts: list[tuple[str, str]] = []
+        refused: list[tuple[str, str]] = []
+        pins: dict[int, tuple[_Dirs, _Dirs]] = {}
+        try:
+            _open_layers(h, cs, chosen, pins)
+            for c in chosen:
+                host, up = pins[c.layer]
+                if c.type == "other":
+                    refused.append((c.path, "not a file, a directory or a symlink"))
+                    continue
+                head, _, name = c.rel.rpartition("/")
+                try:
+                    dfd = host.get(head)
+                    hst = None
+                    if dfd is not None:
+                        try:
+                            hst = os.stat(name, dir_fd=dfd, follow_symlinks=False)
+                        except FileNotFoundError:
+                            pass
+                except hostio.HostFileError as e:
+                    refused.append((c.path, e.why))
+                    continue
+                verdict = _host_verdict(c, hst, started, force=force)
+                if verdict is not None:
+                    (conflicts if verdict[0] == "conflict" else refused).append((c.path, verdict[1]))
+                    continue
+                try:
+                    _one(c, host, up, hst)
+                except OSError as e:
+                    if e.errno in (errno.ENOSPC, errno.EDQUOT):
+                        raise RunError(f"cannot apply {c.path}: {e.strerror}; {len(applied)} change(s) applied "
+                                       "before it, each whole", hint="free some space, then run `safebox changes "
+                                       "apply` again: it finishes what is left") from None
+                    refused.append((c.path, e.strerror or str(e)))
+                    continue
+                except hostio.HostFileError as e:
+                    refused.append((c.path, e.why))
+                    continue
+                applied.append(c.path)
+        finally:
+            for a, b in pins.values():
+                a.close()
+                b.close()
+        done = set(applied)
+        left = [c for c in cs if not c.runs_code and c.path not in done]
+        _store.update(h, applied=[*h.meta.get("applied", []), *applied],
+                      status="applied" if not left else h.meta.get("status"))
+        return Outcome(applied=tuple(applied), code=tuple(c.path for c in code), conflicts=tuple(conflicts),
+                       refused=tuple(refused))
+
+
+_TMP = re.compile(r"^\..+\.safebox-apply-[0-9a-f]{8}$")
+
+
+def _sweeper(layer: int, cs: list[Change]) -> Callable[[int, str], None]:
+    """Removes, from each host directory the apply enters, the temporary
+    files an earlier apply that was killed left (``.NAME.safebox-apply-
+    XXXXXXXX``: regular files of this user), unless the layer itself holds
+    that name."""
+    ours = {c.rel for c in cs if c.layer == layer}
+
+    def sweep(dfd: int, rel_dir: str) -> None:
+        try:
+            names = os.listdir(dfd)
+        except OSError:
+            return
+        for n in names:
+            if _TMP.match(n) and (f"{rel_dir}/{n}" if rel_dir else n) not in ours:
+                try:
+                    st = os.stat(n, dir_fd=dfd, follow_symlinks=False)
+                    if stat.S_ISREG(st.st_mode) and st.st_uid == os.geteuid():
+                        os.unlink(n, dir_fd=dfd)
+                except OSError:
+                    pass
+    return sweep
+
+
+def _open_layers(h: Held, cs: list[Change], chosen: list[Change], pins: dict[int, tuple[_Dirs, _Dirs]]) -> None:
+    """Pin each write root and its layer into ``pins``, sweeping the
+    temporary files of a killed apply from every directory the layer has.
+    A root that is gone is an error only when a chosen change needs it."""
+    from safebox import hostio
+
+    for k, root in enumerate(h.roots):
+        try:
+            pins[k] = (_Dirs(hostio.pin(root), where=root, sweep=_sweeper(k, cs)),
+                       _Dirs(hostio.pin(h.upper(k)), where=h.upper(k)))
+        except hostio.HostFileError:
+            if any(c.layer == k for c in chosen):
+                raise
+            continue
+        _sweep_all(pins[k][0], h.upper(k))
+
+
+def _sweep_all(host: _Dirs, upper: str) -> None:
+    """Enter (and so sweep) every host directory the layer has one for:
+    an apply killed after its last file in a directory left its temporary
+    files there, and this apply may have nothing else to do there."""
+    from safebox import hostio
+
+    for top, _dirs, _files, _fd in os.fwalk(upper, follow_symlinks=False):
+        rel = os.path.relpath(top, upper)
+        try:
+            host.get("" if rel == "." else rel)
+        except (OSError, hostio.HostFileError):
+            continue
+
+
+def _remove(dfd: int, name: str) -> None:
+    from safebox._record import _rmtree_at
+
+    st = os.stat(name, dir_fd=dfd, follow_symlinks=False)
+    if stat.S_ISDIR(st.st_mode):
+        sub = os.open(name, _DIR, dir_fd=dfd)
+        try:
+            _rmtree_at(sub)
+        finally:
+            os.close(sub)
+        os.rmdir(name, dir_fd=dfd)
+    else:
+        os.unlink(name, dir_fd=dfd)
+
+
+def _one(c: Change, host: _Dirs, up: _Dirs, hst: os.stat_result | None) -> None:
+    head, _, name = c.rel.rpartition("/")
+
+    def mode_of(rel_dir: str) -> int:
+        ufd = up.get(rel_dir.rpartition("/")[0])
+        try:
+            st = os.stat(rel_dir.rpartition("/")[2], dir_fd=ufd, follow_symlinks=False) if ufd is not None else None
+        except OSError:
+            st = None
+        return stat.S_IMODE(st.st_mode) & 0o1777 if st is not None and stat.S_ISDIR(st.st_mode) else 0o755
+
+    dfd = host.get(head, make=mode_of)
+    assert dfd is not None
+    if c.kind == "deleted":
+        if hst is not None:
+            host.forget(c.rel)
+            _remove(dfd, name)
+        return
+    if c.type == "dir":
+        if hst is not None and not stat.S_ISDIR(hst.st_mode):
+            _remove(dfd, name)
+        if hst is None or not stat.S_ISDIR(hst.st_mode):
+            host.forget(c.rel)
+            os.mkdir(name, c.mode & 0o1777, dir_fd=dfd)
+        return
+    tmp = f".{name[:200]}.safebox-apply-{os.urandom(4).hex()}"
+    ufd = up.get(head)
+    if ufd is None:
+        raise OSError(errno.ENOENT, "gone from the layer")
+    if c.type == "symlink":
+        os.symlink(os.readlink(name, dir_fd=ufd), tmp, dir_fd=dfd)
+    else:
+        _copy(ufd, name, dfd, tmp)
+    try:
+        if hst is not None and stat.S_ISDIR(hst.st_mode):
+            host.forget(c.rel)
+            _remove(dfd, name)
+        os.rename(tmp, name, src_dir_fd=dfd, dst_dir_fd=dfd)
+    except BaseException:
+        try:
+            os.unlink(tmp, dir_fd=dfd)
+        except OSError:
+            pass
+        raise
+
+
+def _copy(sdfd: int, sname: str, dfd: int, tmp: str) -> None:
+    src = os.open(sname, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=sdfd)
+    try:
+        st = os.fstat(src)
+        if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid():
+            raise OSError(errno.EPERM, "the layer's file is not a regular file of this user")
+        dst = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=dfd)
+        try:
+            try:
+                _copy_bytes(src, dst, st.st_size)
+                # The set-ID bits are the command's wish, never kept on the host.
+                os.fchmod(dst, stat.S_IMODE(st.st_mode) & ~(stat.S_ISUID | stat.S_ISGID))
+            finally:
+                os.close(dst)
+        except BaseException:
+            try:
+                os.unlink(tmp, dir_fd=dfd)
+            except OSError:
+                pass
+            raise
+    finally:
+        os.close(src)
+
+
+def _copy_bytes(src: int, dst: int, size: int) -> None:
+    left = size
+    try:
+        while left > 0:
+            n = os.copy_file_range(src, dst, left)
+            if n == 0:
+                break
+            left -= n
+        return
+    except OSError as e:
+        if e.errno not in (errno.EXDEV, errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP):
+            raise
+    while chunk := os.read(src, 1 << 20):
+        view = memoryview(chunk)
+        while view:
+            view = view[os.write(dst, view):]
+
+
+def discard(h: Held) -> None:
+    """Remove the held run (nothing of it reaches the host)."""
+    with _store.Lock(h, "discard"):
+        _store.remove(h)

@@ -1,0 +1,120 @@
+"""``--review`` in a run: make the held run before the sandbox, say what it
+holds after (run/session.py calls these two)."""
+
+from __future__ import annotations
+
+import os
+
+from safebox.errors import BuildError
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from typing import Any
+
+    from safebox.builder.resolved import ResolvedPolicy
+    from safebox.review.store import Held
+
+
+def attach(rp: ResolvedPolicy, *, bwrap: str | None, state: str, command_dir: str, command: tuple[str, ...],
+           cwd: str, dry_run: bool, audit_log: str | None = None) -> tuple[ResolvedPolicy, Held | None]:
+    """``rp`` with the held run's layers bound in; refuses (BuildError,
+    exit 125) where overlayfs cannot be had, never silently runs without."""
+    from safebox.review import mounts, store
+
+    why = mounts.unsupported(rp, bwrap=bwrap)
+    if why is not None:
+        raise BuildError(why, hint='run without --review (the writes then land on the host); docs/review.md, '
+                                   '"Where it works"')
+    stage = os.path.join(command_dir, "review")
+    if dry_run:
+        return rp.replace(review_layers="<held run>/layers", review_stage=stage), None
+    held = store.create(state, roots=mounts.roots(rp), command=command, cwd=cwd, audit_log=audit_log)
+    os.mkdir(stage, 0o700)
+    return rp.replace(review_layers=held.layers, review_stage=stage), held
+
+
+#: The diff in a step summary is cut after this many bytes (GitHub takes 1 MiB a step).
+SUMMARY_MAX = 256 << 10
+
+
+def finish(held: Held, rc: int, *, say: Callable[[str], None], audit: object | None = None,
+           summary: str | None = None) -> Held:
+    """Record the end; one line: what the layers hold, the commands next."""
+    from safebox.review import store
+
+    if _empty(held):
+        # Nothing to review (the common case of a read-only job): no held run is left behind.
+        store.remove(held)
+        say(f"review: the run changed nothing in its write roots; nothing is held (exit status {rc})")
+        if audit is not None:
+            _event(audit, "review_held", review=held.id, added=0, modified=0, deleted=0, changes=[])
+        return held.replace(meta={**held.meta, "status": "empty"})
+    from safebox.review import layer
+
+    cs = layer.changes(held)
+    if not cs:
+        # Nothing to review: no held run is left behind to list and discard.
+        store.remove(held)
+        say(f"review: the run changed nothing in its write roots; nothing is held (exit status {rc})")
+        if audit is not None:
+            _event(audit, "review_held", review=held.id, added=0, modified=0, deleted=0, changes=[])
+        return held.replace(meta={**held.meta, "status": "empty"})
+    held = store.update(held, status="held", exit=rc)
+    added, modified, deleted = layer.counts(cs)
+    code = sum(c.runs_code for c in cs)
+    extra = f" ({code} that would run code on the host, applied only when named)" if code else ""
+    say(f"review: held run {held.id}: {added} added, {modified} modified, {deleted} deleted{extra}; nothing "
+        f"reached the host. Next: `safebox changes diff {held.id}`, `safebox changes apply {held.id}`, "
+        f"`safebox changes discard {held.id}`")
+    if summary:
+        _summary(summary, held, cs)
+    if audit is not None:
+        _event(audit, "review_held", review=held.id, added=added, modified=modified, deleted=deleted,
+               changes=[c.as_json() for c in cs[:1000]])
+    return held
+
+
+def _empty(held: Held) -> bool:
+    """Whether every layer is empty (cheaper than walking for changes)."""
+    for k in range(len(held.roots)):
+        try:
+            if os.listdir(held.upper(k)):
+                return False
+        except FileNotFoundError:
+            continue
+    return True
+
+
+def _event(audit: object, kind: str, **fields: object) -> None:
+    write = getattr(audit, "event", None)
+    if callable(write):
+        write(kind, **fields)
+
+
+def _summary(path: str, held: Held, cs: list[Any]) -> None:
+    """The held changes as Markdown, appended to ``--summary`` (in CI,
+    ``$GITHUB_STEP_SUMMARY``): the counts, each path, the diff (cut at
+    SUMMARY_MAX), and how to apply."""
+    from safebox import hostio
+    from safebox.review import layer
+
+    added, modified, deleted = layer.counts(cs)
+    mark = {"added": "A", "modified": "M", "deleted": "D"}
+    out = [f"### safebox: held changes of run `{held.id}`\n",
+           f"{added} added, {modified} modified, {deleted} deleted; nothing reached the work tree. Apply with "
+           f"`safebox changes apply {held.id}` (docs/review.md).\n", "```"]
+    out += [f"{mark[c.kind]} {c.path}{'  (runs code: applied only when named)' if c.runs_code else ''}" for c in cs]
+    out += ["```", "", "<details><summary>diff</summary>", "", "```diff"]
+    size, cut = 0, False
+    for c in cs:
+        d = layer.diff(held, c).replace("```", "`` `")
+        if size + len(d) > SUMMARY_MAX:
+            cut = True
+            break
+        size += len(d)
+        out.append(d.rstrip("\n"))
+    if cut:
+        out.append(f"... cut at {SUMMARY_MAX} bytes: `safebox changes diff {held.id}` shows the rest")
+    out += ["```", "</details>", ""]
+    hostio.append(path, ("\n".join(out) + "\n").encode())

@@ -1,0 +1,266 @@
+"""Held runs in safebox's state dir: ``STATE/review/ID/``.
+
+* ``meta.json`` -- the run: command, work dir, the write roots held (in
+  layer order), when it started, its exit status, what was applied;
+* ``started`` -- an empty file made just before the command: its change
+  time is the run's start on the file systems' own clock (conflicts);
+* ``layers/K/upper``, ``layers/K/work`` -- the overlay of write root K;
+* ``lock`` -- held (``flock``) by an ``apply`` or ``discard`` at work.
+
+Everything here is safebox's own, made before the command exists; the
+layers' contents are the command's (hostile: safebox.review.layer reads
+them without following links). A held run is used only when its directory
+is this user's and not writable by anyone else: another user's held run is
+refused, never read.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import re
+import stat
+import time
+
+from safebox._record import Frozen
+from safebox.errors import RunError
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
+#: At most this many held runs; a new ``--review`` run beyond it is refused.
+MAX_HELD = 100
+#: Held runs older than this are swept when a new one is made.
+SWEEP_AFTER_S = 30 * 86400
+_ID = re.compile(r"^[0-9]{8}-[0-9]{6}-[0-9a-f]{6}$")
+
+
+class Held(Frozen):
+    """One held run."""
+
+    id: str
+    dir: str
+    meta: dict[str, Any] = {}
+
+    @property
+    def roots(self) -> tuple[str, ...]:
+        return tuple(self.meta.get("roots", ()))
+
+    def upper(self, k: int) -> str:
+        return os.path.join(self.dir, "layers", str(k), "upper")
+
+    @property
+    def layers(self) -> str:
+        return os.path.join(self.dir, "layers")
+
+    def started_ns(self) -> int:
+        """The run's start on the file system's clock (the marker's ctime)."""
+        try:
+            return os.stat(os.path.join(self.dir, "started"), follow_symlinks=False).st_ctime_ns
+        except OSError:
+            return int(self.meta.get("started_ns", 0))
+
+
+def base(state: str) -> str:
+    return os.path.join(state, "review")
+
+
+def _write_meta(d: str, meta: dict[str, Any]) -> None:
+    from safebox import hostio
+
+    with hostio.pin(d) as pd:
+        pd.replace("meta.json", json.dumps(meta, indent=1).encode())
+
+
+def create(state: str, *, roots: tuple[str, ...], command: tuple[str, ...], cwd: str,
+           audit_log: str | None = None) -> Held:
+    """A new held run for ``roots`` (each an empty layer)."""
+    b = base(state)
+    os.makedirs(b, mode=0o700, exist_ok=True)
+    sweep(state)
+    if len(_ids(b)) >= MAX_HELD:
+        raise RunError(f"{MAX_HELD} held runs already wait in {b}: --review will not make another",
+                       hint="apply or discard some: `safebox changes list`, `safebox changes discard ID`")
+    now = time.time()
+    rid = time.strftime("%Y%m%d-%H%M%S", time.gmtime(now)) + "-" + os.urandom(3).hex()
+    d = os.path.join(b, rid)
+    os.mkdir(d, 0o700)
+    os.mkdir(os.path.join(d, "layers"), 0o700)
+    for k in range(len(roots)):
+        os.mkdir(os.path.join(d, "layers", str(k)), 0o700)
+        for sub in ("upper", "work"):
+            os.mkdir(os.path.join(d, "layers", str(k), sub), 0o700)
+    with _pinned(d) as pd:
+        pd.write_exclusive("started", b"")
+        meta: dict[str, Any] = {"v": 1, "id": rid, "uid": os.geteuid(), "command": list(command), "cwd": cwd,
+                                "roots": list(roots), "created": now, "status": "running", "exit": None,
+                                "applied": [], "discarded": False,
+                                "audit_log": os.path.abspath(audit_log) if audit_log else None,
+                                "started_ns": os.stat("started", dir_fd=pd.fd).st_ctime_ns}
+        pd.write_exclusive("meta.json", json.dumps(meta, indent=1).encode())
+    return Held(id=rid, dir=d, meta=meta)
+
+
+def _pinned(d: str) -> Any:
+    from safebox import hostio
+
+    return hostio.pin(d)
+
+
+def update(h: Held, **changes: Any) -> Held:
+    meta = {**h.meta, **changes}
+    _write_meta(h.dir, meta)
+    return h.replace(meta=meta)
+
+
+def _ids(b: str) -> list[str]:
+    try:
+        return sorted(n for n in os.listdir(b) if _ID.match(n))
+    except FileNotFoundError:
+        return []
+
+
+def open_held(state: str, rid: str) -> Held:
+    """The held run ``rid`` of this user. Refuses a malformed id, a
+    missing run, and a directory that is not this user's own."""
+    from safebox import hostio
+
+    if not _ID.match(rid):
+        raise RunError(f"{rid!r} is not a held run's id (they look like 20260101-120000-a1b2c3)",
+                       hint="`safebox changes list` shows them")
+    d = os.path.join(base(state), rid)
+    try:
+        st = os.stat(d, follow_symlinks=False)
+    except FileNotFoundError:
+        raise RunError(f"no held run {rid} in {base(state)}", hint="`safebox changes list` shows them") from None
+    if not stat.S_ISDIR(st.st_mode):
+        raise RunError(f"held run {rid}: {d} is not a directory; safebox will not use it")
+    if st.st_uid != os.geteuid() or st.st_mode & 0o022:
+        raise RunError(f"held run {rid} belongs to uid {st.st_uid}, not to this user ({os.geteuid()}), or is "
+                       "writable by others: safebox will not read or apply it",
+                       hint="apply a run as the user who made it")
+    with hostio.pin(d) as pd:
+        raw = pd.read("meta.json", max_size=1 << 20, missing_ok=False)
+    try:
+        meta = json.loads(raw or b"{}")
+    except ValueError:
+        raise RunError(f"held run {rid}: meta.json is not JSON") from None
+    if not isinstance(meta, dict) or meta.get("id") != rid or not isinstance(meta.get("roots"), list):
+        raise RunError(f"held run {rid}: meta.json is not a held run's")
+    return Held(id=rid, dir=d, meta=meta)
+
+
+def list_held(state: str) -> list[Held]:
+    out = []
+    for rid in _ids(base(state)):
+        try:
+            out.append(open_held(state, rid))
+        except RunError:
+            continue
+    return out
+
+
+def size_of(h: Held) -> int:
+    """Bytes the layers hold (what ``list`` shows)."""
+    total = 0
+    for _top, _dirs, files, dfd in os.fwalk(h.layers, follow_symlinks=False):
+        for n in files:
+            try:
+                total += os.stat(n, dir_fd=dfd, follow_symlinks=False).st_blocks * 512
+            except OSError:
+                pass
+    return total
+
+
+def remove(h: Held) -> None:
+    from safebox._record import rmtree
+
+    if h.meta.get("status") == "running" and _remove_empty(h):
+        return
+    # overlayfs leaves work/work and what it holds (incompat/volatile/)
+    # mode 000: rmtree needs to list them. They are overlayfs's, ours, and
+    # out of the command's reach; each opened without following a link.
+    for k in range(len(h.roots)):
+        _open_up(os.path.join(h.dir, "layers", str(k), "work", "work"))
+    rmtree(h.dir)
+
+
+def _open_up(d: str, depth: int = 0) -> None:
+    from safebox._record import open_to_owner
+
+    if depth > 4 or open_to_owner(d) is None and not os.access(d, os.R_OK | os.X_OK):
+        return
+    try:
+        names = os.listdir(d)
+    except OSError:
+        return
+    for n in names:
+        p = os.path.join(d, n)
+        if os.path.isdir(p) and not os.path.islink(p):
+            _open_up(p, depth + 1)
+
+
+def sweep(state: str) -> None:
+    """Remove held runs older than SWEEP_AFTER_S (docs/review.md); the id
+    says when each was made, so only those are opened."""
+    cutoff = time.strftime("%Y%m%d-%H%M%S", time.gmtime(time.time() - SWEEP_AFTER_S))
+    for rid in _ids(base(state)):
+        if rid[:15] < cutoff:
+            try:
+                remove(open_held(state, rid))
+            except RunError:
+                continue
+
+
+def _remove_empty(h: Held) -> bool:
+    """The fast way for a run that wrote nothing: rmdir and unlink only."""
+    try:
+        for k in range(len(h.roots)):
+            lay = os.path.join(h.dir, "layers", str(k))
+            work = os.path.join(lay, "work")
+            for n in os.listdir(work):  # overlayfs's own work/work (incompat/volatile/dirty inside)
+                if n == "work":
+                    _open_up(os.path.join(work, n))
+                    vol = os.path.join(work, n, "incompat", "volatile")
+                    if os.path.lexists(os.path.join(vol, "dirty")):
+                        os.unlink(os.path.join(vol, "dirty"))
+                    for x in (vol, os.path.dirname(vol)):
+                        if os.path.lexists(x):
+                            os.rmdir(x)
+                os.rmdir(os.path.join(work, n))
+            os.rmdir(work)
+            os.rmdir(os.path.join(lay, "upper"))
+            os.rmdir(lay)
+        os.rmdir(os.path.join(h.dir, "layers"))
+        for n in ("meta.json", "started"):
+            os.unlink(os.path.join(h.dir, n))
+        os.rmdir(h.dir)
+        return True
+    except OSError:
+        return False
+
+
+class Lock:
+    """``flock`` on the held run's lock file; refuses a second holder."""
+
+    def __init__(self, h: Held, what: str) -> None:
+        import fcntl
+
+        with _pinned(h.dir) as pd:
+            self.fd = pd.open("lock", os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as e:
+            os.close(self.fd)
+            if e.errno in (errno.EWOULDBLOCK, errno.EAGAIN):
+                raise RunError(f"held run {h.id}: another `safebox changes` is at work on it; {what} refused",
+                               hint="wait for it to end, then run this again") from None
+            raise
+
+    def __enter__(self) -> Lock:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        os.close(self.fd)
