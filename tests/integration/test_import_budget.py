@@ -41,6 +41,8 @@ FORBIDDEN = frozenset({
 #: What a network may add to the start of a command that makes no connection.
 NETWORK_EXTRA = frozenset({
     "safebox.proxy", "safebox.proxy.config", "safebox.proxy.deferred", "safebox.proxy.listeners",
+    # Capture's plan (whether it is on, the sandbox's resolv.conf): os only.
+    "safebox.netcapture",
     # The watcher thread; threading must be imported on the main thread.
     "threading", "functools", "_functools", "types", "_weakrefset",
 })

@@ -203,6 +203,10 @@ WRONG: list[tuple[str, object, str]] = [
     ("network.allowLocalBinding", "yes", 'network.allowLocalBinding: must be true or false, not the string "yes"'),
     ("network.allowLocalBinding", None, None),  # null: not set (valid)
     ("network.allowLocalDestinations", [True], "network.allowLocalDestinations: must be true or false, not a list"),
+    ("network.allowedAddresses", ["10.0.0.5/24"], 'network.allowedAddresses[0] = "10.0.0.5/24": \'10.0.0.5/24\' is '
+                                                  "not an address or CIDR (10.0.0.5/24 has host bits set)"),
+    ("network.allowedAddresses", ["10.0.0.0/8:0"], 'network.allowedAddresses[0] = "10.0.0.0/8:0": \'10.0.0.0/8:0\': '
+                                                   "the port must be a number in 1-65535"),
     ("network.httpProxyPort", "8080", 'network.httpProxyPort: must be a port number from 1 to 65535, not the string'),
     ("network.httpProxyPort", 0, "network.httpProxyPort: must be a port number from 1 to 65535, not the number 0"),
     ("network.httpProxyPort", 8080, "network.httpProxyPort: an external proxy would bypass safebox's filtering proxy"),

@@ -23,7 +23,7 @@ __all__ = ["Change", "diff", "render_text"]
 #: Lists whose added entries widen the sandbox, and lists whose removed
 #: entries do (docs/policy-reference.md, "Keys").
 _WIDEN_ADDED = frozenset({
-    "network.allowedDomains", "network.allowUnixSockets", "filesystem.allowWrite", "filesystem.allowRead",
+    "network.allowedDomains", "network.allowedAddresses", "network.allowUnixSockets", "filesystem.allowWrite", "filesystem.allowRead",
     "env.allow", "presets", "network.tlsTerminate.excludeDomains", "credentials.envVars", "credentials.files",
 })
 _WIDEN_REMOVED = frozenset({"network.deniedDomains", "filesystem.denyRead", "filesystem.denyWrite", "env.deny",

@@ -26,6 +26,7 @@ class EffectivePolicy(Frozen):
     allow_all_unix_sockets: bool = False
     allow_local_binding: bool = False
     allow_local_destinations: bool = False
+    allowed_addresses: tuple[str, ...] = ()  # network.allowedAddresses (proxy/addresses.py)
     # Literal paths (allowRead's identical entries already taken out of
     # deny_read: policy/load.py) and, apart, glob patterns, absolute and
     # normalised, expanded against the host at every run (builder/globs.py).

@@ -7,6 +7,7 @@ from __future__ import annotations
 # whether their entries are paths (expanded against the working directory).
 LIST_KEYS: dict[tuple[str, ...], tuple[str, bool]] = {
     ("network", "allowedDomains"): ("allowed_domains", False),
+    ("network", "allowedAddresses"): ("allowed_addresses", False),
     ("network", "deniedDomains"): ("denied_domains", False),
     ("network", "allowUnixSockets"): ("allow_unix_sockets", True),
     ("filesystem", "denyRead"): ("deny_read", True),

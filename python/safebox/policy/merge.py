@@ -25,6 +25,7 @@ _WIDENING: tuple[tuple[str, ...], ...] = (
     ("network", "allowAllUnixSockets"),
     ("network", "allowLocalBinding"),
     ("network", "allowLocalDestinations"),
+    ("network", "allowedAddresses"),
     ("filesystem", "allowWrite"),
     ("filesystem", "allowRead"),
     ("filesystem", "allowWritePathDirs"),
@@ -56,8 +57,8 @@ def merge(layers: list[tuple[Layer, dict[str, Any]]], ctx: Context) -> Effective
     """Merge validated layers in order into an EffectivePolicy."""
     trust = any(_get(doc, ("trustProjectFiles",)) for layer, doc in layers if not layer.project)
     lists: dict[str, list[str]] = {k: [] for k in (
-        "allowed_domains", "denied_domains", "allow_unix_sockets", "deny_read", "allow_read",
-        "allow_write", "deny_write", "env_deny", "env_allow", "ci_pass_env", "ci_pass_path", "presets",
+        "allowed_domains", "allowed_addresses", "denied_domains", "allow_unix_sockets", "deny_read",
+        "allow_read", "allow_write", "deny_write", "env_deny", "env_allow", "ci_pass_env", "ci_pass_path", "presets",
         *GLOB_FIELDS.values())}
     scalars: dict[str, Any] = {}
     sources: list[tuple[str, Any, str]] = []

@@ -162,7 +162,15 @@ def _limit_check(key: str) -> Any:
     return check
 
 
+def _check_address_entry(value: str) -> str:
+    from safebox.proxy.addresses import parse_address_entry
+
+    parse_address_entry(value)  # ValueError: pydantic names the key and the entry
+    return value
+
+
 DomainPattern = Annotated[str, AfterValidator(_check_domain_pattern)]
+AddressEntry = Annotated[str, AfterValidator(_check_address_entry)]
 DeniedPattern = Annotated[str, AfterValidator(_check_denied_pattern)]
 PolicyPath = Annotated[str, AfterValidator(_check_path)]
 WriteRoot = Annotated[Any, PlainValidator(_literal_entry("allowWrite"))]
@@ -280,6 +288,8 @@ class NetworkSettings(_Strict):
     allowLocalBinding: bool | None = None
     # safebox addition: let allowed names resolve to loopback/private addresses.
     allowLocalDestinations: bool | None = None
+    # safebox addition: private services by CIDR (and port), without allowLocalDestinations.
+    allowedAddresses: list[AddressEntry] | None = None
     # srt: route through a proxy the caller runs. safebox always runs its own
     # filtering proxy; accepting these silently would bypass it, so they are refused.
     httpProxyPort: Port | None = None

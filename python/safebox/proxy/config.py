@@ -51,6 +51,8 @@ class ProxyConfig(Frozen):
     allowed_domains: tuple[str, ...]
     denied_domains: tuple[str, ...] = ()
     allow_local_destinations: bool = False
+    #: ``network.allowedAddresses`` (proxy/addresses.py).
+    allowed_addresses: tuple[str, ...] = ()
     audit_log: str | os.PathLike[str] | None = None
     #: Print one ``safebox:`` line on stderr per refused host and port
     #: (proxy/explain.py); ``safebox exec`` turns it off with --quiet.

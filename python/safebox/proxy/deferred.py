@@ -90,8 +90,13 @@ class DeferredProxy:
     """
 
     def __init__(self, config: ProxyConfig, *, run_dir: str | os.PathLike[str], tcp: bool = False,
-                 unix: bool = True) -> None:
+                 unix: bool = True, capture: bool = False) -> None:
         self.config = config
+        #: The capture front end's port on the host's 127.0.0.1 (proxy/capture.py), or None.
+        self.capture_port: int | None = None
+        #: The capture handshake's keys (proxy/capture.py): one per direction, per proxy.
+        self.capture_keys = (os.urandom(16).hex(), os.urandom(16).hex()) if capture else None
+        self._capture = capture
         self.run_dir = os.fspath(run_dir)
         self.http_socket = os.path.join(self.run_dir, "http-proxy.sock")
         self.socks_socket = os.path.join(self.run_dir, "socks-proxy.sock")
@@ -104,6 +109,11 @@ class DeferredProxy:
         self._pending: list[tuple[_socket.socket, str]] = []
         #: The descriptors each adopt() took, by the caller's key (release()).
         self._adopted: dict[object, list[int]] = {}
+        #: Guards _adopted alone, for current_owner(): it is called on the
+        #: proxy's loop (a refusal), which must never wait for _lock, held
+        #: by _upgrade while it waits for that loop to serve the listeners
+        #: (a refusal by the DNS's UDP socket, served first, deadlocked it).
+        self._owners = _thread.allocate_lock()
         self._server: ProxyServer | None = None
         self._failure: BaseException | None = None
         self._audit: AuditLog | None = None  # ours until the server takes it
@@ -146,9 +156,16 @@ class DeferredProxy:
                     sock = _tcp_listener()
                     self._pending.append((sock, kind))
                     setattr(self, attr, sock.getsockname()[1])
+            if self._capture:
+                sock, udp = _capture_sockets()
+                self._pending += [(sock, "capture"), (udp, "dns-udp")]
+                self.capture_port = sock.getsockname()[1]
             self._wake_r, self._wake_w = os.pipe()  # close-on-exec, as every descriptor Python makes
             os.set_blocking(self._wake_r, False)
-            if self._pending:  # else at the first adopt(): after bwrap was spawned
+            # Else at the first adopt(), after bwrap was spawned (the capture
+            # listener alone waits for it too: nothing can connect to it
+            # before the helper's ports are adopted and the command runs).
+            if any(kind != "capture" for _, kind in self._pending):
                 self._start_watcher()
         except BaseException:
             self.stop()
@@ -185,7 +202,8 @@ class DeferredProxy:
             if server is None and failure is None:
                 self._pending += batch
             if failure is None and key is not None:
-                self._adopted.setdefault(key, []).extend(s.fileno() for s in socks)
+                with self._owners:
+                    self._adopted.setdefault(key, []).extend(s.fileno() for s in socks)
         if failure is not None:
             for s, _ in batch:
                 s.close()
@@ -204,7 +222,8 @@ class DeferredProxy:
         """Close the listeners adopted under ``key`` (the command's sandbox
         is gone); connections already accepted on them run to their end."""
         with self._lock:
-            fds = set(self._adopted.pop(key, ()))
+            with self._owners:
+                fds = set(self._adopted.pop(key, ()))
             server = self._server
             mine = [p for p in self._pending if p[0].fileno() in fds]
             self._pending = [p for p in self._pending if p[0].fileno() not in fds]
@@ -231,7 +250,7 @@ class DeferredProxy:
         from safebox.proxy.server import LISTENER  # loaded: the proxy is serving
 
         fd = LISTENER.get()
-        with self._lock:
+        with self._owners:
             return next((key for key, fds in self._adopted.items() if fd in fds), None)
 
     def ready(self, timeout: float = START_TIMEOUT) -> None:
@@ -369,6 +388,7 @@ class DeferredProxy:
         from safebox.proxy.server import ProxyServer
 
         server = ProxyServer(self.config, run_dir=self.run_dir, tcp=False, unix=False)
+        server.capture_keys = self.capture_keys
         audit, self._audit = self._audit, None  # the server closes it from now on, even if start fails
         server.start(audit=audit)
         with self._lock:  # held while serving: release() must find each listener pending or served
@@ -385,6 +405,22 @@ class DeferredProxy:
             for s, _ in batch:
                 s.close()
             server.stop()
+
+
+def _capture_sockets() -> tuple[_socket.socket, _socket.socket]:
+    """The capture listener (TCP) and the DNS's UDP socket, on one port
+    number of the host's 127.0.0.1 (the supervisor is told only the one)."""
+    for _ in range(50):
+        tcp = _tcp_listener()
+        udp = _socket.socket(_socket.AF_INET, _socket.SOCK_DGRAM)
+        try:
+            udp.bind(("127.0.0.1", tcp.getsockname()[1]))
+        except OSError:
+            tcp.close()
+            udp.close()
+            continue
+        return tcp, udp
+    raise ProxyError("cannot find a 127.0.0.1 port free for both TCP and UDP (capture)")
 
 
 def _say(message: str) -> None:

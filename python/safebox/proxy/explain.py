@@ -17,11 +17,15 @@ import os
 import threading
 
 from safebox.proxy.rules import (
+    RULE_ADDRESSES,
     RULE_ALLOWED,
     RULE_ASK,
     RULE_DENIED,
+    RULE_HOST_MATCH,
     RULE_LOCAL,
+    RULE_OPAQUE,
     RULE_REQUEST,
+    RULE_RESOLVED,
     Decision,
     parse_ip_literal,
 )
@@ -29,7 +33,7 @@ from safebox.proxy.rules import (
 __all__ = ["MAX_LINES", "Explainer", "policy_fix", "refusal_header", "refusal_line", "refusal_message"]
 
 MAX_LINES = 50
-_PROTOCOL = {"connect": "CONNECT", "http": "HTTP", "socks5": "SOCKS5"}
+_PROTOCOL = {"connect": "CONNECT", "http": "HTTP", "socks5": "SOCKS5", "capture": "TCP connect"}
 
 
 def _printable(text: str) -> str:
@@ -47,8 +51,32 @@ def _presets(host: str) -> tuple[str, ...]:
         return ()
 
 
+def address_entry(host: str, port: int | None) -> str:
+    """The ``network.allowedAddresses`` entry for one address (and port)."""
+    bare = host[1:-1] if host.startswith("[") and host.endswith("]") else host
+    if ":" in bare:
+        return f"[{bare}/128]:{port}" if port is not None else f"{bare}/128"
+    return f"{bare}/32:{port}" if port is not None else f"{bare}/32"
+
+
+def _key_fix(decision: Decision) -> str | None:
+    """The fix of a refusal by one of srt's network keys (proxy/netkeys.py),
+    in the policy's words; None for the other rules."""
+    if decision.rule == RULE_RESOLVED:
+        return f"none unless the matching {RULE_RESOLVED} range is removed (the address is refused on purpose)"
+    if decision.rule == RULE_OPAQUE:
+        return (f"none while {RULE_OPAQUE} is set, unless the traffic goes through HTTPS_PROXY as TLS that "
+                "network.tlsTerminate covers")
+    if decision.rule == RULE_HOST_MATCH:
+        return f"none while {RULE_HOST_MATCH} is set, unless the requests go through HTTPS_PROXY naming their host"
+    return None
+
+
 def fix_for(host: str, decision: Decision, port: int | None = None) -> str:
     """What to change so that ``host`` is allowed (or why nothing will)."""
+    keyed = _key_fix(decision)
+    if keyed is not None:
+        return keyed
     if decision.rule == RULE_ALLOWED and port is not None and "allows it only as" in decision.reason:
         # A host:port entry names another port (srt's syntax).
         shown = f"[{host}]" if ":" in host and not host.startswith("[") else host
@@ -59,6 +87,8 @@ def fix_for(host: str, decision: Decision, port: int | None = None) -> str:
         return f"{host} is denied on purpose: remove the matching --deny-domain or {RULE_DENIED} entry"
     if decision.rule == RULE_LOCAL:
         return f"set {RULE_LOCAL} = true in a policy file (the name resolves to a local address)"
+    if decision.rule == RULE_ADDRESSES:
+        return f"add {address_entry(host, port)} to {RULE_ADDRESSES} in a policy file"
     if "metadata" in decision.reason or "link-local" in decision.reason:
         return f"list the address literally in {RULE_ALLOWED} only if the command must reach it"
     fix = f"--allow-domain {host}"
@@ -74,6 +104,9 @@ def policy_fix(host: str, decision: Decision, port: int | None = None) -> str:
     (a harness, the user of ``safebox exec``): no command-line flag, no ``;``
     (it is the last field of ``X-Safebox-Refused``)."""
     shown = f"[{host}]" if ":" in host and not host.startswith("[") else host
+    keyed = _key_fix(decision)
+    if keyed is not None:
+        return keyed
     if decision.rule == RULE_ALLOWED and port is not None and "allows it only as" in decision.reason:
         return f"add {shown}:{port} to {RULE_ALLOWED}"
     if decision.rule == RULE_REQUEST:
@@ -84,6 +117,8 @@ def policy_fix(host: str, decision: Decision, port: int | None = None) -> str:
         return f"none unless the matching {RULE_DENIED} entry is removed ({host} is denied on purpose)"
     if decision.rule == RULE_LOCAL:
         return f"set {RULE_LOCAL} to true (the name resolves to a local address)"
+    if decision.rule == RULE_ADDRESSES:
+        return f"add {address_entry(host, port)} to {RULE_ADDRESSES}"
     if "metadata" in decision.reason or "link-local" in decision.reason:
         return f"list the address literally in {RULE_ALLOWED} only if the command must reach it"
     fix = f"add {shown} to {RULE_ALLOWED}"
@@ -125,7 +160,8 @@ def refusal_line(host: str, port: int, protocol: str, decision: Decision) -> str
     shown = f"[{h}]" if ":" in h and not h.startswith("[") else h
     proto = _PROTOCOL.get(protocol, protocol.upper())
     by = "" if decision.rule in decision.reason or decision.rule == RULE_REQUEST else f" by {decision.rule}"
-    return _printable(f"safebox: refused {proto} to {shown}:{port}{by} ({decision.reason}); "
+    what = f"the DNS lookup of {shown}" if protocol == "dns" else f"{proto} to {shown}:{port}"
+    return _printable(f"safebox: refused {what}{by} ({decision.reason}); "
                       f"fix: {fix_for(h, decision, port)}") + "\n"
 
 

@@ -90,7 +90,7 @@ class LiveLists:
 
     def add_checks(self, **extra: Any) -> None:
         """Keep ``extra`` (``NetworkRules.from_policy`` keywords: reasons,
-        denied_resolved, own) in the rules now and after every change."""
+        denied_resolved, own, allowed_addresses) in the rules now and after every change."""
         with self._lock:
             self._extra = extra
             self._swap(self.rules.allowed, self.rules.denied)

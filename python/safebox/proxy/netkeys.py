@@ -25,6 +25,7 @@ import struct
 import time
 
 from safebox.proxy.config import NetKeys
+from safebox.proxy.rules import RULE_HOST_MATCH, RULE_OPAQUE  # here for explain.py, which netkeys reaches
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -43,8 +44,6 @@ OWN_REFRESH = 2.0
 _SSH_HOST_NOT_ALLOWED = 1
 
 
-RULE_HOST_MATCH = "network.requireHostMatch"
-RULE_OPAQUE = "network.refuseOpaqueTunnels"
 
 
 def misdirected(gate: Gate, why: str, host: str, port: int) -> bytes:

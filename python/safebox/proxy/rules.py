@@ -39,13 +39,17 @@ from safebox.domains import (
     parse_ip_literal,
 )
 from safebox.hostport import split_port
+from safebox.proxy.addresses import Grant
 
 __all__ = [
+    "RULE_ADDRESSES",
     "RULE_ALLOWED",
     "RULE_ASK",
     "RULE_DENIED",
+    "RULE_HOST_MATCH",
     "RULE_LEARN",
     "RULE_LOCAL",
+    "RULE_OPAQUE",
     "RULE_REQUEST",
     "RULE_RESOLVED",
     "Decision",
@@ -62,7 +66,10 @@ __all__ = [
 RULE_ALLOWED = "network.allowedDomains"
 RULE_DENIED = "network.deniedDomains"
 RULE_LOCAL = "network.allowLocalDestinations"
+RULE_ADDRESSES = "network.allowedAddresses"
 RULE_RESOLVED = "network.deniedResolvedAddresses"
+RULE_HOST_MATCH = "network.requireHostMatch"  # proxy/netkeys.py
+RULE_OPAQUE = "network.refuseOpaqueTunnels"  # proxy/netkeys.py
 #: Not a policy key: the request itself is malformed; no policy change helps.
 RULE_REQUEST = "request"
 #: Not a policy key: ``safebox exec --learn`` let a name through that no
@@ -236,6 +243,13 @@ def _is_metadata(ip: IPAddress) -> bool:
     return ip in METADATA_ADDRESSES or any(ip in n for n in METADATA_NETWORKS if n.version == ip.version)
 
 
+def is_metadata(ip: IPAddress) -> bool:
+    """A cloud metadata address, or an IPv6 form embedding one."""
+    if _is_metadata(ip):
+        return True
+    return isinstance(ip, ipaddress.IPv6Address) and any(_is_metadata(v4) for v4 in _embedded_ipv4(ip))
+
+
 def _embedded_ipv4(ip: ipaddress.IPv6Address) -> list[ipaddress.IPv4Address]:
     """IPv4 addresses an IPv6 address reaches: mapped (``::ffff:a.b.c.d``),
     compatible (``::a.b.c.d``), NAT64 (``64:ff9b::/96``), 6to4 and Teredo."""
@@ -326,6 +340,8 @@ class NetworkRules:
     #: (rule :data:`RULE_LEARN`); :meth:`check_address` is unchanged, so
     #: loopback, private and metadata addresses stay refused.
     learn: bool = False
+    #: ``network.allowedAddresses`` entries (proxy/addresses.py), validated when the policy was read.
+    allowed_addresses: tuple[str, ...] = ()
     #: ``deniedDomainReasons``: canonical deniedDomains entry -> reason.
     reasons: tuple[tuple[str, str], ...] = ()
     #: ``deniedResolvedAddresses``: ranges no resolved address may fall in.
@@ -342,6 +358,7 @@ class NetworkRules:
         *,
         allow_local_destinations: bool = False,
         learn: bool = False,
+        allowed_addresses: tuple[str, ...] = (),
         reasons: tuple[tuple[str, str], ...] = (),
         denied_resolved: tuple[str, ...] = (),
         own: Callable[[], frozenset[IPAddress] | None] | None = None,
@@ -365,6 +382,7 @@ class NetworkRules:
             denied=compiled(RULE_DENIED, denied_domains),
             allow_local_destinations=allow_local_destinations,
             learn=learn,
+            allowed_addresses=tuple(allowed_addresses),
             reasons=tuple((check_pattern(e, denied=True), r) for e, r in reasons),
             denied_resolved=tuple(ipaddress.ip_network(n, strict=False) for n in denied_resolved),
             own=own,
@@ -383,6 +401,10 @@ class NetworkRules:
     @functools.cached_property
     def _allowed_index(self) -> _Index:
         return _Index(self.allowed)
+
+    @functools.cached_property
+    def _grant(self) -> Grant:
+        return Grant(self.allowed_addresses)
 
     @functools.cached_property
     def _denied_index(self) -> _Index:
@@ -425,22 +447,7 @@ class NetworkRules:
             return self._refused_by(everything, f"{name} matches {everything!r} in {RULE_DENIED}")
         on = f" port {port}" if port is not None else ""
         if ip is not None:
-            hit = next((p for _, entry_port, p in self._denied_index.matching(name)
-                        if _port_ok(entry_port, port, deny=True)), None)
-            if hit is not None or ip in self._literal_ips(self.denied, port, deny=True):
-                return self._refused_by(hit or "", f"{name} is listed in {RULE_DENIED}")
-            if ip in self._literal_ips(self.allowed, port):
-                return Decision(True, RULE_ALLOWED, f"{name} is listed literally in {RULE_ALLOWED}")
-            if self.learn:
-                return Decision(True, RULE_LEARN, f"{name} is allowed while learning (--learn)")
-            others = self._other_ports(name)
-            if others:
-                return Decision(False, RULE_ALLOWED,
-                                f"{name}{on} is not allowed: {RULE_ALLOWED} allows it only as {others}")
-            return Decision(
-                False, RULE_ALLOWED,
-                f"IP address {name} is not listed literally in {RULE_ALLOWED}",
-            )
+            return self._check_literal(name, ip, port)
         for _, entry_port, p in self._denied_index.matching(name):
             if _port_ok(entry_port, port, deny=True):
                 return self._refused_by(p, f"{name} matches {p!r} in {RULE_DENIED}")
@@ -454,6 +461,35 @@ class NetworkRules:
             return Decision(False, RULE_ALLOWED,
                             f"{name}{on} is not allowed: {RULE_ALLOWED} allows it only as {others}")
         return Decision(False, RULE_ALLOWED, f"{name} is not in {RULE_ALLOWED}")
+
+    def address_grant(self, ip: IPAddress, port: int | None) -> str | None:
+        """The ``allowedAddresses`` entry covering ``ip`` on ``port``; never one for a metadata address."""
+        if not self.allowed_addresses or _is_metadata(ip):
+            return None
+        return self._grant.match(ip, port)
+
+    def _check_literal(self, name: str, ip: IPAddress, port: int | None) -> Decision:
+        """:meth:`check_host` for an IP literal."""
+        on = f" port {port}" if port is not None else ""
+        hit = next((p for _, entry_port, p in self._denied_index.matching(name)
+                    if _port_ok(entry_port, port, deny=True)), None)
+        if hit is not None or ip in self._literal_ips(self.denied, port, deny=True):
+            return self._refused_by(hit or "", f"{name} is listed in {RULE_DENIED}")
+        if ip in self._literal_ips(self.allowed, port):
+            return Decision(True, RULE_ALLOWED, f"{name} is listed literally in {RULE_ALLOWED}")
+        entry = self.address_grant(ip, port)
+        if entry is not None:
+            return Decision(True, RULE_ADDRESSES, f"{name} is covered by {entry!r} in {RULE_ADDRESSES}")
+        if self.learn:
+            return Decision(True, RULE_LEARN, f"{name} is allowed while learning (--learn)")
+        others = self._other_ports(name)
+        if others:
+            return Decision(False, RULE_ALLOWED,
+                            f"{name}{on} is not allowed: {RULE_ALLOWED} allows it only as {others}")
+        return Decision(
+            False, RULE_ALLOWED,
+            f"IP address {name} is not listed literally in {RULE_ALLOWED}",
+        )
 
     def literal_refusal(self, host: str, port: int) -> Decision | None:
         """The refusal of an IP-literal ``host`` whose address no answer may
@@ -500,6 +536,9 @@ class NetworkRules:
                 f"{via}{ip.compressed}, a cloud metadata address; it is reachable only when "
                 f"listed literally in {RULE_ALLOWED}",
             )
+        granted = self._grant.match(ip, port) if self.allowed_addresses else None
+        if granted is not None:
+            return Decision(True, RULE_ADDRESSES, f"{via}{ip.compressed}, covered by {granted!r} in {RULE_ADDRESSES}")
         cls = address_class(ip)
         if cls is None and self.own is not None:
             own = self.own()

@@ -100,8 +100,11 @@ class ProxyServer:
         own = OwnAddresses()
         own()  # read at the proxy's start; again when stale (docs/network.md)
         try:
+            # allowedAddresses rides with them: a sandbox whose lists change
+            # keeps its address grants (live.py rebuilds with these keywords).
             extra: dict[str, Any] = {"reasons": keys.reasons if keys else (),
-                                     "denied_resolved": keys.denied_resolved if keys else (), "own": own}
+                                     "denied_resolved": keys.denied_resolved if keys else (), "own": own,
+                                     "allowed_addresses": config.allowed_addresses}
             if config.live is not None:  # lists that change keep the same checks
                 config.live.add_checks(**extra)
             self.rules = config.live.rules if config.live is not None else NetworkRules.from_policy(
@@ -132,6 +135,10 @@ class ProxyServer:
         self._by_fd: dict[int, asyncio.AbstractServer] = {}
         self._tasks: set[asyncio.Task[None]] = set()
         self._stopped = False
+        self._capturer: Any = None
+        self._datagrams: list[asyncio.BaseTransport] = []
+        #: (the supervisor's key, the proxy's answer key) of the capture handshake, or None.
+        self.capture_keys: tuple[str, str] | None = None
 
     # -- lifecycle ---------------------------------------------------------
 
@@ -294,21 +301,39 @@ class ProxyServer:
             for s, _ in listeners:
                 s.close()
             raise ProxyError("proxy not started")
-        handlers: dict[str, Handler] = {"http": http.handle, "socks5h": socks5.handle}
+        handlers: dict[str, Handler] = {"http": http.handle, "socks5h": socks5.handle, "capture": self._capture,
+                                        "dns-udp": self._capture}
         # asyncio needs socket.socket (accept()); deferred.py keeps to _socket.
         socks = [(s if isinstance(s, socket.socket) else socket.socket(fileno=s.detach()), handlers[kind])
                  for s, kind in listeners]
-        fut = asyncio.run_coroutine_threadsafe(self._serve_on(socks, self._gate), self._loop)
         try:
+            fut = asyncio.run_coroutine_threadsafe(self._serve_on(socks, self._gate), self._loop)
             fut.result(START_TIMEOUT)
         except BaseException as exc:
             for s, _ in socks:
                 s.close()
             raise ProxyError(f"cannot serve on the proxy ports: {exc}") from None
 
+    async def _capture(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, gate: Gate) -> None:
+        """The capture front end (proxy/capture.py), made at its first connection."""
+        await self._capturer_for(gate).handle(reader, writer, gate)
+
+    def _capturer_for(self, gate: Gate) -> Any:
+        if self._capturer is None:
+            from safebox.proxy.capture import Capture
+
+            self._capturer = Capture(gate, keys=self.capture_keys)
+        return self._capturer
+
     async def _serve_on(self, socks: list[tuple[socket.socket, Handler]], gate: Gate) -> None:
         for sock, handler in socks:
             fd = sock.fileno()
+            if sock.type == socket.SOCK_DGRAM:  # the sandbox's DNS over UDP (proxy/capture.py)
+                self._capturer_for(gate)
+                transport, _ = await asyncio.get_running_loop().create_datagram_endpoint(
+                    lambda: self._capturer.datagrams(), sock=sock)
+                self._datagrams.append(transport)
+                continue
             server = await asyncio.start_server(self._client(handler, gate, listener=fd), sock=sock,
                                                 limit=http.MAX_HEAD, backlog=BACKLOG)
             self._servers.append(server)
@@ -317,8 +342,8 @@ class ProxyServer:
     def close_listeners(self, fds: set[int]) -> None:
         """Stop accepting on the listeners with these descriptors (given to
         :meth:`serve_listeners`) and close them; their connections go on."""
-        if self._loop is None or self._stopped:
-            return
+        if self._loop is None or self._stopped or self._loop.is_closed():
+            return  # a crashed loop closed every listener already
 
         async def close() -> None:
             for fd in fds:
@@ -369,6 +394,8 @@ class ProxyServer:
         """Stop accepting, cancel every connection, wait for them to finish."""
         for server in self._servers:
             server.close()
+        for transport in self._datagrams:
+            transport.close()
         tasks = list(self._tasks)
         for t in tasks:
             t.cancel()

@@ -24,7 +24,8 @@ from typing import Any
 
 from safebox.domains import IPAddress
 from safebox.proxy._asyncio import asyncio
-from safebox.proxy.rules import RULE_ALLOWED, Decision, HostError, NetworkRules, normalize_host, parse_ip_literal
+from safebox.proxy.rules import Decision, HostError, NetworkRules, normalize_host, parse_ip_literal
+from safebox.proxy.verdict import check_name, may_ask, rules_now
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -562,18 +563,12 @@ class Gate:
         any others); when it gives none the parent resolves the name
         (docs/network.md, "Parent proxy"), and the list is empty.
         """
-        rules = self.live.rules if self.live is not None else self.rules
-        decision = rules.check_host(host, port)
-        if not decision.allowed and self.live is not None:
-            decision = self.live.explained(host, port, decision)
-        if (not decision.allowed and decision.rule == RULE_ALLOWED and self.ask is not None
-                and not (self.keys is not None and self.keys.strict_allowlist)):
-            # No entry allows it and none denies it: ask (decide.py), unless
-            # network.strictAllowlist says the list is the whole answer (srt).
+        decision = check_name(self, host, port)
+        if self.ask is not None and may_ask(self, decision):  # proxy/verdict.py, shared with capture
             asked = normalize_host(host)
-            refused = rules.literal_refusal(asked, port)  # an address no answer may open is never asked about
+            refused = rules_now(self).literal_refusal(asked, port)  # an address no answer may open is never asked about
             decision = refused if refused is not None else await self.ask.decide(asked, port, protocol, audit=self.audit)
-            rules = self.live.rules if self.live is not None else rules
+        rules = rules_now(self)
         if not decision.allowed:
             self.record(host, port, protocol, decision)
             if self.explain is not None:

@@ -208,6 +208,10 @@ class Command:
             rp = with_gpu(rp, find_gpu_nodes(self._gpu_selection(), environ=dict(self.environ)))
         if s.netplan is not None and s.netplan.masked_files:
             rp = rp.replace(masked_files=s.netplan.masked_files)  # credentials.files, mode "mask"
+        if s.proxy is not None and s.proxy.capture_port:
+            from safebox.netcapture import resolv_conf  # the sandbox's DNS (docs/network.md, "DNS")
+
+            rp = rp.replace(masked_files=(*rp.masked_files, resolv_conf(s.run_path)))
         if not s.opts.dry_run:
             # Remembered before the command exists: a link it plants in one
             # of these is refused by later runs (refuse_planted_links).
@@ -305,6 +309,8 @@ class Command:
 
         assert self.rp is not None and self.dir is not None
         obs = Observer(helper=self.s.helper, run_dir=self.dir,
+                       capture_port=self.s.proxy.capture_port if self.s.proxy is not None else None,
+                       capture_keys=self.s.proxy.capture_keys if self.s.proxy is not None else None,
                        table=build_table(self.rp, reads=self.s.observe == "all", ports=self.s.connect_ports))
         self.observers.append(obs)
         return obs

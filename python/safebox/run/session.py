@@ -183,7 +183,8 @@ class Session:
             check_strict(learn=bool(self.opts.learn), ask=self.opts.cli and self.opts.runtime is not None
                          and self.opts.runtime.callback is not None)
         live = self.opts.runtime is not None and self.opts.runtime.networked
-        self.net = NetKind.PROXY if self.policy.allowed_domains or self.opts.learn or live else NetKind.NONE
+        self.net = (NetKind.PROXY if self.policy.allowed_domains or self.policy.allowed_addresses or self.opts.learn or live
+                    else NetKind.NONE)
         self.netplan = None
         self.bridges: tuple[Any, ...] = ()
         self.connect_ports: tuple[int, ...] = ()
@@ -239,6 +240,7 @@ class Session:
         proxy = DeferredProxy(ProxyConfig(
             allowed_domains=self.policy.allowed_domains, denied_domains=self.policy.denied_domains,
             allow_local_destinations=self.policy.allow_local_destinations,
+            allowed_addresses=self.policy.allowed_addresses,
             audit_log=self.opts.audit_log or None, explain=not self.opts.quiet and self.opts.proxy_stderr,
             learn=bool(self.opts.learn),
             run_id=self.run_id if self._wants_records() else None,
@@ -246,12 +248,18 @@ class Session:
             mitm=netplan.mitm if netplan else None, injector=netplan.injector if netplan else None,
             denied=self._denied, say=None if self.opts.cli else self.say, live=live, ask=ask,
             keys=self.policy.net_keys()),
-            run_dir=self.run_path, tcp=self.layers is Layers.HELPER_ONLY,
+            run_dir=self.run_path, tcp=self.layers is Layers.HELPER_ONLY, capture=self._capture(),
             # Unix sockets only for the socat bridges of --without helper;
             # with the helper, the proxy serves on the listeners it hands over.
             unix=self.layers is Layers.BWRAP_ONLY)
         proxy.start()
         return proxy
+
+    def _capture(self) -> bool:
+        from safebox.netcapture import wants_capture  # docs/network.md, "Capture"
+
+        return wants_capture(both_layers=self.layers is Layers.BOTH, dry_run=self.opts.dry_run, observe=_plan.observe_mode(
+            self.opts.observe, layers=self.layers, dry_run=self.opts.dry_run, audit_log=bool(self.opts.audit_log)))
 
     def _wants_records(self) -> bool:
         return bool(self.opts.audit_log or self.summary or self.opts.learn) and not self.opts.dry_run

@@ -422,7 +422,7 @@ class Feed:
         for host, port, protocol, decision in refusals:
             rule = str(getattr(decision, "rule", RULE_DOMAINS))
             reason = str(getattr(decision, "reason", ""))
-            fix = fix_for(str(host).lower(), decision)
+            fix = fix_for(str(host).lower(), decision, int(port))
             fields = {"kind": "network", "host": str(host), "port": int(port), "protocol": str(protocol),
                       "errno": None, "rule": rule, "reason": reason, "pid": None, "comm": None}
             self.events.append(Event("network", fields, rule, fix, reason, 0.0, str(host), explained=explained))

@@ -50,10 +50,15 @@ WHY_OFF = {
 class Observer:
     """One run's supervisor."""
 
-    def __init__(self, *, helper: str, run_dir: str, table: Table) -> None:
+    def __init__(self, *, helper: str, run_dir: str, table: Table, capture_port: int | None = None,
+                 capture_keys: tuple[str, str] | None = None) -> None:
         from safebox.builder.helper_policy import write_policy_file
 
         self.helper = helper
+        #: The proxy's capture front end (proxy/capture.py): TCP connects go there.
+        self.capture_port = capture_port
+        #: (the key the supervisor shows the proxy, the key the proxy answers with): proxy/capture.py.
+        self.capture_keys = capture_keys
         self.table = table
         self.table_path = os.path.join(run_dir, TABLE)
         write_policy_file(self.table_path, table.render())
@@ -74,10 +79,21 @@ class Observer:
         theirs = self._theirs.fileno()
         argv = [self.helper, "--supervise", "--table", self.table_path, "--events-fd", str(self.events_fd),
                 "--listener-sock", str(theirs)]
+        fds: tuple[int, ...] = (self.events_fd, theirs)
+        key_r = -1
+        if self.capture_port and self.capture_keys:
+            # The keys go through a pipe, never argv (readable by every user in /proc).
+            key_r, key_w = os.pipe()
+            os.write(key_w, f"{self.capture_keys[0]} {self.capture_keys[1]}\n".encode())
+            os.close(key_w)
+            argv += ["--capture-port", str(self.capture_port), "--capture-key-fd", str(key_r)]
+            fds += (key_r,)
         try:
-            self.pid = spawn(self.helper, argv, pass_fds=(self.events_fd, theirs))
+            self.pid = spawn(self.helper, argv, pass_fds=fds)
         finally:
             self._theirs.close()
+            if key_r >= 0:
+                os.close(key_r)
 
     def forward(self, handoff: Any) -> None:
         """Read the helper's observation message from ``handoff`` and pass the
