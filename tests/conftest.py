@@ -66,27 +66,30 @@ def bwrap_works() -> bool:
     return done.returncode == 0
 
 
-def _private_tmpdir() -> None:
-    """Each pytest process (each xdist worker) keeps its temporary files
-    (``tmp_path``, ``tempfile``) in a directory of its own under /var/tmp,
-    not in /tmp. Without bubblewrap a sandbox's write roots include the
-    host's /tmp, and its watch takes a protected name that appears there
-    during the run (``.git/hooks``, ``.envrc``) for the command's and moves
-    it to the quarantine, and a directory another test made unlistable there
-    fails its walk: tests running side by side would see each other's files.
-    The sandboxes the tests start get no TMPDIR (``FakeHome.env``)."""
+def _private_tmpdir(config: pytest.Config) -> None:
+    """The tests' temporary files (``tmp_path``, ``tempfile``) live under
+    /var/tmp, in directories of this user's, not in /tmp. Without bubblewrap
+    a sandbox's write roots include the host's /tmp, and its watch takes a
+    protected name that appears there during the run (``.git/hooks``,
+    ``.envrc``) for the command's and moves it to the quarantine, and a
+    directory another test made unlistable there fails its walk: with xdist
+    the tests side by side saw each other's files. ``tmp_path`` comes from a
+    short ``--basetemp`` (a unix socket's path under it must stay within the
+    kernel's 107 bytes: ``/tmp/pytest-of-USER/pytest-N`` was as long), the
+    one xdist's workers take theirs from. The sandboxes the tests start get
+    no TMPDIR (``FakeHome.env``)."""
     import tempfile
 
-    worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
-    base = f"/var/tmp/safebox-pytest-{os.geteuid()}"
-    os.makedirs(base, mode=0o700, exist_ok=True)
-    path = os.path.join(base, worker)
-    os.makedirs(path, mode=0o700, exist_ok=True)
-    os.environ["TMPDIR"] = path
+    uid = os.geteuid()
+    if config.option.basetemp is None and "PYTEST_XDIST_WORKER" not in os.environ:
+        config.option.basetemp = f"/var/tmp/sbt{uid}"
+    scratch = f"/var/tmp/sbt{uid}.tmp"
+    os.makedirs(scratch, mode=0o700, exist_ok=True)
+    os.environ["TMPDIR"] = scratch
     tempfile.tempdir = None  # gettempdir() reads TMPDIR again
 
 
-def pytest_configure() -> None:
+def pytest_configure(config: pytest.Config) -> None:
     """Refuse the run when ``SAFEBOX_TEST_LANDLOCK_ABI`` disagrees with the kernel.
 
     Hypothesis keeps no example database: the suite runs as root and then as
@@ -94,7 +97,7 @@ def pytest_configure() -> None:
     write the root-owned ``.hypothesis/`` the first one left (it fails, not
     skips). Every property test must find its failures from scratch anyway.
     """
-    _private_tmpdir()
+    _private_tmpdir(config)
     if _hypothesis_settings is not None:
         _hypothesis_settings.register_profile("safebox", database=None)
         _hypothesis_settings.load_profile("safebox")

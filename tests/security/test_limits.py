@@ -328,6 +328,7 @@ def test_the_sandboxs_cgroup_is_removed_even_when_safebox_was_killed(shared_home
         proc.communicate(timeout=30)
 
 
+@pytest.mark.serial  # it lists the cgroups: another test's run beside it has one
 def test_a_finished_run_leaves_no_cgroup(shared_home: FakeHome) -> None:
     site, _ = cgroups.find_cgroup("pids")
     before = {p.name for p in Path(site.parent).iterdir()} if site else set()
