@@ -252,14 +252,26 @@ class Sandbox(Reviewing):
         from safebox.proxy.explain import refusal_message
 
         host, port, protocol, decision = refusal[:4]
-        with self._lock:
-            running = list(self._running)
-        by_owner = [p for p in running if p._launch is owner]
-        popen = by_owner[0] if by_owner else running[0] if owner is None and len(running) == 1 else None
+        popen = self._refused_command(owner)
         self._emit("network", args=popen.args if popen else None, pid=popen.pid if popen else None,
                    sink=popen.events if popen else None,
                    data={"host": host, "port": port, "protocol": protocol, "decision": str(decision),
                          "rule": decision.rule, "message": refusal_message(host, port, decision)})
+
+    def _refused_command(self, owner: object) -> Popen | None:
+        """The running command a refusal belongs to (see :meth:`_network`).
+        A command joins ``_running`` once its start returns, and a fast client
+        can be refused before that: with none that matches, wait for it a
+        little (the proxy's thread, only while no command matches)."""
+        deadline = time.monotonic() + 0.5
+        while True:
+            with self._lock:
+                running = list(self._running)
+            by_owner = [p for p in running if p._launch is owner]
+            popen = by_owner[0] if by_owner else running[0] if owner is None and len(running) == 1 else None
+            if popen is not None or self._closed or time.monotonic() > deadline or (owner is None and running):
+                return popen
+            time.sleep(0.005)
 
     def events(self) -> Iterator[Event]:
         """Every event from now on, until the sandbox is closed (a blocking
