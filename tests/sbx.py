@@ -29,9 +29,10 @@ import shutil
 import signal
 import stat
 import subprocess
+import sys
 import tempfile
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NoReturn
@@ -231,6 +232,33 @@ def compile_c(src: Path, out: Path) -> Path:
     return out
 
 
+def remove_tree(d: Path) -> None:
+    """Remove a test's tree, including directories left without permissions:
+    as an unprivileged user, a held run's overlay work dir (mode 000, the
+    kernel's) and a test's unlistable directory were left behind in
+    /var/tmp by ``ignore_errors`` (root's DAC override hid it)."""
+
+    def open_up(func: object, path: str, exc: object) -> None:
+        parent = os.path.dirname(path)
+        with contextlib.suppress(OSError):
+            os.chmod(parent, 0o700)
+            if os.path.isdir(path) and not os.path.islink(path):
+                os.chmod(path, 0o700)
+                _rmtree(Path(path), open_up)
+            else:
+                os.unlink(path)
+
+    _rmtree(d, open_up)
+
+
+def _rmtree(d: Path, handler: Callable[[object, str, object], None]) -> None:
+    """shutil.rmtree with ``handler`` for errors (``onexc`` from 3.12, where ``onerror`` warns)."""
+    if sys.version_info >= (3, 12):
+        shutil.rmtree(d, onexc=handler)
+    else:
+        shutil.rmtree(d, onerror=handler)
+
+
 @pytest.fixture(scope="session")
 def scratch() -> Iterator[Path]:
     """A session scratch dir outside /tmp, visible (read-only) inside the sandbox."""
@@ -243,7 +271,7 @@ def scratch() -> Iterator[Path]:
     d = Path(tempfile.mkdtemp(prefix="safebox-tests-", dir=base))
     d.chmod(0o755)
     yield d
-    shutil.rmtree(d, ignore_errors=True)
+    remove_tree(d)
 
 
 @pytest.fixture(scope="session")
@@ -257,7 +285,7 @@ def fresh_home(scratch: Path) -> Iterator[FakeHome]:
     """A fake home of the test's own (for tests that change the tree)."""
     h = make_home(scratch)
     yield h
-    shutil.rmtree(h.root, ignore_errors=True)
+    remove_tree(h.root)
 
 
 @pytest.fixture(scope="session")
