@@ -7,6 +7,7 @@
  */
 #include "caps.h"
 #include "compat.h"
+#include "dirkeys.h"
 #include "handoff.h"
 #include "landlock.h"
 #include "mounter.h"
@@ -40,7 +41,7 @@
 	      "-- COMMAND [ARGS]... "                                                                             \
 	      "| --supervise --table PATH --events-fd N --listener-sock N [--capture-port N --capture-key-fd N] " \
 	      "| --mount --namespace-fd N --plan-fd N [--hold-fd N] "                                             \
-	      "| --review --namespace-fd N --plan-fd N | --probe | --version"
+	      "| --review --namespace-fd N --plan-fd N | --dir-keys | --probe | --version"
 
 struct args {
 	const char *policy_path;
@@ -354,6 +355,8 @@ int main(int argc, char **argv)
 		return mounter_main(argc, argv);
 	if (argc >= 2 && strcmp(argv[1], "--review") == 0)
 		return review_main(argc, argv);
+	if (argc >= 2 && strcmp(argv[1], "--dir-keys") == 0)
+		return dirkeys_main(argc, argv);
 	parse_args(argc, argv, &a);
 	setup_status_fd(a.status_fd);
 

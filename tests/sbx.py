@@ -238,7 +238,7 @@ def remove_tree(d: Path) -> None:
     kernel's) and a test's unlistable directory were left behind in
     /var/tmp by ``ignore_errors`` (root's DAC override hid it)."""
 
-    def open_up(func: object, path: str, exc: object) -> None:
+    def open_up(_func: object, path: str, _exc: object) -> None:
         parent = os.path.dirname(path)
         with contextlib.suppress(OSError):
             os.chmod(parent, 0o700)

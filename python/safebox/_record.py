@@ -429,7 +429,8 @@ class Spawned:
     # Set by whoever needs it: the file clock when the walk began (_prescan.start_find).
     since_ns: int = 0
 
-    def __init__(self, argv: list[str], *, env: dict[str, str] | None = None, memfd_out: bool = False) -> None:
+    def __init__(self, argv: list[str], *, env: dict[str, str] | None = None, memfd_out: bool = False,
+                 stdin_fd: int | None = None) -> None:
         # memfd_out: stdout goes to an anonymous memory file instead of a
         # pipe. A walk that prints a megabyte (every directory of a large
         # tree) would fill a pipe's 64 KiB and stop until ``collect`` reads
@@ -442,8 +443,10 @@ class Spawned:
             out_r, out_w = os.pipe()
         err_r, err_w = os.pipe()
         try:
-            fa = [(os.POSIX_SPAWN_DUP2, out_w, 1), (os.POSIX_SPAWN_DUP2, err_w, 2),
-                  (os.POSIX_SPAWN_OPEN, 0, "/dev/null", os.O_RDONLY, 0)]
+            # stdin_fd: the caller's (a request in a memfd), else /dev/null.
+            stdin: tuple[Any, ...] = ((os.POSIX_SPAWN_DUP2, stdin_fd, 0) if stdin_fd is not None
+                                      else (os.POSIX_SPAWN_OPEN, 0, "/dev/null", os.O_RDONLY, 0))
+            fa = [(os.POSIX_SPAWN_DUP2, out_w, 1), (os.POSIX_SPAWN_DUP2, err_w, 2), stdin]
             self.pid = os.posix_spawn(argv[0], argv, os.environ if env is None else env, file_actions=fa)
         except OSError:
             for fd in (out_r, out_w, err_r, err_w):

@@ -33,7 +33,9 @@ argv and our uid: another safebox, another depth or other protected names
 never replay it.
 
 The check costs one ``lstat`` per directory (13,657 in the benchmark tree of
-docs/benchmarks.md), against the two full walks.
+docs/benchmarks.md), against the two full walks. It runs on the helper
+(:mod:`safebox.dirkeys`), started here and answered when resolve first
+collects a walk: beside safebox's imports and policy, not in front of them.
 """
 
 from __future__ import annotations
@@ -44,7 +46,7 @@ import os
 import stat
 import time
 
-from safebox import hostio
+from safebox import dirkeys, hostio
 from safebox._record import Spawned
 
 TYPE_CHECKING = False
@@ -66,7 +68,7 @@ TRUSTED_FS = frozenset({"ext2", "ext3", "ext4", "xfs", "btrfs", "tmpfs", "f2fs",
 MAX_BYTES = 16 << 20
 MAX_FILES = 32
 MAX_TOTAL = 64 << 20
-VERSION = 2
+VERSION = 3  # 3: the keys packed as the helper reads them (dirkeys.KEY)
 
 # linux/time.h; what file times are taken from (see _prescan.start_find).
 _CLOCK_REALTIME_COARSE = 5
@@ -120,16 +122,6 @@ def _dirs(root: str, find_out: bytes) -> list[bytes]:
     return out
 
 
-def _keys(dirs: list[bytes]) -> list[tuple[int, int, int]] | None:
-    """(device, inode, ctime) of each directory, or None when one is gone.
-    The map and the attrgetter run in C: this is the whole cost of a warm
-    look-up (an lstat per directory)."""
-    try:
-        return list(map(_KEY, map(os.lstat, dirs)))
-    except OSError:
-        return None
-
-
 def _fs_types() -> dict[int, str]:
     """Each mounted device's filesystem type, from /proc/self/mountinfo."""
     raw = hostio.read("/proc/self/mountinfo", max_size=4 << 20, missing_ok=True) or b""
@@ -150,10 +142,12 @@ def coarse_now() -> int:
     return time.clock_gettime_ns(_CLOCK_REALTIME_COARSE)
 
 
-def lookup(state: str, root: str, depth: int, argvs: tuple[list[str], list[str]]) -> tuple[bytes, bytes] | None:
-    """The (ripgrep, find) output kept for ``root`` at ``depth`` when no
-    directory under it changed since, and the walks would be run with the
-    same ``argvs``; else None."""
+def lookup(state: str, root: str, depth: int, argvs: tuple[list[str], list[str]]
+           ) -> tuple[bytes, bytes, dirkeys.Same] | None:
+    """The (ripgrep, find) output kept for ``root`` at ``depth`` when the
+    walks would be run with the same ``argvs``, and the check, started on
+    the helper, that no directory under it changed since (its ``result()``
+    must be True before the output is believed); else None."""
     try:
         with hostio.pin(state) as d:
             raw = d.read(_file(root, depth), max_size=MAX_BYTES, missing_ok=True)
@@ -170,13 +164,11 @@ def lookup(state: str, root: str, depth: int, argvs: tuple[list[str], list[str]]
     _, k_root, k_argvs, uid, dirs, keys, rg_out, find_out = kept
     if k_root != root or k_argvs != (tuple(argvs[0]), tuple(argvs[1])) or uid != os.geteuid():
         return None
-    if not (isinstance(rg_out, bytes) and isinstance(find_out, bytes) and isinstance(dirs, bytes)):
+    if not all(isinstance(x, bytes) for x in (rg_out, find_out, dirs, keys)):
         return None
     # The directories as listed when kept (those of find_out, the root
     # first): every one must be the same inode with the same ctime.
-    if _keys(dirs.split(b"\0")) != keys:
-        return None
-    return rg_out, find_out
+    return rg_out, find_out, dirkeys.Same(dirs, keys)
 
 
 def store(state: str, root: str, depth: int, argvs: tuple[list[str], list[str]], since_ns: int,
@@ -200,7 +192,7 @@ def store(state: str, root: str, depth: int, argvs: tuple[list[str], list[str]],
     if any(types.get(dev) not in TRUSTED_FS for dev in {dev for dev, _, _ in keys}):
         return False
     data = marshal.dumps((VERSION, root, (tuple(argvs[0]), tuple(argvs[1])), os.geteuid(), b"\0".join(dirs),
-                          keys, rg_out, find_out))
+                          dirkeys.pack_keys(keys), rg_out, find_out))
     if len(data) > MAX_BYTES:
         return False
     try:
@@ -234,30 +226,54 @@ def _bound_dir(walks: str) -> None:
                     pass
 
 
+class _Kept:
+    """The kept output of both walks of one root, believed once the check
+    says no directory changed; else both walks run for real (and are kept
+    anew), from the moment that is known."""
+
+    def __init__(self, out: tuple[bytes, bytes], same: dirkeys.Same, state: str,
+                 start_real: Callable[[], tuple[Recording, Recording]]) -> None:
+        self.out, self.same, self.state, self._start_real = out, same, state, start_real
+        self.real: tuple[Recording, Recording] | None = None
+
+    def believed(self) -> bool:
+        return self.real is None and (_bound is None or _bound == self.state) and self.same.result()
+
+    def walk(self, i: int) -> Recording:
+        if self.real is None:
+            self.real = self._start_real()
+        return self.real[i]
+
+
 class Replayed:
     """A walk's kept output in place of the walk (the part of ``Spawned``
     that resolve uses). Read from ``state``: when the session's state dir
-    turns out to be another (``bind``), the walk is run for real instead."""
+    turns out to be another (``bind``), or a directory changed since it was
+    kept (the check :func:`lookup` started), the walk is run for real
+    instead."""
 
-    def __init__(self, argv: list[str], out: bytes, *, since_ns: int, state: str,
-                 restart: Callable[[], Spawned]) -> None:
+    def __init__(self, argv: list[str], kept: _Kept, index: int, *, since_ns: int) -> None:
         self.argv = argv
         self.since_ns = since_ns
         self.pid = -1
-        self._out = out
-        self._state = state
-        self._restart = restart
+        self.replayed = False  # True once collect() gave the kept output
+        self._kept = kept
+        self._index = index
 
     def cancel(self) -> None:
-        """Nothing runs."""
+        """Stop the check (and a real walk, if one was started)."""
+        self._kept.same.cancel()
+        if self._kept.real is not None:
+            self._kept.real[self._index].cancel()
 
     def collect(self, *, timeout: float = 60.0) -> tuple[int, bytes, bytes]:
-        """(0, the kept output, no errors)."""
-        if _bound is not None and _bound != self._state:
-            real = self._restart()
-            self.since_ns = getattr(real, "since_ns", self.since_ns)
-            return real.collect(timeout=timeout)
-        return 0, self._out, b""
+        """(0, the kept output, no errors), or the real walk's result."""
+        if self._kept.believed():
+            self.replayed = True
+            return 0, self._kept.out[self._index], b""
+        real = self._kept.walk(self._index)
+        self.since_ns = real.since_ns
+        return real.collect(timeout=timeout)
 
 
 class _Pair:
@@ -283,6 +299,8 @@ class _Pair:
 class Recording:
     """A real walk whose output is kept for the next start (``_Pair``)."""
 
+    replayed = False
+
     def __init__(self, proc: Spawned, pair: _Pair, index: int) -> None:
         self.proc, self._pair, self._index = proc, pair, index
         self.argv = proc.argv
@@ -307,16 +325,20 @@ def start(root: str, depth: int, argvs: tuple[list[str], list[str]],
     """The (ripgrep, find) walks of ``root``: replayed when kept and still
     true, else started by ``spawn`` and kept once collected."""
     where = state if state is not None else _bound if _bound is not None else state_dir(os.environ)
+
+    def real() -> tuple[Recording, Recording]:
+        pair = _Pair(where, root, depth, argvs, coarse_now())
+        rg = spawn[0]()
+        try:
+            find = spawn[1]()
+        except BaseException:
+            rg.cancel()
+            raise
+        return Recording(rg, pair, 0), Recording(find, pair, 1)
+
     since = coarse_now()  # before the look: a change from here on is after the replayed walk
     kept = lookup(where, root, depth, argvs)
-    if kept is not None:
-        return (Replayed(argvs[0], kept[0], since_ns=since, state=where, restart=spawn[0]),
-                Replayed(argvs[1], kept[1], since_ns=since, state=where, restart=spawn[1]))
-    pair = _Pair(where, root, depth, argvs, since)
-    rg = spawn[0]()
-    try:
-        find = spawn[1]()
-    except BaseException:
-        rg.cancel()
-        raise
-    return Recording(rg, pair, 0), Recording(find, pair, 1)
+    if kept is None:
+        return real()
+    both = _Kept((kept[0], kept[1]), kept[2], where, real)
+    return Replayed(argvs[0], both, 0, since_ns=since), Replayed(argvs[1], both, 1, since_ns=since)

@@ -3,14 +3,16 @@
 
 1. ``test_policy.c`` + ``helper/policy.c``, ``test_notify.c`` +
    ``helper/notify.c`` (the violations supervisor's pure parts) and
-   ``test_mountplan.c`` + ``helper/mountplan.c`` (the mounter's plan) under
+   ``test_mountplan.c`` + ``helper/mountplan.c`` (the mounter's plan) and
+   ``test_dirkeys.c`` + ``helper/dirkeys.c`` (``--dir-keys``) under
    ASan+UBSan (gcc or clang, ``-fno-sanitize-recover=all``), run as TAP.
 2. ``probe.c`` built into ``helper/out/probe`` (gitignored); the path is
    printed as ``probe: PATH`` and fixed, so pytest finds it there.
-3. ``fuzz_policy.c``, ``fuzz_notify.c`` and ``fuzz_mountplan.c`` with
-   libFuzzer (clang only), each for ``SAFEBOX_FUZZ_SECONDS`` (default 20)
-   over a copy of ``tests/helper/corpus``, ``corpus-notify`` and
-   ``corpus-mountplan``.
+3. ``fuzz_policy.c``, ``fuzz_notify.c``, ``fuzz_mountplan.c`` and
+   ``fuzz_dirkeys.c`` with libFuzzer (clang only), each for
+   ``SAFEBOX_FUZZ_SECONDS`` (default 20) over a copy of
+   ``tests/helper/corpus``, ``corpus-notify``, ``corpus-mountplan`` and
+   ``corpus-dirkeys``.
 
 Any failure prints one ``tests/helper/run.py: ...`` line and exits 1.
 """
@@ -54,7 +56,7 @@ def _compile(cmd: list[str], what: str) -> None:
 
 # Each C unit test: its sources besides the test file.
 UNIT_TESTS = {"test_policy": ["policy.c"], "test_notify": ["notify.c", "policy.c"],
-              "test_mountplan": ["mountplan.c"]}
+              "test_mountplan": ["mountplan.c"], "test_dirkeys": ["dirkeys.c"]}
 
 
 def unit_tests(tmp: Path) -> None:
@@ -100,7 +102,8 @@ def fuzz(tmp: Path) -> None:
         return
     for name, sources, corpus_dir in (("fuzz_policy", ["policy.c"], "corpus"),
                                       ("fuzz_notify", ["notify.c", "policy.c"], "corpus-notify"),
-                                      ("fuzz_mountplan", ["mountplan.c"], "corpus-mountplan")):
+                                      ("fuzz_mountplan", ["mountplan.c"], "corpus-mountplan"),
+                                      ("fuzz_dirkeys", ["dirkeys.c"], "corpus-dirkeys")):
         _fuzz_one(tmp, clang, name, sources, corpus_dir, seconds)
 
 

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from safebox import _prescan, walkcache
+from safebox import _prescan, dirkeys, walkcache
 from safebox.policy import defaults
 from sbx import FakeHome
 
@@ -31,9 +31,20 @@ RG, FIND = shutil.which("rg"), shutil.which("find")
 DEPTH = defaults.DEFAULT_SEARCH_DEPTH
 
 
-@pytest.fixture
-def tree(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[Path, str]]:
-    """(a work tree older than the slack, the state dir bound for it)."""
+REPLAYED, WALKED = "replayed", "walked"
+
+
+@pytest.fixture(params=["on the helper", "in Python"])
+def tree(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest
+         ) -> Iterator[tuple[Path, str]]:
+    """(a work tree older than the slack, the state dir bound for it). Each
+    test runs twice: with the directories' check on the helper's threads
+    (``dirkeys``, which a tree this small would not use) and in Python."""
+    if request.param == "on the helper":
+        assert dirkeys.helper_path() is not None, "the helper is not installed: run `python3 build.py setup`"
+        monkeypatch.setattr(dirkeys, "MIN_HELPED", 1)
+    else:
+        monkeypatch.setattr(dirkeys, "helper_path", lambda: None)
     root = tmp_path / "work"
     for d in ("a/b/c", "a/d", "e", ".git/hooks", ".git/objects", ".git/refs"):
         (root / d).mkdir(parents=True)
@@ -47,15 +58,15 @@ def tree(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[Path
     yield root, str(state)
 
 
-def _walk(root: Path) -> tuple[type, bytes, bytes]:
-    """(the kind of walk: replayed or run, ripgrep's output, find's)."""
+def _walk(root: Path) -> tuple[str, bytes, bytes]:
+    """(the kind of walk: replayed or walked, ripgrep's output, find's)."""
     assert RG and FIND, "ripgrep and find are needed"
     rg, find = _prescan.start_walks(RG, FIND, str(root), DEPTH)
-    kind = type(rg)
     rc1, out1, err1 = rg.collect()
     rc2, out2, err2 = find.collect()
     assert (rc1 in (0, 1), rc2, err1, err2) == (True, 0, b"", b"")
-    return kind, out1, out2
+    assert rg.replayed == find.replayed
+    return REPLAYED if rg.replayed else WALKED, out1, out2
 
 
 def _fresh(root: Path) -> tuple[bytes, bytes]:
@@ -74,7 +85,7 @@ def test_an_unchanged_tree_is_replayed_with_what_a_walk_would_print(tree: tuple[
     root, _ = tree
     first = _walk(root)
     again = _walk(root)
-    assert (first[0], again[0]) == (walkcache.Recording, walkcache.Replayed)
+    assert (first[0], again[0]) == (WALKED, REPLAYED)
     assert (_records(again[1]), _records(again[2])) == tuple(map(_records, _fresh(root)))
 
 
@@ -98,7 +109,7 @@ def _plant_link(d: Path) -> bytes:
 def test_a_file_planted_under_a_put_back_mtime_is_found_by_the_next_start(tree: tuple[Path, str],
                                                                            plant: object) -> None:
     root, _ = tree
-    assert _walk(root)[0] is walkcache.Recording
+    assert _walk(root)[0] is WALKED
     d = root / "a" / "b" / "c"
     before = os.stat(d)
     planted = plant(d)  # type: ignore[operator]
@@ -107,7 +118,7 @@ def test_a_file_planted_under_a_put_back_mtime_is_found_by_the_next_start(tree: 
     assert after.st_mtime_ns == before.st_mtime_ns  # control: the mtime says nothing changed
     assert after.st_ctime_ns != before.st_ctime_ns
     kind, rg_out, find_out = _walk(root)
-    assert kind is walkcache.Recording
+    assert kind is WALKED
     found = {r.split(b"//")[0] + (b"//" + r.split(b"//")[1][:1] if b"//" in r else b"")
              for r in _records(rg_out) | _records(find_out)}
     assert planted in found
@@ -118,7 +129,7 @@ def test_a_new_directory_deep_in_the_tree_is_walked(tree: tuple[Path, str]) -> N
     _walk(root)
     (root / "a" / "d" / "new" / ".vscode").mkdir(parents=True)
     kind, _, find_out = _walk(root)
-    assert kind is walkcache.Recording
+    assert kind is WALKED
     assert os.fsencode(root / "a" / "d" / "new" / ".vscode") + b"//d" in _records(find_out)
 
 
@@ -126,18 +137,18 @@ def test_a_tree_changed_within_the_slack_is_not_kept(tree: tuple[Path, str], mon
     root, _ = tree
     monkeypatch.setattr(walkcache, "SLACK_NS", 2_000_000_000)
     (root / "e" / "x").write_text("now\n")  # e changed a moment ago
-    assert [_walk(root)[0], _walk(root)[0]] == [walkcache.Recording, walkcache.Recording]
+    assert [_walk(root)[0], _walk(root)[0]] == [WALKED, WALKED]
 
 
 def test_a_tree_on_a_filesystem_not_known_to_keep_directory_times_is_not_kept(
         tree: tuple[Path, str], monkeypatch: pytest.MonkeyPatch) -> None:
     root, _ = tree
     monkeypatch.setattr(walkcache, "_fs_types", lambda: {os.stat(root).st_dev: "fuse.sshfs"})
-    assert [_walk(root)[0], _walk(root)[0]] == [walkcache.Recording, walkcache.Recording]
+    assert [_walk(root)[0], _walk(root)[0]] == [WALKED, WALKED]
     monkeypatch.undo()  # control: the same tree on its real filesystem is kept
     monkeypatch.setattr(walkcache, "SLACK_NS", 0)
     monkeypatch.setattr(walkcache, "_bound", tree[1])
-    assert [_walk(root)[0], _walk(root)[0]] == [walkcache.Recording, walkcache.Replayed]
+    assert [_walk(root)[0], _walk(root)[0]] == [WALKED, REPLAYED]
 
 
 def test_a_kept_walk_is_replayed_only_for_the_same_walks_and_uid(tree: tuple[Path, str]) -> None:
@@ -145,7 +156,8 @@ def test_a_kept_walk_is_replayed_only_for_the_same_walks_and_uid(tree: tuple[Pat
     _walk(root)
     assert RG and FIND
     argvs = (_prescan.rg_argv(RG, str(root), DEPTH), _prescan.find_argv(FIND, str(root)))
-    assert walkcache.lookup(state, str(root), DEPTH, argvs) is not None  # control
+    kept = walkcache.lookup(state, str(root), DEPTH, argvs)
+    assert kept is not None and kept[2].result()  # control
     other = (_prescan.rg_argv(RG, str(root), DEPTH + 1), argvs[1])
     assert walkcache.lookup(state, str(root), DEPTH, other) is None
     assert walkcache.lookup(state, str(root / "a"), DEPTH, argvs) is None
