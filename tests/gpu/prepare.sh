@@ -29,3 +29,13 @@ done
 mkdir -p "$P/seccomp"
 cp -L "$(ldconfig -p | awk '/libseccomp.so.2 / {print $NF; exit}')" "$P/seccomp/"
 du -sh "$P"
+# BASELINE=COMMIT: that commit's wheel too, in payload/baseline/, for the
+# benchmarks that compare with an older install (benchmarks/device.sh).
+if [ -n "${BASELINE:-}" ]; then
+  wt=$(mktemp -d /var/tmp/safebox-baseline.XXXXXX)
+  git worktree add -q --detach "$wt" "$BASELINE"
+  (cd "$wt" && python3 build.py wheel >/dev/null)
+  mkdir -p "$P/baseline" && cp "$wt"/dist/safebox_sandbox-*manylinux*.whl "$P/baseline/"
+  git worktree remove --force "$wt"
+  du -sh "$P"
+fi
