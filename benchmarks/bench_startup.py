@@ -124,7 +124,7 @@ def main() -> int:
         f"{args.runs} interleaved runs each, warm caches, in a git work tree:",
         "", "```", f".venv/bin/python benchmarks/bench_startup.py --runs {args.runs} --write docs/benchmarks.md",
         "```", "", *rows, "",
-        f"**safebox exec -- true is {ratio:.1f}x bare bwrap** (target: at most 5x; sandbox-runtime measured "
+        f"**safebox exec -- true is {ratio:.1f}x bare bwrap** (issue 24's target: at most 4x; sandbox-runtime measured "
         "here: about 58x). "
         f"**A networked start is {net_ratio:.2f}x the no-network one** (target: at most 1.5x).", "",
         f"{args.concurrent} starts at once, {len(burst_samples['bare bwrap'])} bursts each, interleaved:", "",

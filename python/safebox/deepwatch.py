@@ -46,6 +46,7 @@ this is the narrow version this check needs.)
 from __future__ import annotations
 
 import errno
+import itertools
 import os
 import stat
 import time
@@ -118,9 +119,11 @@ def parse(out: bytes) -> tuple[list[bytes], list[tuple[bytes, bytes]], list[str]
     the check after the run lstats them in it: neighbours share cached
     inode and directory blocks (a third faster than a set's order here)."""
     recs = out.split(b"\0")
-    marked = [r for r in recs if b"//" in r or r[:1] in (b"!", b"?")]
-    dirs = ([r for r in recs if r and b"//" not in r and r[:1] not in (b"!", b"?")] if marked
-            else [r for r in recs if r])
+    marked = _marked(out)
+    # The rest, in order, by C-level passes: the marked records are few
+    # (one per dot or objects directory), the directories many.
+    dirs = list(itertools.filterfalse(set(marked).__contains__, filter(None, recs))) if marked else list(
+        filter(None, recs))
     specials = []
     unlistable: list[str] = []
     foreign: list[str] = []
@@ -134,6 +137,23 @@ def parse(out: bytes) -> tuple[list[bytes], list[tuple[bytes, bytes]], list[str]
             dirs.append(path)
         specials.append((path, kind))
     return dirs, specials, unlistable, foreign
+
+
+def _marked(out: bytes) -> list[bytes]:
+    """The records of ``out`` that hold ``//`` or begin with ``!`` or ``?``,
+    in order: found with ``bytes.find`` (a Python test of each of 13,000
+    records cost 4 ms of a start in the benchmark tree; this, a tenth)."""
+    starts = {0} if out[:1] in (b"!", b"?") else set()
+    for needle, in_record in ((b"//", True), (b"\0!", False), (b"\0?", False)):
+        i = out.find(needle)
+        while i != -1:
+            starts.add(out.rfind(b"\0", 0, i) + 1 if in_record else i + 1)
+            i = out.find(needle, i + 1)
+    found = []
+    for s in sorted(starts):
+        e = out.find(b"\0", s)
+        found.append(out[s:] if e == -1 else out[s:e])
+    return found
 
 
 def _base(p: bytes) -> bytes:

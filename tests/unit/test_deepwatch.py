@@ -11,6 +11,8 @@ import os
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from safebox import deepwatch, dirkeys
 from safebox._prescan import start_find
@@ -142,3 +144,23 @@ def test_a_killed_runs_baseline_round_trips_through_the_watch_file(tmp_path: Pat
     (tmp_path / "x").mkdir()
     (tmp_path / "x" / ".envrc").write_text("evil\n")
     assert deepwatch.check(again)[0] == [str(tmp_path / "x" / ".envrc")]
+
+
+def _parse_by_definition(out: bytes) -> tuple[list[bytes], list[bytes]]:
+    """(the marked records, the directories), record by record: what
+    ``deepwatch.parse`` finds with C-level passes."""
+    recs = [r for r in out.split(b"\0") if r]
+    marked = [r for r in recs if b"//" in r or r[:1] in (b"!", b"?")]
+    return marked, [r for r in recs if r not in marked]
+
+
+@given(st.lists(st.one_of(
+    st.sampled_from([b"/a", b"/a/b", b"/x//d", b"/x/.git//d", b"/o//o", b"!/u", b"?/f", b"/e//e1.2", b"", b"/q//l",
+                     b"!/u//d", b"/a//b//c"]),
+    st.lists(st.sampled_from([b"/", b"!", b"?", b"a", b"b", b"\0"]), max_size=8).map(b"".join)), max_size=30))
+def test_the_walks_records_are_sorted_as_record_by_record(parts: list[bytes]) -> None:
+    out = b"\0".join(parts)
+    marked, dirs = _parse_by_definition(out)
+    assert deepwatch._marked(out) == marked
+    got_dirs = deepwatch.parse(out)[0]
+    assert got_dirs[:len(dirs)] == dirs  # then the unlistable ones and the marked directories, appended
