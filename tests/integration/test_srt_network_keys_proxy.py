@@ -20,24 +20,17 @@ from safebox.proxy import ProxyConfig, ProxyServer
 from safebox.proxy.config import NetKeys
 
 PYTHON_DIR = pathlib.Path(__file__).resolve().parents[2] / "python"
+TESTS_DIR = pathlib.Path(__file__).resolve().parents[1]
 
 _NETNS_SCRIPT = textwrap.dedent(
     """
-    import http.server, json, pathlib, subprocess, sys, tempfile, threading, time
-    sys.path.insert(0, sys.argv[1])
+    import json, pathlib, subprocess, sys, tempfile, time
+    sys.path[:0] = sys.argv[1:3]
+    from netservers import start_origin
     from safebox.proxy import ProxyConfig, ProxyServer
 
-    hits = []
-    class H(http.server.BaseHTTPRequestHandler):
-        def do_GET(self):
-            hits.append(self.path)
-            self.send_response(200); self.send_header("Content-Length", "6"); self.end_headers()
-            self.wfile.write(b"SECRET")
-        def log_message(self, *a): pass
-
-    srv = http.server.ThreadingHTTPServer(("0.0.0.0", 0), H)  # as a careless service binds
-    port = srv.server_address[1]
-    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    srv = start_origin(body=b"SECRET", host="0.0.0.0")  # as a careless service binds
+    port, hits = srv.port, srv.seen
     out = {}
     def proxy(allowed):
         p = ProxyServer(ProxyConfig(allowed), run_dir=pathlib.Path(tempfile.mkdtemp()), tcp=True)
@@ -77,7 +70,7 @@ def test_this_hosts_own_addresses_and_the_wireserver_are_refused_by_name_inside_
     # 11.22.33.44 is a global address (no class refuses it): only being this
     # host's own does. Both live on the namespace's loopback only.
     cmd = (f"mount --bind {hosts} /etc/hosts && ip link set lo up && ip addr add 11.22.33.44/32 dev lo && "
-           f"ip addr add 168.63.129.16/32 dev lo && exec {sys.executable} {script} {PYTHON_DIR}")
+           f"ip addr add 168.63.129.16/32 dev lo && exec {sys.executable} {script} {PYTHON_DIR} {TESTS_DIR}")
     userns = [] if os.geteuid() == 0 else ["-r"]
     r = subprocess.run(["unshare", *userns, "-n", "-m", "sh", "-c", cmd], capture_output=True, text=True,
                        timeout=120)
