@@ -16,7 +16,6 @@ import os
 import pathlib
 import socket
 import subprocess
-import sys
 import textwrap
 import threading
 import time
@@ -24,14 +23,13 @@ from collections.abc import Iterator
 
 import pytest
 
+from netns import run_in_netns
 from netservers import Reply, Seen, serving
 from safebox.proxy import ProxyConfig, ProxyServer
 
 BIG = 64 * 1024 * 1024
 _BLOCK = hashlib.sha256(b"safebox").digest() * (1024 * 1024 // 32)  # 1 MiB, deterministic
 BIG_SHA = hashlib.sha256(_BLOCK * (BIG // len(_BLOCK))).hexdigest()
-PYTHON_DIR = pathlib.Path(__file__).resolve().parents[2] / "python"
-TESTS_DIR = pathlib.Path(__file__).resolve().parents[1]
 
 
 def _upstream(seen: Seen) -> Reply:
@@ -431,8 +429,7 @@ def test_bad_pattern_and_unusable_run_dir_raise_proxy_error(tmp_path) -> None:
 
 _METADATA_SCRIPT = textwrap.dedent(
     """
-    import json, pathlib, subprocess, sys, tempfile
-    sys.path[:0] = sys.argv[1:3]
+    import json, pathlib, subprocess, tempfile
     from netservers import start_origin
     from safebox.proxy import ProxyConfig, ProxyServer
 
@@ -461,19 +458,8 @@ _METADATA_SCRIPT = textwrap.dedent(
 
 
 def test_cloud_metadata_is_refused_by_the_proxy_inside_a_private_netns(tmp_path) -> None:
-    hosts = tmp_path / "hosts"
-    hosts.write_text("127.0.0.1 localhost\n169.254.169.254 metadata.test\n")
-    script = tmp_path / "meta.py"
-    script.write_text(_METADATA_SCRIPT)
-    cmd = (f"mount --bind {hosts} /etc/hosts && ip link set lo up && "
-           f"ip addr add 169.254.169.254/32 dev lo && exec {sys.executable} {script} {PYTHON_DIR} {TESTS_DIR}")
-    # Unprivileged, a user namespace (-r) gives the capabilities for the new
-    # net and mount namespaces; as root they are not needed.
-    userns = [] if os.geteuid() == 0 else ["-r"]
-    r = subprocess.run(["unshare", *userns, "-n", "-m", "sh", "-c", cmd], capture_output=True, text=True,
-                       timeout=120)
-    assert r.returncode == 0, r.stderr
-    out = json.loads(r.stdout)
+    out, _ = run_in_netns(tmp_path, _METADATA_SCRIPT, hosts="127.0.0.1 localhost\n169.254.169.254 metadata.test\n",
+                          addresses=["169.254.169.254"])
     for key in ("literal_http", "name_http"):
         code, body, _ = out[key]
         assert code == 0 and body.startswith("safebox refused ") and "SECRET" not in body, out[key]

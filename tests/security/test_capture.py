@@ -11,15 +11,13 @@ Loopback only: no packet leaves the machine.
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 import textwrap
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from netns import run_in_netns
 from netservers import OriginServer, serving
 from sbx import FakeHome, token
 
@@ -186,8 +184,7 @@ def test_the_proxy_path_keeps_working_with_capture_on(shared_home: FakeHome, ori
 
 _METADATA_SCRIPT = textwrap.dedent(
     """
-    import json, pathlib, socket, struct, sys, tempfile
-    sys.path[:0] = sys.argv[1:3]
+    import json, pathlib, socket, struct, tempfile
     from netservers import start_origin
     from safebox.proxy import ProxyConfig, ProxyServer
 
@@ -241,26 +238,14 @@ _METADATA_SCRIPT = textwrap.dedent(
 
 
 def test_cloud_metadata_is_refused_through_capture_inside_a_private_netns(tmp_path: Path) -> None:
-    import safebox
-
-    hosts = tmp_path / "hosts"
-    hosts.write_text("127.0.0.1 localhost\n169.254.169.254 metadata.test\n")
-    script = tmp_path / "meta.py"
-    script.write_text(_METADATA_SCRIPT)
-    cmd = (f"mount --bind {hosts} /etc/hosts && ip link set lo up && "
-           f"ip addr add 169.254.169.254/32 dev lo && exec {sys.executable} {script} "
-           f"{Path(safebox.__file__).parents[1]} {Path(__file__).resolve().parents[1]}")
-    userns = [] if os.geteuid() == 0 else ["-r"]
-    r = subprocess.run(["unshare", *userns, "-n", "-m", "sh", "-c", cmd], capture_output=True, text=True,
-                       timeout=120)
-    assert r.returncode == 0, r.stderr
-    out = json.loads(r.stdout)
+    out, stderr = run_in_netns(tmp_path, _METADATA_SCRIPT, hosts="127.0.0.1 localhost\n169.254.169.254 metadata.test\n",
+                               addresses=["169.254.169.254"])
     assert out["literal"] == "n", out  # an allowedAddresses entry never covers metadata
     assert out["mapped"] == "n", out
     # The name passes its check (the supervisor is told 'y'), then every
     # address it resolves to is checked and the connection is closed.
     assert out["by_name"] in ("y ", "y errno 104"), out
-    assert "cloud metadata address" in r.stderr
+    assert "cloud metadata address" in stderr
     # Listed literally in allowedDomains: reached through the proxy only, never by a direct connect.
     assert out["listed_literally"] == "n", out
     # Control: the fake metadata server answers a connect made without safebox.
