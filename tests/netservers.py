@@ -112,6 +112,20 @@ class _OriginServer6(OriginServer):
     address_family = socket.AF_INET6
 
 
+def files_below(root: Path) -> Callable[[Seen], Reply]:
+    """A ``reply`` serving the files below ``root`` by their path (a static
+    package index); anything else, a directory or a path leading out, is a 404."""
+    top = root.resolve()
+
+    def reply(seen: Seen) -> Reply:
+        path = (top / seen.path.split("?", 1)[0].lstrip("/")).resolve()
+        if path.is_relative_to(top) and path.is_file():
+            return Reply(path.read_bytes())
+        return Reply(b"not found\n", status=404)
+
+    return reply
+
+
 def pattern(n: int) -> bytes:
     """``n`` bytes of a fixed, non-repeating-looking pattern (for integrity checks)."""
     block = bytes((i * 131 + (i >> 8) * 7) & 0xFF for i in range(65536))

@@ -25,12 +25,8 @@ secret and persists both plants. Nothing leaves 127.0.0.1.
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import socket
 import subprocess
-import time
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -38,11 +34,11 @@ import pytest
 from test_ci_github import FakeRunner
 
 from netservers import OriginServer, Seen, serving
-from sbx import REPO, SAFEBOX, FakeHome, missing, token
+from registries import TOOLS_BIN, npm_registry, tool
+from sbx import REPO, SAFEBOX, FakeHome, token
 
 pytestmark = pytest.mark.needs_bwrap
 
-TOOLS_BIN = REPO / ".tools" / "node_modules" / ".bin"
 TEMPLATE = REPO / "ci" / "gitlab" / "safebox.gitlab-ci.yml"
 
 POSTINSTALL = r"""
@@ -89,18 +85,6 @@ function send(opts, label, extra) {
 """
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def tool(path: Path) -> str:
-    if not (path.is_file() and os.access(path, os.X_OK)):
-        missing(f"{path} is not installed: run `python3 build.py setup --tests`")
-    return str(path)
-
-
 @pytest.fixture(scope="module")
 def attacker_server() -> Iterator[OriginServer]:
     """The attacker's server: every request it records is what leaked."""
@@ -124,57 +108,11 @@ def loot(attacker_server: OriginServer) -> list[Seen]:
 @pytest.fixture(scope="module")
 def registry(scratch: Path) -> Iterator[str]:
     """verdaccio on 127.0.0.1 holding ``sbx-evil@1.0.0``; yields its URL."""
-    exe = tool(TOOLS_BIN / "verdaccio")
-    base = scratch / f"verdaccio-evil-{token()}"
-    (base / "pkg").mkdir(parents=True)
-    (base / "config.yaml").write_text(f"""
-storage: {base}/storage
-auth:
-  htpasswd:
-    file: {base}/htpasswd
-    max_users: -1
-uplinks: {{}}
-packages:
-  '**':
-    access: $all
-    publish: $all
-log: {{ type: stdout, format: pretty, level: warn }}
-web: {{ enable: false }}
-""")
-    port = free_port()
-    url = f"http://127.0.0.1:{port}/"
-    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(base)}
-    with open(base / "log", "wb") as out:
-        proc = subprocess.Popen([exe, "--config", str(base / "config.yaml"), "--listen", f"127.0.0.1:{port}"],
-                                stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env)
-    try:
-        end = time.monotonic() + 60
-        while True:
-            try:
-                with urllib.request.urlopen(url + "-/ping", timeout=2):
-                    break
-            except OSError:
-                if proc.poll() is not None or time.monotonic() > end:
-                    pytest.fail(f"verdaccio did not start: {(base / 'log').read_text()[-2000:]}")
-                time.sleep(0.2)
-        (base / "pkg" / "package.json").write_text(json.dumps({
-            "name": "sbx-evil", "version": "1.0.0", "main": "index.js",
-            "scripts": {"postinstall": "node postinstall.js"}}))
-        (base / "pkg" / "index.js").write_text('module.exports = "evil-installed";\n')
-        (base / "pkg" / "postinstall.js").write_text(POSTINSTALL)
-        (base / "npmrc").write_text(f"//127.0.0.1:{port}/:_authToken=test-only\n")
-        pub = subprocess.run(["npm", "publish", "--registry", url], cwd=base / "pkg", capture_output=True, text=True,
-                             env={**env, "npm_config_userconfig": str(base / "npmrc"),
-                                  "npm_config_cache": str(base / "npm-cache")}, timeout=120, check=False)
-        assert pub.returncode == 0, pub.stderr
+    package = {"name": "sbx-evil", "version": "1.0.0", "main": "index.js",
+               "scripts": {"postinstall": "node postinstall.js"}}
+    with npm_registry(scratch / f"verdaccio-evil-{token()}", package,
+                      {"index.js": 'module.exports = "evil-installed";\n', "postinstall.js": POSTINSTALL}) as url:
         yield url
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=10)
 
 
 class Secrets:
