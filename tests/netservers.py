@@ -15,6 +15,7 @@ import base64
 import datetime
 import http.server
 import ipaddress
+import os
 import socket
 import socketserver
 import ssl
@@ -169,6 +170,20 @@ def serving(*, tls: ssl.SSLContext | None = None, body: bytes | None = None,
         yield srv
     finally:
         stop_origin(srv)
+
+
+@contextmanager
+def abstract_unix_listener() -> Iterator[str]:
+    """A listening abstract unix socket (its name lives in this network
+    namespace only), closed when the block is left; yields its name."""
+    name = f"safebox-test-{os.getpid()}-{os.urandom(4).hex()}"
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        s.bind("\0" + name)
+        s.listen(64)
+        yield name
+    finally:
+        s.close()
 
 
 # --------------------------------------------------------------- a test CA

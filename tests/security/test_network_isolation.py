@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from netservers import OriginServer, serving, start_origin, stop_origin
+from netservers import OriginServer, abstract_unix_listener, serving, start_origin, stop_origin
 from sbx import BOTH, BWRAP_ONLY, EACCES, ECONNREFUSED, EPERM, HELPER_ONLY, FakeHome, host, missing, token
 
 ALL_MODES = [BOTH, BWRAP_ONLY, HELPER_ONLY]
@@ -180,14 +180,8 @@ def test_bwrap_alone_does_not_stop_connecting_to_a_visible_host_unix_socket(shar
 @pytest.fixture
 def abstract_server() -> Iterator[str]:
     """A listening abstract unix socket on the host (network-namespace scoped)."""
-    name = f"safebox-test-{token()}"
-    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    s.bind("\0" + name)
-    s.listen(8)
-    try:
+    with abstract_unix_listener() as name:
         yield name
-    finally:
-        s.close()
 
 
 @pytest.mark.parametrize("mode", ALL_MODES)
