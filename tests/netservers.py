@@ -1,7 +1,13 @@
-"""Loopback servers for the srt network tests: an origin that records what
+"""Loopback servers for the network tests: an origin that records what
 reached it (HTTP, and HTTPS under a test CA of its own), and a parent proxy
-that records what safebox's proxy sent it. Everything listens on 127.0.0.1
-and connects only to 127.0.0.1."""
+that records what safebox's proxy sent it. Everything listens on loopback
+(or on an address of a network namespace the test made) and connects only
+to 127.0.0.1.
+
+This module is the tests' one HTTP server: a test needing another answer
+gives ``start_origin`` a ``reply``, it does not hand-roll a server. It is
+importable without the test environment (only the standard library at the
+top), so a script run in a network namespace of its own uses it too."""
 
 from __future__ import annotations
 
@@ -9,10 +15,13 @@ import base64
 import datetime
 import http.server
 import ipaddress
+import os
 import socket
 import socketserver
 import ssl
 import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -27,9 +36,21 @@ class Seen:
     body: bytes
 
 
+@dataclass(frozen=True)
+class Reply:
+    """What the origin answers one request with (``start_origin(reply=...)``).
+    ``Content-Length`` is always sent; ``early``, when not empty, is the
+    header of a 103 Early Hints head sent before the final one."""
+
+    body: bytes
+    status: int = 200
+    headers: tuple[tuple[str, str], ...] = ()
+    early: tuple[tuple[str, str], ...] = ()
+
+
 class _Origin(http.server.BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
-    server: _OriginServer
+    server: OriginServer
 
     def _serve(self) -> None:
         length = int(self.headers.get("Content-Length") or 0)
@@ -46,12 +67,19 @@ class _Origin(http.server.BaseHTTPRequestHandler):
             body = self.rfile.read(length) if length else b""
         seen = Seen(self.command, self.path, {k.lower(): v for k, v in self.headers.items()}, body)
         self.server.seen.append(seen)
-        out = self.server.reply(seen)
-        self.send_response(200)
+        out = self.server.answer(seen)
+        if out.early:
+            self.send_response_only(103)
+            for name, value in out.early:
+                self.send_header(name, value)
+            self.end_headers()
+        self.send_response(out.status)
         self.send_header("Content-Type", "text/plain")
-        self.send_header("Content-Length", str(len(out)))
+        for name, value in out.headers:
+            self.send_header(name, value)
+        self.send_header("Content-Length", str(len(out.body)))
         self.end_headers()
-        self.wfile.write(out)
+        self.wfile.write(out.body)
 
     do_GET = do_POST = do_PUT = _serve  # noqa: N815
 
@@ -59,17 +87,44 @@ class _Origin(http.server.BaseHTTPRequestHandler):
         pass
 
 
-class _OriginServer(http.server.ThreadingHTTPServer):
+class OriginServer(http.server.ThreadingHTTPServer):
+    """A running origin (``start_origin``): ``.port``, and ``.seen``, every request it got, in order."""
+
     daemon_threads = True
     seen: list[Seen]
     body: bytes | None = None
+    reply: Callable[[Seen], Reply] | None = None
 
-    def reply(self, seen: Seen) -> bytes:
+    @property
+    def port(self) -> int:
+        return int(self.server_address[1])
+
+    def answer(self, seen: Seen) -> Reply:
+        if self.reply is not None:
+            return self.reply(seen)
         if self.body is not None:
-            return self.body
+            return Reply(self.body)
         if seen.path.startswith("/bytes/"):
-            return pattern(int(seen.path.split("/")[2]))
-        return f"origin-{self.server_address[1]} {seen.method} {seen.path}".encode()
+            return Reply(pattern(int(seen.path.split("/")[2])))
+        return Reply(f"origin-{self.port} {seen.method} {seen.path}".encode())
+
+
+class _OriginServer6(OriginServer):
+    address_family = socket.AF_INET6
+
+
+def files_below(root: Path) -> Callable[[Seen], Reply]:
+    """A ``reply`` serving the files below ``root`` by their path (a static
+    package index); anything else, a directory or a path leading out, is a 404."""
+    top = root.resolve()
+
+    def reply(seen: Seen) -> Reply:
+        path = (top / seen.path.split("?", 1)[0].lstrip("/")).resolve()
+        if path.is_relative_to(top) and path.is_file():
+            return Reply(path.read_bytes())
+        return Reply(b"not found\n", status=404)
+
+    return reply
 
 
 def pattern(n: int) -> bytes:
@@ -78,23 +133,57 @@ def pattern(n: int) -> bytes:
     return (block * (n // len(block) + 1))[:n]
 
 
-def start_origin(*, tls: ssl.SSLContext | None = None, body: bytes | None = None) -> _OriginServer:
-    """An HTTP (or, with ``tls``, HTTPS) origin on 127.0.0.1 that records every
-    request; it answers ``body`` to each when given, else names itself and the request.
-    The one test HTTP server: stop it with ``stop_origin``."""
-    srv = _OriginServer(("127.0.0.1", 0), _Origin)
+def start_origin(*, tls: ssl.SSLContext | None = None, body: bytes | None = None,
+                 reply: Callable[[Seen], Reply] | None = None, host: str = "127.0.0.1",
+                 port: int = 0) -> OriginServer:
+    """An HTTP/1.1 (or, with ``tls``, HTTPS) origin on ``host``:``port`` (an
+    IPv6 address when ``host`` has a colon; a free port by default) that
+    records every request in ``.seen``. Each request is answered by
+    ``reply`` when given, else ``body`` (status 200), else a line naming the
+    origin and the request (``/bytes/N``: N bytes of ``pattern``).
+    The one test HTTP server: stop it with ``stop_origin``, or use ``serving``."""
+    cls = _OriginServer6 if ":" in host else OriginServer
+    srv = cls((host, port), _Origin)
     srv.seen = []
     srv.body = body
+    srv.reply = reply
     if tls is not None:
         srv.socket = tls.wrap_socket(srv.socket, server_side=True)
     threading.Thread(target=srv.serve_forever, daemon=True).start()
     return srv
 
 
-def stop_origin(srv: _OriginServer) -> None:
+def stop_origin(srv: OriginServer) -> None:
     """Stop serving and close the listener."""
     srv.shutdown()
     srv.server_close()
+
+
+@contextmanager
+def serving(*, tls: ssl.SSLContext | None = None, body: bytes | None = None,
+            reply: Callable[[Seen], Reply] | None = None, host: str = "127.0.0.1",
+            port: int = 0) -> Iterator[OriginServer]:
+    """``start_origin`` for a ``with`` block (or a fixture's ``yield``): the
+    listener is closed when the block is left, however it is left."""
+    srv = start_origin(tls=tls, body=body, reply=reply, host=host, port=port)
+    try:
+        yield srv
+    finally:
+        stop_origin(srv)
+
+
+@contextmanager
+def abstract_unix_listener() -> Iterator[str]:
+    """A listening abstract unix socket (its name lives in this network
+    namespace only), closed when the block is left; yields its name."""
+    name = f"safebox-test-{os.getpid()}-{os.urandom(4).hex()}"
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        s.bind("\0" + name)
+        s.listen(64)
+        yield name
+    finally:
+        s.close()
 
 
 # --------------------------------------------------------------- a test CA

@@ -94,6 +94,21 @@ def pids_with_arg(arg: str, argv0: str = "sleep") -> list[int]:
     return found
 
 
+def supervisor_of(parent: int) -> int | None:
+    """The ``safebox-helper --supervise`` child of ``parent``, found by /proc."""
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            argv = Path(f"/proc/{name}/cmdline").read_bytes().split(b"\0")
+            ppid = int(Path(f"/proc/{name}/stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        if ppid == parent and b"--supervise" in argv:
+            return int(name)
+    return None
+
+
 def wait_for(pred: Any, timeout: float = 10.0, step: float = 0.05) -> bool:
     """Poll ``pred()`` until true or ``timeout`` seconds passed."""
     end = time.monotonic() + timeout

@@ -16,7 +16,7 @@ from collections.abc import Iterator
 import pytest
 
 import safebox
-from netservers import start_origin, stop_origin
+from netservers import serving
 from sbx import BWRAP_ONLY, HELPER_ONLY, FakeHome, token
 
 pytestmark = pytest.mark.needs_bwrap
@@ -33,9 +33,8 @@ def line(host: str, port: int, fix: str) -> str:
 
 @pytest.fixture(scope="module")
 def server() -> Iterator[int]:
-    srv = start_origin(body=b"ok\n")
-    yield srv.server_address[1]
-    stop_origin(srv)
+    with serving(body=b"ok\n") as srv:
+        yield srv.port
 
 
 def policy(home: FakeHome) -> list[str]:

@@ -24,6 +24,7 @@ from pathlib import Path
 
 import pytest
 
+from netservers import serving
 from sbx import FakeHome, token, wait_for
 
 pytestmark = pytest.mark.needs_bwrap
@@ -220,25 +221,8 @@ def go_client(scratch: Path) -> Path:
 
 @pytest.fixture(scope="module")
 def web() -> Iterator[int]:
-    import http.server
-    import threading
-
-    class H(http.server.BaseHTTPRequestHandler):
-        def do_GET(self) -> None:  # noqa: N802
-            self.send_response(200)
-            self.send_header("Content-Length", "6")
-            self.end_headers()
-            self.wfile.write(b"go-ok!")
-
-        def log_message(self, *args: object) -> None:
-            pass
-
-    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), H)
-    srv.daemon_threads = True
-    threading.Thread(target=srv.serve_forever, daemon=True).start()
-    yield srv.server_address[1]
-    srv.shutdown()
-    srv.server_close()
+    with serving(body=b"go-ok!") as srv:
+        yield srv.port
 
 
 def test_a_go_program_that_ignores_the_proxy_reaches_an_allowed_host_and_not_a_refused_one(

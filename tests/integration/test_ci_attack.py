@@ -24,26 +24,21 @@ secret and persists both plants. Nothing leaves 127.0.0.1.
 
 from __future__ import annotations
 
-import http.server
 import json
-import os
 import shutil
-import socket
 import subprocess
-import threading
-import time
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from test_ci_github import FakeRunner
 
-from sbx import REPO, SAFEBOX, FakeHome, missing, token
+from netservers import OriginServer, Seen, serving
+from registries import TOOLS_BIN, npm_registry, tool
+from sbx import REPO, SAFEBOX, FakeHome, token
 
 pytestmark = pytest.mark.needs_bwrap
 
-TOOLS_BIN = REPO / ".tools" / "node_modules" / ".bin"
 TEMPLATE = REPO / "ci" / "gitlab" / "safebox.gitlab-ci.yml"
 
 POSTINSTALL = r"""
@@ -90,102 +85,34 @@ function send(opts, label, extra) {
 """
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def tool(path: Path) -> str:
-    if not (path.is_file() and os.access(path, os.X_OK)):
-        missing(f"{path} is not installed: run `python3 build.py setup --tests`")
-    return str(path)
-
-
-class Attacker(http.server.BaseHTTPRequestHandler):
-    """Records every request it gets: what leaked."""
-
-    got: list[str] = []
-
-    def do_POST(self) -> None:  # noqa: N802
-        n = int(self.headers.get("content-length", 0))
-        type(self).got.append(self.rfile.read(n).decode("utf-8", "replace"))
-        self.send_response(204)
-        self.end_headers()
-
-    def log_message(self, *args: object) -> None:
-        pass
-
-
 @pytest.fixture(scope="module")
-def attacker() -> Iterator[int]:
-    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Attacker)
-    srv.daemon_threads = True
-    threading.Thread(target=srv.serve_forever, daemon=True).start()
-    yield srv.server_address[1]
-    srv.shutdown()
-    srv.server_close()
+def attacker_server() -> Iterator[OriginServer]:
+    """The attacker's server: every request it records is what leaked."""
+    with serving(body=b"") as srv:
+        yield srv
 
 
-@pytest.fixture(autouse=True)
-def clean_loot() -> None:
-    Attacker.got.clear()
+@pytest.fixture
+def attacker(attacker_server: OriginServer) -> int:
+    """The attacker's port."""
+    return attacker_server.port
+
+
+@pytest.fixture
+def loot(attacker_server: OriginServer) -> list[Seen]:
+    """What reaches the attacker during this test (a live list, empty at its start)."""
+    attacker_server.seen.clear()
+    return attacker_server.seen
 
 
 @pytest.fixture(scope="module")
 def registry(scratch: Path) -> Iterator[str]:
     """verdaccio on 127.0.0.1 holding ``sbx-evil@1.0.0``; yields its URL."""
-    exe = tool(TOOLS_BIN / "verdaccio")
-    base = scratch / f"verdaccio-evil-{token()}"
-    (base / "pkg").mkdir(parents=True)
-    (base / "config.yaml").write_text(f"""
-storage: {base}/storage
-auth:
-  htpasswd:
-    file: {base}/htpasswd
-    max_users: -1
-uplinks: {{}}
-packages:
-  '**':
-    access: $all
-    publish: $all
-log: {{ type: stdout, format: pretty, level: warn }}
-web: {{ enable: false }}
-""")
-    port = free_port()
-    url = f"http://127.0.0.1:{port}/"
-    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(base)}
-    with open(base / "log", "wb") as out:
-        proc = subprocess.Popen([exe, "--config", str(base / "config.yaml"), "--listen", f"127.0.0.1:{port}"],
-                                stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env)
-    try:
-        end = time.monotonic() + 60
-        while True:
-            try:
-                with urllib.request.urlopen(url + "-/ping", timeout=2):
-                    break
-            except OSError:
-                if proc.poll() is not None or time.monotonic() > end:
-                    pytest.fail(f"verdaccio did not start: {(base / 'log').read_text()[-2000:]}")
-                time.sleep(0.2)
-        (base / "pkg" / "package.json").write_text(json.dumps({
-            "name": "sbx-evil", "version": "1.0.0", "main": "index.js",
-            "scripts": {"postinstall": "node postinstall.js"}}))
-        (base / "pkg" / "index.js").write_text('module.exports = "evil-installed";\n')
-        (base / "pkg" / "postinstall.js").write_text(POSTINSTALL)
-        (base / "npmrc").write_text(f"//127.0.0.1:{port}/:_authToken=test-only\n")
-        pub = subprocess.run(["npm", "publish", "--registry", url], cwd=base / "pkg", capture_output=True, text=True,
-                             env={**env, "npm_config_userconfig": str(base / "npmrc"),
-                                  "npm_config_cache": str(base / "npm-cache")}, timeout=120, check=False)
-        assert pub.returncode == 0, pub.stderr
+    package = {"name": "sbx-evil", "version": "1.0.0", "main": "index.js",
+               "scripts": {"postinstall": "node postinstall.js"}}
+    with npm_registry(scratch / f"verdaccio-evil-{token()}", package,
+                      {"index.js": 'module.exports = "evil-installed";\n', "postinstall.js": POSTINSTALL}) as url:
         yield url
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=10)
 
 
 class Secrets:
@@ -213,8 +140,8 @@ class Secrets:
         return [self.npmrc, self.github_token, self.runtime, self.npm_token, self.job_token, self.git_header]
 
 
-def leaked(secrets: Secrets) -> set[str]:
-    text = "\n".join(Attacker.got)
+def leaked(secrets: Secrets, loot: list[Seen]) -> set[str]:
+    text = "\n".join(s.body.decode("utf-8", "replace") for s in loot)
     return {s for s in secrets.all() if s in text}
 
 
@@ -248,11 +175,11 @@ def github_step(home: FakeHome, registry: str, attacker: int, *, sandboxed: bool
 
 
 def test_a_poisoned_postinstall_under_the_github_action_shell_leaks_and_plants_nothing(
-        fresh_home: FakeHome, registry: str, attacker: int) -> None:
+        fresh_home: FakeHome, registry: str, attacker: int, loot: list[Seen]) -> None:
     gh, secrets, step = github_step(fresh_home, registry, attacker, sandboxed=True)
     assert step.returncode == 0, step.stderr
     assert installed(fresh_home)
-    assert Attacker.got == [], "the attacker's server was reached"
+    assert loot == [], "the attacker's server was reached"
     assert readable(fresh_home, secrets) == set()  # ~/.npmrc masked, tokens removed, .git/config scrubbed
     assert (fresh_home.root / ".bashrc").read_text() == secrets.bashrc
     assert "LD_PRELOAD" not in gh.files["GITHUB_ENV"].read_text()
@@ -269,11 +196,11 @@ def test_a_poisoned_postinstall_under_the_github_action_shell_leaks_and_plants_n
 
 
 def test_control_the_same_install_without_safebox_leaks_every_secret_and_plants_both(
-        fresh_home: FakeHome, registry: str, attacker: int) -> None:
+        fresh_home: FakeHome, registry: str, attacker: int, loot: list[Seen]) -> None:
     gh, secrets, step = github_step(fresh_home, registry, attacker, sandboxed=False)
     assert step.returncode == 0, step.stderr
     assert installed(fresh_home)
-    assert leaked(secrets) == readable(fresh_home, secrets) == set(secrets.all())
+    assert leaked(secrets, loot) == readable(fresh_home, secrets) == set(secrets.all())
     assert (fresh_home.root / ".bashrc").read_text() != secrets.bashrc
     assert "LD_PRELOAD=/tmp/evil.so" in gh.files["GITHUB_ENV"].read_text()
 
@@ -313,13 +240,13 @@ def pipeline(home: FakeHome, registry: str, attacker: int, secrets: Secrets, *, 
 
 
 def test_a_poisoned_postinstall_in_a_gitlab_pipeline_with_the_template_leaks_and_plants_nothing(
-        fresh_home: FakeHome, registry: str, attacker: int) -> None:
+        fresh_home: FakeHome, registry: str, attacker: int, loot: list[Seen]) -> None:
     secrets = Secrets(fresh_home)
     r = pipeline(fresh_home, registry, attacker, secrets, sandboxed=True)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
     assert "PASS  install" in r.stdout
     assert installed(fresh_home)
-    assert Attacker.got == []
+    assert loot == []
     assert readable(fresh_home, secrets) == set()
     assert (fresh_home.root / ".bashrc").read_text() == secrets.bashrc
     assert f"safebox: refused HTTP to attacker.example:{attacker}" in r.stdout + r.stderr
@@ -329,11 +256,11 @@ def test_a_poisoned_postinstall_in_a_gitlab_pipeline_with_the_template_leaks_and
 
 
 def test_control_the_same_pipeline_without_the_template_leaks(
-        fresh_home: FakeHome, registry: str, attacker: int) -> None:
+        fresh_home: FakeHome, registry: str, attacker: int, loot: list[Seen]) -> None:
     secrets = Secrets(fresh_home)
     r = pipeline(fresh_home, registry, attacker, secrets, sandboxed=False)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
     assert installed(fresh_home)
-    got = leaked(secrets)
+    got = leaked(secrets, loot)
     assert {secrets.npmrc, secrets.job_token, secrets.github_token, secrets.npm_token} <= got
     assert (fresh_home.root / ".bashrc").read_text() != secrets.bashrc

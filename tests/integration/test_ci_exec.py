@@ -13,16 +13,15 @@ Servers listen on 127.0.0.1 only.
 
 from __future__ import annotations
 
-import http.server
 import json
 import os
-import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
+from netservers import serving
 from sbx import BOTH, HELPER_ONLY, SAFEBOX, FakeHome, host, token
 
 pytestmark = pytest.mark.needs_bwrap
@@ -198,27 +197,10 @@ def test_without_the_ci_handling_the_same_step_poisons_the_runner_files(fresh_ho
 
 # ------------------------------------------------------------ learn, enforce, report
 
-class _Handler(http.server.BaseHTTPRequestHandler):
-    body = b"x" * 5000
-
-    def do_GET(self) -> None:  # noqa: N802
-        self.send_response(200)
-        self.send_header("Content-Length", str(len(self.body)))
-        self.end_headers()
-        self.wfile.write(self.body)
-
-    def log_message(self, *args: object) -> None:
-        pass
-
-
 @pytest.fixture(scope="module")
 def server() -> Iterator[int]:
-    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
-    srv.daemon_threads = True
-    threading.Thread(target=srv.serve_forever, daemon=True).start()
-    yield srv.server_address[1]
-    srv.shutdown()
-    srv.server_close()
+    with serving(body=b"x" * 5000) as srv:
+        yield srv.port
 
 
 def local_user_policy(home: FakeHome) -> None:

@@ -20,14 +20,12 @@ passes through sudo. The hashes are checked as on a real runner.
 from __future__ import annotations
 
 import contextlib
-import http.server
 import json
 import os
 import pwd
 import re
 import shutil
 import subprocess
-import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -35,6 +33,7 @@ from pathlib import Path
 import pytest
 
 from ciuser import CiUser, ci_user, install_root
+from netservers import serving
 from sbx import PATH, REPO, missing, token
 
 # serial: useradd and userdel take the host's passwd lock, one at a time.
@@ -213,21 +212,8 @@ def _lay_out(r: Runner, u: CiUser) -> None:
 
 @pytest.fixture
 def server() -> Iterator[int]:
-    class Ok(http.server.BaseHTTPRequestHandler):
-        def do_GET(self) -> None:  # noqa: N802 — the stdlib's name
-            self.send_response(200)
-            self.send_header("Content-Length", "0")
-            self.end_headers()
-
-        def log_message(self, *args: object) -> None:
-            pass
-
-    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Ok)
-    srv.daemon_threads = True
-    threading.Thread(target=srv.serve_forever, daemon=True).start()
-    yield srv.server_address[1]
-    srv.shutdown()
-    srv.server_close()
+    with serving(body=b"") as srv:
+        yield srv.port
 
 
 BUILD = "cc -o hello hello.c && ./hello\n"

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from netservers import LocalCA, make_test_ca, start_origin
+from netservers import LocalCA, OriginServer, make_test_ca, serving
 from sbx import BOTH, HELPER_ONLY, FakeHome, token
 
 pytestmark = pytest.mark.needs_bwrap
@@ -33,23 +33,15 @@ def ca(scratch: Path) -> LocalCA:
 
 
 @pytest.fixture(scope="module")
-def https(ca: LocalCA) -> Iterator[object]:
-    srv = start_origin(tls=ca.server_context(["localhost", "127.0.0.1"]))
-    yield srv
-    srv.shutdown()
-    srv.server_close()
+def https(ca: LocalCA) -> Iterator[OriginServer]:
+    with serving(tls=ca.server_context(["localhost", "127.0.0.1"])) as srv:
+        yield srv
 
 
 @pytest.fixture(scope="module")
-def plain() -> Iterator[object]:
-    srv = start_origin()
-    yield srv
-    srv.shutdown()
-    srv.server_close()
-
-
-def _port(srv: object) -> int:
-    return int(srv.server_address[1])  # type: ignore[attr-defined]
+def plain() -> Iterator[OriginServer]:
+    with serving() as srv:
+        yield srv
 
 
 def _opts(home: FakeHome, ca: LocalCA, credentials: dict[str, object], *, allowed: list[str] | None = None,
@@ -116,55 +108,55 @@ def test_the_real_value_appears_nowhere_inside(fresh_home: FakeHome, ca: LocalCA
 
 
 def test_the_real_value_reaches_a_host_in_inject_hosts_and_the_sentinel_any_other(
-        shared_home: FakeHome, ca: LocalCA, https: object) -> None:
-    port, real = _port(https), _secret()
+        shared_home: FakeHome, ca: LocalCA, https: OriginServer) -> None:
+    port, real = https.port, _secret()
     opts = _opts(shared_home, ca, {"envVars": [{"name": VAR, "mode": "mask", "injectHosts": ["localhost"]}]})
     script = f'{_curl(f"https://localhost:{port}/in")}; echo; {_curl(f"https://127.0.0.1:{port}/out")}'
     r = shared_home.run(["sh", "-c", script], opts=opts, env={VAR: real})
     assert r.stdout.splitlines() == [f"origin-{port} GET /in", f"origin-{port} GET /out"], r.stderr
-    seen = {s.path: s.headers["authorization"] for s in https.seen[-2:]}  # type: ignore[attr-defined]
+    seen = {s.path: s.headers["authorization"] for s in https.seen[-2:]}
     assert seen["/in"] == f"Bearer {real}"
     assert SENTINEL.fullmatch(seen["/out"].removeprefix("Bearer ")), seen
     assert real not in seen["/out"]
 
 
 def test_control_without_masking_the_real_value_goes_to_every_host(shared_home: FakeHome, ca: LocalCA,
-                                                                   https: object) -> None:
-    port, real = _port(https), _secret()
+                                                                   https: OriginServer) -> None:
+    port, real = https.port, _secret()
     r = shared_home.run(["sh", "-c", _curl(f"https://127.0.0.1:{port}/unmasked")], opts=_opts(shared_home, ca, {}),
                         env={VAR: real})
     assert r.returncode == 0, r.stderr
-    assert https.seen[-1].headers["authorization"] == f"Bearer {real}"  # type: ignore[attr-defined]
+    assert https.seen[-1].headers["authorization"] == f"Bearer {real}"
 
 
 def test_without_inject_hosts_a_credential_goes_to_every_allowed_domain(shared_home: FakeHome, ca: LocalCA,
-                                                                        https: object) -> None:
+                                                                        https: OriginServer) -> None:
     """srt: injectHosts defaults to network.allowedDomains (a trade-off made
     explicit: narrow it when one host should get the value)."""
-    port, real = _port(https), _secret()
+    port, real = https.port, _secret()
     opts = _opts(shared_home, ca, {"envVars": [{"name": VAR, "mode": "mask"}]})
     script = f'{_curl(f"https://localhost:{port}/a")}; {_curl(f"https://127.0.0.1:{port}/b")}'
     shared_home.run(["sh", "-c", script], opts=opts, env={VAR: real})
-    assert [s.headers["authorization"] for s in https.seen[-2:]] == [f"Bearer {real}"] * 2  # type: ignore[attr-defined]
+    assert [s.headers["authorization"] for s in https.seen[-2:]] == [f"Bearer {real}"] * 2
 
 
 def test_one_credentials_sentinel_is_not_substituted_at_another_credentials_host(
-        shared_home: FakeHome, ca: LocalCA, https: object) -> None:
+        shared_home: FakeHome, ca: LocalCA, https: OriginServer) -> None:
     """srt's anti-laundering: A's sentinel sent to B's host stays a sentinel."""
-    port, real_a, real_b = _port(https), _secret(), _secret()
+    port, real_a, real_b = https.port, _secret(), _secret()
     opts = _opts(shared_home, ca, {"envVars": [
         {"name": "SBXTEST_A", "mode": "mask", "injectHosts": ["localhost"]},
         {"name": "SBXTEST_B", "mode": "mask", "injectHosts": ["127.0.0.1"]}]})
     script = (f'curl -sS -H "X-A: $SBXTEST_A" -H "X-B: $SBXTEST_B" https://localhost:{port}/a; '
               f'curl -sS -H "X-A: $SBXTEST_A" -H "X-B: $SBXTEST_B" https://127.0.0.1:{port}/b')
     shared_home.run(["sh", "-c", script], opts=opts, env={"SBXTEST_A": real_a, "SBXTEST_B": real_b})
-    at_a, at_b = https.seen[-2:]  # type: ignore[attr-defined]
+    at_a, at_b = https.seen[-2:]
     assert at_a.headers["x-a"] == real_a and SENTINEL.fullmatch(at_a.headers["x-b"])
     assert at_b.headers["x-b"] == real_b and SENTINEL.fullmatch(at_b.headers["x-a"])
 
 
-def test_a_masked_value_in_a_request_body_is_substituted(shared_home: FakeHome, ca: LocalCA, https: object) -> None:
-    port, real = _port(https), _secret()
+def test_a_masked_value_in_a_request_body_is_substituted(shared_home: FakeHome, ca: LocalCA, https: OriginServer) -> None:
+    port, real = https.port, _secret()
     opts = _opts(shared_home, ca, {"envVars": [{"name": VAR, "mode": "mask"}]})
     script = (f'printf \'{{"token": "%s"}}\' "${VAR}" > /tmp/body.json; '
               f"curl -sS --data-binary @/tmp/body.json https://localhost:{port}/json; "
@@ -172,7 +164,7 @@ def test_a_masked_value_in_a_request_body_is_substituted(shared_home: FakeHome, 
               f'curl -sS -H "Content-Encoding: gzip" --data-binary @/tmp/body.json https://localhost:{port}/encoded')
     r = shared_home.run(["sh", "-c", script], opts=opts, env={VAR: real})
     assert r.returncode == 0, r.stderr
-    by_path = {s.path: s for s in https.seen[-3:]}  # type: ignore[attr-defined]
+    by_path = {s.path: s for s in https.seen[-3:]}
     assert by_path["/json"].body == f'{{"token": "{real}"}}'.encode()
     assert by_path["/json"].headers["content-length"] == str(len(by_path["/json"].body))
     assert by_path["/chunked"].body == f'{{"token": "{real}"}}'.encode()
@@ -181,39 +173,39 @@ def test_a_masked_value_in_a_request_body_is_substituted(shared_home: FakeHome, 
 
 
 def test_plain_http_gets_the_sentinel_unless_allow_plaintext_inject(shared_home: FakeHome, ca: LocalCA,
-                                                                    plain: object) -> None:
-    port, real = _port(plain), _secret()
+                                                                    plain: OriginServer) -> None:
+    port, real = plain.port, _secret()
     entry = {"name": VAR, "mode": "mask"}
     r = shared_home.run(["sh", "-c", _curl(f"http://localhost:{port}/plain")],
                         opts=_opts(shared_home, ca, {"envVars": [entry]}), env={VAR: real})
     assert r.returncode == 0, r.stderr
-    assert SENTINEL.fullmatch(plain.seen[-1].headers["authorization"].removeprefix("Bearer "))  # type: ignore[attr-defined]
+    assert SENTINEL.fullmatch(plain.seen[-1].headers["authorization"].removeprefix("Bearer "))
     r = shared_home.run(["sh", "-c", _curl(f"http://localhost:{port}/plain-allowed")],
                         opts=_opts(shared_home, ca, {"envVars": [entry], "allowPlaintextInject": True}),
                         env={VAR: real})
     assert r.stdout == f"origin-{port} GET /plain-allowed", r.stderr
-    assert plain.seen[-1].headers["authorization"] == f"Bearer {real}"  # type: ignore[attr-defined]
+    assert plain.seen[-1].headers["authorization"] == f"Bearer {real}"
 
 
 def test_without_tls_termination_https_requests_carry_the_sentinel_and_safebox_says_so(
-        shared_home: FakeHome, ca: LocalCA, https: object) -> None:
-    port, real = _port(https), _secret()
+        shared_home: FakeHome, ca: LocalCA, https: OriginServer) -> None:
+    port, real = https.port, _secret()
     opts = _opts(shared_home, ca, {"envVars": [{"name": VAR, "mode": "mask"}]}, tls=False)
     r = shared_home.run(["sh", "-c", _curl(f"https://localhost:{port}/notls", "--cacert", str(ca.cert_path))],
                         opts=opts, env={VAR: real})
     assert r.returncode == 0, r.stderr
     assert "network.tlsTerminate is not set: requests carry the sentinel" in r.stderr
-    assert SENTINEL.fullmatch(https.seen[-1].headers["authorization"].removeprefix("Bearer "))  # type: ignore[attr-defined]
+    assert SENTINEL.fullmatch(https.seen[-1].headers["authorization"].removeprefix("Bearer "))
 
 
 def test_socks5_connections_are_not_terminated_and_carry_the_sentinel(shared_home: FakeHome, ca: LocalCA,
-                                                                      https: object) -> None:
-    port, real = _port(https), _secret()
+                                                                      https: OriginServer) -> None:
+    port, real = https.port, _secret()
     opts = _opts(shared_home, ca, {"envVars": [{"name": VAR, "mode": "mask"}]})
     r = shared_home.run(["sh", "-c", _curl(f"https://localhost:{port}/socks", "-x", "socks5h://127.0.0.1:1080")],
                         opts=opts, env={VAR: real})
     assert r.returncode == 0, r.stderr
-    assert real not in https.seen[-1].headers["authorization"]  # type: ignore[attr-defined]
+    assert real not in https.seen[-1].headers["authorization"]
 
 
 def test_a_denied_variable_is_absent_even_when_env_allow_lets_it_through(shared_home: FakeHome) -> None:
@@ -236,8 +228,8 @@ def test_a_masked_variable_that_env_deny_would_remove_is_masked_not_removed(shar
 
 
 def test_a_masked_file_reads_as_the_sentinel_and_its_value_reaches_the_inject_host(
-        fresh_home: FakeHome, ca: LocalCA, https: object) -> None:
-    port, real = _port(https), _secret()
+        fresh_home: FakeHome, ca: LocalCA, https: OriginServer) -> None:
+    port, real = https.port, _secret()
     cfg = fresh_home.root / ".config" / "tool"
     cfg.mkdir(parents=True)
     (cfg / "token").write_text(real + "\n")
@@ -251,7 +243,7 @@ def test_a_masked_file_reads_as_the_sentinel_and_its_value_reaches_the_inject_ho
     lines = r.stdout.splitlines()
     assert SENTINEL.fullmatch(lines[0]) and lines[1] == lines[0], r.stdout  # the symlink reads the copy too
     assert real not in r.stdout
-    assert https.seen[-1].headers["authorization"] == f"Bearer {real}"  # type: ignore[attr-defined]
+    assert https.seen[-1].headers["authorization"] == f"Bearer {real}"
     assert "Read-only file system" in r.stderr or "Permission denied" in r.stderr  # the copy cannot be changed
     assert (cfg / "token").read_text() == real + "\n"  # the real file is untouched
     # Control: without the entry the file holds the real value inside.

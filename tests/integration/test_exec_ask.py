@@ -8,17 +8,16 @@ host the policy does not list; each refusal has its control.
 from __future__ import annotations
 
 import errno
-import http.server
 import json
 import os
 import select
 import subprocess
-import threading
 import time
 from collections.abc import Iterator, Sequence
 
 import pytest
 
+from netservers import serving
 from sbx import BOTH, BWRAP_ONLY, HELPER_ONLY, FakeHome, token
 
 pytestmark = pytest.mark.needs_bwrap
@@ -26,25 +25,10 @@ pytestmark = pytest.mark.needs_bwrap
 PROMPT = "allow [o]nce, for this [r]un, or [d]eny?"
 
 
-class _Ok(http.server.BaseHTTPRequestHandler):
-    def do_GET(self) -> None:  # noqa: N802
-        self.send_response(200)
-        self.send_header("Content-Length", "3")
-        self.end_headers()
-        self.wfile.write(b"ok\n")
-
-    def log_message(self, *args: object) -> None:
-        pass
-
-
 @pytest.fixture(scope="module")
 def server() -> Iterator[int]:
-    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Ok)
-    srv.daemon_threads = True
-    threading.Thread(target=srv.serve_forever, daemon=True).start()
-    yield srv.server_address[1]
-    srv.shutdown()
-    srv.server_close()
+    with serving(body=b"ok\n") as srv:
+        yield srv.port
 
 
 def local_policy(home: FakeHome, allowed: Sequence[str] = ()) -> list[str]:

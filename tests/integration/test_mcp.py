@@ -16,14 +16,12 @@ before ``wrap`` (which ``unwrap`` gives back byte for byte) succeeds.
 
 from __future__ import annotations
 
-import http.server
 import json
 import os
 import re
 import shutil
 import subprocess
 import tempfile
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -33,6 +31,7 @@ import pytest
 from mcp import ClientSession, StdioServerParameters, stdio_client
 from mcp.types import TextContent
 
+from netservers import serving
 from sbx import PATH, REPO, SAFEBOX, FakeHome, make_home, missing, wait_for
 
 pytestmark = pytest.mark.needs_bwrap
@@ -93,26 +92,11 @@ def homes(scratch: Path) -> Iterator[Homes]:
     shutil.rmtree(home.root, ignore_errors=True)
 
 
-class _Ok(http.server.BaseHTTPRequestHandler):
-    def do_GET(self) -> None:  # noqa: N802
-        self.send_response(200)
-        self.send_header("Content-Length", "6")
-        self.end_headers()
-        self.wfile.write(b"hello\n")
-
-    def log_message(self, *args: object) -> None:
-        pass
-
-
 @pytest.fixture(scope="module")
 def web() -> Iterator[int]:
     """An HTTP server on the host's loopback: what the unwrapped server reaches."""
-    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Ok)
-    srv.daemon_threads = True
-    threading.Thread(target=srv.serve_forever, daemon=True).start()
-    yield srv.server_address[1]
-    srv.shutdown()
-    srv.server_close()
+    with serving(body=b"hello\n") as srv:
+        yield srv.port
 
 
 def call(config_text: str, server: str, home: FakeHome, calls: list[tuple[str, dict[str, Any]]]

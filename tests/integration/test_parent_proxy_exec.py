@@ -15,7 +15,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from netservers import ParentProxy, start_origin
+from netservers import OriginServer, ParentProxy, serving
 from sbx import FakeHome, token
 
 pytestmark = pytest.mark.needs_bwrap
@@ -24,16 +24,14 @@ DEST = "192.0.2.10"  # never reached: the parent proxy maps it to the origin
 
 
 @pytest.fixture(scope="module")
-def origin() -> Iterator[object]:
-    srv = start_origin()
-    yield srv
-    srv.shutdown()
-    srv.server_close()
+def origin() -> Iterator[OriginServer]:
+    with serving() as srv:
+        yield srv
 
 
 @pytest.fixture
-def parent(origin: object) -> Iterator[ParentProxy]:
-    p = ParentProxy(origin.server_address[1], user="corp", password=f"pw-{token()}")  # type: ignore[attr-defined]
+def parent(origin: OriginServer) -> Iterator[ParentProxy]:
+    p = ParentProxy(origin.port, user="corp", password=f"pw-{token()}")
     yield p
     p.shutdown()
     p.server_close()
@@ -61,11 +59,11 @@ def _curl(home: FakeHome, args: list[str], url: str, opts: list[str], env: dict[
 
 @pytest.mark.parametrize(("args", "protocol"), [(["-p"], "connect"), (["-x", "socks5h://127.0.0.1:1080"], "socks5")])
 def test_tunnels_go_through_the_parent_proxy_as_connect_with_its_credentials(
-        shared_home: FakeHome, parent: ParentProxy, origin: object, args: list[str], protocol: str) -> None:
+        shared_home: FakeHome, parent: ParentProxy, origin: OriginServer, args: list[str], protocol: str) -> None:
     opts = _policy(shared_home, {"allowedDomains": [DEST], "parentProxy": {"https": _url(parent)}})
     r = _curl(shared_home, args, f"http://{DEST}:8080/{protocol}", opts)
     assert r.returncode == 0, r.stderr
-    assert r.stdout == f"origin-{origin.server_address[1]} GET /{protocol}"  # type: ignore[attr-defined]
+    assert r.stdout == f"origin-{origin.port} GET /{protocol}"
     line, headers = parent.requests[-1]
     assert line == f"CONNECT {DEST}:8080 HTTP/1.1"
     assert headers["proxy-authorization"] == parent.auth
@@ -94,8 +92,8 @@ def test_the_policy_decides_before_the_parent_proxy_is_asked(shared_home: FakeHo
 
 
 def test_loopback_destinations_bypass_the_parent_proxy(shared_home: FakeHome, parent: ParentProxy,
-                                                       origin: object) -> None:
-    port = origin.server_address[1]  # type: ignore[attr-defined]
+                                                       origin: OriginServer) -> None:
+    port = origin.port
     opts = _policy(shared_home, {"allowedDomains": ["localhost"], "allowLocalDestinations": True,
                                  "parentProxy": {"http": _url(parent), "https": _url(parent)}})
     for args in ([], ["-p"]):

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from netservers import start_origin, stop_origin
+from netservers import serving
 from sbx import SAFEBOX, FakeHome, host
 
 pytestmark = pytest.mark.needs_bwrap
@@ -25,9 +25,8 @@ pytestmark = pytest.mark.needs_bwrap
 
 @pytest.fixture(scope="module")
 def server() -> Iterator[int]:
-    srv = start_origin(body=b"ok")
-    yield srv.server_address[1]
-    stop_origin(srv)
+    with serving(body=b"ok") as srv:
+        yield srv.port
 
 
 def _get(port: int) -> str:

@@ -11,13 +11,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
-import http.server
 import json
 import os
 import pathlib
 import socket
 import subprocess
-import sys
 import textwrap
 import threading
 import time
@@ -25,65 +23,36 @@ from collections.abc import Iterator
 
 import pytest
 
+from netns import run_in_netns
+from netservers import Reply, Seen, serving
 from safebox.proxy import ProxyConfig, ProxyServer
 
 BIG = 64 * 1024 * 1024
 _BLOCK = hashlib.sha256(b"safebox").digest() * (1024 * 1024 // 32)  # 1 MiB, deterministic
 BIG_SHA = hashlib.sha256(_BLOCK * (BIG // len(_BLOCK))).hexdigest()
-PYTHON_DIR = pathlib.Path(__file__).resolve().parents[2] / "python"
 
 
-class Handler(http.server.BaseHTTPRequestHandler):
-    """/hello, /host (echoes the Host header), /big (64 MiB)."""
-
-    protocol_version = "HTTP/1.1"
-
-    def log_message(self, *args: object) -> None:
-        pass
-
-    def do_GET(self) -> None:
-        if self.path == "/big":
-            self.send_response(200)
-            self.send_header("Content-Length", str(BIG))
-            self.end_headers()
-            for _ in range(BIG // len(_BLOCK)):
-                self.wfile.write(_BLOCK)
-            return
-        body = {"/hello": b"hello from upstream\n", "/host": (self.headers.get("Host") or "").encode(),
-                "/headers": str(sorted(k.lower() for k in self.headers.keys())).encode()}.get(self.path)
-        if body is None:
-            self.send_error(404)
-            return
-        self.send_response(200)
-        self.send_header("Content-Length", str(len(body)))
-        self.send_header("Connection", "close")
-        self.end_headers()
-        self.wfile.write(body)
-
-
-class V6Server(http.server.ThreadingHTTPServer):
-    address_family = socket.AF_INET6
-
-
-def _serve(server: http.server.HTTPServer) -> Iterator[int]:
-    server.daemon_threads = True  # type: ignore[attr-defined]
-    t = threading.Thread(target=server.serve_forever, daemon=True)
-    t.start()
-    try:
-        yield server.server_address[1]
-    finally:
-        server.shutdown()
-        server.server_close()
+def _upstream(seen: Seen) -> Reply:
+    """/hello, /host (echoes the Host header), /headers (the names of those that arrived), /big (64 MiB)."""
+    if seen.path == "/big":
+        return Reply(_BLOCK * (BIG // len(_BLOCK)))
+    body = {"/hello": b"hello from upstream\n", "/host": seen.headers.get("host", "").encode(),
+            "/headers": str(sorted(seen.headers)).encode()}.get(seen.path)
+    if body is None:
+        return Reply(b"not found\n", status=404)
+    return Reply(body, headers=(("Connection", "close"),))
 
 
 @pytest.fixture(scope="module")
 def upstream() -> Iterator[int]:
-    yield from _serve(http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler))
+    with serving(reply=_upstream) as srv:
+        yield srv.port
 
 
 @pytest.fixture(scope="module")
 def upstream6() -> Iterator[int]:
-    yield from _serve(V6Server(("::1", 0), Handler))
+    with serving(reply=_upstream, host="::1") as srv:
+        yield srv.port
 
 
 @pytest.fixture
@@ -460,18 +429,11 @@ def test_bad_pattern_and_unusable_run_dir_raise_proxy_error(tmp_path) -> None:
 
 _METADATA_SCRIPT = textwrap.dedent(
     """
-    import http.server, json, pathlib, subprocess, sys, tempfile, threading
-    sys.path.insert(0, sys.argv[1])
+    import json, pathlib, subprocess, tempfile
+    from netservers import start_origin
     from safebox.proxy import ProxyConfig, ProxyServer
 
-    class H(http.server.BaseHTTPRequestHandler):
-        def do_GET(self):
-            self.send_response(200); self.send_header("Content-Length", "6"); self.end_headers()
-            self.wfile.write(b"SECRET")
-        def log_message(self, *a): pass
-
-    srv = http.server.ThreadingHTTPServer(("169.254.169.254", 80), H)
-    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    start_origin(body=b"SECRET", host="169.254.169.254", port=80)
     out = {}
     def run(key, allowed, local, *args):
         d = pathlib.Path(tempfile.mkdtemp())
@@ -496,19 +458,8 @@ _METADATA_SCRIPT = textwrap.dedent(
 
 
 def test_cloud_metadata_is_refused_by_the_proxy_inside_a_private_netns(tmp_path) -> None:
-    hosts = tmp_path / "hosts"
-    hosts.write_text("127.0.0.1 localhost\n169.254.169.254 metadata.test\n")
-    script = tmp_path / "meta.py"
-    script.write_text(_METADATA_SCRIPT)
-    cmd = (f"mount --bind {hosts} /etc/hosts && ip link set lo up && "
-           f"ip addr add 169.254.169.254/32 dev lo && exec {sys.executable} {script} {PYTHON_DIR}")
-    # Unprivileged, a user namespace (-r) gives the capabilities for the new
-    # net and mount namespaces; as root they are not needed.
-    userns = [] if os.geteuid() == 0 else ["-r"]
-    r = subprocess.run(["unshare", *userns, "-n", "-m", "sh", "-c", cmd], capture_output=True, text=True,
-                       timeout=120)
-    assert r.returncode == 0, r.stderr
-    out = json.loads(r.stdout)
+    out, _ = run_in_netns(tmp_path, _METADATA_SCRIPT, hosts="127.0.0.1 localhost\n169.254.169.254 metadata.test\n",
+                          addresses=["169.254.169.254"])
     for key in ("literal_http", "name_http"):
         code, body, _ = out[key]
         assert code == 0 and body.startswith("safebox refused ") and "SECRET" not in body, out[key]

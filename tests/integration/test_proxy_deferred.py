@@ -24,7 +24,7 @@ from typing import Any
 
 import pytest
 
-from netservers import start_origin, stop_origin
+from netservers import serving
 from safebox.errors import ProxyError
 from safebox.proxy.config import ProxyConfig
 from safebox.proxy.deferred import DeferredProxy
@@ -36,9 +36,8 @@ CURL = shutil.which("curl")
 @pytest.fixture(scope="module")
 def origin() -> Iterator[tuple[int, str]]:
     body = f"early-{token()}"
-    srv = start_origin(body=body.encode())
-    yield srv.server_address[1], body
-    stop_origin(srv)
+    with serving(body=body.encode()) as srv:
+        yield srv.port, body
 
 
 @pytest.fixture

@@ -10,7 +10,6 @@ gets the server's answer.
 from __future__ import annotations
 
 import asyncio
-import http.server
 import threading
 import time
 from collections.abc import Iterator
@@ -18,6 +17,7 @@ from collections.abc import Iterator
 import pytest
 
 import safebox
+from netservers import serving
 from sbx import FakeHome
 
 pytestmark = pytest.mark.needs_bwrap
@@ -25,25 +25,10 @@ pytestmark = pytest.mark.needs_bwrap
 LOCAL = {"network": {"allowLocalDestinations": True}}
 
 
-class _Ok(http.server.BaseHTTPRequestHandler):
-    def do_GET(self) -> None:  # noqa: N802
-        self.send_response(200)
-        self.send_header("Content-Length", "3")
-        self.end_headers()
-        self.wfile.write(b"ok\n")
-
-    def log_message(self, *args: object) -> None:
-        pass
-
-
 @pytest.fixture(scope="module")
 def server() -> Iterator[int]:
-    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Ok)
-    srv.daemon_threads = True
-    threading.Thread(target=srv.serve_forever, daemon=True).start()
-    yield srv.server_address[1]
-    srv.shutdown()
-    srv.server_close()
+    with serving(body=b"ok\n") as srv:
+        yield srv.port
 
 
 def curl(host: str, port: int) -> list[str]:
@@ -72,7 +57,7 @@ def test_on_request_allows_once_for_the_lifetime_or_denies_with_a_reason(shared_
     assert (ev.data["rule"], ev.data["host"]) == ("ask", "localhost")
     assert ev.data["message"].startswith(f"safebox refused localhost:{server} by ask: denied when asked. ")
     # Control: True lets the same request through, once: the next one is asked again.
-    assert runs[1].stdout.endswith("\nok\n") and runs[1].stdout.startswith("HTTP/1.0 200"), runs[1].stdout
+    assert runs[1].stdout.endswith("\nok\n") and runs[1].stdout.startswith("HTTP/1.1 200"), runs[1].stdout
     # Decision(True): allowed from then on, without asking again.
     assert runs[2].stdout.endswith("\nok\n") and runs[3].stdout.endswith("\nok\n"), runs[3].stdout
     assert [(r.kind, r.host, r.port, r.protocol) for r in asked] == [("network", "localhost", server, "http")] * 3 + [

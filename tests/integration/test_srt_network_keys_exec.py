@@ -5,13 +5,12 @@ request without the key. Loopback only."""
 
 from __future__ import annotations
 
-import http.server
 import json
-import threading
 from collections.abc import Iterator
 
 import pytest
 
+from netservers import OriginServer, Reply, Seen, serving
 from sbx import SAFEBOX, FakeHome, host, token
 
 pytestmark = pytest.mark.needs_bwrap
@@ -19,36 +18,22 @@ pytestmark = pytest.mark.needs_bwrap
 SOCKS = ["-x", "socks5h://127.0.0.1:1080"]
 
 
-class _Origin(http.server.BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
-    hits: list[str] = []
-
-    def do_GET(self) -> None:  # noqa: N802
-        type(self).hits.append(self.path)
-        body = f"served {self.path}".encode()
-        if self.path.startswith("/early"):  # an interim head first (103 Early Hints) with the header in it
-            self.send_response_only(103)
-            self.send_header("Set-Cookie", "early=secret")
-            self.end_headers()
-        self.send_response(200)
-        self.send_header("Set-Cookie", "session=secret")
-        self.send_header("X-Keep", "kept")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, *args: object) -> None:
-        pass
+def _served(seen: Seen) -> Reply:
+    # /early*: an interim head first (103 Early Hints) with the header in it.
+    early = (("Set-Cookie", "early=secret"),) if seen.path.startswith("/early") else ()
+    return Reply(f"served {seen.path}".encode(), headers=(("Set-Cookie", "session=secret"), ("X-Keep", "kept")),
+                 early=early)
 
 
 @pytest.fixture(scope="module")
-def port() -> Iterator[int]:
-    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Origin)
-    srv.daemon_threads = True
-    threading.Thread(target=srv.serve_forever, daemon=True).start()
-    yield srv.server_address[1]
-    srv.shutdown()
-    srv.server_close()
+def origin() -> Iterator[OriginServer]:
+    with serving(reply=_served) as srv:
+        yield srv
+
+
+@pytest.fixture(scope="module")
+def port(origin: OriginServer) -> int:
+    return origin.port
 
 
 def _opts(home: FakeHome, network: dict[str, object]) -> list[str]:
@@ -94,10 +79,10 @@ def test_an_srt_settings_file_with_every_network_key_runs_and_mitm_proxy_is_refu
 
 
 def test_a_denied_entrys_reason_is_in_the_refusal_line_the_403_status_phrase_and_the_body(
-        shared_home: FakeHome, port: int) -> None:
+        shared_home: FakeHome, origin: OriginServer, port: int) -> None:
     reason = "Pushes are blocked here; use the https remote"
     net = {"deniedDomains": [f"localhost:{port}"], "deniedDomainReasons": {f"localhost:{port}": reason}}
-    before = len(_Origin.hits)
+    before = len(origin.seen)
     r = _curl(shared_home, ["-p", "-v"], f"http://localhost:{port}/x", net)
     assert r.returncode == 56, r.stderr
     assert f"< HTTP/1.1 403 {reason}" in r.stderr  # what curl -v shows of the CONNECT's answer
@@ -106,23 +91,23 @@ def test_a_denied_entrys_reason_is_in_the_refusal_line_the_403_status_phrase_and
     r = _curl(shared_home, [], f"http://localhost:{port}/x", net)
     assert r.stdout.startswith(f"safebox refused localhost:{port} by network.deniedDomains: localhost matches "
                                f"'localhost:{port}' in network.deniedDomains: {reason}. "), r.stdout
-    assert len(_Origin.hits) == before
+    assert len(origin.seen) == before
     # Control: without the entry the same request is served.
     r = _curl(shared_home, ["-p"], f"http://localhost:{port}/x", {})
     assert (r.returncode, r.stdout) == (0, "served /x"), r.stderr
 
 
 def test_a_name_resolving_into_deniedResolvedAddresses_is_refused_before_any_connect(
-        shared_home: FakeHome, port: int) -> None:
+        shared_home: FakeHome, origin: OriginServer, port: int) -> None:
     net = {"deniedResolvedAddresses": ["127.0.0.0/8", "::1"]}
-    before = len(_Origin.hits)
+    before = len(origin.seen)
     r = _curl(shared_home, [], f"http://localhost:{port}/r", net)
     assert r.stdout.startswith(f"safebox refused localhost:{port} by network.deniedResolvedAddresses: localhost "
                                "resolves to "), r.stdout
     assert "is listed in network.deniedResolvedAddresses" in r.stdout
     r = _curl(shared_home, SOCKS, f"http://localhost:{port}/r", net)
     assert r.returncode == 97, r.stderr
-    assert len(_Origin.hits) == before  # refused before any connect
+    assert len(origin.seen) == before  # refused before any connect
     # Control: allowLocalDestinations alone lets the same name through.
     r = _curl(shared_home, SOCKS, f"http://localhost:{port}/r", {})
     assert (r.returncode, r.stdout) == (0, "served /r"), r.stderr
@@ -197,17 +182,15 @@ def test_strict_allowlist_refuses_learn_and_ask_modes_with_one_line(shared_home:
 
 @pytest.fixture(scope="module")
 def tls_origin(scratch):  # type: ignore[no-untyped-def]
-    from netservers import make_test_ca, start_origin
+    from netservers import make_test_ca
 
     ca = make_test_ca(scratch / f"tls-{token()}")
-    srv = start_origin(tls=ca.server_context(["localhost", "127.0.0.1"]))
-    yield ca, srv.server_address[1]
-    srv.shutdown()
-    srv.server_close()
+    with serving(tls=ca.server_context(["localhost", "127.0.0.1"])) as srv:
+        yield ca, srv.port
 
 
 def test_inside_a_terminated_tunnel_require_host_match_answers_421_and_opaque_tunnels_are_closed(
-        shared_home: FakeHome, tls_origin, port: int) -> None:  # type: ignore[no-untyped-def]
+        shared_home: FakeHome, tls_origin, origin: OriginServer, port: int) -> None:  # type: ignore[no-untyped-def]
     ca, tls_port = tls_origin
     tls = {"tlsTerminate": {"extraCaCertPaths": [str(ca.cert_path)]}}
     keys = {**tls, "requireHostMatch": True, "refuseOpaqueTunnels": True}
@@ -219,10 +202,10 @@ def test_inside_a_terminated_tunnel_require_host_match_answers_421_and_opaque_tu
     r = _curl(shared_home, ["-H", "Host: other.example", *code], url, keys)
     assert r.stdout == "421", r.stderr
     # A CONNECT that carries no TLS is closed once its first bytes are seen.
-    before = len(_Origin.hits)
+    before = len(origin.seen)
     r = _curl(shared_home, ["-p"], f"http://localhost:{port}/plain", keys)
     assert r.returncode == 52 and "Empty reply from server" in r.stderr, r.stderr
-    assert "network.refuseOpaqueTunnels is set" in r.stderr and len(_Origin.hits) == before
+    assert "network.refuseOpaqueTunnels is set" in r.stderr and len(origin.seen) == before
     # Controls, termination alone: the mismatched Host is rewritten to the
     # CONNECT target and served; the plain tunnel is relayed.
     assert _curl(shared_home, ["-H", "Host: other.example", *code], url, tls).stdout == "200"

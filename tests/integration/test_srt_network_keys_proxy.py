@@ -9,35 +9,23 @@ server counts what reached it)."""
 
 from __future__ import annotations
 
-import json
-import os
 import pathlib
 import subprocess
 import sys
 import textwrap
 
+from netns import run_in_netns
 from safebox.proxy import ProxyConfig, ProxyServer
 from safebox.proxy.config import NetKeys
 
-PYTHON_DIR = pathlib.Path(__file__).resolve().parents[2] / "python"
-
 _NETNS_SCRIPT = textwrap.dedent(
     """
-    import http.server, json, pathlib, subprocess, sys, tempfile, threading, time
-    sys.path.insert(0, sys.argv[1])
+    import json, pathlib, subprocess, tempfile, time
+    from netservers import start_origin
     from safebox.proxy import ProxyConfig, ProxyServer
 
-    hits = []
-    class H(http.server.BaseHTTPRequestHandler):
-        def do_GET(self):
-            hits.append(self.path)
-            self.send_response(200); self.send_header("Content-Length", "6"); self.end_headers()
-            self.wfile.write(b"SECRET")
-        def log_message(self, *a): pass
-
-    srv = http.server.ThreadingHTTPServer(("0.0.0.0", 0), H)  # as a careless service binds
-    port = srv.server_address[1]
-    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    srv = start_origin(body=b"SECRET", host="0.0.0.0")  # as a careless service binds
+    port, hits = srv.port, srv.seen
     out = {}
     def proxy(allowed):
         p = ProxyServer(ProxyConfig(allowed), run_dir=pathlib.Path(tempfile.mkdtemp()), tcp=True)
@@ -70,19 +58,11 @@ _NETNS_SCRIPT = textwrap.dedent(
 
 
 def test_this_hosts_own_addresses_and_the_wireserver_are_refused_by_name_inside_a_private_netns(tmp_path) -> None:  # type: ignore[no-untyped-def]
-    hosts = tmp_path / "hosts"
-    hosts.write_text("127.0.0.1 localhost\n11.22.33.44 self.test\n168.63.129.16 wire.test\n11.22.33.55 later.test\n")
-    script = tmp_path / "own.py"
-    script.write_text(_NETNS_SCRIPT)
     # 11.22.33.44 is a global address (no class refuses it): only being this
     # host's own does. Both live on the namespace's loopback only.
-    cmd = (f"mount --bind {hosts} /etc/hosts && ip link set lo up && ip addr add 11.22.33.44/32 dev lo && "
-           f"ip addr add 168.63.129.16/32 dev lo && exec {sys.executable} {script} {PYTHON_DIR}")
-    userns = [] if os.geteuid() == 0 else ["-r"]
-    r = subprocess.run(["unshare", *userns, "-n", "-m", "sh", "-c", cmd], capture_output=True, text=True,
-                       timeout=120)
-    assert r.returncode == 0, r.stderr
-    out = json.loads(r.stdout)
+    out, _ = run_in_netns(tmp_path, _NETNS_SCRIPT, addresses=["11.22.33.44", "168.63.129.16"],
+                          hosts="127.0.0.1 localhost\n11.22.33.44 self.test\n168.63.129.16 wire.test\n"
+                                "11.22.33.55 later.test\n")
     code, body, _, reached = out["own"]
     assert (code, reached) == (0, 0) and body.startswith("safebox refused self.test:"), out["own"]
     assert ("self.test resolves to 11.22.33.44, an address of this host's own interfaces; local destinations "

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from netservers import LocalCA, ParentProxy, make_test_ca, pattern, start_origin, write_key
+from netservers import LocalCA, OriginServer, ParentProxy, make_test_ca, pattern, serving, write_key
 from sbx import BOTH, HELPER_ONLY, FakeHome, token
 
 pytestmark = pytest.mark.needs_bwrap
@@ -54,19 +54,15 @@ def ca(scratch: Path) -> LocalCA:
 
 
 @pytest.fixture(scope="module")
-def origin(ca: LocalCA) -> Iterator[object]:
-    srv = start_origin(tls=ca.server_context(["localhost", "127.0.0.1", "192.0.2.10"]))
-    yield srv
-    srv.shutdown()
-    srv.server_close()
+def origin(ca: LocalCA) -> Iterator[OriginServer]:
+    with serving(tls=ca.server_context(["localhost", "127.0.0.1", "192.0.2.10"])) as srv:
+        yield srv
 
 
 @pytest.fixture(scope="module")
-def plain_origin() -> Iterator[object]:
-    srv = start_origin()
-    yield srv
-    srv.shutdown()
-    srv.server_close()
+def plain_origin() -> Iterator[OriginServer]:
+    with serving() as srv:
+        yield srv
 
 
 def _opts(home: FakeHome, network: dict[str, object], **top: object) -> list[str]:
@@ -80,25 +76,21 @@ def _tls(ca: LocalCA, **kw: object) -> dict[str, object]:
     return {"tlsTerminate": {"extraCaCertPaths": [str(ca.cert_path)], **kw}}
 
 
-def _port(srv: object) -> int:
-    return int(srv.server_address[1])  # type: ignore[attr-defined]
-
-
 def test_an_https_request_is_terminated_with_a_certificate_of_the_run_and_reaches_the_origin(
-        shared_home: FakeHome, ca: LocalCA, origin: object) -> None:
-    port = _port(origin)
+        shared_home: FakeHome, ca: LocalCA, origin: OriginServer) -> None:
+    port = origin.port
     opts = _opts(shared_home, _tls(ca))
     r = shared_home.run(["curl", "-sS", "--max-time", "20", f"https://localhost:{port}/hello"], opts=opts)
     assert (r.returncode, r.stdout) == (0, f"origin-{port} GET /hello"), r.stderr
-    seen = origin.seen[-1]  # type: ignore[attr-defined]
+    seen = origin.seen[-1]
     assert seen.headers["host"] == f"localhost:{port}" and seen.headers["connection"] == "close"
     r = shared_home.run(["python3", "-c", ISSUER, "localhost", str(port), "localhost"], opts=opts)
     assert r.stdout.startswith("safebox per-run CA "), (r.stdout, r.stderr)
 
 
 def test_control_without_termination_the_client_sees_the_origins_own_certificate(
-        shared_home: FakeHome, ca: LocalCA, origin: object) -> None:
-    port = _port(origin)
+        shared_home: FakeHome, ca: LocalCA, origin: OriginServer) -> None:
+    port = origin.port
     r = shared_home.run(["python3", "-c", ISSUER, "localhost", str(port), "localhost"], opts=_opts(shared_home, {}),
                         env={"SSL_CERT_FILE": str(ca.cert_path)})
     assert r.stdout.strip() == "safebox test CA", (r.stdout, r.stderr)
@@ -126,11 +118,11 @@ def test_the_trust_variables_point_at_a_read_only_bundle_of_the_ca_the_host_root
 
 
 def test_an_upstream_certificate_that_does_not_verify_gets_the_client_a_502_saying_why(
-        shared_home: FakeHome, origin: object) -> None:
+        shared_home: FakeHome, origin: OriginServer) -> None:
     """No extraCaCertPaths: the origin's test CA is not among the host's
     roots. Control: the first test, with it, gets 200."""
-    port = _port(origin)
-    before = len(origin.seen)  # type: ignore[attr-defined]
+    port = origin.port
+    before = len(origin.seen)
     r = shared_home.run(["curl", "-sS", "--max-time", "20", "-D", "/dev/stderr", f"https://localhost:{port}/x"],
                         opts=_opts(shared_home, {"tlsTerminate": {}}))
     assert r.returncode == 0 and "HTTP/1.1 502 Bad Gateway" in r.stderr, r.stderr
@@ -139,11 +131,11 @@ def test_an_upstream_certificate_that_does_not_verify_gets_the_client_a_502_sayi
                                "unable to get local issuer certificate. safebox checks upstream certificates "
                                "against the host's roots and network.tlsTerminate.extraCaCertPaths"), r.stdout
     assert f"safebox: TLS: the certificate of localhost port {port} did not verify" in r.stderr
-    assert len(origin.seen) == before  # type: ignore[attr-defined]  # no request was sent to it
+    assert len(origin.seen) == before  # no request was sent to it
 
 
-def test_excluded_domains_are_tunnelled_untouched(shared_home: FakeHome, ca: LocalCA, origin: object) -> None:
-    port = _port(origin)
+def test_excluded_domains_are_tunnelled_untouched(shared_home: FakeHome, ca: LocalCA, origin: OriginServer) -> None:
+    port = origin.port
     opts = _opts(shared_home, _tls(ca, excludeDomains=[f"localhost:{port}"]))
     # The client verifies the origin itself, with the bundle (which holds the extra CA).
     r = shared_home.run(["python3", "-c", ISSUER, "localhost", str(port), "localhost"], opts=opts)
@@ -153,8 +145,8 @@ def test_excluded_domains_are_tunnelled_untouched(shared_home: FakeHome, ca: Loc
 
 
 def test_a_clienthello_for_another_name_than_the_connect_target_is_refused(
-        shared_home: FakeHome, ca: LocalCA, origin: object) -> None:
-    port = _port(origin)
+        shared_home: FakeHome, ca: LocalCA, origin: OriginServer) -> None:
+    port = origin.port
     opts = _opts(shared_home, _tls(ca))
     r = shared_home.run(["python3", "-c", ISSUER, "localhost", str(port), "evil.example", "noverify"], opts=opts)
     assert r.stdout.startswith("handshake failed"), (r.stdout, r.stderr)
@@ -166,8 +158,8 @@ def test_a_clienthello_for_another_name_than_the_connect_target_is_refused(
 
 
 def test_a_client_that_does_not_trust_the_run_ca_is_told_why(shared_home: FakeHome, ca: LocalCA,
-                                                            origin: object) -> None:
-    port = _port(origin)
+                                                            origin: OriginServer) -> None:
+    port = origin.port
     r = shared_home.run(["curl", "-sS", "--max-time", "20", "--cacert", str(ca.cert_path),
                          f"https://localhost:{port}/"], opts=_opts(shared_home, _tls(ca)))
     assert r.returncode == 60, r.stderr  # curl: peer certificate cannot be authenticated
@@ -175,17 +167,17 @@ def test_a_client_that_does_not_trust_the_run_ca_is_told_why(shared_home: FakeHo
 
 
 def test_a_non_tls_stream_inside_connect_is_relayed_untouched(shared_home: FakeHome, ca: LocalCA,
-                                                              plain_origin: object) -> None:
-    port = _port(plain_origin)
+                                                              plain_origin: OriginServer) -> None:
+    port = plain_origin.port
     r = shared_home.run(["curl", "-sS", "--max-time", "20", "-p", f"http://localhost:{port}/tunnel"],
                         opts=_opts(shared_home, _tls(ca)))
     assert (r.returncode, r.stdout) == (0, f"origin-{port} GET /tunnel"), r.stderr
 
 
 @pytest.mark.parametrize("mode", [BOTH, HELPER_ONLY])
-def test_bodies_and_large_responses_cross_intact(fresh_home: FakeHome, ca: LocalCA, origin: object,
+def test_bodies_and_large_responses_cross_intact(fresh_home: FakeHome, ca: LocalCA, origin: OriginServer,
                                                  mode: str) -> None:
-    port = _port(origin)
+    port = origin.port
     body = fresh_home.work / "upload.bin"
     body.write_bytes(pattern(3 << 20))
     size = 24 << 20
@@ -197,17 +189,17 @@ def test_bodies_and_large_responses_cross_intact(fresh_home: FakeHome, ca: Local
     lines = r.stdout.splitlines()
     assert lines[0].split()[0] == hashlib.sha256(pattern(size)).hexdigest(), r.stderr
     assert lines[1:] == [f"origin-{port} POST /up", f"origin-{port} POST /chunked"], r.stderr
-    posted = [s for s in origin.seen if s.path in ("/up", "/chunked")][-2:]  # type: ignore[attr-defined]
+    posted = [s for s in origin.seen if s.path in ("/up", "/chunked")][-2:]
     assert [s.body == pattern(3 << 20) for s in posted] == [True, True]
 
 
-def test_the_upstream_leg_goes_through_the_parent_proxy(shared_home: FakeHome, ca: LocalCA, origin: object) -> None:
-    parent = ParentProxy(_port(origin))
+def test_the_upstream_leg_goes_through_the_parent_proxy(shared_home: FakeHome, ca: LocalCA, origin: OriginServer) -> None:
+    parent = ParentProxy(origin.port)
     try:
         opts = _opts(shared_home, {**_tls(ca), "allowedDomains": ["192.0.2.10"],
                                    "parentProxy": {"https": f"http://127.0.0.1:{parent.port}"}})
         r = shared_home.run(["curl", "-sS", "--max-time", "20", "https://192.0.2.10/via-parent"], opts=opts)
-        assert r.stdout == f"origin-{_port(origin)} GET /via-parent", r.stderr
+        assert r.stdout == f"origin-{origin.port} GET /via-parent", r.stderr
         assert [line for line, _ in parent.requests] == ["CONNECT 192.0.2.10:443 HTTP/1.1"]
     finally:
         parent.shutdown()
@@ -215,11 +207,11 @@ def test_the_upstream_leg_goes_through_the_parent_proxy(shared_home: FakeHome, c
 
 
 def test_an_https_parent_proxy_is_verified_against_the_host_roots(shared_home: FakeHome, ca: LocalCA,
-                                                                   plain_origin: object) -> None:
+                                                                   plain_origin: OriginServer) -> None:
     """The parent proxy speaks TLS with a certificate of the test CA; safebox
     trusts it only through the host's roots (here SSL_CERT_FILE names the
     test CA for safebox itself). Control: without that, the parent is refused."""
-    parent = ParentProxy(_port(plain_origin), tls=ca.server_context(["127.0.0.1"]))
+    parent = ParentProxy(plain_origin.port, tls=ca.server_context(["127.0.0.1"]))
     try:
         opts = _opts(shared_home, {"allowedDomains": ["192.0.2.10"],
                                    "parentProxy": {"https": f"https://127.0.0.1:{parent.port}"}})
@@ -236,10 +228,10 @@ def test_an_https_parent_proxy_is_verified_against_the_host_roots(shared_home: F
 
 
 def test_a_given_ca_signs_the_leaves_and_its_key_never_enters_the_sandbox(fresh_home: FakeHome, ca: LocalCA,
-                                                                        origin: object) -> None:
+                                                                        origin: OriginServer) -> None:
     own = make_test_ca(fresh_home.root / "myca", name="my own MITM CA")
     key = write_key(own, fresh_home.root / "myca" / "ca.key")
-    port = _port(origin)
+    port = origin.port
     opts = _opts(fresh_home, _tls(ca, caCertPath=str(own.cert_path), caKeyPath=str(key)))
     r = fresh_home.run(["python3", "-c", ISSUER, "localhost", str(port), "localhost"], opts=opts)
     assert r.stdout.strip() == "my own MITM CA", (r.stdout, r.stderr)

@@ -25,61 +25,24 @@ import hashlib
 import json
 import os
 import shutil
-import socket
 import subprocess
 import threading
-import time
-import urllib.request
 import zipfile
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from netservers import files_below, serving
+from registries import TOOLS_BIN, free_port, npm_registry, stop, tool, wait_http
 from safebox.policy.presets import project_key
 from sbx import REPO, FakeHome, missing, token
 
 pytestmark = pytest.mark.needs_bwrap
 
-TOOLS_BIN = REPO / ".tools" / "node_modules" / ".bin"
 VENV_BIN = REPO / ".venv" / "bin"
 LOCAL = ["--allow-domain", "127.0.0.1"]
 PKG = "sbx-tiny"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def wait_http(url: str, proc: subprocess.Popen[bytes], log: Path, timeout: float = 60) -> None:
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if proc.poll() is not None:
-            pytest.fail(f"{url}: server exited {proc.returncode}: {log.read_text()[-2000:]}")
-        try:
-            with urllib.request.urlopen(url, timeout=2):
-                return
-        except OSError:
-            time.sleep(0.2)
-    pytest.fail(f"{url}: server not ready in {timeout} s: {log.read_text()[-2000:]}")
-
-
-def stop(proc: subprocess.Popen[bytes]) -> None:
-    """End a server this test started (by its own Popen, never by name)."""
-    proc.terminate()
-    try:
-        proc.wait(timeout=10)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait(timeout=10)
-
-
-def tool(path: Path) -> str:
-    if not (path.is_file() and os.access(path, os.X_OK)):
-        missing(f"{path} is not installed: run `python3 build.py setup --tests`")
-    return str(path)
 
 
 def snapshot(top: Path) -> dict[str, str]:
@@ -118,42 +81,9 @@ def sandbox_cache(home: FakeHome, preset: str, name: str) -> Path:
 def verdaccio(scratch: Path) -> Iterator[str]:
     """A verdaccio on 127.0.0.1 with no uplink, holding ``sbx-tiny@1.0.0``
     published from the host; yields its URL."""
-    exe = tool(TOOLS_BIN / "verdaccio")
-    base = scratch / f"verdaccio-{token()}"
-    (base / "pkg").mkdir(parents=True)
-    (base / "config.yaml").write_text(f"""
-storage: {base}/storage
-auth:
-  htpasswd:
-    file: {base}/htpasswd
-    max_users: -1
-uplinks: {{}}
-packages:
-  '**':
-    access: $all
-    publish: $all
-log: {{ type: stdout, format: pretty, level: warn }}
-web: {{ enable: false }}
-""")
-    port = free_port()
-    url = f"http://127.0.0.1:{port}/"
-    log = base / "log"
-    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(base)}
-    with open(log, "wb") as out:
-        proc = subprocess.Popen([exe, "--config", str(base / "config.yaml"), "--listen", f"127.0.0.1:{port}"],
-                                stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env)
-    try:
-        wait_http(url + "-/ping", proc, log)
-        (base / "pkg" / "package.json").write_text(json.dumps({"name": PKG, "version": "1.0.0", "main": "index.js"}))
-        (base / "pkg" / "index.js").write_text('module.exports = "tiny-ok";\n')
-        (base / "npmrc").write_text(f"//127.0.0.1:{port}/:_authToken=test-only\n")
-        pub = subprocess.run(["npm", "publish", "--registry", url], cwd=base / "pkg", capture_output=True, text=True,
-                             env={**env, "npm_config_userconfig": str(base / "npmrc"),
-                                  "npm_config_cache": str(base / "npm-cache")}, timeout=120, check=False)
-        assert pub.returncode == 0, pub.stderr
+    with npm_registry(scratch / f"verdaccio-{token()}", {"name": PKG, "version": "1.0.0", "main": "index.js"},
+                      {"index.js": 'module.exports = "tiny-ok";\n'}) as url:
         yield url
-    finally:
-        stop(proc)
 
 
 def npm_project(home: FakeHome) -> None:
@@ -445,8 +375,6 @@ def goproxy(scratch: Path) -> Iterator[str]:
     ``localhost`` or a loopback address through a proxy (net/http's
     ProxyFromEnvironment), and inside the sandbox loopback is the sandbox's
     own. The proxy normalises the name to ``localhost``."""
-    from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
-
     root = scratch / f"goproxy-{token()}"
     d = root / "example.com" / "tiny" / "@v"
     d.mkdir(parents=True)
@@ -458,21 +386,8 @@ def goproxy(scratch: Path) -> Iterator[str]:
         z.writestr("example.com/tiny@v1.0.0/go.mod", mod)
         z.writestr("example.com/tiny@v1.0.0/tiny.go", 'package tiny\n\nconst Value = "tiny-ok"\n')
 
-    class Handler(SimpleHTTPRequestHandler):
-        def __init__(self, *a: object, **kw: object) -> None:
-            super().__init__(*a, directory=str(root), **kw)  # type: ignore[arg-type]
-
-        def log_message(self, *args: object) -> None:
-            pass
-
-    srv = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    srv.daemon_threads = True
-    threading.Thread(target=srv.serve_forever, daemon=True).start()
-    try:
-        yield f"http://localhost.:{srv.server_address[1]}"
-    finally:
-        srv.shutdown()
-        srv.server_close()
+    with serving(reply=files_below(root)) as srv:
+        yield f"http://localhost.:{srv.port}"
 
 
 def local_policy(home: FakeHome) -> list[str]:
@@ -565,8 +480,6 @@ def maven_repo(scratch: Path) -> Iterator[str]:
     (compiled here against Debian's maven libs: Maven Central is out of
     reach, and every Maven build needs some plugin) and ``org.sbx:tiny:1.0``,
     the dependency the plugin makes Maven resolve; yields its URL."""
-    from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
-
     javac, jar_libs = shutil.which("javac"), Path("/usr/share/maven/lib")
     if javac is None or not shutil.which("mvn") or not (jar_libs / "maven-core-3.x.jar").is_file():
         missing("maven and a JDK are not installed (apt-get install maven default-jdk-headless)")
@@ -600,21 +513,8 @@ def maven_repo(scratch: Path) -> Iterator[str]:
     _publish(repo, "org.sbx", "tiny", {"tiny-1.0.pom": _pom("org.sbx", "tiny", "jar").encode(),
                                        "tiny-1.0.jar": tiny.read_bytes()})
 
-    class Handler(SimpleHTTPRequestHandler):
-        def __init__(self, *a: object, **kw: object) -> None:
-            super().__init__(*a, directory=str(repo), **kw)  # type: ignore[arg-type]
-
-        def log_message(self, *args: object) -> None:
-            pass
-
-    srv = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    srv.daemon_threads = True
-    threading.Thread(target=srv.serve_forever, daemon=True).start()
-    try:
-        yield f"http://127.0.0.1:{srv.server_address[1]}/"
-    finally:
-        srv.shutdown()
-        srv.server_close()
+    with serving(reply=files_below(repo)) as srv:
+        yield f"http://127.0.0.1:{srv.port}/"
 
 
 def test_maven_resolves_inside_leaves_the_host_repository_and_reuses_its_own(

@@ -10,18 +10,15 @@ Loopback only: no packet leaves the machine.
 
 from __future__ import annotations
 
-import http.server
 import json
-import os
-import subprocess
-import sys
 import textwrap
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from netns import run_in_netns
+from netservers import OriginServer, serving
 from sbx import FakeHome, token
 
 pytestmark = pytest.mark.needs_bwrap
@@ -40,29 +37,21 @@ CONNECT = ("import socket, sys\n"
            "    print('errno', e.errno)\n")
 
 
-class _Origin(http.server.BaseHTTPRequestHandler):
-    hits: list[str] = []
-
-    def do_GET(self) -> None:  # noqa: N802
-        type(self).hits.append(self.path)
-        body = b"captured-ok"
-        self.send_response(200)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, *args: object) -> None:
-        pass
+@pytest.fixture(scope="module")
+def served() -> Iterator[OriginServer]:
+    """The origin on the host's 127.0.0.1; ``.seen`` is what reached it."""
+    with serving(body=b"captured-ok") as srv:
+        yield srv
 
 
 @pytest.fixture(scope="module")
-def origin() -> Iterator[int]:
-    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Origin)
-    srv.daemon_threads = True
-    threading.Thread(target=srv.serve_forever, daemon=True).start()
-    yield srv.server_address[1]
-    srv.shutdown()
-    srv.server_close()
+def origin(served: OriginServer) -> int:
+    return served.port
+
+
+def hits(srv: OriginServer) -> list[str]:
+    """The paths that reached the origin, in order."""
+    return [s.path for s in srv.seen]
 
 
 def _policy(home: FakeHome, network: dict[str, object]) -> list[str]:
@@ -86,36 +75,36 @@ def test_an_allowed_name_resolves_inside_and_a_refused_one_gets_nxdomain_with_a_
 
 
 def test_curl_noproxy_reaches_an_allowed_name_through_the_filter_with_an_audit_record(
-        shared_home: FakeHome, origin: int) -> None:
+        shared_home: FakeHome, served: OriginServer, origin: int) -> None:
     log = shared_home.root / f"audit-{token()}.jsonl"
-    before = len(_Origin.hits)
+    before = len(hits(served))
     r = shared_home.run(["curl", "-sS", "--noproxy", "*", "--max-time", "20", f"http://localhost.:{origin}/cap"],
                         opts=[*_policy(shared_home, LOCAL), "--audit-log", str(log)])
     assert (r.returncode, r.stdout) == (0, "captured-ok"), r.stderr
-    assert _Origin.hits[before:] == ["/cap"]
+    assert hits(served)[before:] == ["/cap"]
     records = [json.loads(x) for x in log.read_text().splitlines()]
     assert [(e["host"], e["port"], e["protocol"], e["verdict"]) for e in records if e["event"] == "network"] == [
         ("localhost", origin, "capture", "allow")]
 
 
 def test_without_observation_there_is_no_capture_and_the_connect_still_fails(shared_home: FakeHome,
-                                                                             origin: int) -> None:
+                                                                             served: OriginServer, origin: int) -> None:
     # Control for the test above: the same curl without the supervisor gets
     # nowhere (no DNS inside, no route): capture is what let it through.
-    before = len(_Origin.hits)
+    before = len(hits(served))
     r = shared_home.run(["curl", "-sS", "--noproxy", "*", "--max-time", "20", f"http://localhost.:{origin}/cap"],
                         opts=[*_policy(shared_home, LOCAL), "--observe", "off"])
     assert r.returncode in (6, 7), (r.returncode, r.stderr)
-    assert _Origin.hits[before:] == []
+    assert hits(served)[before:] == []
 
 
-def test_curl_noproxy_to_a_refused_name_fails_at_once_with_the_line(shared_home: FakeHome, origin: int) -> None:
-    before = len(_Origin.hits)
+def test_curl_noproxy_to_a_refused_name_fails_at_once_with_the_line(shared_home: FakeHome, served: OriginServer, origin: int) -> None:
+    before = len(hits(served))
     r = shared_home.run(["curl", "-sS", "--noproxy", "*", "--max-time", "20", f"http://refused.example:{origin}/"],
                         opts=_policy(shared_home, LOCAL))
     assert r.returncode == 6 and "Could not resolve host: refused.example" in r.stderr, r.stderr
     assert "safebox: refused the DNS lookup of refused.example" in r.stderr
-    assert _Origin.hits[before:] == []
+    assert hits(served)[before:] == []
 
 
 @pytest.mark.parametrize(("host", "why"), [
@@ -126,31 +115,31 @@ def test_curl_noproxy_to_a_refused_name_fails_at_once_with_the_line(shared_home:
     ("198.18.200.200", "198.18.200.200 stands for no name looked up in this sandbox"),
 ])
 def test_a_direct_connect_to_an_address_no_allowed_name_stands_for_is_refused_with_the_line(
-        shared_home: FakeHome, origin: int, host: str, why: str) -> None:
-    before = len(_Origin.hits)
+        shared_home: FakeHome, served: OriginServer, origin: int, host: str, why: str) -> None:
+    before = len(hits(served))
     r = shared_home.run(["python3", "-c", CONNECT, host, str(origin)], opts=_policy(shared_home, LOCAL))
     assert r.stdout == "errno 13\n", r.stdout + r.stderr  # EACCES, as Landlock's refusal
     shown = f"[{host}]" if ":" in host else host
     assert f"safebox: refused TCP connect to {shown}:{origin}" in r.stderr, r.stderr
     assert why.format(port=origin) in r.stderr, r.stderr
-    assert _Origin.hits[before:] == []
+    assert hits(served)[before:] == []
 
 
 def test_an_address_in_allowed_addresses_is_reached_by_a_direct_connect_and_a_literal_domain_is_not(
-        shared_home: FakeHome, origin: int) -> None:
+        shared_home: FakeHome, served: OriginServer, origin: int) -> None:
     # Control for the refusals above: the same connect with the address allowed.
-    before = len(_Origin.hits)
+    before = len(hits(served))
     r = shared_home.run(["python3", "-c", CONNECT, "127.0.0.1", str(origin)],
                         opts=_policy(shared_home, {"allowedAddresses": [f"127.0.0.1/32:{origin}"]}))
-    assert r.stdout == "ok HTTP/1.0 200 OK\n", r.stdout + r.stderr
-    assert _Origin.hits[before:] == ["/c"]
+    assert r.stdout == "ok HTTP/1.1 200 OK\n", r.stdout + r.stderr
+    assert hits(served)[before:] == ["/c"]
     # An IP literal in allowedDomains is for the proxy path: a direct connect
     # is refused, and the fix the line gives works (the run above).
     r = shared_home.run(["python3", "-c", CONNECT, "127.0.0.1", str(origin)],
                         opts=_policy(shared_home, {"allowedDomains": [f"127.0.0.1:{origin}"]}))
     assert r.stdout == "errno 13\n", r.stdout + r.stderr
     assert (f"fix: add 127.0.0.1/32:{origin} to network.allowedAddresses in a policy file") in r.stderr, r.stderr
-    assert _Origin.hits[before:] == ["/c"]
+    assert hits(served)[before:] == ["/c"]
 
 
 def test_a_dual_stack_socket_reaches_an_allowed_name_by_its_ipv4_mapped_address(shared_home: FakeHome,
@@ -161,7 +150,7 @@ def test_a_dual_stack_socket_reaches_an_allowed_name_by_its_ipv4_mapped_address(
             "s = socket.socket(socket.AF_INET6); s.connect(('::ffff:' + a, int(sys.argv[1])))\n"
             "s.sendall(b'GET /mapped HTTP/1.0\\r\\n\\r\\n'); print(s.recv(12).decode())\n")
     r = shared_home.run(["python3", "-c", code, str(origin)], opts=_policy(shared_home, LOCAL))
-    assert (r.returncode, r.stdout) == (0, "HTTP/1.0 200\n"), r.stdout + r.stderr
+    assert (r.returncode, r.stdout) == (0, "HTTP/1.1 200\n"), r.stdout + r.stderr
 
 
 UDP_DNS = ("import socket, struct, sys\n"
@@ -195,18 +184,11 @@ def test_the_proxy_path_keeps_working_with_capture_on(shared_home: FakeHome, ori
 
 _METADATA_SCRIPT = textwrap.dedent(
     """
-    import http.server, json, pathlib, socket, struct, sys, tempfile, threading
-    sys.path.insert(0, sys.argv[1])
+    import json, pathlib, socket, struct, tempfile
+    from netservers import start_origin
     from safebox.proxy import ProxyConfig, ProxyServer
 
-    class H(http.server.BaseHTTPRequestHandler):
-        def do_GET(self):
-            self.send_response(200); self.send_header("Content-Length", "6"); self.end_headers()
-            self.wfile.write(b"SECRET")
-        def log_message(self, *a): pass
-
-    srv = http.server.ThreadingHTTPServer(("169.254.169.254", 80), H)
-    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    start_origin(body=b"SECRET", host="169.254.169.254", port=80)
 
     def captured(port, where):
         s = socket.create_connection(("127.0.0.1", port), 5)
@@ -256,30 +238,18 @@ _METADATA_SCRIPT = textwrap.dedent(
 
 
 def test_cloud_metadata_is_refused_through_capture_inside_a_private_netns(tmp_path: Path) -> None:
-    import safebox
-
-    hosts = tmp_path / "hosts"
-    hosts.write_text("127.0.0.1 localhost\n169.254.169.254 metadata.test\n")
-    script = tmp_path / "meta.py"
-    script.write_text(_METADATA_SCRIPT)
-    cmd = (f"mount --bind {hosts} /etc/hosts && ip link set lo up && "
-           f"ip addr add 169.254.169.254/32 dev lo && exec {sys.executable} {script} "
-           f"{Path(safebox.__file__).parents[1]}")
-    userns = [] if os.geteuid() == 0 else ["-r"]
-    r = subprocess.run(["unshare", *userns, "-n", "-m", "sh", "-c", cmd], capture_output=True, text=True,
-                       timeout=120)
-    assert r.returncode == 0, r.stderr
-    out = json.loads(r.stdout)
+    out, stderr = run_in_netns(tmp_path, _METADATA_SCRIPT, hosts="127.0.0.1 localhost\n169.254.169.254 metadata.test\n",
+                               addresses=["169.254.169.254"])
     assert out["literal"] == "n", out  # an allowedAddresses entry never covers metadata
     assert out["mapped"] == "n", out
     # The name passes its check (the supervisor is told 'y'), then every
     # address it resolves to is checked and the connection is closed.
     assert out["by_name"] in ("y ", "y errno 104"), out
-    assert "cloud metadata address" in r.stderr
+    assert "cloud metadata address" in stderr
     # Listed literally in allowedDomains: reached through the proxy only, never by a direct connect.
     assert out["listed_literally"] == "n", out
     # Control: the fake metadata server answers a connect made without safebox.
-    assert out["without_safebox"].startswith("HTTP/1.0 200"), out
+    assert out["without_safebox"].startswith("HTTP/1.1 200"), out
 
 
 def test_through_the_api_a_refused_lookup_is_a_network_event_naming_the_host(shared_home: FakeHome) -> None:
@@ -304,26 +274,26 @@ def test_through_the_api_a_refused_lookup_is_a_network_event_naming_the_host(sha
     ("deniedResolvedAddresses", ["127.0.0.0/8"], "network.deniedResolvedAddresses"),
 ])
 def test_a_captured_connect_is_refused_by_the_srt_keys_that_refuse_it_through_the_proxy(
-        shared_home: FakeHome, origin: int, key: str, value: object, rule: str) -> None:
+        shared_home: FakeHome, served: OriginServer, origin: int, key: str, value: object, rule: str) -> None:
     # The control is test_curl_noproxy_reaches_an_allowed_name_through_the_filter_with_an_audit_record:
     # the same curl and policy without the key.
-    before = len(_Origin.hits)
+    before = len(hits(served))
     r = shared_home.run(["curl", "-sS", "--noproxy", "*", "--max-time", "20", f"http://localhost.:{origin}/srt"],
                         opts=_policy(shared_home, {**LOCAL, key: value}))
     assert r.returncode in (7, 52, 56), (r.returncode, r.stdout, r.stderr)  # refused, or closed at once
     line = next((x for x in r.stderr.splitlines() if x.startswith("safebox: refused TCP connect to ")), "")
     assert line.startswith(f"safebox: refused TCP connect to localhost:{origin}") and rule in line, r.stderr
-    assert _Origin.hits[before:] == []
+    assert hits(served)[before:] == []
 
 
 CURL_LATE = ["curl", "-sS", "--noproxy", "*", "--max-time", "20"]
 
 
 def test_a_name_allowed_while_the_sandbox_runs_resolves_inside_and_is_reached_by_a_captured_connect(
-        shared_home: FakeHome, origin: int) -> None:
+        shared_home: FakeHome, served: OriginServer, origin: int) -> None:
     import safebox
 
-    before = len(_Origin.hits)
+    before = len(hits(served))
     policy = {"network": {"allowedDomains": ["allowed.example"], "allowLocalDestinations": True}}
     with safebox.Sandbox(policy, cwd=shared_home.work, env=shared_home.env()) as sb:
         refused = sb.run([*CURL_LATE, f"http://localhost.:{origin}/late"], capture_output=True, text=True)
@@ -331,11 +301,11 @@ def test_a_name_allowed_while_the_sandbox_runs_resolves_inside_and_is_reached_by
         late = sb.run([*CURL_LATE, f"http://localhost.:{origin}/late"], capture_output=True, text=True)
     assert refused.returncode == 6, refused.stderr  # the control: not resolved before the change
     assert (late.returncode, late.stdout) == (0, "captured-ok"), late.stderr
-    assert _Origin.hits[before:] == ["/late"]
+    assert hits(served)[before:] == ["/late"]
 
 
 def test_a_captured_connect_to_a_name_no_entry_allows_is_put_to_on_request_with_its_port(
-        shared_home: FakeHome, origin: int) -> None:
+        shared_home: FakeHome, served: OriginServer, origin: int) -> None:
     import safebox
 
     asked: list[tuple[str, int, str]] = []
@@ -345,7 +315,7 @@ def test_a_captured_connect_to_a_name_no_entry_allows_is_put_to_on_request_with_
         asked.append((req.host, req.port, req.protocol))  # type: ignore[attr-defined]
         return next(answers)
 
-    before = len(_Origin.hits)
+    before = len(hits(served))
     policy = {"network": {"allowedDomains": ["allowed.example"], "allowLocalDestinations": True}}
     with safebox.Sandbox(policy, cwd=shared_home.work, env=shared_home.env(), on_request=on_request) as sb:
         yes = sb.run([*CURL_LATE, f"http://localhost.:{origin}/asked"], capture_output=True, text=True)
@@ -355,7 +325,7 @@ def test_a_captured_connect_to_a_name_no_entry_allows_is_put_to_on_request_with_
     assert no.returncode in (7, 52, 56), (no.returncode, no.stderr)  # said no: closed at once
     assert [a[::2] for a in asked] == [("localhost", "capture"), ("localhost", "capture")], asked
     assert asked[0][1] == origin
-    assert _Origin.hits[before:] == ["/asked"]
+    assert hits(served)[before:] == ["/asked"]
 
 
 def test_with_strict_allowlist_a_name_no_entry_allows_is_not_asked_about_and_gets_nxdomain(
@@ -371,18 +341,18 @@ def test_with_strict_allowlist_a_name_no_entry_allows_is_not_asked_about_and_get
     assert r.returncode == 6 and asked == [], (r.returncode, r.stderr, asked)
 
 
-def test_through_the_api_allowed_addresses_hold_while_the_lists_change(shared_home: FakeHome, origin: int) -> None:
+def test_through_the_api_allowed_addresses_hold_while_the_lists_change(shared_home: FakeHome, served: OriginServer, origin: int) -> None:
     # A Sandbox's lists can always change (proxy/live.py): its rules are
     # rebuilt at every change, and allowedAddresses must survive each.
     import safebox
 
-    before = len(_Origin.hits)
+    before = len(hits(served))
     policy = {"network": {"allowedAddresses": [f"127.0.0.1/32:{origin}"]}}
     with safebox.Sandbox(policy, cwd=shared_home.work, env=shared_home.env()) as sb:
         first = sb.run(["python3", "-c", CONNECT, "127.0.0.1", str(origin)], capture_output=True, text=True)
         sb.allow_domain("later.example")
         second = sb.run(["python3", "-c", CONNECT, "127.0.0.1", str(origin)], capture_output=True, text=True)
         other = sb.run(["python3", "-c", CONNECT, "127.0.0.2", str(origin)], capture_output=True, text=True)
-    assert first.stdout == second.stdout == "ok HTTP/1.0 200 OK\n", (first.stdout, second.stdout, second.stderr)
+    assert first.stdout == second.stdout == "ok HTTP/1.1 200 OK\n", (first.stdout, second.stdout, second.stderr)
     assert other.stdout == "errno 13\n", other.stdout  # the control: an address no entry covers
-    assert _Origin.hits[before:] == ["/c", "/c"]
+    assert hits(served)[before:] == ["/c", "/c"]

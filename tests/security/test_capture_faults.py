@@ -17,7 +17,7 @@ from collections.abc import Iterator
 import pytest
 
 import safebox
-from sbx import FakeHome, token, wait_for
+from sbx import FakeHome, supervisor_of, token, wait_for
 
 pytestmark = pytest.mark.needs_bwrap
 
@@ -185,7 +185,6 @@ def test_a_dead_proxy_lets_no_captured_connection_out(shared_home: FakeHome, cou
 
 
 def test_a_killed_supervisor_lets_no_captured_connection_out(fresh_home: FakeHome, counting: Counting) -> None:
-    from test_supervisor_death import supervisor_of
 
     ready, go = (fresh_home.work / f"{n}-{token()}" for n in ("ready", "go"))
     code = ("import os, socket, sys, time\n"

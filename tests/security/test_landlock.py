@@ -14,7 +14,6 @@ so a change in the helper's cascade shows up here.
 from __future__ import annotations
 
 import errno
-import os
 import socket
 import subprocess
 from collections.abc import Iterator
@@ -22,6 +21,7 @@ from collections.abc import Iterator
 import pytest
 
 from conftest import Sandbox, landlock_abi, probe_argv, run_helper, run_plain
+from netservers import abstract_unix_listener
 from safebox.builder.helper_policy import FsAccess, NetMode, Scope
 
 ABIS = list(range(1, max(landlock_abi(), 1) + 1))
@@ -192,14 +192,8 @@ def test_device_ioctl_without_the_dev_class_needs_ioctl_dev_abi_5(sandbox: Sandb
 @pytest.fixture
 def abstract_listener() -> Iterator[str]:
     """A listening abstract unix socket outside any Landlock domain; yields its name."""
-    name = f"safebox-test-landlock-{os.getpid()}-{os.urandom(4).hex()}"
-    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    s.bind("\0" + name)
-    s.listen(64)
-    try:
+    with abstract_unix_listener() as name:
         yield name
-    finally:
-        s.close()
 
 
 @pytest.mark.needs_landlock(1)

@@ -13,14 +13,13 @@ at all on a helper-only host without a proxy).
 
 from __future__ import annotations
 
-import http.server
 import socket
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from netservers import OriginServer, abstract_unix_listener, serving, start_origin, stop_origin
 from sbx import BOTH, BWRAP_ONLY, EACCES, ECONNREFUSED, EPERM, HELPER_ONLY, FakeHome, host, missing, token
 
 ALL_MODES = [BOTH, BWRAP_ONLY, HELPER_ONLY]
@@ -28,74 +27,46 @@ SECCOMP_MODES = [BOTH, HELPER_ONLY]
 TCP_CONNECT_ERRNO = {BOTH: EACCES, BWRAP_ONLY: ECONNREFUSED, HELPER_ONLY: EPERM}
 
 
-class _Quiet(http.server.SimpleHTTPRequestHandler):
-    hits: list[str] = []
-
-    def do_GET(self) -> None:  # noqa: N802
-        type(self).hits.append(self.path)
-        body = b"host-server\n"
-        self.send_response(200)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, *args: object) -> None:
-        pass
-
-
-def _serve(family: int, addr: str) -> Iterator[tuple[int, list[str]]]:
-    class Server(http.server.ThreadingHTTPServer):
-        address_family = family
-
-    handler = type("Handler", (_Quiet,), {"hits": []})
-    srv = Server((addr, 0), handler)
-    t = threading.Thread(target=srv.serve_forever, daemon=True)
-    t.start()
-    try:
-        yield srv.server_address[1], handler.hits
-    finally:
-        srv.shutdown()
-        srv.server_close()
-        t.join()
-
-
 @pytest.fixture
-def http4() -> Iterator[tuple[int, list[str]]]:
+def http4() -> Iterator[OriginServer]:
     """An HTTP server on the host's 127.0.0.1."""
-    yield from _serve(socket.AF_INET, "127.0.0.1")
+    with serving(body=b"host-server\n") as srv:
+        yield srv
 
 
 @pytest.fixture
-def http6() -> Iterator[tuple[int, list[str]]]:
+def http6() -> Iterator[OriginServer]:
     """An HTTP server on the host's ::1."""
     if not socket.has_ipv6 or not Path("/proc/net/if_inet6").exists():
         missing("no IPv6 on this host")
     try:
-        yield from _serve(socket.AF_INET6, "::1")
+        srv = start_origin(body=b"host-server\n", host="::1")
     except OSError as e:
         missing(f"cannot listen on ::1: {e}")
+    yield srv
+    stop_origin(srv)
 
 
 @pytest.mark.parametrize("mode", ALL_MODES)
-def test_curl_cannot_reach_a_server_on_the_host_loopback(shared_home: FakeHome, http4: tuple[int, list[str]],
+def test_curl_cannot_reach_a_server_on_the_host_loopback(shared_home: FakeHome, http4: OriginServer,
                                                          mode: str) -> None:
-    port, hits = http4
+    port = http4.port
     url = f"http://127.0.0.1:{port}/control"
     control = host(["curl", "-sS", "--max-time", "5", url])
     assert control.returncode == 0 and control.stdout == "host-server\n", control
-    assert hits == ["/control"]
+    assert [s.path for s in http4.seen] == ["/control"]
 
     r = shared_home.run(["curl", "-sS", "--max-time", "5", f"http://127.0.0.1:{port}/inside"], mode=mode)
     assert r.returncode == 7, r.stderr  # CURLE_COULDNT_CONNECT
     assert f"Failed to connect to 127.0.0.1 port {port}" in r.stderr
-    assert hits == ["/control"]
+    assert [s.path for s in http4.seen] == ["/control"]
 
 
 @pytest.mark.parametrize("mode", ALL_MODES)
 def test_tcp_connect_to_the_host_ipv4_loopback_fails_with_the_layer_errno(shared_home: FakeHome, probe: Path,
-                                                                        http4: tuple[int, list[str]],
+                                                                        http4: OriginServer,
                                                                         mode: str) -> None:
-    port, _ = http4
+    port = http4.port
     assert host([str(probe), "connect_tcp", "127.0.0.1", str(port)]).returncode == 0  # control
     r = shared_home.run([str(probe), "connect_tcp", "127.0.0.1", str(port)], mode=mode)
     assert r.returncode == TCP_CONNECT_ERRNO[mode], r.stdout + r.stderr
@@ -103,9 +74,9 @@ def test_tcp_connect_to_the_host_ipv4_loopback_fails_with_the_layer_errno(shared
 
 @pytest.mark.parametrize("mode", ALL_MODES)
 def test_tcp_connect_to_the_host_ipv6_loopback_fails_with_the_layer_errno(shared_home: FakeHome, probe: Path,
-                                                                        http6: tuple[int, list[str]],
+                                                                        http6: OriginServer,
                                                                         mode: str) -> None:
-    port, _ = http6
+    port = http6.port
     assert host([str(probe), "connect_tcp", "::1", str(port)]).returncode == 0  # control
     r = shared_home.run([str(probe), "connect_tcp", "::1", str(port)], mode=mode)
     assert r.returncode == TCP_CONNECT_ERRNO[mode], r.stdout + r.stderr
@@ -209,14 +180,8 @@ def test_bwrap_alone_does_not_stop_connecting_to_a_visible_host_unix_socket(shar
 @pytest.fixture
 def abstract_server() -> Iterator[str]:
     """A listening abstract unix socket on the host (network-namespace scoped)."""
-    name = f"safebox-test-{token()}"
-    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    s.bind("\0" + name)
-    s.listen(8)
-    try:
+    with abstract_unix_listener() as name:
         yield name
-    finally:
-        s.close()
 
 
 @pytest.mark.parametrize("mode", ALL_MODES)

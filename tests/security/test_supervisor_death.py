@@ -15,28 +15,12 @@ from __future__ import annotations
 
 import os
 import signal
-from pathlib import Path
 
 import pytest
 
-from sbx import BOTH, HELPER_ONLY, FakeHome, token, wait_for
+from sbx import BOTH, HELPER_ONLY, FakeHome, supervisor_of, token, wait_for
 
 PY = "/usr/bin/python3"
-
-
-def supervisor_of(parent: int) -> int | None:
-    """The ``safebox-helper --supervise`` child of ``parent``, found by /proc."""
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
-        try:
-            argv = Path(f"/proc/{name}/cmdline").read_bytes().split(b"\0")
-            ppid = int(Path(f"/proc/{name}/stat").read_text().rsplit(")", 1)[1].split()[1])
-        except (OSError, ValueError, IndexError):
-            continue
-        if ppid == parent and b"--supervise" in argv:
-            return int(name)
-    return None
 
 
 @pytest.mark.parametrize("kill", [True, False], ids=["supervisor killed", "control"])

@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from sbx import BOTH, HELPER_ONLY, SAFEBOX, FakeHome, host, token, wait_for
+from sbx import BOTH, HELPER_ONLY, SAFEBOX, FakeHome, host, supervisor_of, token, wait_for
 
 # The syscall numbers below are x86_64's. Elsewhere this file must fail loudly,
 # never skip: a skipped security test is a failure.
@@ -422,20 +422,6 @@ def test_the_four_refusals_of_the_issue_are_four_events_and_a_summary(shared_hom
 # ------------------------------------------------------------------ enforcement never depends on the feed
 
 
-def _supervisor_of(parent: int) -> int | None:
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
-        try:
-            argv = Path(f"/proc/{name}/cmdline").read_bytes().split(b"\0")
-            ppid = int(Path(f"/proc/{name}/stat").read_text().rsplit(")", 1)[1].split()[1])
-        except (OSError, ValueError, IndexError):
-            continue
-        if ppid == parent and b"--supervise" in argv:
-            return int(name)
-    return None
-
-
 def _exited(pid: int) -> bool:
     """Gone, or a zombie (its descriptors, the listener among them, are closed)."""
     try:
@@ -462,7 +448,7 @@ def test_a_denied_call_stays_denied_when_the_supervisor_is_killed(fresh_home: Fa
     proc = fresh_home.popen([PY, "-c", code], mode=mode)
     try:
         assert wait_for(ready.exists)  # the command runs: nothing it does from here is exec, open or connect
-        sup = _supervisor_of(proc.pid)
+        sup = supervisor_of(proc.pid)
         assert sup is not None
         if kill:
             os.kill(sup, signal.SIGKILL)
