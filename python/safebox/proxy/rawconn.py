@@ -25,6 +25,7 @@ import contextvars
 import errno
 import logging
 import socket
+import sys
 from collections.abc import Callable, Coroutine
 from typing import Any
 
@@ -40,6 +41,8 @@ RECV_SIZE = 64 * 1024
 ACCEPT_BATCH = 64
 #: After EMFILE/ENFILE/ENOBUFS/ENOMEM, accepting pauses this many seconds (as asyncio does).
 ACCEPT_PAUSE = 1.0
+#: Python 3.12's eager tasks (Task(..., eager_start=True)), where there are.
+_EAGER: dict[str, Any] = {"eager_start": True} if sys.version_info >= (3, 12) else {}
 _OUT_OF_RESOURCES = {errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM}
 
 
@@ -189,7 +192,13 @@ class Acceptor:
                 with contextlib.suppress(OSError):  # the handshake's small replies go at once
                     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             # A copy per task: a value one connection sets stays its own.
-            self.loop.create_task(self.serve(sock), context=None if self.context is None else self.context.copy())
+            context = None if self.context is None else self.context.copy()
+            if _EAGER:
+                # The task runs at once, up to its first wait (the client's
+                # request is often there already): no turn of the loop.
+                asyncio.Task(self.serve(sock), loop=self.loop, context=context, **_EAGER)
+            else:
+                self.loop.create_task(self.serve(sock), context=context)
 
     def _resume(self) -> None:
         self._paused = None

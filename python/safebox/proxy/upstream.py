@@ -88,6 +88,27 @@ def _tune(sock: socket.socket | None) -> None:
             pass
 
 
+def _connected_now(sock: socket.socket, address: tuple[str, int]) -> bool:
+    """Start a non-blocking connect; True when it is complete already (on
+    loopback the handshake is done before connect() returns EINPROGRESS:
+    the loop need not wait a turn for it). Raises the connect's error."""
+    import select
+
+    try:
+        sock.connect(address)
+        return True
+    except BlockingIOError:
+        pass
+    p = select.poll()
+    p.register(sock, select.POLLOUT)
+    if not p.poll(0):
+        return False
+    err = sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
+    if err:
+        raise OSError(err, os.strerror(err))
+    return True
+
+
 def _tune_fd(fd: int) -> None:
     """:func:`_tune` on a bare descriptor."""
     s = socket.socket(fileno=fd)
@@ -676,8 +697,9 @@ class Gate:
                                  socket.SOCK_STREAM | socket.SOCK_NONBLOCK | socket.SOCK_CLOEXEC)
             try:
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-                async with asyncio.timeout(self.connect_timeout):
-                    await loop.sock_connect(sock, (ip.compressed, port))
+                if not _connected_now(sock, (ip.compressed, port)):
+                    async with asyncio.timeout(self.connect_timeout):
+                        await loop.sock_connect(sock, (ip.compressed, port))  # EALREADY: waits for it
                 return sock
             except TimeoutError:
                 last = UpstreamError("timeout", f"connecting to {ip.compressed} port {port} timed out")
