@@ -21,6 +21,7 @@ for comparison, behind socat bridges with ``-b 262144`` (what
 from __future__ import annotations
 
 import argparse
+import contextlib
 import hashlib
 import http.server
 import json
@@ -418,6 +419,101 @@ def proxy_paths(child: subprocess.Popen[str], http_port: int, socks_port: int,
     return paths, owner
 
 
+def _raw_direct(port: int, get: bytes, _: tuple[int, int]) -> float:
+    t = time.perf_counter()
+    with socket.create_connection(("127.0.0.1", port)) as s:
+        s.sendall(get)
+        s.recv(1)
+        return time.perf_counter() - t
+
+
+def _raw_connect(port: int, get: bytes, pp: tuple[int, int]) -> float:
+    t = time.perf_counter()
+    with socket.create_connection(("127.0.0.1", pp[0])) as s:
+        s.sendall(f"CONNECT localhost:{port} HTTP/1.1\r\nHost: localhost:{port}\r\n\r\n".encode())
+        head = b""
+        while b"\r\n\r\n" not in head:
+            head += s.recv(4096)
+        s.sendall(get)
+        s.recv(1)
+        return time.perf_counter() - t
+
+
+def _raw_socks(port: int, get: bytes, pp: tuple[int, int]) -> float:
+    t = time.perf_counter()
+    with socket.create_connection(("127.0.0.1", pp[1])) as s:
+        s.sendall(b"\x05\x01\x00")
+        s.recv(2)
+        s.sendall(b"\x05\x01\x00\x03\x09localhost" + port.to_bytes(2, "big"))
+        s.recv(10)
+        s.sendall(get)
+        s.recv(1)
+        return time.perf_counter() - t
+
+
+def _raw_plain(port: int, _get: bytes, pp: tuple[int, int]) -> float:
+    t = time.perf_counter()
+    with socket.create_connection(("127.0.0.1", pp[0])) as s:
+        s.sendall(f"GET http://localhost:{port}/tiny HTTP/1.1\r\nHost: localhost:{port}\r\n\r\n".encode())
+        s.recv(1)
+        return time.perf_counter() - t
+
+
+def raw_clients(opts: argparse.Namespace) -> list[str]:
+    """Time to first byte without curl: a Python client on raw sockets asks
+    for one byte directly, then through the proxy of this tree and of
+    --baseline (if given), CONNECT, SOCKS5 and plain HTTP, interleaved for
+    --raw rounds; with the proxy process's CPU (user + system) per connection.
+    Less noise than curl's process start on a shared machine."""
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            with contextlib.suppress(OSError):
+                self.connection.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 1\r\nConnection: close\r\n\r\nx")
+            self.close_connection = True
+
+    class Server(http.server.ThreadingHTTPServer):
+        daemon_threads = True
+
+        def handle_error(self, *args: object) -> None:
+            pass
+
+    server = Server(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    port = server.server_address[1]
+    get = f"GET /tiny HTTP/1.1\r\nHost: localhost:{port}\r\n\r\n".encode()
+
+    kinds = {"CONNECT": _raw_connect, "SOCKS5": _raw_socks, "HTTP": _raw_plain}
+    trees = [("this tree", ROOT / "python")] + ([("baseline", opts.baseline)] if opts.baseline else [])
+    with tempfile.TemporaryDirectory(dir="/dev/shm" if os.path.isdir("/dev/shm") else None) as tmp:
+        proxies = [(name, *start_proxy(src, pathlib.Path(tmp) / f"run{i}")) for i, (name, src) in enumerate(trees)]
+        times: dict[str, list[float]] = {"direct": []}
+        cpu: dict[str, float] = {}
+        try:
+            for _, _, hp, sp in proxies:
+                for f in kinds.values():
+                    f(port, get, (hp, sp))  # warm: the proxy loads at its first client
+            for _ in range(opts.raw):
+                times["direct"].append(_raw_direct(port, get, (0, 0)))
+                for name, child, hp, sp in proxies:
+                    for kind, f in kinds.items():
+                        before = cpu_seconds(child.pid)
+                        times.setdefault(f"{kind}, {name}", []).append(f(port, get, (hp, sp)))
+                        cpu[f"{kind}, {name}"] = cpu.get(f"{kind}, {name}", 0.0) + cpu_seconds(child.pid) - before
+        finally:
+            for _, child, _, _ in proxies:
+                child.stdin.close()  # type: ignore[union-attr]
+                child.wait(10)
+            server.shutdown()
+    base = statistics.median(times["direct"]) * 1000
+    lines = [f"Raw-socket clients, {opts.raw} interleaved rounds, {os.cpu_count()} cores, Python "
+             f"{sys.version.split()[0]}, load average {os.getloadavg()[0]:.1f}; direct: {base:.3f} ms to the first byte.",
+             "", "| path | added to the first byte, ms (median) | proxy CPU µs per connection |", "|---|---:|---:|"]
+    for key, xs in times.items():
+        if key != "direct":
+            lines.append(f"| {key} | {statistics.median(xs) * 1000 - base:+.3f} | {cpu[key] / opts.raw * 1e6:.0f} |")
+    return lines
+
+
 def proxy_alone(paths: dict[str, list[str]], owner: dict[str, subprocess.Popen[str] | None],
                 child: subprocess.Popen[str], port: int, expected: str, opts: argparse.Namespace
                 ) -> tuple[list[tuple[str, float, float, int, float]], tuple[int, int]]:
@@ -455,6 +551,14 @@ def proxy_alone(paths: dict[str, list[str]], owner: dict[str, subprocess.Popen[s
     return rows, peak
 
 
+def tls_main(opts: argparse.Namespace) -> int:
+    table = "\n".join(tls_bench(opts))
+    print(table)
+    if opts.write:
+        _write_section(opts.write, TLS_START, TLS_END, "## TLS termination (`network.tlsTerminate`)", table)
+    return 0
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--size-mib", type=int, default=512)
@@ -467,17 +571,18 @@ def main() -> int:
     ap.add_argument("--baseline", type=pathlib.Path,
                     help="a python/ source tree (e.g. of main: git archive main python | tar -x -C DIR) whose "
                          "proxy is measured in the same interleaved rounds, rows marked 'baseline'")
+    ap.add_argument("--raw", type=int, default=0, metavar="ROUNDS",
+                    help="only the time to first byte with raw-socket clients (no curl), ROUNDS interleaved rounds")
     ap.add_argument("--tls-only", action="store_true", help="only the network.tlsTerminate comparison")
     ap.add_argument("--tls-rounds", type=int, default=15, help="interleaved A/B rounds (TLS termination)")
     ap.add_argument("--tls-size-mib", type=int, default=256)
     ap.add_argument("--tls-startup", type=int, default=30, help="safebox exec runs per policy (TLS start-up)")
     opts = ap.parse_args()
-    if opts.tls_only:
-        table = "\n".join(tls_bench(opts))
-        print(table)
-        if opts.write:
-            _write_section(opts.write, TLS_START, TLS_END, "## TLS termination (`network.tlsTerminate`)", table)
+    if opts.raw:
+        print("\n".join(raw_clients(opts)))
         return 0
+    if opts.tls_only:
+        return tls_main(opts)
     exec_rows: list[tuple] = []
     mem: dict[str, float] = {}
 
