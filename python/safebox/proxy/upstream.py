@@ -195,6 +195,10 @@ class _Direction:
         self._flush()
 
     def _open_pipe(self) -> tuple[int, int]:
+        # Bulk from here on: large socket buffers too (a small exchange
+        # never pays for these system calls).
+        _tune_fd(self.src)
+        _tune_fd(self.dst)
         r, w = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
         try:
             fcntl.fcntl(w, _F_SETPIPE_SZ, PIPE_SIZE)
@@ -411,8 +415,6 @@ class Relay:
         to the client first."""
         self.started = self.spliced = True
         fds = (client.detach(), upstream.detach())
-        for fd in fds:
-            _tune_fd(fd)
         self._splicer = _Splicer(self, fds[0], fds[1], up_prefix=up_prefix, client_eof=client_eof,
                                  down_prefix=down_prefix)
         self._splicer.start()
