@@ -89,3 +89,45 @@ def test_a_write_the_socket_cannot_take_now_is_kept_and_sent_by_drain() -> None:
         return kept and bytes(received) == big and not conn.pending
 
     assert _run(body)
+
+
+def test_an_acceptor_out_of_descriptors_pauses_then_serves_the_waiting_client(monkeypatch: pytest.MonkeyPatch) -> None:
+    import errno
+
+    import safebox.proxy.rawconn as rawconn
+
+    monkeypatch.setattr(rawconn, "ACCEPT_PAUSE", 0.1)
+
+    class Flaky(socket.socket):
+        failures = 1
+
+        def accept(self) -> tuple[socket.socket, object]:
+            if Flaky.failures:
+                Flaky.failures -= 1
+                raise OSError(errno.EMFILE, "Too many open files")
+            return super().accept()
+
+    async def main() -> tuple[bytes, float]:
+        loop = asyncio.get_running_loop()
+        listener = Flaky(socket.AF_INET, socket.SOCK_STREAM)
+        listener.bind(("127.0.0.1", 0))
+        served: asyncio.Future[tuple[bytes, float]] = loop.create_future()
+
+        async def serve(sock: socket.socket) -> None:
+            with sock:
+                served.set_result((await loop.sock_recv(sock, 10), loop.time()))
+
+        acceptor = rawconn.Acceptor(listener, serve)
+        start = loop.time()
+        client = socket.create_connection(listener.getsockname())
+        client.sendall(b"hi")
+        try:
+            data, when = await asyncio.wait_for(served, 5)
+        finally:
+            client.close()
+            acceptor.close()
+        return data, when - start
+
+    data, after = asyncio.run(main())
+    assert data == b"hi"
+    assert after >= 0.1  # not spinning on the readable listener meanwhile: it waited the pause
