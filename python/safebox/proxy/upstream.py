@@ -92,20 +92,18 @@ def _connected_now(sock: socket.socket, address: tuple[str, int]) -> bool:
     """Start a non-blocking connect; True when it is complete already (on
     loopback the handshake is done before connect() returns EINPROGRESS:
     the loop need not wait a turn for it). Raises the connect's error."""
-    import select
-
     try:
         sock.connect(address)
         return True
     except BlockingIOError:
         pass
-    p = select.poll()
-    p.register(sock, select.POLLOUT)
-    if not p.poll(0):
+    try:
+        sock.connect(address)  # again: EISCONN once complete, EALREADY while not, else its error
+    except BlockingIOError:
         return False
-    err = sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
-    if err:
-        raise OSError(err, os.strerror(err))
+    except OSError as exc:
+        if exc.errno != errno.EISCONN:
+            raise
     return True
 
 
