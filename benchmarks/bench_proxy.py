@@ -21,6 +21,7 @@ for comparison, behind socat bridges with ``-b 262144`` (what
 from __future__ import annotations
 
 import argparse
+import contextlib
 import hashlib
 import http.server
 import json
@@ -112,6 +113,12 @@ def curl_sha(args: list[str], url: str) -> str:
     if curl.wait() != 0:
         raise RuntimeError(f"curl failed: {args}")
     return h.hexdigest()
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of process ``pid`` (all its threads), seconds."""
+    fields = pathlib.Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def memory(pid: int) -> tuple[int, int]:
@@ -373,6 +380,185 @@ def _write_section(path: pathlib.Path, start: str, end: str, title: str, table: 
     path.write_text(text)
 
 
+def start_proxy(source: pathlib.Path, run_dir: pathlib.Path) -> tuple[subprocess.Popen[str], int, int]:
+    """The proxy of the ``python/`` tree ``source`` in a process of its own: (process, HTTP port, SOCKS5 port)."""
+    run_dir.mkdir(mode=0o700, exist_ok=True)
+    child = subprocess.Popen([sys.executable, "-c", _PROXY_CHILD, str(source), str(run_dir)],
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    assert child.stdout is not None
+    http_port, socks_port = map(int, child.stdout.readline().split())
+    return child, http_port, socks_port
+
+
+def proxy_paths(child: subprocess.Popen[str], http_port: int, socks_port: int,
+                base: tuple[subprocess.Popen[str], int, int] | None, bridges: list[tuple[subprocess.Popen[bytes], int]]
+                ) -> tuple[dict[str, list[str]], dict[str, subprocess.Popen[str] | None]]:
+    """curl's arguments per path, and the proxy process that serves each (None: direct, no proxy)."""
+    paths = {
+        "direct": [],
+        "HTTP, proxy accepts": ["-x", f"http://127.0.0.1:{http_port}"],
+        "CONNECT, proxy accepts": ["-p", "-x", f"http://127.0.0.1:{http_port}"],
+        "SOCKS5, proxy accepts": ["-x", f"socks5h://127.0.0.1:{socks_port}"],
+    }
+    owner: dict[str, subprocess.Popen[str] | None] = {name: (None if name == "direct" else child) for name in paths}
+    if base is not None:
+        for name, args in [
+            ("HTTP, baseline", ["-x", f"http://127.0.0.1:{base[1]}"]),
+            ("CONNECT, baseline", ["-p", "-x", f"http://127.0.0.1:{base[1]}"]),
+            ("SOCKS5, baseline", ["-x", f"socks5h://127.0.0.1:{base[2]}"]),
+        ]:
+            paths[name] = args
+            owner[name] = base[0]
+    if bridges:
+        (_, port_http), (_, port_socks) = bridges
+        paths.update({
+            "HTTP via socat": ["-x", f"http://127.0.0.1:{port_http}"],
+            "CONNECT via socat": ["-p", "-x", f"http://127.0.0.1:{port_http}"],
+            "SOCKS5 via socat": ["-x", f"socks5h://127.0.0.1:{port_socks}"],
+        })
+    return paths, owner
+
+
+def _raw_direct(port: int, get: bytes, _: tuple[int, int]) -> float:
+    t = time.perf_counter()
+    with socket.create_connection(("127.0.0.1", port)) as s:
+        s.sendall(get)
+        s.recv(1)
+        return time.perf_counter() - t
+
+
+def _raw_connect(port: int, get: bytes, pp: tuple[int, int]) -> float:
+    t = time.perf_counter()
+    with socket.create_connection(("127.0.0.1", pp[0])) as s:
+        s.sendall(f"CONNECT localhost:{port} HTTP/1.1\r\nHost: localhost:{port}\r\n\r\n".encode())
+        head = b""
+        while b"\r\n\r\n" not in head:
+            head += s.recv(4096)
+        s.sendall(get)
+        s.recv(1)
+        return time.perf_counter() - t
+
+
+def _raw_socks(port: int, get: bytes, pp: tuple[int, int]) -> float:
+    t = time.perf_counter()
+    with socket.create_connection(("127.0.0.1", pp[1])) as s:
+        s.sendall(b"\x05\x01\x00")
+        s.recv(2)
+        s.sendall(b"\x05\x01\x00\x03\x09localhost" + port.to_bytes(2, "big"))
+        s.recv(10)
+        s.sendall(get)
+        s.recv(1)
+        return time.perf_counter() - t
+
+
+def _raw_plain(port: int, _get: bytes, pp: tuple[int, int]) -> float:
+    t = time.perf_counter()
+    with socket.create_connection(("127.0.0.1", pp[0])) as s:
+        s.sendall(f"GET http://localhost:{port}/tiny HTTP/1.1\r\nHost: localhost:{port}\r\n\r\n".encode())
+        s.recv(1)
+        return time.perf_counter() - t
+
+
+def raw_clients(opts: argparse.Namespace) -> list[str]:
+    """Time to first byte without curl: a Python client on raw sockets asks
+    for one byte directly, then through the proxy of this tree and of
+    --baseline (if given), CONNECT, SOCKS5 and plain HTTP, interleaved for
+    --raw rounds; with the proxy process's CPU (user + system) per connection.
+    Less noise than curl's process start on a shared machine."""
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            with contextlib.suppress(OSError):
+                self.connection.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 1\r\nConnection: close\r\n\r\nx")
+            self.close_connection = True
+
+    class Server(http.server.ThreadingHTTPServer):
+        daemon_threads = True
+
+        def handle_error(self, *args: object) -> None:
+            pass
+
+    server = Server(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    port = server.server_address[1]
+    get = f"GET /tiny HTTP/1.1\r\nHost: localhost:{port}\r\n\r\n".encode()
+
+    kinds = {"CONNECT": _raw_connect, "SOCKS5": _raw_socks, "HTTP": _raw_plain}
+    trees = [("this tree", ROOT / "python")] + ([("baseline", opts.baseline)] if opts.baseline else [])
+    with tempfile.TemporaryDirectory(dir="/dev/shm" if os.path.isdir("/dev/shm") else None) as tmp:
+        proxies = [(name, *start_proxy(src, pathlib.Path(tmp) / f"run{i}")) for i, (name, src) in enumerate(trees)]
+        times: dict[str, list[float]] = {"direct": []}
+        cpu: dict[str, float] = {}
+        try:
+            for _, _, hp, sp in proxies:
+                for f in kinds.values():
+                    f(port, get, (hp, sp))  # warm: the proxy loads at its first client
+            for _ in range(opts.raw):
+                times["direct"].append(_raw_direct(port, get, (0, 0)))
+                for name, child, hp, sp in proxies:
+                    for kind, f in kinds.items():
+                        before = cpu_seconds(child.pid)
+                        times.setdefault(f"{kind}, {name}", []).append(f(port, get, (hp, sp)))
+                        cpu[f"{kind}, {name}"] = cpu.get(f"{kind}, {name}", 0.0) + cpu_seconds(child.pid) - before
+        finally:
+            for _, child, _, _ in proxies:
+                child.stdin.close()  # type: ignore[union-attr]
+                child.wait(10)
+            server.shutdown()
+    base = statistics.median(times["direct"]) * 1000
+    lines = [f"Raw-socket clients, {opts.raw} interleaved rounds, {os.cpu_count()} cores, Python "
+             f"{sys.version.split()[0]}, load average {os.getloadavg()[0]:.1f}; direct: {base:.3f} ms to the first byte.",
+             "", "| path | added to the first byte, ms (median) | proxy CPU µs per connection |", "|---|---:|---:|"]
+    for key, xs in times.items():
+        if key != "direct":
+            lines.append(f"| {key} | {statistics.median(xs) * 1000 - base:+.3f} | {cpu[key] / opts.raw * 1e6:.0f} |")
+    return lines
+
+
+def proxy_alone(paths: dict[str, list[str]], owner: dict[str, subprocess.Popen[str] | None],
+                child: subprocess.Popen[str], port: int, expected: str, opts: argparse.Namespace
+                ) -> tuple[list[tuple[str, float, float, int, float]], tuple[int, int]]:
+    """Rows (path, MiB/s, TTFB ms, sha256 ok, proxy CPU µs per connection) and the proxy's peak memory."""
+    rows: list[tuple[str, float, float, int, float]] = []
+    peak = (0, 0)
+    # Interleaved: every round runs each path once (a timed download
+    # in the first --timed rounds, then one-byte requests), so a
+    # shared machine's load falls on every path alike. The CPU time
+    # (user + system) of the proxy process that served the one-byte
+    # requests is summed: CPU per connection. The socat rows' proxy
+    # CPU excludes socat's own.
+    url, tiny = f"http://localhost:{port}/big", f"http://localhost:{port}/tiny"
+    times: dict[str, list[float]] = {name: [] for name in paths}
+    ttfbs: dict[str, list[float]] = {name: [] for name in paths}
+    cpu: dict[str, float] = dict.fromkeys(paths, 0.0)
+    for r in range(max(opts.timed, opts.ttfb)):
+        for name, args in paths.items():
+            if r < opts.timed:
+                times[name].append(curl_time(args, url)[0])
+            if r < opts.ttfb:
+                who = owner.get(name, child)
+                before = cpu_seconds(who.pid) if who is not None else 0.0
+                ttfbs[name].append(curl_time(args, tiny)[1])
+                cpu[name] += cpu_seconds(who.pid) - before if who is not None else 0.0
+    for name, args in paths.items():
+        ok = sum(curl_sha(args, url) == expected for _ in range(opts.repeat))
+        peak = max(peak, memory(child.pid))
+        mibs = opts.size_mib / statistics.median(times[name])
+        ttfb = statistics.median(ttfbs[name])
+        per = cpu[name] / opts.ttfb * 1e6
+        rows.append((name, mibs, ttfb * 1000, ok, per))
+        print(f"{name:22s} {mibs:8.0f} MiB/s  ttfb {ttfb * 1000:6.2f} ms  proxy CPU {per:5.0f} us/conn  "
+              f"sha ok {ok}/{opts.repeat}", flush=True)
+    return rows, peak
+
+
+def tls_main(opts: argparse.Namespace) -> int:
+    table = "\n".join(tls_bench(opts))
+    print(table)
+    if opts.write:
+        _write_section(opts.write, TLS_START, TLS_END, "## TLS termination (`network.tlsTerminate`)", table)
+    return 0
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--size-mib", type=int, default=512)
@@ -382,17 +568,21 @@ def main() -> int:
     ap.add_argument("--ttfb", type=int, default=50, help="tiny-file requests per path (median)")
     ap.add_argument("--write", type=pathlib.Path, help="replace the Proxy section of this markdown file")
     ap.add_argument("--no-exec", action="store_true", help="skip the runs through a real safebox exec")
+    ap.add_argument("--baseline", type=pathlib.Path,
+                    help="a python/ source tree (e.g. of main: git archive main python | tar -x -C DIR) whose "
+                         "proxy is measured in the same interleaved rounds, rows marked 'baseline'")
+    ap.add_argument("--raw", type=int, default=0, metavar="ROUNDS",
+                    help="only the time to first byte with raw-socket clients (no curl), ROUNDS interleaved rounds")
     ap.add_argument("--tls-only", action="store_true", help="only the network.tlsTerminate comparison")
     ap.add_argument("--tls-rounds", type=int, default=15, help="interleaved A/B rounds (TLS termination)")
     ap.add_argument("--tls-size-mib", type=int, default=256)
     ap.add_argument("--tls-startup", type=int, default=30, help="safebox exec runs per policy (TLS start-up)")
     opts = ap.parse_args()
-    if opts.tls_only:
-        table = "\n".join(tls_bench(opts))
-        print(table)
-        if opts.write:
-            _write_section(opts.write, TLS_START, TLS_END, "## TLS termination (`network.tlsTerminate`)", table)
+    if opts.raw:
+        print("\n".join(raw_clients(opts)))
         return 0
+    if opts.tls_only:
+        return tls_main(opts)
     exec_rows: list[tuple] = []
     mem: dict[str, float] = {}
 
@@ -407,28 +597,16 @@ def main() -> int:
         server = make_server(d)
         run_dir = d / "run"
         run_dir.mkdir(mode=0o700)
-        child = subprocess.Popen([sys.executable, "-c", _PROXY_CHILD, str(ROOT / "python"), str(run_dir)],
-                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-        assert child.stdout is not None
-        http_port, socks_port = map(int, child.stdout.readline().split())
+        child, http_port, socks_port = start_proxy(ROOT / "python", run_dir)
         rss0, pss0 = memory(child.pid)
+        # --baseline: the same proxy from another source tree, measured in
+        # the same rounds (its rows are marked "baseline").
+        base = start_proxy(opts.baseline, d / "run-baseline") if opts.baseline else None
         # Without socat (a bare benchmark machine) the bridged rows are left out.
         bridges = [bridge(run_dir / "http-proxy.sock"), bridge(run_dir / "socks-proxy.sock")] if shutil.which("socat") else []
-        paths = {
-            "direct": [],
-            "HTTP, proxy accepts": ["-x", f"http://127.0.0.1:{http_port}"],
-            "CONNECT, proxy accepts": ["-p", "-x", f"http://127.0.0.1:{http_port}"],
-            "SOCKS5, proxy accepts": ["-x", f"socks5h://127.0.0.1:{socks_port}"],
-        }
-        if bridges:
-            (_, port_http), (_, port_socks) = bridges
-            paths.update({
-                "HTTP via socat": ["-x", f"http://127.0.0.1:{port_http}"],
-                "CONNECT via socat": ["-p", "-x", f"http://127.0.0.1:{port_http}"],
-                "SOCKS5 via socat": ["-x", f"socks5h://127.0.0.1:{port_socks}"],
-            })
+        paths, owner = proxy_paths(child, http_port, socks_port, base, bridges)
         port = server.server_address[1]
-        rows = []
+        rows: list[tuple[str, float, float, int, float]] = []
         peak = (0, 0)
         policy = d / "policy.json"
         policy.write_text('{"network":{"allowedDomains":["localhost"],"allowLocalDestinations":true}}')
@@ -436,26 +614,19 @@ def main() -> int:
             if not opts.no_exec:
                 exec_rows = exec_paths(port, policy, opts, expected)
                 mem = sandbox_memory(policy)
-            for name, args in paths.items():
-                url = f"http://localhost:{port}/big"
-                times = [curl_time(args, url)[0] for _ in range(opts.timed)]
-                ttfb = statistics.median(curl_time(args, f"http://localhost:{port}/tiny")[1]
-                                         for _ in range(opts.ttfb))
-                ok = sum(curl_sha(args, url) == expected for _ in range(opts.repeat))
-                peak = max(peak, memory(child.pid))
-                mibs = opts.size_mib / statistics.median(times)
-                rows.append((name, mibs, ttfb * 1000, ok))
-                print(f"{name:22s} {mibs:8.0f} MiB/s  ttfb {ttfb * 1000:6.2f} ms  sha ok {ok}/{opts.repeat}",
-                      flush=True)
+            rows, peak = proxy_alone(paths, owner, child, port, expected, opts)
         finally:
-            child.stdin.close()  # type: ignore[union-attr]
-            child.wait(10)
+            for c in (child, base[0] if base else None):
+                if c is not None:
+                    c.stdin.close()  # type: ignore[union-attr]
+                    c.wait(10)
             for b, _ in bridges:
                 b.terminate()
                 b.wait()
             server.shutdown()
 
     exec_ok = all(ok == opts.repeat for *_, ok in exec_rows)
+    all_ok = all(row[3] == opts.repeat for row in rows)
     direct, direct_ttfb = rows[0][1], rows[0][2]
     lines = []
     if exec_rows:
@@ -491,14 +662,16 @@ def main() -> int:
         "front, as `--without helper` still does (and every run did before the handoff). "
         f"{opts.size_mib} MiB from a loopback sendfile server with curl, median of {opts.timed} timed runs; "
         f"{opts.repeat} checksummed downloads per path; time to first byte: median of {opts.ttfb} "
-        f"one-byte requests. {os.cpu_count()} cores, Python {sys.version.split()[0]}.",
+        f"one-byte requests; the paths interleaved (each round runs every path once); proxy CPU: user + "
+        f"system time of the proxy's process per one-byte request. {os.cpu_count()} cores, Python "
+        f"{sys.version.split()[0]}.",
         "",
-        "| path | MiB/s | vs direct | TTFB ms | TTFB added ms | sha256 ok |",
-        "|---|---:|---:|---:|---:|---:|",
+        "| path | MiB/s | vs direct | TTFB ms | TTFB added ms | proxy CPU µs per connection | sha256 ok |",
+        "|---|---:|---:|---:|---:|---:|---:|",
     ]
-    for name, mibs, ttfb, ok in rows:
+    for name, mibs, ttfb, ok, per in rows:
         lines.append(f"| {name} | {mibs:.0f} | {mibs / direct:.0%} | {ttfb:.2f} | {ttfb - direct_ttfb:+.2f} | "
-                     f"{ok}/{opts.repeat} |")
+                     f"{per:.0f} | {ok}/{opts.repeat} |")
     lines += ["", f"Proxy process memory: idle RSS {rss0 / 1024:.1f} MiB (PSS {pss0 / 1024:.1f} MiB); "
                   f"peak seen RSS {peak[0] / 1024:.1f} MiB (PSS {peak[1] / 1024:.1f} MiB)."]
     table = "\n".join(lines)
@@ -511,7 +684,7 @@ def main() -> int:
         else:
             text = text.rstrip("\n") + "\n\n" + section
         opts.write.write_text(text)
-    return 0 if exec_ok and all(ok == opts.repeat for *_, ok in rows) else 1
+    return 0 if exec_ok and all_ok else 1
 
 
 if __name__ == "__main__":

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -138,6 +139,65 @@ def test_ssh_from_inside_is_refused_with_the_line_when_the_policy_lacks_either_e
                         opts=_policy(shared_home, sshd.port, domain=domain, address=address))
     assert r.returncode == 255 and "hello-from-sshd" not in r.stdout, (r.stdout, r.stderr)
     assert line in r.stderr, r.stderr
+
+
+SSH_REASON = "SSH to this host is blocked here; use the https remote"
+
+
+def _ssh_without_port(s: Sshd) -> str:
+    argv = _ssh(s)
+    at = argv.index("-p")
+    return " ".join(argv[:at] + argv[at + 2:])
+
+
+def _denied_policy(home: FakeHome, port: int, *, reasons: bool) -> list[str]:
+    # localhost is allowed on sshd's port and denied on 22 and 2200 (each
+    # with a reason, or none): one name, three verdicts by port.
+    net: dict[str, object] = {"allowedDomains": [f"localhost:{port}"],
+                              "allowedAddresses": [f"127.0.0.1/32:{port}"],
+                              "deniedDomains": ["localhost:22", "localhost:2200"]}
+    if reasons:
+        net["deniedDomainReasons"] = {"localhost:22": SSH_REASON, "localhost:2200": SSH_REASON}
+    path = home.root / f"policy-{token()}.json"
+    path.write_text(json.dumps({"network": net}))
+    return ["-p", str(path)]
+
+
+def test_a_captured_ssh_to_a_name_denied_with_a_reason_on_port_22_prints_the_reason_as_a_disconnect(
+        shared_home: FakeHome, sshd: Sshd) -> None:
+    # The same name in one sandbox: port 22 gets the SSH disconnect with the
+    # reason; port 2200 (denied with the same reason) is refused with EACCES
+    # like any refusal; sshd's port, allowed, reaches sshd.
+    ssh = _ssh_without_port(sshd)
+    script = (f"{ssh} -p 22 {_user()}@localhost. true; echo rc22=$?; "
+              f"{ssh} -p 2200 {_user()}@localhost. true; echo rc2200=$?; "
+              f"{ssh} -p {sshd.port} {_user()}@localhost. echo hello-from-sshd")
+    audit = shared_home.root / f"audit-{token()}.jsonl"
+    r = shared_home.run(["sh", "-c", script],
+                        opts=["--audit-log", str(audit), *_denied_policy(shared_home, sshd.port, reasons=True)])
+    assert r.stdout == "rc22=255\nrc2200=255\nhello-from-sshd\n", (r.stdout, r.stderr)
+    told = [line for line in r.stderr.splitlines() if line.startswith("Received disconnect from ")]
+    assert len(told) == 1 and re.fullmatch(rf"Received disconnect from 127\.0\.0\.1 port \d+:1: {re.escape(SSH_REASON)}",
+                                           told[0]), r.stderr
+    assert "ssh: connect to host localhost. port 2200: Permission denied" in r.stderr, r.stderr
+    # Both are refusals, with the same line and audit record as any other.
+    records = [json.loads(line) for line in audit.read_text().splitlines()]
+    for port in (22, 2200):
+        assert (f"safebox: refused TCP connect to localhost:{port} (localhost matches 'localhost:{port}' in "
+                f"network.deniedDomains: {SSH_REASON}); fix: localhost is denied on purpose") in r.stderr, r.stderr
+        assert [(x["verdict"], x["rule"]) for x in records if x.get("event") == "network" and x.get("port") == port
+                and x.get("protocol") == "capture"] == [("deny", "network.deniedDomains")], records
+
+
+def test_a_captured_ssh_to_a_name_denied_without_a_reason_is_refused_at_the_lookup_with_no_disconnect(
+        shared_home: FakeHome, sshd: Sshd) -> None:
+    ssh = _ssh_without_port(sshd)
+    r = shared_home.run(["sh", "-c", f"{ssh} -p 22 {_user()}@localhost. true"],
+                        opts=_denied_policy(shared_home, sshd.port, reasons=False))
+    assert r.returncode == 255 and "Received disconnect" not in r.stderr, r.stderr
+    assert "Could not resolve hostname localhost.: Name or service not known" in r.stderr, r.stderr
+    assert ("safebox: refused the DNS lookup of localhost (localhost matches 'localhost:22' in "
+            "network.deniedDomains)") in r.stderr, r.stderr
 
 
 # -- PostgreSQL ------------------------------------------------------------------

@@ -356,6 +356,72 @@ def test_a_thousand_concurrent_connections(make_proxy) -> None:
     assert p.active_connections == 0
 
 
+@pytest.mark.parametrize("path", ["connect", "socks5"])
+def test_a_tunnel_carries_small_exchanges_then_bulk_both_ways_and_a_half_close(make_proxy, path) -> None:
+    # The relay reads small messages with read/write and splices once a read
+    # fills its buffer, each direction on its own: a few bytes each way, then
+    # 8 MiB echoed back, then the client's end of file reaches the server.
+    p = make_proxy()
+    big = hashlib.sha256(b"seed").digest() * (8 << 15)  # 8 MiB, not one repeated byte
+
+    def echo(srv: socket.socket, seen: list[bytes]) -> None:
+        conn, _ = srv.accept()
+        with conn:
+            conn.sendall(b"banner\n")  # server speaks first, as SSH does
+            data = bytearray()
+            while chunk := conn.recv(1 << 20):
+                data += chunk
+                if data == b"ping":
+                    conn.sendall(b"pong")
+                    data.clear()
+                elif len(data) == len(big):
+                    conn.sendall(bytes(data))
+            seen.append(bytes(data))
+
+    with socket.socket() as srv:
+        srv.bind(("127.0.0.1", 0))
+        srv.listen()
+        port = srv.getsockname()[1]
+        seen: list[bytes] = []
+        t = threading.Thread(target=echo, args=(srv, seen))
+        t.start()
+        with socket.socket(socket.AF_UNIX) as c:
+            c.settimeout(10)
+            if path == "connect":
+                c.connect(str(p.http_socket))
+                c.sendall(f"CONNECT localhost:{port} HTTP/1.1\r\n\r\n".encode())
+                head = b""
+                while b"\r\n\r\n" not in head:
+                    head += c.recv(1)
+                assert head.startswith(b"HTTP/1.1 200 ")
+            else:
+                c.connect(str(p.socks_socket))
+                c.sendall(b"\x05\x01\x00")
+                assert c.recv(2) == b"\x05\x00"
+                c.sendall(b"\x05\x01\x00\x03\x09localhost" + port.to_bytes(2, "big"))
+                assert _recv_exactly(c, 10)[:2] == b"\x05\x00"
+            assert _recv_exactly(c, 7) == b"banner\n"
+            c.sendall(b"ping")
+            assert _recv_exactly(c, 4) == b"pong"
+            sender = threading.Thread(target=c.sendall, args=(big,))
+            sender.start()
+            assert _recv_exactly(c, len(big)) == big
+            sender.join()
+            c.shutdown(socket.SHUT_WR)
+            assert c.recv(1) == b""  # the server saw the end of file and closed
+        t.join(10)
+    assert seen == [big]
+
+
+def _recv_exactly(s: socket.socket, n: int) -> bytes:
+    out = bytearray()
+    while len(out) < n:
+        chunk = s.recv(min(n - len(out), 1 << 20))
+        assert chunk, f"closed after {len(out)} of {n} bytes"
+        out += chunk
+    return bytes(out)
+
+
 @pytest.mark.parametrize("path", ["http", "connect", "socks5"])
 def test_64_mib_download_arrives_whole(make_proxy, bridge, upstream, tmp_path, path) -> None:
     p = make_proxy()

@@ -12,6 +12,10 @@ through the gate, as a CONNECT tunnel is; anything else: the connect fails
 with EACCES. The answer comes after the name's check, before the address
 checks and the upstream connect (the supervisor answers one call at a time):
 a destination refused later is closed at once, explained the same way.
+One refusal is answered ``y``: on port 22, when the ``deniedDomains`` entry
+has a ``deniedDomainReasons`` reason, the connection carries an SSH
+disconnect whose text is the reason (and nothing is dialled), so ``ssh``
+prints it; the refusal is recorded and explained as every other.
 
 What ``ADDR`` stands for:
 
@@ -62,6 +66,8 @@ def connection_cap() -> int:
     return max(16, min(MAX_CAPTURED, (soft - FDS_KEPT) // FDS_PER_CONNECTION))
 HEAD_TIMEOUT = 5.0
 PROTOCOL = "capture"
+#: A refusal with a deniedDomainReasons reason on this port is told to ssh as a disconnect.
+SSH_PORT = 22
 
 
 def _parse(line: bytes, key: str | None) -> tuple[ipaddress.IPv4Address | ipaddress.IPv6Address, int] | None:
@@ -133,6 +139,12 @@ class Capture:
             decision = gate.live.explained(name, None, decision)
         if may_ask(gate, decision):
             return Decision(True, RULE_ASK, f"{name} is asked about at the connect")
+        if decision.told:
+            # deniedDomainReasons: the name gets its address so that the
+            # refusal comes at the connect, where an ssh on port 22 can be
+            # told the reason (an SSH disconnect); every other connect to it
+            # is refused with EACCES and the line, as any refusal is.
+            return Decision(True, decision.rule, f"{name} is refused at the connect, with its reason")
         return decision
 
     def _say(self, line: str) -> None:
@@ -242,6 +254,9 @@ class Capture:
         decision = self._decide(gate, ip, host, port, direct=direct)
         if not decision.allowed:
             self._refuse(host, port, PROTOCOL, decision)
+            if decision.told and port == SSH_PORT:
+                await self._tell_ssh(reader, writer, yes, decision.told)
+                return
             writer.write(b"n")
             return
         writer.write(yes)
@@ -270,14 +285,36 @@ class Capture:
         host = ip.compressed if ip.version == 4 else f"[::ffff:{mapped}]" if mapped else f"[{ip.compressed}]"
         return ip, host, True
 
+    async def _tell_ssh(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, yes: bytes,
+                        told: str) -> None:
+        """A refusal on port 22 whose deniedDomains entry has a reason
+        (``deniedDomainReasons``), already recorded and explained: the
+        supervisor gets ``yes`` (it reads exactly that), so this connection
+        becomes the command's socket, and on it the command's ssh reads an
+        SSH server's disconnect whose text is the reason (proxy/netkeys.py),
+        as through SOCKS5. Nothing is dialled; the connection is closed
+        after it."""
+        from safebox.proxy.netkeys import tell_ssh
+
+        self.open += 1
+        try:
+            await tell_ssh(reader, writer, yes, told)
+        finally:
+            self.open -= 1
+
     async def _relay(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, gate: Gate, host: str,
                      port: int) -> None:
         """Check ``host:port`` fully and relay the supervisor's connection to it (Gate.open)."""
         relay = Relay()
         try:
             upstream = await gate.open(host, port, PROTOCOL, relay)
-        except Refused:
-            writer.transport.abort()  # explained by the gate
+        except Refused as exc:  # explained by the gate
+            if exc.decision.told and port == SSH_PORT:  # the lists changed since the answer
+                from safebox.proxy.netkeys import tell_ssh
+
+                await tell_ssh(reader, writer, b"", exc.decision.told)
+                return
+            writer.transport.abort()
             return
         except UpstreamError as exc:
             self._say(f"captured connection to {host}:{port} failed: {exc}")

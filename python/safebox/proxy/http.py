@@ -11,6 +11,7 @@ malformed requests get 400 (431 for an over-long head, 408 for a slow one).
 from __future__ import annotations
 
 from safebox.proxy._asyncio import asyncio
+from safebox.proxy.rawconn import RawConn
 from safebox.proxy.rules import normalize_host
 from safebox.proxy.upstream import Gate, Refused, Relay, UpstreamError, adopt_stream
 from safebox.proxy.wire import (
@@ -88,6 +89,9 @@ async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, gat
     display = f"[{req.host}]" if ":" in req.host else req.host
     authority = display if req.port == 80 else f"{display}:{req.port}"
     relay = Relay()
+    if isinstance(writer, RawConn):  # the server's raw path (proxy/rawconn.py)
+        await _relay_raw(writer, gate, req, protocol, display, authority, relay)
+        return
     try:
         upstream = await gate.open(req.host, req.port, protocol, relay)
     except Refused as exc:
@@ -110,3 +114,30 @@ async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, gat
     finally:
         relay.abort()
         upstream.abort()
+
+
+async def _relay_raw(conn: RawConn, gate: Gate, req: Request, protocol: str, display: str, authority: str,
+                     relay: Relay) -> None:
+    """The end of :func:`handle` for a raw client: the same checks and
+    answers; the relay splices the two sockets."""
+    try:
+        upstream = await gate.open_socket(req.host, req.port, protocol, relay)
+    except Refused as exc:
+        await _reply(conn, refusal_response(req.host, req.port, exc.decision))  # type: ignore[arg-type]
+        return
+    except UpstreamError as exc:
+        status = 504 if exc.kind == "timeout" else 502
+        await _reply(conn, error_response(status, f"safebox: upstream {display} port {req.port}: {exc}\n"))  # type: ignore[arg-type]
+        return
+    try:
+        if req.is_connect:
+            conn.write(b"HTTP/1.1 200 Connection established\r\n\r\n")
+            head_up = b""
+        else:
+            head_up = _origin_head(req, authority, via=None)
+        leftover, eof, unsent = conn.take()
+        relay.splice(conn.sock, upstream, up_prefix=head_up + leftover, down_prefix=unsent, client_eof=eof)
+        await relay.done
+    finally:
+        relay.abort()
+        upstream.close()

@@ -10,7 +10,7 @@ import logging
 import os
 import socket
 import threading
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import TYPE_CHECKING, Any
 
 from safebox import _signals
@@ -19,6 +19,7 @@ from safebox.proxy import http, socks5
 from safebox.proxy._asyncio import asyncio
 from safebox.proxy.config import ProxyConfig
 from safebox.proxy.listeners import HANDOFF_TIMEOUT, check_listeners, receive_fds
+from safebox.proxy.rawconn import Acceptor, RawConn, streams
 from safebox.proxy.rules import Decision, HostError, NetworkRules
 from safebox.proxy.upstream import Gate
 
@@ -130,9 +131,9 @@ class ProxyServer:
         self._audit: AuditLog | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
-        self._servers: list[asyncio.AbstractServer] = []
+        self._servers: list[Any] = []  # asyncio.Server, or rawconn.Acceptor (close, wait_closed)
         #: The server of each listener given to serve_listeners, by descriptor.
-        self._by_fd: dict[int, asyncio.AbstractServer] = {}
+        self._by_fd: dict[int, Any] = {}
         self._tasks: set[asyncio.Task[None]] = set()
         self._stopped = False
         self._capturer: Any = None
@@ -244,20 +245,18 @@ class ProxyServer:
     async def _listen(self, gate: Gate) -> None:
         """Create the listeners (called on the proxy loop)."""
         for path, handler in ((self.http_socket, http.handle), (self.socks_socket, socks5.handle)) if self._unix else ():
-            sock = self._unix_socket(path)
-            self._servers.append(
-                await asyncio.start_unix_server(
-                    self._client(handler, gate), sock=sock, limit=http.MAX_HEAD, backlog=BACKLOG
-                )
-            )
+            self._servers.append(Acceptor(self._unix_socket(path), self._raw_client(handler, gate), backlog=BACKLOG))
         if self._tcp:
             for attr, handler in (("http_port", http.handle), ("socks_port", socks5.handle)):
-                server = await asyncio.start_server(
-                    self._client(handler, gate), host="127.0.0.1", port=0,
-                    limit=http.MAX_HEAD, backlog=BACKLOG,
-                )
-                self._servers.append(server)
-                setattr(self, attr, server.sockets[0].getsockname()[1])
+                sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
+                try:
+                    sock.bind(("127.0.0.1", 0))
+                    sock.listen(BACKLOG)
+                except OSError:
+                    sock.close()
+                    raise
+                self._servers.append(Acceptor(sock, self._raw_client(handler, gate), backlog=BACKLOG))
+                setattr(self, attr, sock.getsockname()[1])
 
     def adopt(self, handoff: socket.socket, *, ports: dict[int, str], timeout: float = HANDOFF_TIMEOUT) -> int:
         """Receive the helper's listeners over ``handoff`` and serve on them.
@@ -334,8 +333,14 @@ class ProxyServer:
                     lambda: self._capturer.datagrams(), sock=sock)
                 self._datagrams.append(transport)
                 continue
-            server = await asyncio.start_server(self._client(handler, gate, listener=fd), sock=sock,
-                                                limit=http.MAX_HEAD, backlog=BACKLOG)
+            server: Any
+            if handler in (http.handle, socks5.handle):
+                context = contextvars.copy_context()
+                context.run(LISTENER.set, fd)
+                server = Acceptor(sock, self._raw_client(handler, gate), context, backlog=BACKLOG)
+            else:
+                server = await asyncio.start_server(self._client(handler, gate, listener=fd), sock=sock,
+                                                    limit=http.MAX_HEAD, backlog=BACKLOG)
             self._servers.append(server)
             self._by_fd[fd] = server
 
@@ -387,6 +392,44 @@ class ProxyServer:
             finally:
                 self._tasks.discard(task)
                 writer.transport.close()
+
+        return serve
+
+    def _raw_client(self, handler: Handler, gate: Gate) -> Callable[[socket.socket], Coroutine[Any, Any, None]]:
+        """:meth:`_client` for a socket an :class:`Acceptor` accepted: the
+        front end gets a :class:`RawConn` (no asyncio transport or stream on
+        the way to the relay), or streams on the socket when the gate needs
+        them (proxy/rawconn.py)."""
+        raw = (gate.parent is None and gate.mitm is None and gate.injector is None and gate.keys is None
+               and hasattr(os, "splice"))
+        loop = asyncio.get_running_loop()
+
+        async def serve(sock: socket.socket) -> None:
+            task = asyncio.current_task()
+            assert task is not None
+            self._tasks.add(task)
+            transport: asyncio.WriteTransport | None = None
+            try:
+                if raw:
+                    conn = RawConn(sock, loop, http.MAX_HEAD)
+                    await handler(conn, conn, gate)  # type: ignore[arg-type]  # what handle() uses of streams
+                else:
+                    reader, writer = await streams(sock, http.MAX_HEAD)
+                    transport = writer.transport
+                    await handler(reader, writer, gate)
+            except (OSError, asyncio.IncompleteReadError, TimeoutError):
+                pass  # the client or upstream went away: nothing to tell anyone
+            except asyncio.CancelledError:
+                if transport is not None:
+                    transport.abort()
+            except Exception:  # keep serving; a bug in one connection must not stop the proxy
+                log.exception("proxy connection failed")
+            finally:
+                self._tasks.discard(task)
+                if transport is not None:
+                    transport.close()
+                else:
+                    sock.close()  # nothing when the relay took it
 
         return serve
 

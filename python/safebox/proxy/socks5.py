@@ -15,6 +15,7 @@ import socket
 import struct
 
 from safebox.proxy._asyncio import asyncio
+from safebox.proxy.rawconn import RawConn
 from safebox.proxy.upstream import Gate, Refused, Relay, UpstreamError, adopt_stream
 
 __all__ = ["HANDSHAKE_TIMEOUT", "REPLY", "handle"]
@@ -106,6 +107,9 @@ async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, gat
         await writer.drain()
         return
     relay = Relay()
+    if isinstance(writer, RawConn):  # the server's raw path (proxy/rawconn.py)
+        await _relay_raw(writer, gate, host, port, relay)
+        return
     try:
         upstream = await gate.open(host, port, "socks5", relay)
     except Refused as exc:
@@ -135,3 +139,32 @@ async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, gat
     finally:
         relay.abort()
         upstream.abort()
+
+
+async def _relay_raw(conn: RawConn, gate: Gate, host: str, port: int, relay: Relay) -> None:
+    """The end of :func:`handle` for a raw client: the same checks and
+    replies; the relay splices the two sockets."""
+    try:
+        upstream = await gate.open_socket(host, port, "socks5", relay)
+    except Refused as exc:
+        if exc.decision.told and port == 22:  # as in handle()
+            from safebox.proxy.netkeys import tell_ssh
+
+            await tell_ssh(conn, conn, reply(REPLY["succeeded"], ("0.0.0.0", 0)), exc.decision.told)  # type: ignore[arg-type]
+            return
+        conn.write(reply(REPLY["not_allowed"]))
+        await conn.drain()
+        return
+    except UpstreamError as exc:
+        conn.write(reply(_UPSTREAM_REPLY[exc.kind]))
+        await conn.drain()
+        return
+    try:
+        bound = upstream.getsockname()
+        conn.write(reply(REPLY["succeeded"], bound[:2]))
+        leftover, eof, unsent = conn.take()
+        relay.splice(conn.sock, upstream, up_prefix=leftover, down_prefix=unsent, client_eof=eof)
+        await relay.done
+    finally:
+        relay.abort()
+        upstream.close()

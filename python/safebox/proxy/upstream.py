@@ -48,6 +48,9 @@ SOCKET_BUFFER = 1024 * 1024
 #: (fs.pipe-user-pages-soft, 64 MiB by default); past that, F_SETPIPE_SZ fails
 #: and the pipe keeps its default 64 KiB, which still works, only slower.
 PIPE_SIZE = 256 * 1024
+#: Reads are plain ones (bytes through Python) until one returns this many
+#: bytes; then the direction splices (_Direction).
+READ_FIRST = 64 * 1024
 _SPLICE_FLAGS = getattr(os, "SPLICE_F_MOVE", 1) | getattr(os, "SPLICE_F_NONBLOCK", 2)
 _F_SETPIPE_SZ = getattr(fcntl, "F_SETPIPE_SZ", 1031)
 #: Errors that mean "the peer went away": abort the relay quietly.
@@ -83,6 +86,34 @@ def _tune(sock: socket.socket | None) -> None:
             sock.setsockopt(socket.SOL_SOCKET, opt, SOCKET_BUFFER)
         except OSError:
             pass
+
+
+def _connected_now(sock: socket.socket, address: tuple[str, int]) -> bool:
+    """Start a non-blocking connect; True when it is complete already (on
+    loopback the handshake is done before connect() returns EINPROGRESS:
+    the loop need not wait a turn for it). Raises the connect's error."""
+    try:
+        sock.connect(address)
+        return True
+    except BlockingIOError:
+        pass
+    try:
+        sock.connect(address)  # again: EISCONN once complete, EALREADY while not, else its error
+    except BlockingIOError:
+        return False
+    except OSError as exc:
+        if exc.errno != errno.EISCONN:
+            raise
+    return True
+
+
+def _tune_fd(fd: int) -> None:
+    """:func:`_tune` on a bare descriptor."""
+    s = socket.socket(fileno=fd)
+    try:
+        _tune(s)
+    finally:
+        s.detach()
 
 
 class _Half(asyncio.Protocol):
@@ -162,6 +193,10 @@ class _Direction:
         self._flush()
 
     def _open_pipe(self) -> tuple[int, int]:
+        # Bulk from here on: large socket buffers too (a small exchange
+        # never pays for these system calls).
+        _tune_fd(self.src)
+        _tune_fd(self.dst)
         r, w = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
         try:
             fcntl.fcntl(w, _F_SETPIPE_SZ, PIPE_SIZE)
@@ -187,7 +222,29 @@ class _Direction:
                 self.loop.remove_writer(self.dst)
 
     def _on_readable(self) -> None:
-        r, w = self.pipe or self._open_pipe()
+        if self.pipe is None:
+            # Until a read fills READ_FIRST bytes, a plain read and write: a
+            # request, a response head, an interactive session's keystrokes
+            # cost two system calls, not a pipe (pipe2, F_SETPIPE_SZ) and
+            # two splices. From the first full read on, the bytes are bulk:
+            # spliced, they never enter Python again.
+            try:
+                data = os.read(self.src, READ_FIRST)
+            except BlockingIOError:
+                return
+            except OSError as exc:
+                self.splicer.fail(exc)
+                return
+            if not data:
+                self.eof = True
+                self._set_reading(False)
+            elif len(data) == READ_FIRST:
+                self._open_pipe()
+            self.splicer.relay.count(up=self.up, n=len(data))
+            self.prefix = data
+            self._flush()
+            return
+        r, w = self.pipe
         try:
             n = os.splice(self.src, w, PIPE_SIZE, flags=_SPLICE_FLAGS)
         except BlockingIOError:
@@ -348,6 +405,17 @@ class Relay:
             self.on_eof(self.upstream)
         elif not up.is_closing():
             up.resume_reading()
+
+    def splice(self, client: socket.socket, upstream: socket.socket, *, up_prefix: bytes = b"",
+               down_prefix: bytes = b"", client_eof: bool = False) -> None:
+        """Relay between two raw connected sockets (proxy/rawconn.py), which
+        the relay now owns: ``up_prefix`` goes upstream first, ``down_prefix``
+        to the client first."""
+        self.started = self.spliced = True
+        fds = (client.detach(), upstream.detach())
+        self._splicer = _Splicer(self, fds[0], fds[1], up_prefix=up_prefix, client_eof=client_eof,
+                                 down_prefix=down_prefix)
+        self._splicer.start()
 
     def _try_splice(self, client: asyncio.Transport, up: asyncio.Transport, *,
                     prefix: bytes, client_eof: bool) -> bool:
@@ -618,6 +686,43 @@ class Gate:
                 last = UpstreamError(kind, f"connecting to {ip.compressed} port {port}: {exc.strerror or exc}")
         assert last is not None
         raise last
+
+    async def dial(self, addresses: list[IPAddress], port: int) -> socket.socket:
+        """A raw non-blocking socket connected to the first of ``addresses``
+        (checked by :meth:`check`) that answers; :meth:`_connect`'s errors."""
+        loop = asyncio.get_running_loop()
+        last: UpstreamError | None = None
+        for ip in addresses:
+            sock = socket.socket(socket.AF_INET6 if ip.version == 6 else socket.AF_INET,
+                                 socket.SOCK_STREAM | socket.SOCK_NONBLOCK | socket.SOCK_CLOEXEC)
+            try:
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                if not _connected_now(sock, (ip.compressed, port)):
+                    async with asyncio.timeout(self.connect_timeout):
+                        await loop.sock_connect(sock, (ip.compressed, port))  # EALREADY: waits for it
+                return sock
+            except TimeoutError:
+                last = UpstreamError("timeout", f"connecting to {ip.compressed} port {port} timed out")
+            except ConnectionRefusedError:
+                last = UpstreamError("refused", f"{ip.compressed} port {port} refused the connection")
+            except OSError as exc:
+                kind = "unreachable" if exc.errno in _UNREACHABLE else "error"
+                last = UpstreamError(kind, f"connecting to {ip.compressed} port {port}: {exc.strerror or exc}")
+            except BaseException:
+                sock.close()
+                raise
+            sock.close()
+        assert last is not None
+        raise last
+
+    async def open_socket(self, host: str, port: int, protocol: str, relay: Relay) -> socket.socket:
+        """:meth:`open` for a raw client (proxy/rawconn.py): the same checks,
+        then a raw socket to a checked address. Only without a parent proxy
+        (the server gives streams to every client when there is one)."""
+        name, addresses, via = await self.check(host, port, protocol, tunnel=protocol != "http")
+        assert via is None, "a parent proxy needs the stream path"
+        relay.done.add_done_callback(lambda _f: self._flowed(name, port, relay))
+        return await self.dial(addresses, port)
 
     async def open_stream(self, name: str, addresses: list[IPAddress], port: int, via: ProxyURL | None
                           ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:

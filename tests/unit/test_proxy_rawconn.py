@@ -1,0 +1,133 @@
+"""proxy/rawconn.py's RawConn keeps StreamReader's contract (the front ends
+run on either): what is read past a request stays for the relay, a head
+over the limit and a truncated one raise what StreamReader raises, and a
+write the socket cannot take now is kept, never lost. On a real socketpair."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
+
+import pytest
+
+from safebox.proxy.rawconn import RawConn
+
+T = TypeVar("T")
+
+
+def _run(body: Callable[[RawConn, socket.socket], Awaitable[T]], limit: int = 64) -> T:
+    async def main() -> T:
+        a, b = socket.socketpair()
+        a.setblocking(False)
+        with a, b:
+            return await body(RawConn(a, asyncio.get_running_loop(), limit), b)
+
+    return asyncio.run(main())
+
+
+def test_readuntil_returns_through_the_separator_and_keeps_the_rest_for_the_relay() -> None:
+    async def body(conn: RawConn, peer: socket.socket) -> tuple[bytes, tuple[bytes, bool, bytes]]:
+        peer.sendall(b"CONNECT a:1 HTTP/1.1\r\n")
+        asyncio.get_running_loop().call_later(0.05, peer.sendall, b"\r\n\x16\x03\x01hello")  # arrives later
+        head = await conn.readuntil(b"\r\n\r\n")
+        return head, conn.take()
+
+    head, (rest, eof, unsent) = _run(body)
+    assert head == b"CONNECT a:1 HTTP/1.1\r\n\r\n"
+    assert (rest, eof, unsent) == (b"\x16\x03\x01hello", False, b"")
+
+
+def test_a_head_over_the_limit_raises_limit_overrun_and_a_truncated_one_incomplete_read() -> None:
+    async def over(conn: RawConn, peer: socket.socket) -> None:
+        peer.sendall(b"GET " + b"a" * 100)
+        await conn.readuntil(b"\r\n\r\n")
+
+    async def truncated(conn: RawConn, peer: socket.socket) -> bytes:
+        peer.sendall(b"GET http://a/ HTTP/1.1\r\nX: 1")
+        peer.shutdown(socket.SHUT_WR)
+        try:
+            await conn.readuntil(b"\r\n\r\n")
+        except asyncio.IncompleteReadError as exc:
+            return exc.partial
+        raise AssertionError("no IncompleteReadError")
+
+    with pytest.raises(asyncio.LimitOverrunError):
+        _run(over)
+    assert _run(truncated) == b"GET http://a/ HTTP/1.1\r\nX: 1"
+
+
+def test_readexactly_waits_for_every_byte_and_raises_at_end_of_file() -> None:
+    async def body(conn: RawConn, peer: socket.socket) -> bytes:
+        loop = asyncio.get_running_loop()
+        peer.sendall(b"\x05")
+        loop.call_later(0.05, peer.sendall, b"\x01\x00")
+        got = await conn.readexactly(3)
+        peer.shutdown(socket.SHUT_WR)
+        with pytest.raises(asyncio.IncompleteReadError):
+            await conn.readexactly(1)
+        return got
+
+    assert _run(body) == b"\x05\x01\x00"
+
+
+def test_a_write_the_socket_cannot_take_now_is_kept_and_sent_by_drain() -> None:
+    async def body(conn: RawConn, peer: socket.socket) -> bool:
+        big = b"x" * (8 << 20)  # more than a socketpair's buffers
+        conn.write(big)
+        kept = bool(conn.pending)
+        received = bytearray()
+        loop = asyncio.get_running_loop()
+        peer.setblocking(False)
+
+        async def reader() -> None:
+            while len(received) < len(big):
+                received.extend(await loop.sock_recv(peer, 1 << 20))
+
+        await asyncio.gather(conn.drain(), reader())
+        return kept and bytes(received) == big and not conn.pending
+
+    assert _run(body)
+
+
+def test_an_acceptor_out_of_descriptors_pauses_then_serves_the_waiting_client(monkeypatch: pytest.MonkeyPatch) -> None:
+    import errno
+
+    import safebox.proxy.rawconn as rawconn
+
+    monkeypatch.setattr(rawconn, "ACCEPT_PAUSE", 0.1)
+
+    class Flaky(socket.socket):
+        failures = 1
+
+        def accept(self) -> tuple[socket.socket, object]:
+            if Flaky.failures:
+                Flaky.failures -= 1
+                raise OSError(errno.EMFILE, "Too many open files")
+            return super().accept()
+
+    async def main() -> tuple[bytes, float]:
+        loop = asyncio.get_running_loop()
+        listener = Flaky(socket.AF_INET, socket.SOCK_STREAM)
+        listener.bind(("127.0.0.1", 0))
+        served: asyncio.Future[tuple[bytes, float]] = loop.create_future()
+
+        async def serve(sock: socket.socket) -> None:
+            with sock:
+                served.set_result((await loop.sock_recv(sock, 10), loop.time()))
+
+        acceptor = rawconn.Acceptor(listener, serve)
+        start = loop.time()
+        client = socket.create_connection(listener.getsockname())
+        client.sendall(b"hi")
+        try:
+            data, when = await asyncio.wait_for(served, 5)
+        finally:
+            client.close()
+            acceptor.close()
+        return data, when - start
+
+    data, after = asyncio.run(main())
+    assert data == b"hi"
+    assert after >= 0.1  # not spinning on the readable listener meanwhile: it waited the pause
