@@ -33,6 +33,7 @@ import time
 
 from safebox.proxy import dns
 from safebox.proxy._asyncio import asyncio
+from safebox.proxy.relay import Relay, adopt_stream
 from safebox.proxy.rules import (
     RULE_ADDRESSES,
     RULE_ALLOWED,
@@ -43,7 +44,7 @@ from safebox.proxy.rules import (
     Decision,
     is_metadata,
 )
-from safebox.proxy.upstream import Gate, Refused, Relay, UpstreamError, adopt_stream
+from safebox.proxy.upstream import Gate, Refused, UpstreamError
 from safebox.proxy.verdict import check_name, may_ask, rules_now
 
 __all__ = ["MAX_CAPTURED", "Capture", "connection_cap"]

@@ -12,8 +12,9 @@ from __future__ import annotations
 
 from safebox.proxy._asyncio import asyncio
 from safebox.proxy.rawconn import RawConn
+from safebox.proxy.relay import Relay, adopt_stream
 from safebox.proxy.rules import normalize_host
-from safebox.proxy.upstream import Gate, Refused, Relay, UpstreamError, adopt_stream
+from safebox.proxy.upstream import Gate, Refused, UpstreamError
 from safebox.proxy.wire import (
     HEAD_TIMEOUT,
     MAX_HEAD,
@@ -38,29 +39,9 @@ async def _reply(writer: asyncio.StreamWriter, data: bytes) -> None:
 
 async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, gate: Gate) -> None:
     """Serve one client connection: one request, then a tunnel or a response."""
-    try:
-        async with asyncio.timeout(HEAD_TIMEOUT):  # not wait_for: no second task per request
-            head = await reader.readuntil(b"\r\n\r\n")
-    except asyncio.LimitOverrunError:
-        await _reply(writer, error_response(431, f"safebox: request head larger than {MAX_HEAD} bytes\n"))
-        return
-    except asyncio.IncompleteReadError as exc:
-        if exc.partial.strip():
-            await _reply(writer, error_response(400, "safebox: request head truncated (connection closed)\n"))
-        return
-    except TimeoutError:
-        await _reply(writer, error_response(408, f"safebox: request head not received within {HEAD_TIMEOUT:g} s\n"))
-        return
-    try:
-        req = parse_request_head(head[:-4])
-    except BadRequest as exc:
-        keys = gate.keys
-        if exc.misdirected and keys is not None and keys.require_host_match:
-            from safebox.proxy.netkeys import misdirected
-
-            await _reply(writer, misdirected(gate, exc.message, *exc.misdirected))
-            return
-        await _reply(writer, error_response(exc.status, f"safebox: bad request: {exc.message}\n"))
+    head = await _read_head(reader, writer)
+    req = await _parse(head, writer, gate) if head is not None else None
+    if head is None or req is None:
         return
     keys = gate.keys
     if keys is not None and keys.refuse_opaque_tunnels and req.is_connect and (
@@ -114,6 +95,38 @@ async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, gat
     finally:
         relay.abort()
         upstream.abort()
+
+
+async def _read_head(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> bytes | None:
+    """The request head, ending in a blank line; None after answering the
+    client why there is none (too large, truncated, too slow)."""
+    try:
+        async with asyncio.timeout(HEAD_TIMEOUT):  # not wait_for: no second task per request
+            return await reader.readuntil(b"\r\n\r\n")
+    except asyncio.LimitOverrunError:
+        await _reply(writer, error_response(431, f"safebox: request head larger than {MAX_HEAD} bytes\n"))
+    except asyncio.IncompleteReadError as exc:
+        if exc.partial.strip():
+            await _reply(writer, error_response(400, "safebox: request head truncated (connection closed)\n"))
+    except TimeoutError:
+        await _reply(writer, error_response(408, f"safebox: request head not received within {HEAD_TIMEOUT:g} s\n"))
+    return None
+
+
+async def _parse(head: bytes, writer: asyncio.StreamWriter, gate: Gate) -> Request | None:
+    """The request ``head`` holds; None after answering the client why not
+    (a bad request, or a misdirected one under ``requireHostMatch``)."""
+    try:
+        return parse_request_head(head[:-4])
+    except BadRequest as exc:
+        keys = gate.keys
+        if exc.misdirected and keys is not None and keys.require_host_match:
+            from safebox.proxy.netkeys import misdirected
+
+            await _reply(writer, misdirected(gate, exc.message, *exc.misdirected))
+        else:
+            await _reply(writer, error_response(exc.status, f"safebox: bad request: {exc.message}\n"))
+        return None
 
 
 async def _relay_raw(conn: RawConn, gate: Gate, req: Request, protocol: str, display: str, authority: str,

@@ -34,8 +34,9 @@ import ssl
 from safebox.domains import IPAddress
 from safebox.proxy._asyncio import asyncio
 from safebox.proxy.netkeys import strip_response_head
+from safebox.proxy.relay import Relay, adopt_stream
 from safebox.proxy.rules import HostError
-from safebox.proxy.upstream import Gate, Refused, Relay, UpstreamError, adopt_stream
+from safebox.proxy.upstream import Gate, Refused, UpstreamError
 from safebox.proxy.wire import (
     _HOP_BY_HOP,
     _TARGET_RE,

@@ -16,7 +16,8 @@ import struct
 
 from safebox.proxy._asyncio import asyncio
 from safebox.proxy.rawconn import RawConn
-from safebox.proxy.upstream import Gate, Refused, Relay, UpstreamError, adopt_stream
+from safebox.proxy.relay import Relay, adopt_stream
+from safebox.proxy.upstream import Gate, Refused, UpstreamError
 
 __all__ = ["HANDSHAKE_TIMEOUT", "REPLY", "handle"]
 
