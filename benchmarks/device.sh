@@ -8,6 +8,7 @@
 # named in $BENCHES (default: all of them) with its output in $OUT.
 #
 #   BASELINE=f5425f0^1 bash tests/gpu/prepare.sh   # here (the commit before capture: bench_capture's baseline)
+#   git archive REV python | tar -x -C .devbase       # here, optional: the proxy's baseline source
 #   bash benchmarks/device.sh                       # there; OUT=DIR BENCHES="proxy startup" to choose
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -47,7 +48,7 @@ echo "== $(date -u +%FT%TZ) $(uname -r), $(nproc) cores, $("$PY" -V), load $(cut
 
 bench() {  # NAME ARGS...: one benchmark, its output in $OUTDIR/NAME.txt and its section in $OUTDIR/NAME.md
   local name=$1; shift
-  case " ${BENCHES:-proxy startup parts tree review capture} " in *" $name "*) ;; *) return 0 ;; esac
+  case " ${BENCHES:-proxy raw startup parts tree review capture} " in *" $name "*) ;; *) return 0 ;; esac
   # Every section's markers, so that --write finds its place.
   for m in proxy startup startparts treesize review capture; do printf '<!-- %s:start -->\n<!-- %s:end -->\n' "$m" "$m"; done > "$OUTDIR/$name.md"
   local t0=$EPOCHREALTIME
@@ -55,7 +56,10 @@ bench() {  # NAME ARGS...: one benchmark, its output in $OUTDIR/NAME.txt and its
   echo "== $name: rc=$? in $(awk "BEGIN {printf \"%.0f\", $EPOCHREALTIME - $t0}") s"
   tail -25 "$OUTDIR/$name.txt"
 }
-bench proxy benchmarks/bench_proxy.py --no-exec --size-mib 512 --repeat 2 --timed 5 --ttfb 200
+# The proxy against the source tree in .devbase/python (git archive REV python), if carried.
+pbase=(); [ -d "$ROOT/.devbase/python" ] && pbase=(--baseline "$ROOT/.devbase/python")
+bench proxy benchmarks/bench_proxy.py --no-exec --size-mib 512 --repeat 2 --timed 5 --ttfb 200 "${pbase[@]}"
+bench raw benchmarks/bench_proxy.py --raw 2000 "${pbase[@]}"
 bench startup benchmarks/bench_startup.py --runs 40 --concurrent 10
 bench parts benchmarks/bench_startup_parts.py --runs 25
 bench tree benchmarks/bench_tree_size.py --runs 8
