@@ -412,3 +412,59 @@ def test_held_runs_are_bounded_and_old_ones_swept(fresh_home: FakeHome) -> None:
     ok = fresh_home.run(["sh", "-c", "echo x > new.txt"], opts=["--review"])
     assert ok.returncode == 0, ok.stderr
     assert not (fresh_home.work / "new.txt").exists()
+
+
+def _upper(home: FakeHome, rid: str) -> Path:
+    return home.root / ".cache" / "safebox" / "review" / rid / "layers" / "0" / "upper"
+
+
+def test_apply_moves_a_file_out_of_the_layer_without_its_attributes_and_copies_a_hard_linked_one(
+        fresh_home: FakeHome) -> None:
+    script = ("import os\nopen('moved.txt', 'w').write('m')\nopen('tool', 'w').write('t')\nos.chmod('tool', 0o6755)\n"
+              "open('tagged', 'w').write('x')\nos.setxattr('tagged', 'user.origin', b'the command')\n"
+              "open('README.md', 'a').write('more')\nopen('a', 'w').write('a')\nos.link('a', 'b')\n")
+    r = fresh_home.run(["python3", "-c", script], opts=["--review"])
+    assert r.returncode == 0, r.stderr
+    rid = held_id(fresh_home)
+    up = _upper(fresh_home, rid)
+    ino = {n: os.lstat(up / n).st_ino for n in ("moved.txt", "tool", "tagged", "README.md", "a")}
+    # Control: what the layer holds carries what must not reach the host.
+    assert os.listxattr(up / "tagged") == ["user.origin"]
+    assert "user.overlay.origin" in os.listxattr(up / "README.md")  # overlayfs's mark of a copied-up file
+    assert os.lstat(up / "tool").st_mode & 0o7777 == 0o6755 and os.lstat(up / "a").st_nlink == 2
+    assert changes(fresh_home, "apply", rid).returncode == 0
+    w = fresh_home.work
+    for n in ("moved.txt", "tool", "tagged", "README.md"):
+        st = os.lstat(w / n)
+        assert (st.st_ino, st.st_nlink) == (ino[n], 1), n  # the layer's file itself, its layer name gone
+        assert not (up / n).exists() and os.listxattr(w / n) == [], n
+    assert os.lstat(w / "tool").st_mode & 0o7777 == 0o755
+    assert (w / "README.md").read_text().endswith("more") and (w / "tagged").read_text() == "x"
+    # A file with a second name in the layer is copied: each host name its own file, the layer's left whole.
+    assert {os.lstat(w / n).st_ino for n in "ab"} & {ino["a"]} == set()
+    assert [(w / n).read_text() for n in "ab"] == ["a", "a"] and os.lstat(up / "a").st_nlink == 2
+    assert changes(fresh_home, "show", rid).stdout.count(str(w)) == 0  # nothing left to apply
+
+
+def test_an_apply_stopped_inside_a_move_is_finished_by_the_next_and_a_third_changes_nothing(
+        fresh_home: FakeHome) -> None:
+    r = fresh_home.run(["sh", "-c", "echo one > one && echo two > two && rm -r src && mkdir src && "
+                        "echo fresh > src/new.c"], opts=["--review"])
+    assert r.returncode == 0, r.stderr
+    rid = held_id(fresh_home)
+    up, w = _upper(fresh_home, rid), fresh_home.work
+    # What a stop leaves: after the rename, before the layer's name is unlinked (one file, two names)...
+    os.link(up / "one", w / "one")
+    # ...and after the link beside the target, before the rename.
+    os.link(up / "two", w / ".two.safebox-apply-0badf00d")
+    again = changes(fresh_home, "apply", rid)
+    assert again.returncode == 0, again.stderr
+    assert os.lstat(w / "one").st_nlink == 1 and not (up / "one").exists()
+    assert (w / "two").read_text() == "two\n" and os.lstat(w / "two").st_nlink == 1
+    assert sorted(p.name for p in w.iterdir() if "safebox-apply" in p.name) == []
+    assert sorted(os.listdir(w / "src")) == ["new.c"]  # the directory the command replaced
+    # A third apply has nothing to do, and leaves the replaced directory's new file (copied, not
+    # moved: taken out of the opaque layer directory, the host's file would look deleted by the run).
+    third = changes(fresh_home, "apply", rid)
+    assert (third.returncode, third.stdout) == (0, ""), third.stderr
+    assert (w / "src" / "new.c").read_text() == "fresh\n" and (up / "src" / "new.c").exists()
