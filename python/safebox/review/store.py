@@ -17,9 +17,7 @@ refused, never read.
 from __future__ import annotations
 
 import errno
-import json
 import os
-import re
 import stat
 import time
 
@@ -34,7 +32,53 @@ if TYPE_CHECKING:
 MAX_HELD = 100
 #: Held runs older than this are swept when a new one is made.
 SWEEP_AFTER_S = 30 * 86400
-_ID = re.compile(r"^[0-9]{8}-[0-9]{6}-[0-9a-f]{6}$")
+_DIGITS, _HEX = frozenset("0123456789"), frozenset("0123456789abcdef")
+
+
+def is_id(name: str) -> bool:
+    """Whether ``name`` is a held run's id (``20260101-120000-a1b2c3``):
+    checked by hand, as ``re`` is kept off the start of a run."""
+    return (len(name) == 22 and name[8] == "-" and name[15] == "-" and _DIGITS.issuperset(name[:8])
+            and _DIGITS.issuperset(name[9:15]) and _HEX.issuperset(name[16:]))
+
+
+def dumps(value: object) -> str:
+    """``value`` (dicts, lists, str, int, float, bool, None) as JSON, as
+    ``json.dumps`` writes it (ASCII only): the start of a ``--review`` run
+    writes meta.json without importing json (and re), which a start never
+    loads (tests/integration/test_import_budget.py)."""
+    if value is None:
+        return "null"
+    if value is True:
+        return "true"
+    if value is False:
+        return "false"
+    if isinstance(value, str):
+        return '"' + "".join(_ESC.get(c) or (c if " " <= c < "\x7f" else _uescape(c)) for c in value) + '"'
+    if isinstance(value, int):
+        return int.__repr__(value)
+    if isinstance(value, float):
+        if value != value or value in (float("inf"), float("-inf")):
+            raise ValueError(f"{value!r} is not JSON")
+        return float.__repr__(value)
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(dumps(v) for v in value) + "]"
+    if isinstance(value, dict):
+        if not all(isinstance(k, str) for k in value):
+            raise TypeError("JSON object keys must be str here")
+        return "{" + ", ".join(f"{dumps(k)}: {dumps(v)}" for k, v in value.items()) + "}"
+    raise TypeError(f"{type(value).__name__} is not JSON")
+
+
+_ESC = {'"': '\\"', "\\": "\\\\", "\n": "\\n", "\r": "\\r", "\t": "\\t", "\b": "\\b", "\f": "\\f"}
+
+
+def _uescape(c: str) -> str:
+    n = ord(c)
+    if n < 0x10000:
+        return f"\\u{n:04x}"
+    n -= 0x10000
+    return f"\\u{0xD800 | (n >> 10):04x}\\u{0xDC00 | (n & 0x3FF):04x}"
 
 
 class Held(Frozen):
@@ -71,7 +115,7 @@ def _write_meta(d: str, meta: dict[str, Any]) -> None:
     from safebox import hostio
 
     with hostio.pin(d) as pd:
-        pd.replace("meta.json", json.dumps(meta, indent=1).encode())
+        pd.replace("meta.json", dumps(meta).encode())
 
 
 def create(state: str, *, roots: tuple[str, ...], command: tuple[str, ...], cwd: str,
@@ -99,7 +143,7 @@ def create(state: str, *, roots: tuple[str, ...], command: tuple[str, ...], cwd:
                                 "applied": [], "discarded": False,
                                 "audit_log": os.path.abspath(audit_log) if audit_log else None,
                                 "started_ns": os.stat("started", dir_fd=pd.fd).st_ctime_ns}
-        pd.write_exclusive("meta.json", json.dumps(meta, indent=1).encode())
+        pd.write_exclusive("meta.json", dumps(meta).encode())
     return Held(id=rid, dir=d, meta=meta)
 
 
@@ -117,7 +161,7 @@ def update(h: Held, **changes: Any) -> Held:
 
 def _ids(b: str) -> list[str]:
     try:
-        return sorted(n for n in os.listdir(b) if _ID.match(n))
+        return sorted(n for n in os.listdir(b) if is_id(n))
     except FileNotFoundError:
         return []
 
@@ -127,7 +171,7 @@ def open_held(state: str, rid: str) -> Held:
     missing run, and a directory that is not this user's own."""
     from safebox import hostio
 
-    if not _ID.match(rid):
+    if not is_id(rid):
         raise RunError(f"{rid!r} is not a held run's id (they look like 20260101-120000-a1b2c3)",
                        hint="`safebox changes list` shows them")
     d = os.path.join(base(state), rid)
@@ -143,6 +187,8 @@ def open_held(state: str, rid: str) -> Held:
                        hint="apply a run as the user who made it")
     with hostio.pin(d) as pd:
         raw = pd.read("meta.json", max_size=1 << 20, missing_ok=False)
+    import json
+
     try:
         meta = json.loads(raw or b"{}")
     except ValueError:
