@@ -22,7 +22,7 @@ no symlink on the host is ever followed, whoever planted it.
 * a deletion (a whiteout) or a replaced directory (opaque): removed by
   descriptors, without following a link;
 * a conflict: the host's entry changed since the run started (its change
-  time is not before the held run's ``started`` marker) and is not already
+  time is not before the held run's start: Held.started_ns) and is not already
   what the layer holds: refused, named, unless ``force``;
 * code-running names (safebox.review.layer.runs_code): listed, applied
   only when the caller names them;
@@ -76,11 +76,22 @@ def select(cs: list[Change], paths: tuple[str, ...] | None) -> tuple[list[Change
     return chosen, []
 
 
-def _check_space(chosen: list[Change]) -> None:
+def _check_space(h: Held, chosen: list[Change]) -> None:
+    """Refuse, before anything is written, an apply whose copies do not fit.
+    A layer on its root's file system is moved, not copied (_Mover): its
+    files need no room (the few it copies, hard links and opaque
+    directories, stop with ENOSPC, whole, if the disk is that full)."""
     need: dict[str, int] = {}
+    same: dict[int, bool] = {}
     for c in chosen:
         if c.kind != "deleted" and c.type == "file":
-            need[c.root] = need.get(c.root, 0) + c.size
+            if c.layer not in same:
+                try:
+                    same[c.layer] = os.stat(h.upper(c.layer)).st_dev == os.stat(c.root).st_dev
+                except OSError:
+                    same[c.layer] = False
+            if not same[c.layer]:
+                need[c.root] = need.get(c.root, 0) + c.size
     for root, n in need.items():
         try:
             sv = os.statvfs(root)
@@ -190,7 +201,7 @@ def apply(h: Held, paths: tuple[str, ...] | None = None, *, force: bool = False)
         moved: list[tuple[int, str]] = []
         cs = _layer.changes(h, moved=moved)
         chosen, code = select(cs, paths)
-        _check_space(chosen)
+        _check_space(h, chosen)
         started = h.started_ns()
         applied: list[str] = []
         conflicts: list[tuple[str, str]] = []

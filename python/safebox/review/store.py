@@ -2,8 +2,10 @@
 
 * ``meta.json`` -- the run: command, work dir, the write roots held (in
   layer order), when it started, its exit status, what was applied;
-* ``started`` -- an empty file made just before the command: its change
-  time is the run's start on the file systems' own clock (conflicts);
+* ``layers/`` -- its change time, set by the last ``layers/K`` made just
+  before the command, is the run's start on the file system's own clock
+  (conflicts; a ``started`` file, where an older safebox made one, is
+  read first): no file of its own to create (each costs ~0.4 ms here);
 * ``layers/K/upper``, ``layers/K/work`` -- the overlay of write root K;
 * ``lock`` -- held (``flock``) by an ``apply`` or ``discard`` at work.
 
@@ -101,10 +103,12 @@ class Held(Frozen):
 
     def started_ns(self) -> int:
         """The run's start on the file system's clock (the marker's ctime)."""
-        try:
-            return os.stat(os.path.join(self.dir, "started"), follow_symlinks=False).st_ctime_ns
-        except OSError:
-            return int(self.meta.get("started_ns", 0))
+        for marker in ("started", "layers"):
+            try:
+                return os.stat(os.path.join(self.dir, marker), follow_symlinks=False).st_ctime_ns
+            except OSError:
+                continue
+        return int(self.meta.get("started_ns", 0))
 
 
 def base(state: str) -> str:
@@ -137,12 +141,11 @@ def create(state: str, *, roots: tuple[str, ...], command: tuple[str, ...], cwd:
         for sub in ("upper", "work"):
             os.mkdir(os.path.join(d, "layers", str(k), sub), 0o700)
     with _pinned(d) as pd:
-        pd.write_exclusive("started", b"")
         meta: dict[str, Any] = {"v": 1, "id": rid, "uid": os.geteuid(), "command": list(command), "cwd": cwd,
                                 "roots": list(roots), "created": now, "status": "running", "exit": None,
                                 "applied": [], "discarded": False,
                                 "audit_log": os.path.abspath(audit_log) if audit_log else None,
-                                "started_ns": os.stat("started", dir_fd=pd.fd).st_ctime_ns}
+                                "started_ns": os.stat("layers", dir_fd=pd.fd, follow_symlinks=False).st_ctime_ns}
         pd.write_exclusive("meta.json", dumps(meta).encode())
     return Held(id=rid, dir=d, meta=meta)
 
@@ -280,8 +283,7 @@ def _remove_empty(h: Held) -> bool:
             os.rmdir(os.path.join(lay, "upper"))
             os.rmdir(lay)
         os.rmdir(os.path.join(h.dir, "layers"))
-        for n in ("meta.json", "started"):
-            os.unlink(os.path.join(h.dir, n))
+        os.unlink(os.path.join(h.dir, "meta.json"))
         os.rmdir(h.dir)
         return True
     except OSError:
