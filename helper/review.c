@@ -23,8 +23,8 @@
  * The K and I records come in the order of the sandbox's mount table, so
  * the stack above each root is rebuilt as the normal run has it: every
  * read-only, masked and protected path keeps its rule inside the layer.
- * Last, the stage is detached: the command never sees the layers' dirs,
- * only the merged view.  Any failure dies (125) before the command exists.
+ * Last, the stage is detached (and removed where it can be: the sandbox's
+ * /tmp): the command never sees the layers' dirs, only the merged view.  Any failure dies (125) before the command exists.
  */
 #include "review.h"
 
@@ -222,6 +222,10 @@ int review_main(int argc, char **argv)
 		die("review plan: no stage (G)");
 	if (umount2(stage, MNT_DETACH) < 0)
 		die_errno("--review: cannot detach the layers' stage %s", stage);
+	/* A stage bubblewrap made in the sandbox's private /tmp goes too (one
+	 * in the read-only run dir stays: EROFS, safebox removes it). */
+	if (rmdir(stage) < 0 && errno != EROFS)
+		die_errno("--review: cannot remove the layers' stage %s", stage);
 	free(buf);
 	return 0;
 }

@@ -77,13 +77,17 @@ def _private_tmpdir(config: pytest.Config) -> None:
     short ``--basetemp`` (a unix socket's path under it must stay within the
     kernel's 107 bytes: ``/tmp/pytest-of-USER/pytest-N`` was as long), the
     one xdist's workers take theirs from. The sandboxes the tests start get
-    no TMPDIR (``FakeHome.env``)."""
+    no TMPDIR (``FakeHome.env``). Both are named after the user and the
+    checkout: pytest empties its basetemp when a session starts, and two
+    sessions of one user in two worktrees wiped each other's."""
+    import binascii
     import tempfile
 
     uid = os.geteuid()
+    where = binascii.crc32(os.fsencode(str(config.rootpath))) & 0xFFFF
     if config.option.basetemp is None and "PYTEST_XDIST_WORKER" not in os.environ:
-        config.option.basetemp = f"/var/tmp/sbt{uid}"
-    scratch = f"/var/tmp/sbt{uid}.tmp"
+        config.option.basetemp = f"/var/tmp/sbt{uid}-{where:04x}"
+    scratch = f"/var/tmp/sbt{uid}-{where:04x}.tmp"
     os.makedirs(scratch, mode=0o700, exist_ok=True)
     os.environ["TMPDIR"] = scratch
     tempfile.tempdir = None  # gettempdir() reads TMPDIR again

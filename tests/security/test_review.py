@@ -379,11 +379,14 @@ def test_names_and_contents_the_command_chose_cannot_drive_the_terminal(fresh_ho
 def test_the_layers_are_out_of_the_commands_reach_and_set_id_bits_never_reach_the_host(fresh_home: FakeHome) -> None:
     # Inside, the held run's own directories are not to be found: only the merged view.
     r = fresh_home.run(["sh", "-c", "echo x > tool && chmod 6755 tool && stat -c %a tool && "
-                        "ls -A ~/.cache/safebox/run/*/*/review; ls -A ~/.cache/safebox/review 2>&1; true"],
+                        "ls -A ~/.cache/safebox/run/*/*/review; ls -A ~/.cache/safebox/review 2>&1; "
+                        "ls -A /tmp; grep -c ' /tmp/' /proc/self/mountinfo; true"],
                        opts=["--review"])
     assert r.returncode == 0, r.stderr
     assert r.stdout.splitlines()[0] == "6755"  # the command set them, in its layer
     assert "layers" not in r.stdout and "upper" not in r.stdout, r.stdout
+    # The stage the layers came in by (the private /tmp) is gone: neither a mount nor a directory.
+    assert "safebox-review" not in r.stdout and r.stdout.splitlines()[-1] == "0", r.stdout
     rid = held_id(fresh_home)
     assert (fresh_home.root / ".cache" / "safebox" / "review" / rid / "layers" / "0" / "upper" / "tool").exists()
     assert changes(fresh_home, "apply", rid).returncode == 0
