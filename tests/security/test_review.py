@@ -18,6 +18,7 @@ import shutil
 import signal
 import subprocess
 import tempfile
+import time
 from pathlib import Path
 
 import pytest
@@ -41,6 +42,11 @@ def held_id(home: FakeHome) -> str:
     assert r.returncode == 0, r.stderr
     rows = json.loads(r.stdout)
     return str(rows[-1]["id"])
+
+
+def held_dirs(base: Path) -> list[Path]:
+    """The held runs' directories (not the spare an empty run leaves for the next)."""
+    return [p for p in base.iterdir() if p.name != ".spare"]
 
 
 def listing(home: FakeHome) -> dict[str, tuple[int, int, str]]:
@@ -251,16 +257,16 @@ def test_the_api_holds_shows_applies_and_discards_a_runs_changes(fresh_home: Fak
         with pytest.raises(safebox.SafeboxError, match="still waits: apply"):
             sb.run(["true"])  # the next command would not see the held .envrc
         sb.discard()
-        assert sb.held_run is None and list(base.iterdir()) == []
+        assert sb.held_run is None and held_dirs(base) == []
         sb.run(["true"])
-        assert sb.held_run is None and list(base.iterdir()) == []  # nothing changed: nothing held
+        assert sb.held_run is None and held_dirs(base) == []  # nothing changed: nothing held
         sb.run(["sh", "-c", "echo again > again.txt"])
         assert sb.held_run is not None
-    assert list(base.iterdir()) == [] and not (fresh_home.work / "again.txt").exists()  # dropped with the Sandbox
+    assert held_dirs(base) == [] and not (fresh_home.work / "again.txt").exists()  # dropped with the Sandbox
     with safebox.Sandbox(cwd=fresh_home.work, env=env, review=True, keep=True) as sb:
         sb.run(["sh", "-c", "echo kept > kept.txt"])
         rid = sb.held_run
-    assert [p.name for p in base.iterdir()] == [rid]  # keep=True: it survives the Sandbox
+    assert [p.name for p in held_dirs(base)] == [rid]  # keep=True: it survives the Sandbox
     assert changes(fresh_home, "apply", str(rid)).returncode == 0
     assert (fresh_home.work / "kept.txt").read_text() == "kept\n"
 
@@ -471,3 +477,19 @@ def test_an_apply_stopped_inside_a_move_is_finished_by_the_next_and_a_third_chan
     third = changes(fresh_home, "apply", rid)
     assert (third.returncode, third.stdout) == (0, ""), third.stderr
     assert (w / "src" / "new.c").read_text() == "fresh\n" and (up / "src" / "new.c").exists()
+
+
+def test_a_run_on_the_directories_an_empty_run_left_starts_when_it_starts(fresh_home: FakeHome) -> None:
+    # A run that changed nothing leaves its empty directories for the next one (one rename each way).
+    spare = fresh_home.root / ".cache" / "safebox" / "review" / ".spare"
+    assert fresh_home.run(["true"], opts=["--review"]).returncode == 0
+    assert spare.is_dir() and changes(fresh_home, "list", "--json").stdout.strip() == "[]"  # never a held run
+    time.sleep(0.05)  # past the file system clock's tick
+    (fresh_home.work / "README.md").write_text("host edit\n")  # before the next run starts: no conflict
+    time.sleep(0.05)
+    r = fresh_home.run(["sh", "-c", "echo more >> README.md"], opts=["--review"])
+    assert r.returncode == 0, r.stderr
+    assert not spare.exists()  # taken
+    a = changes(fresh_home, "apply", held_id(fresh_home))
+    assert a.returncode == 0 and "conflict" not in a.stderr, a.stderr
+    assert (fresh_home.work / "README.md").read_text() == "host edit\nmore\n"

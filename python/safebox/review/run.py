@@ -49,8 +49,9 @@ def finish(held: Held, rc: int, *, say: Callable[[str], None], audit: object | N
     from safebox.review import store
 
     if _empty(held):
-        # Nothing to review (the common case of a read-only job): no held run is left behind.
-        store.remove(held)
+        # Nothing to review (the common case of a read-only job): no held run is left behind
+        # (its empty directories are the next run's).
+        store.recycle(held)
         say(f"review: the run changed nothing in its write roots; nothing is held (exit status {rc})")
         if audit is not None:
             _event(audit, "review_held", review=held.id, added=0, modified=0, deleted=0, changes=[])
