@@ -216,15 +216,8 @@ def apply(h: Held, paths: tuple[str, ...] | None = None, *, force: bool = False)
                 if c.type == "other":
                     refused.append((c.path, "not a file, a directory or a symlink"))
                     continue
-                head, _, name = c.rel.rpartition("/")
                 try:
-                    dfd = host.get(head)
-                    hst = None
-                    if dfd is not None:
-                        try:
-                            hst = os.stat(name, dir_fd=dfd, follow_symlinks=False)
-                        except FileNotFoundError:
-                            pass
+                    hst = _host_entry(host, c)
                 except hostio.HostFileError as e:
                     refused.append((c.path, e.why))
                     continue
@@ -255,6 +248,19 @@ def apply(h: Held, paths: tuple[str, ...] | None = None, *, force: bool = False)
                       status="applied" if not left else h.meta.get("status"))
         return Outcome(applied=tuple(applied), code=tuple(c.path for c in code), conflicts=tuple(conflicts),
                        refused=tuple(refused))
+
+
+def _host_entry(host: _Dirs, c: Change) -> os.stat_result | None:
+    """The host's ``lstat`` of ``c``, None when absent; a link on the way is
+    HostFileError."""
+    head, _, name = c.rel.rpartition("/")
+    dfd = host.get(head)
+    if dfd is None:
+        return None
+    try:
+        return os.stat(name, dir_fd=dfd, follow_symlinks=False)
+    except FileNotFoundError:
+        return None
 
 
 _TMP = re.compile(r"^\..+\.safebox-apply-[0-9a-f]{8}$")
