@@ -10,14 +10,16 @@ and ``safebox changes apply`` of 10,000 new files.
    holds nothing);
 2. a ``--review`` run writes FILES files of 100 bytes in 100 directories;
    ``safebox changes apply`` puts them on the host (timed as a whole
-   process, three times, each on a fresh held run); for scale, ``cp -a``
-   of the same layer tree, and the same writes by a normal run;
+   process, three times, each on a fresh held run: the layer is on the
+   work tree's file system, so each file is moved, not copied); for scale,
+   ``cp -a`` of the same layer tree, and the same writes by a normal run;
 3. with --npm N (0: skipped), ``npm install`` of a project of N packages
    from a verdaccio on 127.0.0.1 (bench_cache_reuse.py's, from ``.tools/``),
    ``safebox exec --preset npm`` with and without ``--review``, five rounds
    interleaved (the held run discarded after each, untimed).
 
-Reports medians and ratios from this one run; with --write replaces the
+Reports medians (wall, and CPU: user + system of the process and what it
+waited for) and ratios from this one run; with --write replaces the
 section between <!-- review:start --> and <!-- review:end --> in the file.
 This is a benchmark, not a test: it asserts nothing.
 """
@@ -28,6 +30,7 @@ import argparse
 import json
 import os
 import platform
+import resource
 import shutil
 import statistics
 import subprocess
@@ -41,10 +44,21 @@ WRITE = ("import os\nfor d in range(100):\n    os.makedirs(f'out/d{{d}}', exist_
          "for i in range({n}):\n    open(f'out/d{{i % 100}}/f{{i}}', 'w').write('x' * 100)\n")
 
 
+CPU: list[float] = []  # the CPU seconds of each timed() call, in order
+
+
+def _cpu() -> float:
+    ru = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return ru.ru_utime + ru.ru_stime
+
+
 def timed(argv: list[str], cwd: Path, env: dict[str, str]) -> float:
+    """Wall seconds of one process; its CPU seconds are appended to CPU."""
+    c = _cpu()
     t = time.perf_counter()
     r = subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True, check=False)
     dt = time.perf_counter() - t
+    CPU.append(_cpu() - c)
     if r.returncode != 0:
         raise SystemExit(f"{' '.join(argv)} failed ({r.returncode}): {r.stderr}")
     return dt
@@ -74,12 +88,14 @@ def main() -> None:
         for _ in range(2):  # warm the caches
             timed([SAFEBOX, "exec", "--", "true"], work, env)
             timed([SAFEBOX, "exec", "--review", "--", "true"], work, env)
-        normal, review = [], []
+        normal, review, normal_cpu, review_cpu = [], [], [], []
         for _ in range(a.runs):
             normal.append(timed([SAFEBOX, "exec", "--", "true"], work, env))
+            normal_cpu.append(CPU[-1])
             review.append(timed([SAFEBOX, "exec", "--review", "--", "true"], work, env))
+            review_cpu.append(CPU[-1])
         script = WRITE.format(n=a.files)
-        applies, copies, writes_normal, writes_review = [], [], [], []
+        applies, applies_cpu, copies, writes_normal, writes_review = [], [], [], [], []
         for _ in range(3):
             shutil.rmtree(work / "out", ignore_errors=True)
             writes_normal.append(timed([SAFEBOX, "exec", "--", "python3", "-c", script], work, env))
@@ -92,6 +108,7 @@ def main() -> None:
             copies.append(time.perf_counter() - t)
             shutil.rmtree(base / "copy")
             applies.append(timed([SAFEBOX, "changes", "apply", rid], work, env))
+            applies_cpu.append(CPU[-1])
             assert len(list((work / "out").rglob("f*"))) == a.files
             subprocess.run([SAFEBOX, "changes", "discard", rid], cwd=work, env=env, check=True, capture_output=True)
         npm_normal: list[float] = []
@@ -105,11 +122,12 @@ def main() -> None:
                 f"```\n.venv/bin/python benchmarks/bench_review.py --runs {a.runs} --files {a.files} "
                 f"--write docs/benchmarks.md\n```\n\n"
                 "| run | median |\n|---|---|\n"
-                f"| `safebox exec -- true` | {m(normal) * 1e3:.1f} ms |\n"
-                f"| `safebox exec --review -- true` | {m(review) * 1e3:.1f} ms |\n"
+                f"| `safebox exec -- true` | {m(normal) * 1e3:.1f} ms (CPU {m(normal_cpu) * 1e3:.1f} ms) |\n"
+                f"| `safebox exec --review -- true` | {m(review) * 1e3:.1f} ms (CPU {m(review_cpu) * 1e3:.1f} ms) |\n"
                 f"| a normal run writing {a.files:,} files | {m(writes_normal) * 1e3:.0f} ms |\n"
                 f"| the same under `--review` | {m(writes_review) * 1e3:.0f} ms |\n"
-                f"| `safebox changes apply` of those {a.files:,} files (whole process) | {m(applies) * 1e3:.0f} ms |\n"
+                f"| `safebox changes apply` of those {a.files:,} files (whole process) | {m(applies) * 1e3:.0f} ms "
+                f"(CPU {m(applies_cpu) * 1e3:.0f} ms) |\n"
                 f"| for scale: `cp -a` of the layer's tree | {m(copies) * 1e3:.0f} ms |\n"
                 + (f"| `npm install` of {a.npm} packages (verdaccio on 127.0.0.1) | {m(npm_normal) * 1e3:.0f} ms |\n"
                    f"| the same under `--review` | {m(npm_review) * 1e3:.0f} ms |\n" if a.npm else "")

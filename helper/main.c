@@ -38,7 +38,7 @@
 #endif
 
 #define USAGE "usage: safebox-helper --policy-file PATH [--status-fd N] [--handoff-fd N] "                        \
-	      "-- COMMAND [ARGS]... "                                                                             \
+	      "[--sync-fd N [--enter-cwd DIR]] -- COMMAND [ARGS]... "                                             \
 	      "| --supervise --table PATH --events-fd N --listener-sock N [--capture-port N --capture-key-fd N] " \
 	      "| --mount --namespace-fd N --plan-fd N [--hold-fd N] "                                             \
 	      "| --review --namespace-fd N --plan-fd N | --dir-keys | --probe | --version"
@@ -47,6 +47,8 @@ struct args {
 	const char *policy_path;
 	int status_fd;  /* -1: none */
 	int handoff_fd; /* -1: none */
+	int sync_fd;    /* -1: none */
+	const char *enter_cwd;
 	char **command;
 };
 
@@ -70,6 +72,8 @@ static void parse_args(int argc, char **argv, struct args *a)
 	a->policy_path = NULL;
 	a->status_fd = -1;
 	a->handoff_fd = -1;
+	a->sync_fd = -1;
+	a->enter_cwd = NULL;
 	a->command = NULL;
 	for (i = 1; i < argc; i++) {
 		if (strcmp(argv[i], "--") == 0) {
@@ -81,6 +85,10 @@ static void parse_args(int argc, char **argv, struct args *a)
 			a->status_fd = parse_fd("--status-fd", argv[++i]);
 		} else if (strcmp(argv[i], "--handoff-fd") == 0 && i + 1 < argc && a->handoff_fd < 0) {
 			a->handoff_fd = parse_fd("--handoff-fd", argv[++i]);
+		} else if (strcmp(argv[i], "--sync-fd") == 0 && i + 1 < argc && a->sync_fd < 0) {
+			a->sync_fd = parse_fd("--sync-fd", argv[++i]);
+		} else if (strcmp(argv[i], "--enter-cwd") == 0 && i + 1 < argc && !a->enter_cwd) {
+			a->enter_cwd = argv[++i];
 		} else {
 			die_hint(0, USAGE, "unexpected argument '%s'", argv[i]);
 		}
@@ -89,6 +97,44 @@ static void parse_args(int argc, char **argv, struct args *a)
 		die_hint(0, USAGE, "--policy-file, '--' and a command are required");
 	if (a->status_fd >= 0 && a->status_fd == a->handoff_fd)
 		die("--status-fd and --handoff-fd must differ");
+	if (a->sync_fd >= 0 && (a->sync_fd == a->status_fd || a->sync_fd == a->handoff_fd))
+		die("--sync-fd must differ from --status-fd and --handoff-fd");
+	if (a->enter_cwd != NULL && a->sync_fd < 0)
+		die_hint(0, USAGE, "--enter-cwd comes with --sync-fd");
+}
+
+/* The handshake of a big policy's mounter and of --review (docs/layers.md,
+ * "Big policies"), before anything else: "R" out on FD, the line "G" back
+ * once safebox has made its mounts, or exit 125 at once, silently (end of
+ * file: safebox failed, and says why itself).  Then FD is closed and, with
+ * ENTER_CWD, the working directory entered again: bubblewrap's chdir holds
+ * the directory that was mounted there before, and an overlay made on it
+ * since is seen only through a new look-up of its path.  (What a `sh -c`
+ * stanza in front of the helper did, without the shell's exec.) */
+static void sync_handshake(int fd, const char *enter_cwd)
+{
+	char got[2];
+	size_t have = 0;
+	ssize_t n;
+
+	do
+		n = write(fd, "R", 1);
+	while (n < 0 && errno == EINTR);
+	if (n != 1)
+		_exit(SB_EXIT_FAILURE);
+	while (have < sizeof(got)) {
+		n = read(fd, got + have, sizeof(got) - have);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0)
+			_exit(SB_EXIT_FAILURE);
+		have += (size_t)n;
+	}
+	if (got[0] != 'G' || got[1] != '\n')
+		_exit(SB_EXIT_FAILURE);
+	close(fd);
+	if (enter_cwd != NULL && chdir(enter_cwd) < 0)
+		die_errno("cannot enter the working directory %s again after the mounts", enter_cwd);
 }
 
 /* The name of an errno that landlock_create_ruleset(2) or installing the
@@ -359,6 +405,8 @@ int main(int argc, char **argv)
 		return dirkeys_main(argc, argv);
 	parse_args(argc, argv, &a);
 	setup_status_fd(a.status_fd);
+	if (a.sync_fd >= 0)
+		sync_handshake(a.sync_fd, a.enter_cwd);
 
 	/* The numbered sequence docs/layers.md quotes, its numbers in one column. */
 	/* clang-format off */

@@ -23,8 +23,8 @@
  * The K and I records come in the order of the sandbox's mount table, so
  * the stack above each root is rebuilt as the normal run has it: every
  * read-only, masked and protected path keeps its rule inside the layer.
- * Last, the stage is detached: the command never sees the layers' dirs,
- * only the merged view.  Any failure dies (125) before the command exists.
+ * Last, the stage is detached (and removed where it can be: the sandbox's
+ * /tmp): the command never sees the layers' dirs, only the merged view.  Any failure dies (125) before the command exists.
  */
 #include "review.h"
 
@@ -38,6 +38,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mount.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -128,6 +129,46 @@ static void rebind(const char *path)
 	close(m);
 }
 
+#define RV_PLAN_MAX (64 << 20) /* bytes, as the mounter's */
+
+/* The plan, read to its end: from a memfd (sized: the mounter's reader), or
+ * from the pipe safebox writes it into once bubblewrap has built the
+ * sandbox (safebox starts this helper while bubblewrap works, so that its
+ * exec is not on the run's way; end of file before a plan: safebox gave
+ * up, and the empty plan dies below). */
+static char *read_plan(int fd, size_t *len)
+{
+	struct stat st;
+	size_t cap = 1 << 16, n = 0;
+	char *buf;
+
+	if (fstat(fd, &st) < 0)
+		die_errno("--review: cannot read the plan");
+	if (!S_ISFIFO(st.st_mode))
+		return mounter_read_plan(fd, len);
+	buf = xcalloc(cap + 1, 1);
+	for (;;) {
+		ssize_t r = read_all(fd, buf + n, cap - n);
+		char *bigger;
+
+		if (r < 0)
+			die_errno("--review: cannot read the plan");
+		n += (size_t)r;
+		if (n < cap)
+			break; /* end of file */
+		if (cap >= RV_PLAN_MAX)
+			die("--review: the plan is larger than %d bytes", RV_PLAN_MAX);
+		bigger = realloc(buf, 2 * cap + 1);
+		if (bigger == NULL)
+			die("--review: out of memory for the plan");
+		memset(bigger + cap, 0, cap + 1);
+		buf = bigger;
+		cap *= 2;
+	}
+	*len = n;
+	return buf;
+}
+
 int review_main(int argc, char **argv)
 {
 	int ns = -1, plan_fd = -1, snap = -1, k = 0;
@@ -146,7 +187,7 @@ int review_main(int argc, char **argv)
 	}
 	if (ns < 0 || plan_fd < 0)
 		die("--review needs --namespace-fd and --plan-fd");
-	buf = mounter_read_plan(plan_fd, &len);
+	buf = read_plan(plan_fd, &len);
 	close(plan_fd);
 	mounter_enter(ns);
 	while (at < len) {
@@ -181,6 +222,10 @@ int review_main(int argc, char **argv)
 		die("review plan: no stage (G)");
 	if (umount2(stage, MNT_DETACH) < 0)
 		die_errno("--review: cannot detach the layers' stage %s", stage);
+	/* A stage bubblewrap made in the sandbox's private /tmp goes too (one
+	 * in the read-only run dir stays: EROFS, safebox removes it). */
+	if (rmdir(stage) < 0 && errno != EROFS)
+		die_errno("--review: cannot remove the layers' stage %s", stage);
 	free(buf);
 	return 0;
 }

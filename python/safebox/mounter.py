@@ -144,28 +144,37 @@ def after_bwrap(sync: Any, child: int | None, bulk: BulkPlan, rp: ResolvedPolicy
     the descriptor holding the mount namespace (-1: none). Nothing on
     ``sync`` (end of file): bubblewrap failed, and reports it itself."""
     hold = -1
-    if sync.recv(1) == b"R":
-        if child is None:
-            raise RunError("bubblewrap did not report its sandbox's pid; cannot make the mounts")
-        pending = start(child, bulk, helper=rp.helper_path, env=env) if bulk.ops else None
-        try:
-            if pending is not None:
-                hold = pending.hold
-                try:
-                    start_observer()
-                finally:
-                    pending.wait()
-            if rp.review_layers:
-                from safebox.review import mounts as review_mounts
+    early = None
+    if rp.review_layers and child is not None:
+        from safebox.review import mounts as review_mounts
 
-                # The big policy's mounts included: the overlays read the mount table back.
-                review_mounts.start(child, rp, helper=rp.helper_path, env=env).wait()
-        except BaseException:
-            if hold >= 0:
-                os.close(hold)
-            raise
-        sync.sendall(b"G\n")
-    elif bulk.ops:
-        start_observer()  # as without the mounter; bubblewrap's failure is reported by its caller
+        # Its exec while bubblewrap builds the sandbox; the plan once it is built.
+        early = review_mounts.prestart(child, helper=rp.helper_path, env=env)
+    try:
+        if sync.recv(1) == b"R":
+            if child is None:
+                raise RunError("bubblewrap did not report its sandbox's pid; cannot make the mounts")
+            pending = start(child, bulk, helper=rp.helper_path, env=env) if bulk.ops else None
+            try:
+                if pending is not None:
+                    hold = pending.hold
+                    try:
+                        start_observer()
+                    finally:
+                        pending.wait()
+                if early is not None:
+                    # The big policy's mounts included: the overlays read the mount table back.
+                    review, early = early.go(rp, helper=rp.helper_path, env=env), None
+                    review.wait()
+            except BaseException:
+                if hold >= 0:
+                    os.close(hold)
+                raise
+            sync.sendall(b"G\n")
+        elif bulk.ops:
+            start_observer()  # as without the mounter; bubblewrap's failure is reported by its caller
+    finally:
+        if early is not None:
+            early.abandon()
     sync.close()
     return hold

@@ -83,3 +83,16 @@ def test_control_a_command_that_connects_loads_the_proxy_but_not_openssl(shared_
     mods = _imported(shared_home, NETWORK, command)
     assert {"asyncio", "safebox.proxy.server", "safebox.proxy.rules", "safebox.proxy.http"} <= mods
     assert "_ssl" not in mods  # "ssl" is listed for asyncio's refused attempt; _ssl would be OpenSSL
+
+
+#: What --review may add to a start: its own modules and the mounter's handshake.
+REVIEW_EXTRA = frozenset({"safebox.review", "safebox.review.run", "safebox.review.store", "safebox.review.mounts",
+                          "safebox.mounter"})
+
+
+def test_a_review_start_adds_only_its_own_modules(shared_home: FakeHome) -> None:
+    plain = _imported(shared_home, [], ["true"])
+    mods = _imported(shared_home, ["--review"], ["true"])
+    assert "safebox.review.mounts" in mods  # it is a --review run: its overlays were planned
+    assert sorted(mods & FORBIDDEN) == []  # meta.json written without json, the handshake without socket
+    assert sorted(mods - plain - REVIEW_EXTRA) == []

@@ -18,6 +18,7 @@ import shutil
 import signal
 import subprocess
 import tempfile
+import time
 from pathlib import Path
 
 import pytest
@@ -41,6 +42,11 @@ def held_id(home: FakeHome) -> str:
     assert r.returncode == 0, r.stderr
     rows = json.loads(r.stdout)
     return str(rows[-1]["id"])
+
+
+def held_dirs(base: Path) -> list[Path]:
+    """The held runs' directories (not the spare an empty run leaves for the next)."""
+    return [p for p in base.iterdir() if p.name != ".spare"]
 
 
 def listing(home: FakeHome) -> dict[str, tuple[int, int, str]]:
@@ -251,16 +257,16 @@ def test_the_api_holds_shows_applies_and_discards_a_runs_changes(fresh_home: Fak
         with pytest.raises(safebox.SafeboxError, match="still waits: apply"):
             sb.run(["true"])  # the next command would not see the held .envrc
         sb.discard()
-        assert sb.held_run is None and list(base.iterdir()) == []
+        assert sb.held_run is None and held_dirs(base) == []
         sb.run(["true"])
-        assert sb.held_run is None and list(base.iterdir()) == []  # nothing changed: nothing held
+        assert sb.held_run is None and held_dirs(base) == []  # nothing changed: nothing held
         sb.run(["sh", "-c", "echo again > again.txt"])
         assert sb.held_run is not None
-    assert list(base.iterdir()) == [] and not (fresh_home.work / "again.txt").exists()  # dropped with the Sandbox
+    assert held_dirs(base) == [] and not (fresh_home.work / "again.txt").exists()  # dropped with the Sandbox
     with safebox.Sandbox(cwd=fresh_home.work, env=env, review=True, keep=True) as sb:
         sb.run(["sh", "-c", "echo kept > kept.txt"])
         rid = sb.held_run
-    assert [p.name for p in base.iterdir()] == [rid]  # keep=True: it survives the Sandbox
+    assert [p.name for p in held_dirs(base)] == [rid]  # keep=True: it survives the Sandbox
     assert changes(fresh_home, "apply", str(rid)).returncode == 0
     assert (fresh_home.work / "kept.txt").read_text() == "kept\n"
 
@@ -379,11 +385,14 @@ def test_names_and_contents_the_command_chose_cannot_drive_the_terminal(fresh_ho
 def test_the_layers_are_out_of_the_commands_reach_and_set_id_bits_never_reach_the_host(fresh_home: FakeHome) -> None:
     # Inside, the held run's own directories are not to be found: only the merged view.
     r = fresh_home.run(["sh", "-c", "echo x > tool && chmod 6755 tool && stat -c %a tool && "
-                        "ls -A ~/.cache/safebox/run/*/*/review; ls -A ~/.cache/safebox/review 2>&1; true"],
+                        "ls -A ~/.cache/safebox/run/*/*/review; ls -A ~/.cache/safebox/review 2>&1; "
+                        "ls -A /tmp; grep -c ' /tmp/' /proc/self/mountinfo; true"],
                        opts=["--review"])
     assert r.returncode == 0, r.stderr
     assert r.stdout.splitlines()[0] == "6755"  # the command set them, in its layer
     assert "layers" not in r.stdout and "upper" not in r.stdout, r.stdout
+    # The stage the layers came in by (the private /tmp) is gone: neither a mount nor a directory.
+    assert "safebox-review" not in r.stdout and r.stdout.splitlines()[-1] == "0", r.stdout
     rid = held_id(fresh_home)
     assert (fresh_home.root / ".cache" / "safebox" / "review" / rid / "layers" / "0" / "upper" / "tool").exists()
     assert changes(fresh_home, "apply", rid).returncode == 0
@@ -412,3 +421,75 @@ def test_held_runs_are_bounded_and_old_ones_swept(fresh_home: FakeHome) -> None:
     ok = fresh_home.run(["sh", "-c", "echo x > new.txt"], opts=["--review"])
     assert ok.returncode == 0, ok.stderr
     assert not (fresh_home.work / "new.txt").exists()
+
+
+def _upper(home: FakeHome, rid: str) -> Path:
+    return home.root / ".cache" / "safebox" / "review" / rid / "layers" / "0" / "upper"
+
+
+def test_apply_moves_a_file_out_of_the_layer_without_its_attributes_and_copies_a_hard_linked_one(
+        fresh_home: FakeHome) -> None:
+    script = ("import os\nopen('moved.txt', 'w').write('m')\nopen('tool', 'w').write('t')\nos.chmod('tool', 0o6755)\n"
+              "open('tagged', 'w').write('x')\nos.setxattr('tagged', 'user.origin', b'the command')\n"
+              "open('README.md', 'a').write('more')\nopen('a', 'w').write('a')\nos.link('a', 'b')\n")
+    r = fresh_home.run(["python3", "-c", script], opts=["--review"])
+    assert r.returncode == 0, r.stderr
+    rid = held_id(fresh_home)
+    up = _upper(fresh_home, rid)
+    ino = {n: os.lstat(up / n).st_ino for n in ("moved.txt", "tool", "tagged", "README.md", "a")}
+    # Control: what the layer holds carries what must not reach the host.
+    assert os.listxattr(up / "tagged") == ["user.origin"]
+    assert "user.overlay.origin" in os.listxattr(up / "README.md")  # overlayfs's mark of a copied-up file
+    assert os.lstat(up / "tool").st_mode & 0o7777 == 0o6755 and os.lstat(up / "a").st_nlink == 2
+    assert changes(fresh_home, "apply", rid).returncode == 0
+    w = fresh_home.work
+    for n in ("moved.txt", "tool", "tagged", "README.md"):
+        st = os.lstat(w / n)
+        assert (st.st_ino, st.st_nlink) == (ino[n], 1), n  # the layer's file itself, its layer name gone
+        assert not (up / n).exists() and os.listxattr(w / n) == [], n
+    assert os.lstat(w / "tool").st_mode & 0o7777 == 0o755
+    assert (w / "README.md").read_text().endswith("more") and (w / "tagged").read_text() == "x"
+    # A file with a second name in the layer is copied: each host name its own file, the layer's left whole.
+    assert {os.lstat(w / n).st_ino for n in "ab"} & {ino["a"]} == set()
+    assert [(w / n).read_text() for n in "ab"] == ["a", "a"] and os.lstat(up / "a").st_nlink == 2
+    assert changes(fresh_home, "show", rid).stdout.count(str(w)) == 0  # nothing left to apply
+
+
+def test_an_apply_stopped_inside_a_move_is_finished_by_the_next_and_a_third_changes_nothing(
+        fresh_home: FakeHome) -> None:
+    r = fresh_home.run(["sh", "-c", "echo one > one && echo two > two && rm -r src && mkdir src && "
+                        "echo fresh > src/new.c"], opts=["--review"])
+    assert r.returncode == 0, r.stderr
+    rid = held_id(fresh_home)
+    up, w = _upper(fresh_home, rid), fresh_home.work
+    # What a stop leaves: after the rename, before the layer's name is unlinked (one file, two names)...
+    os.link(up / "one", w / "one")
+    # ...and after the link beside the target, before the rename.
+    os.link(up / "two", w / ".two.safebox-apply-0badf00d")
+    again = changes(fresh_home, "apply", rid)
+    assert again.returncode == 0, again.stderr
+    assert os.lstat(w / "one").st_nlink == 1 and not (up / "one").exists()
+    assert (w / "two").read_text() == "two\n" and os.lstat(w / "two").st_nlink == 1
+    assert sorted(p.name for p in w.iterdir() if "safebox-apply" in p.name) == []
+    assert sorted(os.listdir(w / "src")) == ["new.c"]  # the directory the command replaced
+    # A third apply has nothing to do, and leaves the replaced directory's new file (copied, not
+    # moved: taken out of the opaque layer directory, the host's file would look deleted by the run).
+    third = changes(fresh_home, "apply", rid)
+    assert (third.returncode, third.stdout) == (0, ""), third.stderr
+    assert (w / "src" / "new.c").read_text() == "fresh\n" and (up / "src" / "new.c").exists()
+
+
+def test_a_run_on_the_directories_an_empty_run_left_starts_when_it_starts(fresh_home: FakeHome) -> None:
+    # A run that changed nothing leaves its empty directories for the next one (one rename each way).
+    spare = fresh_home.root / ".cache" / "safebox" / "review" / ".spare"
+    assert fresh_home.run(["true"], opts=["--review"]).returncode == 0
+    assert spare.is_dir() and changes(fresh_home, "list", "--json").stdout.strip() == "[]"  # never a held run
+    time.sleep(0.05)  # past the file system clock's tick
+    (fresh_home.work / "README.md").write_text("host edit\n")  # before the next run starts: no conflict
+    time.sleep(0.05)
+    r = fresh_home.run(["sh", "-c", "echo more >> README.md"], opts=["--review"])
+    assert r.returncode == 0, r.stderr
+    assert not spare.exists()  # taken
+    a = changes(fresh_home, "apply", held_id(fresh_home))
+    assert a.returncode == 0 and "conflict" not in a.stderr, a.stderr
+    assert (fresh_home.work / "README.md").read_text() == "host edit\nmore\n"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from safebox.builder.bwrap import build_argv, mount_args
+from safebox.builder.bwrap import build_argv, command_args, mount_args
 from safebox.builder.resolved import Bridge, Layers, NetKind, ResolvedPolicy
 
 
@@ -128,6 +128,20 @@ def test_without_helper_the_command_runs_behind_the_launcher_shell() -> None:
     assert tail[:3] == ["--", "/bin/sh", "-c"]
     assert tail[-2:] == ["safebox-launcher", "id"]
     assert ">&5" in tail[3]
+
+
+def test_with_the_helper_the_mounters_handshake_is_the_helpers_own_with_no_shell_in_front() -> None:
+    # --review: held at the handshake, then the working directory entered again (the overlay's).
+    tail = command_args(policy(review_layers="/s/review/x/layers"), ["id"], status_fd=3, socat="socat", sync_fd=6)
+    assert tail == ["--", "/opt/sb/safebox-helper", "--policy-file", "/run/sb/1/policy", "--status-fd", "3",
+                    "--sync-fd", "6", "--enter-cwd", "/home/u/proj", "--", "id"]
+    # A big policy's mounts only: held, and the directory bubblewrap entered is the right one.
+    assert command_args(policy(), ["id"], status_fd=3, socat="socat", sync_fd=6)[4:8] == ["--status-fd", "3",
+                                                                                          "--sync-fd", "6"]
+    # Control: without the helper the launcher shell holds the command, as before.
+    shell = command_args(policy(layers=Layers.BWRAP_ONLY, review_layers="/s"), ["id"], status_fd=3, socat="socat",
+                         sync_fd=6)
+    assert shell[:3] == ["--", "/bin/sh", "-c"] and "printf R >&6" in shell[3] and "cd -- '/home/u/proj'" in shell[3]
 
 
 def test_bridges_are_started_by_the_launcher_when_there_is_no_helper() -> None:

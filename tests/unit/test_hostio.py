@@ -194,6 +194,10 @@ ALLOWED: dict[str, str] = {
     "review/layer:*": ("the layers are walked by directory descriptors opened O_NOFOLLOW; files read after fstat "
                        "says regular (the host's beneath a pinned root, hostio.PinnedDir)"),
     "review/mounts:*": "/proc/PID/mountinfo and /proc/PID/ns/mnt of the sandbox safebox started",
+    "review/store:_take_spare": ("review/.spare to a new held run's name: both in safebox's state dir, which no "
+                                 "sandbox can write; what it took is then checked (lstat, owner, mode, empty layers)"),
+    "review/store:recycle": ("an empty held run to review/.spare, in safebox's state dir: the run's layers were "
+                             "checked empty, the directory is safebox's own"),
     "run/host:*": "/proc/self/mountinfo",
     "run/protect:*": "the quarantine: parents resolved before the run and re-checked (run/protect.py)",
     "run/rundir:*": "the run dir's lock, safebox's own",

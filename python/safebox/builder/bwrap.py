@@ -64,9 +64,10 @@ path shadows an earlier one, so the order *is* the policy):
     itself (behind a shell that starts socat bridges when there is a proxy).
 
 A big policy's entries of steps 4-8 may be left out of this argv and made
-by ``safebox.mounter`` inside the sandbox instead, while a shell stanza in
-front of step 12 holds the command (``sync_lines``); ``builder/bulk.py``
-says which, and docs/layers.md, "Big policies", why the result is the same.
+by ``safebox.mounter`` inside the sandbox instead, while the helper's
+``--sync-fd`` (or, with ``--without helper``, a shell stanza in front of
+step 12: ``sync_lines``) holds the command; ``builder/bulk.py`` says which,
+and docs/layers.md, "Big policies", why the result is the same.
 """
 
 from __future__ import annotations
@@ -285,8 +286,10 @@ def command_args(rp: ResolvedPolicy, command: list[str], *, status_fd: int | Non
             if handoff_fd is not None:
                 a += ["--handoff-fd", str(handoff_fd)]
             if sync_fd is not None:
-                script = "\n".join([*sync_lines(sync_fd, rp.cwd if rp.review_layers else None), 'exec "$@"'])
-                return ["--", "/bin/sh", "-c", script, "safebox-sync", *a, "--", *command]
+                # The helper holds itself at the handshake (no shell's exec in front of it: main.c sync_handshake).
+                a += ["--sync-fd", str(sync_fd)]
+                if rp.review_layers:
+                    a += ["--enter-cwd", rp.cwd]
             return ["--", *a, "--", *command]
         case Layers.BWRAP_ONLY:
             if rp.bridges or rp.publish or status_fd is not None or sync_fd is not None:

@@ -114,7 +114,8 @@ class ResolvedPolicy(Frozen):
     # helper's Landlock rules grant the host nodes instead).
     gpu_nodes: tuple[tuple[str, str], ...] = ()
     # --review (safebox.review): the held run's layers dir, bound read-write
-    # at review_stage (in the run dir) until the overlays are mounted.
+    # at review_stage (in the sandbox's private /tmp, else the run dir) until
+    # the overlays are mounted.
     review_layers: str = ""
     review_stage: str = ""
     notes: tuple[str, ...] = ()  # said with -v

@@ -5,20 +5,31 @@ user's. Every step is a ``*at`` call beneath the write root pinned by a
 descriptor, each directory on the way opened ``O_NOFOLLOW`` (safebox.hostio):
 no symlink on the host is ever followed, whoever planted it.
 
-* a file: copied to a new temporary name beside the target (``O_EXCL``),
-  its mode set (set-user-ID and set-group-ID bits dropped), then renamed
-  over the target: a reader sees the old file or the new one, never half;
+* a file: moved, when the layer and the target share a file system and
+  the layer's file has no other name: hard-linked from the layer to a new
+  temporary name beside the target, checked there (a regular file of this
+  user and group, two links: the layer's and ours), its extended
+  attributes removed and its set-user-ID and set-group-ID bits dropped,
+  renamed over the target, then its name in the layer unlinked (the host
+  holds it now: the layer keeps only what is left to apply). Otherwise
+  (another file system, a hard link inside the layer, an opaque directory,
+  an attribute the list does not know): copied to a new temporary name
+  beside the target (``O_EXCL``), its mode set (set-ID bits dropped), then
+  renamed over the target. Either way a reader sees the old file or the
+  new one, never half;
 * a symlink: made beside, then renamed over the target (a link is placed,
   never followed);
 * a deletion (a whiteout) or a replaced directory (opaque): removed by
   descriptors, without following a link;
 * a conflict: the host's entry changed since the run started (its change
-  time is not before the held run's ``started`` marker) and is not already
+  time is not before the held run's start: Held.started_ns) and is not already
   what the layer holds: refused, named, unless ``force``;
 * code-running names (safebox.review.layer.runs_code): listed, applied
   only when the caller names them;
 * idempotent: what the host already holds is skipped, so an apply stopped
-  half-way is finished by running it again; two at once are refused (lock).
+  half-way is finished by running it again (a move stopped between its
+  rename and its unlink left the layer a second name of the host's file:
+  the next apply unlinks it); two at once are refused (lock).
 """
 
 from __future__ import annotations
@@ -65,11 +76,22 @@ def select(cs: list[Change], paths: tuple[str, ...] | None) -> tuple[list[Change
     return chosen, []
 
 
-def _check_space(chosen: list[Change]) -> None:
+def _check_space(h: Held, chosen: list[Change]) -> None:
+    """Refuse, before anything is written, an apply whose copies do not fit.
+    A layer on its root's file system is moved, not copied (_Mover): its
+    files need no room (the few it copies, hard links and opaque
+    directories, stop with ENOSPC, whole, if the disk is that full)."""
     need: dict[str, int] = {}
+    same: dict[int, bool] = {}
     for c in chosen:
         if c.kind != "deleted" and c.type == "file":
-            need[c.root] = need.get(c.root, 0) + c.size
+            if c.layer not in same:
+                try:
+                    same[c.layer] = os.stat(h.upper(c.layer)).st_dev == os.stat(c.root).st_dev
+                except OSError:
+                    same[c.layer] = False
+            if not same[c.layer]:
+                need[c.root] = need.get(c.root, 0) + c.size
     for root, n in need.items():
         try:
             sv = os.statvfs(root)
@@ -90,6 +112,7 @@ class _Dirs:
     def __init__(self, top: PinnedDir, *, where: str, sweep: Callable[[int, str], None] | None = None) -> None:
         self.top, self.where, self.sweep = top, where, sweep
         self.fds: dict[str, int] = {}
+        self.groups: dict[str, int] = {}
         if sweep is not None:
             sweep(top.fd, "")
 
@@ -133,10 +156,21 @@ class _Dirs:
             self.sweep(fd, rel_dir)
         return fd
 
+    def group(self, fd: int, rel_dir: str, egid: int) -> int:
+        """The group a file made in ``rel_dir`` (open as ``fd``) gets: the
+        directory's when it is set-group-ID, else ``egid``."""
+        g = self.groups.get(rel_dir)
+        if g is None:
+            st = os.fstat(fd)
+            g = self.groups[rel_dir] = st.st_gid if st.st_mode & stat.S_ISGID else egid
+        return g
+
     def forget(self, rel: str) -> None:
         """Drop ``rel`` and what lies beneath it (removed or replaced)."""
         for k in [k for k in self.fds if k == rel or k.startswith(rel + "/")]:
             os.close(self.fds.pop(k))
+        for k in [k for k in self.groups if k == rel or k.startswith(rel + "/")]:
+            del self.groups[k]
 
     def close(self) -> None:
         for fd in self.fds.values():
@@ -145,7 +179,8 @@ class _Dirs:
         self.top.close()
 
 
-def _host_verdict(c: Change, hst: os.stat_result | None, started: int, *, force: bool) -> tuple[str, str] | None:
+def _host_verdict(c: Change, hst: os.stat_result | None, started: int, *, force: bool,
+                  uid: int) -> tuple[str, str] | None:
     """Why the host's entry stops change ``c``: ("conflict", why): the host
     changed it since the run started (``--force`` overrides); ("refused",
     why): it is another user's. None: apply it."""
@@ -153,7 +188,7 @@ def _host_verdict(c: Change, hst: os.stat_result | None, started: int, *, force:
         return "conflict", "changed on the host since the run started"
     if c.kind == "modified" and hst is None and not force:
         return "conflict", "deleted on the host since the run started"
-    if hst is not None and hst.st_uid != os.geteuid():
+    if hst is not None and hst.st_uid != uid:
         return "refused", f"the host's is owned by uid {hst.st_uid}, not by this user"
     return None
 
@@ -163,39 +198,35 @@ def apply(h: Held, paths: tuple[str, ...] | None = None, *, force: bool = False)
     from safebox import hostio
 
     with _store.Lock(h, "apply"):
-        cs = _layer.changes(h)
+        moved: list[tuple[int, str]] = []
+        cs = _layer.changes(h, moved=moved)
         chosen, code = select(cs, paths)
-        _check_space(chosen)
+        _check_space(h, chosen)
         started = h.started_ns()
         applied: list[str] = []
         conflicts: list[tuple[str, str]] = []
         refused: list[tuple[str, str]] = []
         pins: dict[int, tuple[_Dirs, _Dirs]] = {}
+        mover = _Mover()
         try:
             _open_layers(h, cs, chosen, pins)
+            _finish_moves(moved, pins, mover)
             for c in chosen:
                 host, up = pins[c.layer]
                 if c.type == "other":
                     refused.append((c.path, "not a file, a directory or a symlink"))
                     continue
-                head, _, name = c.rel.rpartition("/")
                 try:
-                    dfd = host.get(head)
-                    hst = None
-                    if dfd is not None:
-                        try:
-                            hst = os.stat(name, dir_fd=dfd, follow_symlinks=False)
-                        except FileNotFoundError:
-                            pass
+                    hst = _host_entry(host, c)
                 except hostio.HostFileError as e:
                     refused.append((c.path, e.why))
                     continue
-                verdict = _host_verdict(c, hst, started, force=force)
+                verdict = _host_verdict(c, hst, started, force=force, uid=mover.uid)
                 if verdict is not None:
                     (conflicts if verdict[0] == "conflict" else refused).append((c.path, verdict[1]))
                     continue
                 try:
-                    _one(c, host, up, hst)
+                    _one(c, host, up, hst, mover)
                 except OSError as e:
                     if e.errno in (errno.ENOSPC, errno.EDQUOT):
                         raise RunError(f"cannot apply {c.path}: {e.strerror}; {len(applied)} change(s) applied "
@@ -219,6 +250,19 @@ def apply(h: Held, paths: tuple[str, ...] | None = None, *, force: bool = False)
                        refused=tuple(refused))
 
 
+def _host_entry(host: _Dirs, c: Change) -> os.stat_result | None:
+    """The host's ``lstat`` of ``c``, None when absent; a link on the way is
+    HostFileError."""
+    head, _, name = c.rel.rpartition("/")
+    dfd = host.get(head)
+    if dfd is None:
+        return None
+    try:
+        return os.stat(name, dir_fd=dfd, follow_symlinks=False)
+    except FileNotFoundError:
+        return None
+
+
 _TMP = re.compile(r"^\..+\.safebox-apply-[0-9a-f]{8}$")
 
 
@@ -231,7 +275,12 @@ def _sweeper(layer: int, cs: list[Change]) -> Callable[[int, str], None]:
 
     def sweep(dfd: int, rel_dir: str) -> None:
         try:
-            names = os.listdir(dfd)
+            # Listed through a readable descriptor: the top is pinned O_PATH (listdir of it fails).
+            lfd = os.open(".", _DIR, dir_fd=dfd)
+            try:
+                names = os.listdir(lfd)
+            finally:
+                os.close(lfd)
         except OSError:
             return
         for n in names:
@@ -291,7 +340,7 @@ def _remove(dfd: int, name: str) -> None:
         os.unlink(name, dir_fd=dfd)
 
 
-def _one(c: Change, host: _Dirs, up: _Dirs, hst: os.stat_result | None) -> None:
+def _one(c: Change, host: _Dirs, up: _Dirs, hst: os.stat_result | None, mover: _Mover) -> None:
     head, _, name = c.rel.rpartition("/")
 
     def mode_of(rel_dir: str) -> int:
@@ -316,32 +365,152 @@ def _one(c: Change, host: _Dirs, up: _Dirs, hst: os.stat_result | None) -> None:
             host.forget(c.rel)
             os.mkdir(name, c.mode & 0o1777, dir_fd=dfd)
         return
-    tmp = f".{name[:200]}.safebox-apply-{os.urandom(4).hex()}"
+    tmp = mover.tmp(name)
     ufd = up.get(head)
     if ufd is None:
         raise OSError(errno.ENOENT, "gone from the layer")
+    moved = False
     if c.type == "symlink":
         os.symlink(os.readlink(name, dir_fd=ufd), tmp, dir_fd=dfd)
+    elif mover.move(c.layer, head, ufd, name, host, dfd, tmp):
+        moved = True
     else:
-        _copy(ufd, name, dfd, tmp)
+        _copy(ufd, name, dfd, tmp, mover.uid)
+    _rename_over(c, host, dfd, tmp, name, hst)
+    if moved:
+        try:
+            os.unlink(name, dir_fd=ufd)  # the host's file now: the layer keeps no second name of it
+        except OSError:
+            pass  # the next apply unlinks it (_finish_moves)
+
+
+def _rename_over(c: Change, host: _Dirs, dfd: int, tmp: str, name: str, hst: os.stat_result | None) -> None:
+    """Put ``tmp`` in the place of ``name`` (a directory there is removed first)."""
     try:
         if hst is not None and stat.S_ISDIR(hst.st_mode):
             host.forget(c.rel)
             _remove(dfd, name)
         os.rename(tmp, name, src_dir_fd=dfd, dst_dir_fd=dfd)
     except BaseException:
-        try:
-            os.unlink(tmp, dir_fd=dfd)
-        except OSError:
-            pass
+        _unlink_quiet(tmp, dfd)
         raise
 
 
-def _copy(sdfd: int, sname: str, dfd: int, tmp: str) -> None:
+#: The extended attributes a moved file may carry, each removed before the
+#: file reaches its name on the host (a copy carries none): overlayfs's own
+#: marks (``user.overlay.origin`` of a copied-up file), the command's
+#: ``user.*``, ACLs and file capabilities. A file with any other (an LSM's
+#: label: ``security.selinux``...) is copied instead, as it always was.
+_STRIPPED = ("user.", "trusted.", "security.capability", "system.posix_acl_access", "system.posix_acl_default")
+
+
+class _Mover:
+    """Moving a file from the layer to the host instead of copying its bytes
+    (docs/review.md, "Moved, not copied"): one apply's state."""
+
+    def __init__(self) -> None:
+        self.uid, self.gid = os.geteuid(), os.getegid()
+        self.off: set[int] = set()  # layers on another file system than their root (EXDEV)
+        self.opaque: dict[tuple[int, str], bool] = {}
+        self.n = int.from_bytes(os.urandom(4), "big")
+
+    def tmp(self, name: str) -> str:
+        """A temporary name beside ``name`` (the sweeper's pattern: _TMP)."""
+        self.n = (self.n + 1) & 0xFFFFFFFF
+        return f".{name[:200]}.safebox-apply-{self.n:08x}"
+
+    def is_opaque(self, layer: int, head: str, ufd: int) -> bool:
+        k = (layer, head)
+        v = self.opaque.get(k)
+        if v is None:
+            v = self.opaque[k] = _layer.is_opaque(ufd)
+        return v
+
+    def move(self, layer: int, head: str, ufd: int, name: str, host: _Dirs, dfd: int, tmp: str) -> bool:
+        """Link the layer's ``name`` to ``tmp`` beside its target, checked and
+        cleaned; False (nothing left behind): copy it instead.
+
+        Not moved: a file in an opaque directory (taking it out of the
+        layer would make the host's name look deleted by the run to the
+        next apply), a layer on another file system, a file with another
+        name in the layer (its link count), a file of another group than
+        one made in the target's directory would get, or with an attribute
+        _STRIPPED does not list."""
+        if layer in self.off or self.is_opaque(layer, head, ufd):
+            return False
+        try:
+            # No AT_SYMLINK_FOLLOW: the layer's entry itself, never where a link points.
+            os.link(name, tmp, src_dir_fd=ufd, dst_dir_fd=dfd, follow_symlinks=False)
+        except OSError as e:
+            if e.errno == errno.EXDEV:
+                self.off.add(layer)
+                return False
+            if e.errno in (errno.EPERM, errno.EMLINK, errno.EOPNOTSUPP, errno.ENOSYS):
+                return False
+            raise
+        try:
+            ok = self._cleaned(dfd, tmp, host.group(dfd, head, self.gid))
+        except BaseException:
+            _unlink_quiet(tmp, dfd)
+            raise
+        if not ok:
+            _unlink_quiet(tmp, dfd)
+        return ok
+
+    def _cleaned(self, dfd: int, tmp: str, gid: int) -> bool:
+        fd = os.open(tmp, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=dfd)
+        try:
+            st = os.fstat(fd)
+            # Two links: the layer's name and ours; a third is a hard link the command made (copied instead).
+            if not stat.S_ISREG(st.st_mode) or st.st_uid != self.uid or st.st_gid != gid or st.st_nlink != 2:
+                return False
+            for x in os.listxattr(fd):
+                if not x.startswith(_STRIPPED):
+                    return False
+                try:
+                    os.removexattr(fd, x)
+                except OSError as e:
+                    if e.errno in (errno.EACCES, errno.EPERM):  # a read-only file's user.*: copied instead
+                        return False
+                    raise
+            mode = stat.S_IMODE(st.st_mode)
+            if mode & (stat.S_ISUID | stat.S_ISGID):
+                # The set-ID bits are the command's wish, never kept on the host.
+                os.fchmod(fd, mode & ~(stat.S_ISUID | stat.S_ISGID))
+            return True
+        finally:
+            os.close(fd)
+
+
+def _unlink_quiet(name: str, dfd: int) -> None:
+    try:
+        os.unlink(name, dir_fd=dfd)
+    except OSError:
+        pass
+
+
+def _finish_moves(moved: list[tuple[int, str]], pins: dict[int, tuple[_Dirs, _Dirs]], mover: _Mover) -> None:
+    """Unlink the layer's names that are the host's very file: a move that
+    an earlier apply renamed into place and was stopped before it unlinked
+    the layer's (never in an opaque directory: no move comes from one)."""
+    for k, rel in moved:
+        if k not in pins:
+            continue
+        up = pins[k][1]
+        head, _, name = rel.rpartition("/")
+        try:
+            ufd = up.get(head)
+            if ufd is not None and not mover.is_opaque(k, head, ufd):
+                os.unlink(name, dir_fd=ufd)
+        except OSError:
+            pass
+
+
+def _copy(sdfd: int, sname: str, dfd: int, tmp: str, uid: int) -> None:
     src = os.open(sname, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=sdfd)
     try:
         st = os.fstat(src)
-        if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid():
+        if not stat.S_ISREG(st.st_mode) or st.st_uid != uid:
             raise OSError(errno.EPERM, "the layer's file is not a regular file of this user")
         dst = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=dfd)
         try:

@@ -47,10 +47,21 @@ class Change(Frozen):
                 "mode": f"{self.mode:04o}", "runs_code": self.runs_code}
 
 
-def _code_dirs() -> tuple[tuple[str, ...], ...]:
-    from safebox.policy.defaults import PROTECTED_DIRS
+class _Names:
+    """The lists runs_code checks, built once (it is asked for every path
+    of a layer: 10,000 files are 10,000 questions)."""
 
-    return tuple(tuple(d.strip("/").split("/")) for d in PROTECTED_DIRS)
+    def __init__(self) -> None:
+        from safebox.policy.defaults import PROTECTED_DIRS, PROTECTED_FILES, PROTECTED_IN_GIT_DIR
+
+        self.files = frozenset(PROTECTED_FILES)
+        self.in_git = frozenset(PROTECTED_IN_GIT_DIR)
+        self.dirs = tuple(tuple(d.strip("/").split("/")) for d in PROTECTED_DIRS)
+        # Every answer but "no" needs one of these names among the parts.
+        self.any = self.files | {seq[0] for seq in self.dirs} | {".git"}
+
+
+_NAMES: list[_Names] = []
 
 
 def runs_code(rel: str, typ: str = "file") -> bool:
@@ -59,17 +70,20 @@ def runs_code(rel: str, typ: str = "file") -> bool:
     protected directory (``.git/hooks``, ``.vscode``...), or what git reads
     in a ``.git`` directory (``config``, ``hooks``...): the same lists as the
     normal run's protection (policy/defaults.py)."""
-    from safebox.policy.defaults import PROTECTED_FILES, PROTECTED_IN_GIT_DIR
-
+    if not _NAMES:
+        _NAMES.append(_Names())
+    names = _NAMES[0]
     parts = rel.split("/")
-    if any(p in PROTECTED_FILES for p in parts):
+    if names.any.isdisjoint(parts):
+        return False
+    if not names.files.isdisjoint(parts):
         return True
     if parts[-1] == ".git" and typ != "dir":
         return True  # a gitdir file: points git at a directory of the command's, hooks and all
     for i, p in enumerate(parts[:-1]):
-        if p == ".git" and parts[i + 1] in PROTECTED_IN_GIT_DIR:
+        if p == ".git" and parts[i + 1] in names.in_git:
             return True
-    for seq in _code_dirs():
+    for seq in names.dirs:
         n = len(seq)
         for i in range(len(parts) - n + 1):
             if tuple(parts[i:i + n]) == seq:
@@ -91,7 +105,7 @@ def _whiteout(st: os.stat_result) -> bool:
     return stat.S_ISCHR(st.st_mode) and st.st_rdev == 0
 
 
-def _opaque(fd: int) -> bool:
+def is_opaque(fd: int) -> bool:
     try:
         return os.getxattr(fd, OPAQUE) == b"y"
     except OSError:
@@ -142,8 +156,11 @@ def same_file(layer_dfd: int, name: str, lst: os.stat_result, host: PinnedDir, r
         os.close(b)
 
 
-def changes(h: Held) -> list[Change]:
-    """Every change the held run's layers hold, by path."""
+def changes(h: Held, *, moved: list[tuple[int, str]] | None = None) -> list[Change]:
+    """Every change the held run's layers hold, by path. ``moved`` gets
+    (layer, rel) of each layer file that is the host's very file (an apply
+    moved it there and was stopped before unlinking the layer's name:
+    safebox.review.apply): no change."""
     from safebox import hostio
 
     out: list[Change] = []
@@ -158,7 +175,7 @@ def changes(h: Held) -> list[Change]:
             except hostio.HostFileError:
                 host = None  # the root is gone: everything is "added"
             try:
-                _walk(top, "", k, root, host, out)
+                _walk(top, "", k, root, host, out, moved)
             finally:
                 if host is not None:
                     host.close()
@@ -176,7 +193,8 @@ def _host_lstat(host: PinnedDir | None, rel: str) -> os.stat_result | None:
         return None
 
 
-def _walk(dfd: int, prefix: str, k: int, root: str, host: PinnedDir | None, out: list[Change]) -> None:
+def _walk(dfd: int, prefix: str, k: int, root: str, host: PinnedDir | None, out: list[Change],
+          moved: list[tuple[int, str]] | None) -> None:
     for name in sorted(os.listdir(dfd)):
         rel = prefix + name
         lst = os.stat(name, dir_fd=dfd, follow_symlinks=False)
@@ -194,7 +212,7 @@ def _walk(dfd: int, prefix: str, k: int, root: str, host: PinnedDir | None, out:
                 if hst is None or not stat.S_ISDIR(hst.st_mode):
                     out.append(Change(root=root, layer=k, rel=rel, kind="added" if hst is None else "modified",
                                       type="dir", mode=stat.S_IMODE(lst.st_mode), runs_code=code))
-                elif _opaque(sub) and host is not None:
+                elif is_opaque(sub) and host is not None:
                     # Replaced: what the host has there and the layer not is deleted.
                     keep = set(os.listdir(sub))
                     try:
@@ -210,10 +228,15 @@ def _walk(dfd: int, prefix: str, k: int, root: str, host: PinnedDir | None, out:
                                                   mode=stat.S_IMODE(st.st_mode), runs_code=runs_code(f"{rel}/{n}")))
                         finally:
                             os.close(hfd)
-                _walk(sub, rel + "/", k, root, host if hst is not None and stat.S_ISDIR(hst.st_mode) else None, out)
+                _walk(sub, rel + "/", k, root, host if hst is not None and stat.S_ISDIR(hst.st_mode) else None, out,
+                      moved)
             finally:
                 os.close(sub)
             continue
+        if hst is not None and (hst.st_ino, hst.st_dev) == (lst.st_ino, lst.st_dev) and stat.S_ISREG(lst.st_mode):
+            if moved is not None:
+                moved.append((k, rel))
+            continue  # one file, two names: a move an apply did not finish
         if hst is not None and host is not None and same_file(dfd, name, lst, host, rel, hst):
             continue  # copied up, nothing changed (or applied already)
         out.append(Change(root=root, layer=k, rel=rel, kind="added" if hst is None else "modified", type=typ,

@@ -141,18 +141,21 @@ class Pending:
             raise BuildError(msg, hint=hint or 'run without --review, or see docs/review.md, "Where it works"')
 
 
+def _table(pid: int) -> list[tuple[str, bool, str]]:
+    try:
+        with open(f"/proc/{pid}/mountinfo", encoding="utf-8", errors="surrogateescape") as f:
+            return parse_mountinfo(f.read())
+    except OSError as e:
+        raise BuildError(f"--review: cannot read the sandbox's mount table: {e.strerror}") from None
+
+
 def start(pid: int, rp: ResolvedPolicy, *, helper: str, env: dict[str, str]) -> Pending:
     """Start mounting the overlays in the sandbox of bubblewrap's process
     ``pid`` and return at once (the caller builds the violations table
     meanwhile, as for safebox.mounter); ``wait`` on the result."""
     from safebox.run.spawn import spawn
 
-    try:
-        with open(f"/proc/{pid}/mountinfo", encoding="utf-8", errors="surrogateescape") as f:
-            table = parse_mountinfo(f.read())
-    except OSError as e:
-        raise BuildError(f"--review: cannot read the sandbox's mount table: {e.strerror}") from None
-    data = plan(rp, table, held=roots(rp))
+    data = plan(rp, _table(pid), held=roots(rp))
     fds: list[int] = []
     try:
         ns = os.open(f"/proc/{pid}/ns/mnt", os.O_RDONLY | os.O_CLOEXEC)
@@ -177,3 +180,75 @@ def start(pid: int, rp: ResolvedPolicy, *, helper: str, env: dict[str, str]) -> 
         for fd in fds:
             os.close(fd)
     return Pending(child, err_r)
+
+
+class Early:
+    """safebox-helper --review started while bubblewrap builds the sandbox,
+    waiting on a pipe for its plan: its exec is off the run's way (each
+    process's start counted, on a loaded machine most of all). ``go`` gives
+    it the plan once the sandbox is built; ``abandon`` when it never is."""
+
+    def __init__(self, pid: int, ns_ino: int, child: int, plan_w: int, err: int) -> None:
+        self._pid, self._ns_ino, self._child, self._plan_w, self._err = pid, ns_ino, child, plan_w, err
+
+    def go(self, rp: ResolvedPolicy, *, helper: str, env: dict[str, str]) -> Pending:
+        """The plan, from the mount table now; the mounter at work. Started
+        afresh (``start``) if bubblewrap's process is no longer in the
+        mount namespace the early one holds."""
+        try:
+            now = os.stat(f"/proc/{self._pid}/ns/mnt").st_ino
+        except OSError:
+            now = -1
+        if now != self._ns_ino:
+            self.abandon()
+            return start(self._pid, rp, helper=helper, env=env)
+        data = plan(rp, _table(self._pid), held=roots(rp))
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(self._plan_w, view):]
+        except OSError:
+            pass  # the helper is gone: its status and message say why (wait)
+        finally:
+            os.close(self._plan_w)
+            self._plan_w = -1
+        return Pending(self._child, self._err)
+
+    def abandon(self) -> None:
+        """End of file on the plan (it exits at once), and collected."""
+        if self._plan_w < 0:
+            return
+        os.close(self._plan_w)
+        self._plan_w = -1
+        os.close(self._err)
+        os.waitpid(self._child, 0)
+
+
+def prestart(pid: int, *, helper: str, env: dict[str, str]) -> Early:
+    """Start the mounter for the sandbox of bubblewrap's process ``pid``
+    (its mount namespace exists from its clone on: the descriptor taken now
+    sees the mounts bubblewrap makes after) before the sandbox is built."""
+    from safebox.run.spawn import spawn
+
+    fds: list[int] = []
+    try:
+        ns = os.open(f"/proc/{pid}/ns/mnt", os.O_RDONLY | os.O_CLOEXEC)
+        fds.append(ns)
+        ino = os.fstat(ns).st_ino
+        plan_r, plan_w = os.pipe()
+        fds.append(plan_r)
+        err_r, err_w = os.pipe()
+        fds.append(err_w)
+        argv = [helper, "--review", "--namespace-fd", str(ns), "--plan-fd", str(plan_r)]
+        try:
+            child = spawn(helper, argv, env, pass_fds=(ns, plan_r), dup_to=((err_w, 2),))
+        except BaseException:
+            os.close(err_r)
+            os.close(plan_w)
+            raise
+    except OSError as e:
+        raise BuildError(f"--review: cannot start the helper's mounter: {e.strerror}") from None
+    finally:
+        for fd in fds:
+            os.close(fd)
+    return Early(pid, ino, child, plan_w, err_r)

@@ -26,11 +26,16 @@ def attach(rp: ResolvedPolicy, *, bwrap: str | None, state: str, command_dir: st
     if why is not None:
         raise BuildError(why, hint='run without --review (the writes then land on the host); docs/review.md, '
                                    '"Where it works"')
-    stage = os.path.join(command_dir, "review")
+    # The stage: in the sandbox's own /tmp (a tmpfs: bubblewrap makes the
+    # directory there, the mounter removes it; nothing on the host's disk),
+    # else a directory of the run dir (read-only in the sandbox).
+    tmp = "/tmp" in rp.private_tmp
+    stage = f"/tmp/.safebox-review-{os.urandom(4).hex()}" if tmp else os.path.join(command_dir, "review")
     if dry_run:
         return rp.replace(review_layers="<held run>/layers", review_stage=stage), None
     held = store.create(state, roots=mounts.roots(rp), command=command, cwd=cwd, audit_log=audit_log)
-    os.mkdir(stage, 0o700)
+    if not tmp:
+        os.mkdir(stage, 0o700)
     return rp.replace(review_layers=held.layers, review_stage=stage), held
 
 
@@ -44,8 +49,9 @@ def finish(held: Held, rc: int, *, say: Callable[[str], None], audit: object | N
     from safebox.review import store
 
     if _empty(held):
-        # Nothing to review (the common case of a read-only job): no held run is left behind.
-        store.remove(held)
+        # Nothing to review (the common case of a read-only job): no held run is left behind
+        # (its empty directories are the next run's).
+        store.recycle(held)
         say(f"review: the run changed nothing in its write roots; nothing is held (exit status {rc})")
         if audit is not None:
             _event(audit, "review_held", review=held.id, added=0, modified=0, deleted=0, changes=[])

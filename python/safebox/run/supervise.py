@@ -429,11 +429,11 @@ class Launch:
         fds = (args_fd, bw_w) + ((handoff_fd,) if handoff_fd else ())
         sync = None
         if bulk.ops or rp.review_layers:
-            import socket
+            import _socket  # `socket` imports enum and selectors (~4 ms): not for one pair
 
             # The sandbox's first program waits on this until the mounts
             # are made (mounter.py).
-            sync = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+            sync = _socket.socketpair(_socket.AF_UNIX, _socket.SOCK_STREAM)
             self._ends += sync
         # The launcher shell (dash) of --without helper and the mounter's
         # handshake name their descriptors in redirections, which take a
