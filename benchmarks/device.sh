@@ -63,6 +63,6 @@ bench raw benchmarks/bench_proxy.py --raw 2000 "${pbase[@]}"
 bench startup benchmarks/bench_startup.py --runs 40 --concurrent 10
 bench parts benchmarks/bench_startup_parts.py --runs 25
 bench tree benchmarks/bench_tree_size.py --runs 8
-bench review benchmarks/bench_review.py --runs 15 --files 10000 --npm 0
+bench review benchmarks/bench_review.py --runs 7 --files 10000 --npm 0
 bench capture benchmarks/bench_capture.py --size-mib 256 --repeat 5 --rounds 300 "${base[@]}"
 exit 0
