@@ -131,3 +131,53 @@ def test_an_acceptor_out_of_descriptors_pauses_then_serves_the_waiting_client(mo
     data, after = asyncio.run(main())
     assert data == b"hi"
     assert after >= 0.1  # not spinning on the readable listener meanwhile: it waited the pause
+
+
+def test_a_relay_out_of_descriptors_when_it_turns_to_splicing_loses_no_byte() -> None:
+    """A direction's first full read opens its pipe (relay.py, READ_FIRST).
+    When the proxy is out of descriptors then (a sandboxed command can hold
+    many proxy connections open), the bytes that read took still go on and
+    the direction stays on plain reads: before, they were dropped, 64 KiB per
+    read, and the upstream saw a clean end of file after nothing."""
+    import os
+    import resource
+
+    from safebox.proxy.relay import Relay
+
+    async def main() -> tuple[int, bool]:
+        loop = asyncio.get_running_loop()
+        client, client_peer = socket.socketpair()
+        upstream, upstream_peer = socket.socketpair()
+        for s in (client, upstream, client_peer, upstream_peer):
+            s.setblocking(False)
+        relay = Relay()
+        relay.splice(client, upstream)
+        data = os.urandom(1 << 20)
+        received = bytearray()
+
+        async def send() -> None:
+            await loop.sock_sendall(client_peer, data)
+            client_peer.shutdown(socket.SHUT_WR)
+
+        async def receive() -> None:
+            while chunk := await loop.sock_recv(upstream_peer, 1 << 20):
+                received.extend(chunk)
+
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        lowest_free = os.dup(0)
+        os.close(lowest_free)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (lowest_free, hard))  # no new descriptor from here on
+        try:
+            with pytest.raises(OSError) as no_fd:
+                os.pipe2(os.O_CLOEXEC)
+            await asyncio.wait_for(asyncio.gather(send(), receive()), 20)
+        finally:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+            relay.abort()
+            client_peer.close()
+            upstream_peer.close()
+        return no_fd.value.errno, bytes(received) == data
+
+    import errno
+
+    assert asyncio.run(main()) == (errno.EMFILE, True)
