@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import socket
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import TypeVar
 
 import pytest
@@ -131,3 +132,90 @@ def test_an_acceptor_out_of_descriptors_pauses_then_serves_the_waiting_client(mo
     data, after = asyncio.run(main())
     assert data == b"hi"
     assert after >= 0.1  # not spinning on the readable listener meanwhile: it waited the pause
+
+
+def test_a_relay_out_of_descriptors_when_it_turns_to_splicing_loses_no_byte() -> None:
+    """A direction's first full read opens its pipe (relay.py, READ_FIRST).
+    When the proxy is out of descriptors then (a sandboxed command can hold
+    many proxy connections open), the bytes that read took still go on and
+    the direction stays on plain reads: before, they were dropped, 64 KiB per
+    read, and the upstream saw a clean end of file after nothing."""
+    import os
+    import resource
+
+    from safebox.proxy.relay import Relay
+
+    async def main() -> tuple[int, bool]:
+        loop = asyncio.get_running_loop()
+        client, client_peer = socket.socketpair()
+        upstream, upstream_peer = socket.socketpair()
+        for s in (client, upstream, client_peer, upstream_peer):
+            s.setblocking(False)
+        relay = Relay()
+        relay.splice(client, upstream)
+        data = os.urandom(1 << 20)
+        received = bytearray()
+
+        async def send() -> None:
+            await loop.sock_sendall(client_peer, data)
+            client_peer.shutdown(socket.SHUT_WR)
+
+        async def receive() -> None:
+            while chunk := await loop.sock_recv(upstream_peer, 1 << 20):
+                received.extend(chunk)
+
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        lowest_free = os.dup(0)
+        os.close(lowest_free)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (lowest_free, hard))  # no new descriptor from here on
+        try:
+            with pytest.raises(OSError) as no_fd:
+                os.pipe2(os.O_CLOEXEC)
+            await asyncio.wait_for(asyncio.gather(send(), receive()), 20)
+        finally:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+            relay.abort()
+            client_peer.close()
+            upstream_peer.close()
+        return no_fd.value.errno, bytes(received) == data
+
+    import errno
+
+    assert asyncio.run(main()) == (errno.EMFILE, True)
+
+
+def test_a_connect_the_proxy_has_no_descriptor_for_is_answered_502_with_the_reason(tmp_path: Path) -> None:
+    """The raw path's upstream socket is made per address inside the dial's
+    error handling (as the stream path's create_connection is): out of
+    descriptors, the client gets a 502 naming the error, not a closed
+    connection with no word (and, with IPv6 off, an IPv4 address after an
+    IPv6 one is still tried). On the real proxy, its process out of
+    descriptors once the client is accepted."""
+    import os
+    import resource
+    import time
+
+    from safebox.proxy import ProxyConfig, ProxyServer
+
+    run_dir = tmp_path / "run"
+    run_dir.mkdir(mode=0o700)
+    with ProxyServer(ProxyConfig(("127.0.0.1",), allow_local_destinations=True), run_dir=run_dir, tcp=True) as proxy:
+        client = socket.create_connection(("127.0.0.1", proxy.http_port), timeout=10)
+        with client:
+            deadline = time.monotonic() + 5
+            while proxy.active_connections < 1 and time.monotonic() < deadline:
+                time.sleep(0.01)  # accepted, waiting for the request
+            soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+            lowest_free = os.dup(0)
+            os.close(lowest_free)
+            resource.setrlimit(resource.RLIMIT_NOFILE, (lowest_free, hard))
+            try:
+                client.sendall(b"CONNECT 127.0.0.1:9 HTTP/1.1\r\n\r\n")
+                answer = b""
+                while chunk := client.recv(4096):
+                    answer += chunk
+            finally:
+                resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    assert answer.startswith(b"HTTP/1.1 502 Bad Gateway\r\n"), answer
+    assert answer.endswith(b"safebox: upstream 127.0.0.1 port 9: connecting to 127.0.0.1 port 9: "
+                           b"Too many open files\n"), answer

@@ -188,7 +188,13 @@ class _Direction:
                 self.eof = True
                 self._set_reading(False)
             elif len(data) == READ_FIRST:
-                self._open_pipe()
+                try:
+                    self._open_pipe()
+                except OSError:
+                    # Out of descriptors (EMFILE, ENFILE): these bytes are
+                    # read already and go on below; the next full read
+                    # tries again. Raising here would drop them.
+                    pass
             self.splicer.relay.count(up=self.up, n=len(data))
             self.prefix = data
             self._flush()

@@ -261,9 +261,13 @@ class Gate:
         loop = asyncio.get_running_loop()
         last: UpstreamError | None = None
         for ip in addresses:
-            sock = socket.socket(socket.AF_INET6 if ip.version == 6 else socket.AF_INET,
-                                 socket.SOCK_STREAM | socket.SOCK_NONBLOCK | socket.SOCK_CLOEXEC)
+            sock: socket.socket | None = None
             try:
+                # In the try: a socket the host cannot make (EMFILE, or
+                # EAFNOSUPPORT with IPv6 off) fails this address, as in
+                # _connect; the next one is tried and the client told.
+                sock = socket.socket(socket.AF_INET6 if ip.version == 6 else socket.AF_INET,
+                                     socket.SOCK_STREAM | socket.SOCK_NONBLOCK | socket.SOCK_CLOEXEC)
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
                 if not _connected_now(sock, (ip.compressed, port)):
                     async with asyncio.timeout(self.connect_timeout):
@@ -277,9 +281,11 @@ class Gate:
                 kind = "unreachable" if exc.errno in _UNREACHABLE else "error"
                 last = UpstreamError(kind, f"connecting to {ip.compressed} port {port}: {exc.strerror or exc}")
             except BaseException:
-                sock.close()
+                if sock is not None:
+                    sock.close()
                 raise
-            sock.close()
+            if sock is not None:
+                sock.close()
         assert last is not None
         raise last
 
