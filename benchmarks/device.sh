@@ -41,8 +41,14 @@ base=()
 if ls "$P"/baseline/safebox_sandbox-*.whl >/dev/null 2>&1; then
   venv .venv-base "$P"/baseline/safebox_sandbox-*.whl "${deps[@]}" && base=(--baseline "$ROOT/.venv-base/bin/safebox")
 fi
-export PATH="$P/bin:$PATH"
-ldconfig -p | grep -q 'libseccomp.so.2 ' || export LD_LIBRARY_PATH="$P/seccomp${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+# The tools outside this checkout: a benchmark whose work dir is the
+# checkout (bench_capture) would find bwrap inside a write root, and
+# safebox refuses to run a bwrap a sandboxed command could have replaced.
+TOOLS=$(mktemp -d /var/tmp/safebox-bench-tools.XXXXXX)
+cp -a "$P/bin" "$P/lib" "$P/seccomp" "$TOOLS/"
+chmod 755 "$TOOLS"
+export PATH="$TOOLS/bin:$PATH"
+ldconfig -p | grep -q 'libseccomp.so.2 ' || export LD_LIBRARY_PATH="$TOOLS/seccomp${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 echo "== $(date -u +%FT%TZ) $(uname -r), $(nproc) cores, $("$PY" -V), load $(cut -d' ' -f1-3 /proc/loadavg)"
 .venv/bin/safebox doctor 2>&1 | tail -4
 
