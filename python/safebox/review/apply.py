@@ -207,7 +207,11 @@ def apply(h: Held, paths: tuple[str, ...] | None = None, *, force: bool = False)
         conflicts: list[tuple[str, str]] = []
         refused: list[tuple[str, str]] = []
         pins: dict[int, tuple[_Dirs, _Dirs]] = {}
-        mover = _Mover()
+        # Moved only once the run recorded its end (finish: every process of the sandbox was gone): a
+        # command still running (an apply from another terminal, the API's apply() before wait()), or
+        # a run killed before it said so, would keep writing, chmod-ing and linking the moved inode,
+        # the host's file by then, through what it holds open. Its files are copied: a snapshot.
+        mover = _Mover(moves=ended(h))
         try:
             _open_layers(h, cs, chosen, pins)
             _finish_moves(moved, pins, mover)
@@ -404,12 +408,22 @@ def _rename_over(c: Change, host: _Dirs, dfd: int, tmp: str, name: str, hst: os.
 _STRIPPED = ("user.", "trusted.", "security.capability", "system.posix_acl_access", "system.posix_acl_default")
 
 
+def ended(h: Held) -> bool:
+    """Whether the held run recorded its command's end: its exit status,
+    which safebox.review.run.finish writes once the sandbox is gone (every
+    process of its pid namespace with it); a run still going, or killed
+    before it could say so, has none."""
+    return type(h.meta.get("exit")) is int
+
+
 class _Mover:
     """Moving a file from the layer to the host instead of copying its bytes
-    (docs/review.md, "Moved, not copied"): one apply's state."""
+    (docs/review.md, "Moved, not copied"): one apply's state. ``moves``
+    False: every file is copied."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, moves: bool = True) -> None:
         self.uid, self.gid = os.geteuid(), os.getegid()
+        self.moves = moves
         self.off: set[int] = set()  # layers on another file system than their root (EXDEV)
         self.opaque: dict[tuple[int, str], bool] = {}
         self.n = int.from_bytes(os.urandom(4), "big")
@@ -436,7 +450,7 @@ class _Mover:
         name in the layer (its link count), a file of another group than
         one made in the target's directory would get, or with an attribute
         _STRIPPED does not list."""
-        if layer in self.off or self.is_opaque(layer, head, ufd):
+        if not self.moves or layer in self.off or self.is_opaque(layer, head, ufd):
             return False
         try:
             # No AT_SYMLINK_FOLLOW: the layer's entry itself, never where a link points.

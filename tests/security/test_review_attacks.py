@@ -1,0 +1,61 @@
+"""Attacks on ``safebox changes apply``'s move (docs/review.md, "Moved, not
+copied"): what a command that is still running can do to a file once it is
+the host's."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+
+
+from sbx import BOTH, SAFEBOX, FakeHome, wait_for
+
+
+def _changes(home: FakeHome, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([str(SAFEBOX), "changes", *args], cwd=home.work, env=home.env(), capture_output=True,
+                          text=True, timeout=60, check=False, stdin=subprocess.DEVNULL)
+
+
+#: Writes a file, keeps it open, and once told (a line on stdin) writes more through that descriptor and
+#: sets the set-user-ID bit: what it would do to the host's file had the apply moved its inode there.
+_HOLDER = "exec 3>held.txt && echo reviewed >&3 && read x && echo unreviewed >&3 && chmod 4755 held.txt"
+
+
+def test_an_apply_while_the_command_still_runs_copies_so_its_later_writes_never_reach_the_host(
+        fresh_home: FakeHome) -> None:
+    base = fresh_home.root / ".cache" / "safebox" / "review"
+    p = fresh_home.popen(["sh", "-c", _HOLDER], mode=BOTH, opts=["--review"], stdin=subprocess.PIPE)
+    try:
+        assert wait_for(lambda: any(base.glob("*/layers/0/upper/held.txt")), timeout=30)
+        rid = json.loads(_changes(fresh_home, "list", "--json").stdout)[-1]["id"]
+        a = _changes(fresh_home, "apply", rid)
+        assert a.returncode == 0, a.stderr
+        out, err = p.communicate("go\n", timeout=30)
+        assert p.returncode == 0, err
+    finally:
+        if p.returncode is None:
+            p.kill()
+            p.communicate(timeout=30)
+    held = fresh_home.work / "held.txt"
+    # Control: the command did write and chmod its own file after the apply (the layer's copy).
+    assert held.read_text() == "reviewed\n"
+    up = base / rid / "layers" / "0" / "upper" / "held.txt"
+    assert up.read_text() == "reviewed\nunreviewed\n" and os.lstat(up).st_mode & 0o7777 == 0o4755
+    assert os.lstat(held).st_mode & 0o7000 == 0 and os.lstat(held).st_ino != os.lstat(up).st_ino
+
+
+def test_the_apis_apply_while_its_command_runs_is_a_snapshot(fresh_home: FakeHome) -> None:
+    import safebox
+
+    base = fresh_home.root / ".cache" / "safebox" / "review"
+    with safebox.Sandbox(cwd=fresh_home.work, env=fresh_home.env(), review=True) as sb:
+        p = sb.popen(["sh", "-c", _HOLDER], stdin=subprocess.PIPE)
+        assert wait_for(lambda: any(base.glob("*/layers/0/upper/held.txt")), timeout=30)
+        out = sb.apply()
+        assert out["applied"] == [str(fresh_home.work / "held.txt")]
+        p.communicate(b"go\n", timeout=30)
+        assert p.returncode == 0
+        assert (fresh_home.work / "held.txt").read_text() == "reviewed\n"
+        assert os.lstat(fresh_home.work / "held.txt").st_mode & 0o7000 == 0
+
