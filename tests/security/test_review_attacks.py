@@ -59,3 +59,19 @@ def test_the_apis_apply_while_its_command_runs_is_a_snapshot(fresh_home: FakeHom
         assert (fresh_home.work / "held.txt").read_text() == "reviewed\n"
         assert os.lstat(fresh_home.work / "held.txt").st_mode & 0o7000 == 0
 
+
+
+def test_names_of_multibyte_characters_and_newlines_are_applied_and_their_temporary_names_swept(
+        fresh_home: FakeHome) -> None:
+    long, nl = "é" * 120, "line\nbreak"  # 240 bytes (the limit is 255); a newline in a name
+    script = f"for n in {[long, nl]!r}: open(n, 'w').write(n)\n"
+    r = fresh_home.run(["python3", "-c", script], opts=["--review"])
+    assert r.returncode == 0, r.stderr
+    rid = json.loads(_changes(fresh_home, "list", "--json").stdout)[-1]["id"]
+    up, w = fresh_home.root / ".cache" / "safebox" / "review" / rid / "layers" / "0" / "upper", fresh_home.work
+    # What an apply killed after its link beside the target leaves (as in test_review.py).
+    os.link(up / nl, w / f".{nl}.safebox-apply-0badf00d")
+    a = _changes(fresh_home, "apply", rid)
+    assert (a.returncode, a.stderr) == (0, "")
+    assert (w / long).read_text() == long and (w / nl).read_text() == nl
+    assert [n for n in os.listdir(w) if "safebox-apply" in n] == []

@@ -267,7 +267,9 @@ def _host_entry(host: _Dirs, c: Change) -> os.stat_result | None:
         return None
 
 
-_TMP = re.compile(r"^\..+\.safebox-apply-[0-9a-f]{8}$")
+#: Matched whole (fullmatch, DOTALL): a name may hold a newline.
+#: Matched whole (fullmatch, DOTALL): a name may hold a newline.
+_TMP = re.compile(r"\..+\.safebox-apply-[0-9a-f]{8}", re.DOTALL)
 
 
 def _sweeper(layer: int, cs: list[Change]) -> Callable[[int, str], None]:
@@ -288,7 +290,7 @@ def _sweeper(layer: int, cs: list[Change]) -> Callable[[int, str], None]:
         except OSError:
             return
         for n in names:
-            if _TMP.match(n) and (f"{rel_dir}/{n}" if rel_dir else n) not in ours:
+            if _TMP.fullmatch(n) and (f"{rel_dir}/{n}" if rel_dir else n) not in ours:
                 try:
                     st = os.stat(n, dir_fd=dfd, follow_symlinks=False)
                     if stat.S_ISREG(st.st_mode) and st.st_uid == os.geteuid():
@@ -431,7 +433,8 @@ class _Mover:
     def tmp(self, name: str) -> str:
         """A temporary name beside ``name`` (the sweeper's pattern: _TMP)."""
         self.n = (self.n + 1) & 0xFFFFFFFF
-        return f".{name[:200]}.safebox-apply-{self.n:08x}"
+        # 200 bytes of the name, not characters: 200 of "é" are 400 (a name is at most 255 bytes).
+        return f".{os.fsdecode(os.fsencode(name)[:200])}.safebox-apply-{self.n:08x}"
 
     def is_opaque(self, layer: int, head: str, ufd: int) -> bool:
         k = (layer, head)
