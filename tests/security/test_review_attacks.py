@@ -75,3 +75,32 @@ def test_names_of_multibyte_characters_and_newlines_are_applied_and_their_tempor
     assert (a.returncode, a.stderr) == (0, "")
     assert (w / long).read_text() == long and (w / nl).read_text() == nl
     assert [n for n in os.listdir(w) if "safebox-apply" in n] == []
+
+
+_FS_IOC_GETFLAGS, _FS_NODUMP_FL, _FS_SYNC_FL = 0x80086601, 0x40, 0x8
+
+
+def _inode_flags(path: Path) -> int:
+    import fcntl
+    import sys
+
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    try:
+        return int.from_bytes(fcntl.ioctl(fd, _FS_IOC_GETFLAGS, bytes(8))[:4], sys.byteorder)
+    finally:
+        os.close(fd)
+
+
+def test_inode_flags_the_command_set_never_reach_the_host(fresh_home: FakeHome) -> None:
+    # nodump (backups skip the file) and sync: what chattr +d +S sets, no capability needed.
+    script = ("import fcntl, os, sys\nopen('flagged', 'w').write('f')\nfd = os.open('flagged', os.O_RDONLY)\n"
+              f"fcntl.ioctl(fd, 0x40086602, ({_FS_NODUMP_FL | _FS_SYNC_FL}).to_bytes(8, sys.byteorder))\n")
+    r = fresh_home.run(["python3", "-c", script], opts=["--review"])
+    assert r.returncode == 0, r.stderr
+    rid = json.loads(_changes(fresh_home, "list", "--json").stdout)[-1]["id"]
+    up = fresh_home.root / ".cache" / "safebox" / "review" / rid / "layers" / "0" / "upper" / "flagged"
+    assert _inode_flags(up) & (_FS_NODUMP_FL | _FS_SYNC_FL) == _FS_NODUMP_FL | _FS_SYNC_FL  # control: set
+    a = _changes(fresh_home, "apply", rid)
+    assert (a.returncode, a.stderr) == (0, "")
+    host = fresh_home.work / "flagged"
+    assert host.read_text() == "f" and _inode_flags(host) & (_FS_NODUMP_FL | _FS_SYNC_FL) == 0

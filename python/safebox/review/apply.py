@@ -481,6 +481,8 @@ class _Mover:
             # Two links: the layer's name and ours; a third is a hard link the command made (copied instead).
             if not stat.S_ISREG(st.st_mode) or st.st_uid != self.uid or st.st_gid != gid or st.st_nlink != 2:
                 return False
+            if not _plain_flags(fd):
+                return False
             for x in os.listxattr(fd):
                 if not x.startswith(_STRIPPED):
                     return False
@@ -497,6 +499,28 @@ class _Mover:
             return True
         finally:
             os.close(fd)
+
+
+#: ``FS_IOC_GETFLAGS`` (``_IOR('f', 1, long)``) and the inode flags a moved
+#: file may have: those a file system sets itself on any new file (ext4's
+#: extents, huge file and inline data). Any other (``chattr``'s nodump,
+#: sync, noatime..., the command's or inherited from the state dir's
+#: directories) would stay with the inode: that file is copied instead.
+_FS_IOC_GETFLAGS = 0x80086601
+_FLAGS_KEPT = 0x00040000 | 0x00080000 | 0x10000000
+
+
+def _plain_flags(fd: int) -> bool:
+    """Whether the file open as ``fd`` has no inode flag but _FLAGS_KEPT
+    (a file system without them has none)."""
+    import fcntl
+    import sys
+
+    try:
+        got = fcntl.ioctl(fd, _FS_IOC_GETFLAGS, bytes(8))
+    except OSError as e:
+        return e.errno in (errno.ENOTTY, errno.EOPNOTSUPP, errno.EINVAL, errno.ENOSYS)
+    return int.from_bytes(got[:4], sys.byteorder) & ~_FLAGS_KEPT == 0
 
 
 def _unlink_quiet(name: str, dfd: int) -> None:
