@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-
+from pathlib import Path
 
 from sbx import BOTH, SAFEBOX, FakeHome, wait_for
 
@@ -60,7 +60,6 @@ def test_the_apis_apply_while_its_command_runs_is_a_snapshot(fresh_home: FakeHom
         assert os.lstat(fresh_home.work / "held.txt").st_mode & 0o7000 == 0
 
 
-
 def test_names_of_multibyte_characters_and_newlines_are_applied_and_their_temporary_names_swept(
         fresh_home: FakeHome) -> None:
     long, nl = "é" * 120, "line\nbreak"  # 240 bytes (the limit is 255); a newline in a name
@@ -104,3 +103,20 @@ def test_inode_flags_the_command_set_never_reach_the_host(fresh_home: FakeHome) 
     assert (a.returncode, a.stderr) == (0, "")
     host = fresh_home.work / "flagged"
     assert host.read_text() == "f" and _inode_flags(host) & (_FS_NODUMP_FL | _FS_SYNC_FL) == 0
+
+
+def test_a_run_that_changed_nothing_passes_nothing_to_the_next_through_its_spare_directories(
+        fresh_home: FakeHome) -> None:
+    # The write root's own directory is the layer's upper directory: its mode, times and attributes
+    # are the command's to set, and no change a held run lists.
+    a = fresh_home.run(["python3", "-c", "import os\nos.setxattr('.', 'user.msg', b'from A')\nos.chmod('.', 0o777)\n"
+                        "os.utime('.', (1, 1))\nst = os.stat('.')\nprint(oct(st.st_mode & 0o777), st.st_mtime, "
+                        "os.listxattr('.'))"], opts=["--review"])
+    assert a.returncode == 0, a.stderr
+    assert a.stdout.split("\n")[0] == "0o777 1.0 ['user.msg']"  # control: set, in run A's view
+    assert (fresh_home.root / ".cache" / "safebox" / "review" / ".spare").is_dir()  # and left as the spare
+    b = fresh_home.run(["python3", "-c", "import os\nst = os.stat('.')\nprint(oct(st.st_mode & 0o777), "
+                        "st.st_mtime, os.listxattr('.'))"], opts=["--review"])
+    assert b.returncode == 0, b.stderr
+    mode, mtime, names = b.stdout.split("\n")[0].split(" ", 2)
+    assert (mode, names) == ("0o700", "[]") and float(mtime) > 1.0
