@@ -80,9 +80,10 @@ def _check_space(h: Held, chosen: list[Change]) -> None:
     """Refuse, before anything is written, an apply whose copies do not fit.
     A layer on its root's file system is moved, not copied (_Mover): its
     files need no room (the few it copies, hard links and opaque
-    directories, stop with ENOSPC, whole, if the disk is that full)."""
+    directories, stop with ENOSPC, whole, if the disk is that full); a run
+    that has not recorded its end is copied whole (see apply)."""
     need: dict[str, int] = {}
-    same: dict[int, bool] = {}
+    same: dict[int, bool] = {} if ended(h) else dict.fromkeys(range(len(h.roots)), False)
     for c in chosen:
         if c.kind != "deleted" and c.type == "file":
             if c.layer not in same:
