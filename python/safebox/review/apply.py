@@ -80,9 +80,10 @@ def _check_space(h: Held, chosen: list[Change]) -> None:
     """Refuse, before anything is written, an apply whose copies do not fit.
     A layer on its root's file system is moved, not copied (_Mover): its
     files need no room (the few it copies, hard links and opaque
-    directories, stop with ENOSPC, whole, if the disk is that full)."""
+    directories, stop with ENOSPC, whole, if the disk is that full); a run
+    that has not recorded its end is copied whole (see apply)."""
     need: dict[str, int] = {}
-    same: dict[int, bool] = {}
+    same: dict[int, bool] = {} if ended(h) else dict.fromkeys(range(len(h.roots)), False)
     for c in chosen:
         if c.kind != "deleted" and c.type == "file":
             if c.layer not in same:
@@ -207,7 +208,11 @@ def apply(h: Held, paths: tuple[str, ...] | None = None, *, force: bool = False)
         conflicts: list[tuple[str, str]] = []
         refused: list[tuple[str, str]] = []
         pins: dict[int, tuple[_Dirs, _Dirs]] = {}
-        mover = _Mover()
+        # Moved only once the run recorded its end (finish: every process of the sandbox was gone): a
+        # command still running (an apply from another terminal, the API's apply() before wait()), or
+        # a run killed before it said so, would keep writing, chmod-ing and linking the moved inode,
+        # the host's file by then, through what it holds open. Its files are copied: a snapshot.
+        mover = _Mover(moves=ended(h))
         try:
             _open_layers(h, cs, chosen, pins)
             _finish_moves(moved, pins, mover)
@@ -263,7 +268,9 @@ def _host_entry(host: _Dirs, c: Change) -> os.stat_result | None:
         return None
 
 
-_TMP = re.compile(r"^\..+\.safebox-apply-[0-9a-f]{8}$")
+#: Matched whole (fullmatch, DOTALL): a name may hold a newline.
+#: Matched whole (fullmatch, DOTALL): a name may hold a newline.
+_TMP = re.compile(r"\..+\.safebox-apply-[0-9a-f]{8}", re.DOTALL)
 
 
 def _sweeper(layer: int, cs: list[Change]) -> Callable[[int, str], None]:
@@ -284,7 +291,7 @@ def _sweeper(layer: int, cs: list[Change]) -> Callable[[int, str], None]:
         except OSError:
             return
         for n in names:
-            if _TMP.match(n) and (f"{rel_dir}/{n}" if rel_dir else n) not in ours:
+            if _TMP.fullmatch(n) and (f"{rel_dir}/{n}" if rel_dir else n) not in ours:
                 try:
                     st = os.stat(n, dir_fd=dfd, follow_symlinks=False)
                     if stat.S_ISREG(st.st_mode) and st.st_uid == os.geteuid():
@@ -404,12 +411,22 @@ def _rename_over(c: Change, host: _Dirs, dfd: int, tmp: str, name: str, hst: os.
 _STRIPPED = ("user.", "trusted.", "security.capability", "system.posix_acl_access", "system.posix_acl_default")
 
 
+def ended(h: Held) -> bool:
+    """Whether the held run recorded its command's end: its exit status,
+    which safebox.review.run.finish writes once the sandbox is gone (every
+    process of its pid namespace with it); a run still going, or killed
+    before it could say so, has none."""
+    return type(h.meta.get("exit")) is int
+
+
 class _Mover:
     """Moving a file from the layer to the host instead of copying its bytes
-    (docs/review.md, "Moved, not copied"): one apply's state."""
+    (docs/review.md, "Moved, not copied"): one apply's state. ``moves``
+    False: every file is copied."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, moves: bool = True) -> None:
         self.uid, self.gid = os.geteuid(), os.getegid()
+        self.moves = moves
         self.off: set[int] = set()  # layers on another file system than their root (EXDEV)
         self.opaque: dict[tuple[int, str], bool] = {}
         self.n = int.from_bytes(os.urandom(4), "big")
@@ -417,7 +434,8 @@ class _Mover:
     def tmp(self, name: str) -> str:
         """A temporary name beside ``name`` (the sweeper's pattern: _TMP)."""
         self.n = (self.n + 1) & 0xFFFFFFFF
-        return f".{name[:200]}.safebox-apply-{self.n:08x}"
+        # 200 bytes of the name, not characters: 200 of "é" are 400 (a name is at most 255 bytes).
+        return f".{os.fsdecode(os.fsencode(name)[:200])}.safebox-apply-{self.n:08x}"
 
     def is_opaque(self, layer: int, head: str, ufd: int) -> bool:
         k = (layer, head)
@@ -436,7 +454,7 @@ class _Mover:
         name in the layer (its link count), a file of another group than
         one made in the target's directory would get, or with an attribute
         _STRIPPED does not list."""
-        if layer in self.off or self.is_opaque(layer, head, ufd):
+        if not self.moves or layer in self.off or self.is_opaque(layer, head, ufd):
             return False
         try:
             # No AT_SYMLINK_FOLLOW: the layer's entry itself, never where a link points.
@@ -464,6 +482,8 @@ class _Mover:
             # Two links: the layer's name and ours; a third is a hard link the command made (copied instead).
             if not stat.S_ISREG(st.st_mode) or st.st_uid != self.uid or st.st_gid != gid or st.st_nlink != 2:
                 return False
+            if not _plain_flags(fd):
+                return False
             for x in os.listxattr(fd):
                 if not x.startswith(_STRIPPED):
                     return False
@@ -480,6 +500,28 @@ class _Mover:
             return True
         finally:
             os.close(fd)
+
+
+#: ``FS_IOC_GETFLAGS`` (``_IOR('f', 1, long)``) and the inode flags a moved
+#: file may have: those a file system sets itself on any new file (ext4's
+#: extents, huge file and inline data). Any other (``chattr``'s nodump,
+#: sync, noatime..., the command's or inherited from the state dir's
+#: directories) would stay with the inode: that file is copied instead.
+_FS_IOC_GETFLAGS = 0x80086601
+_FLAGS_KEPT = 0x00040000 | 0x00080000 | 0x10000000
+
+
+def _plain_flags(fd: int) -> bool:
+    """Whether the file open as ``fd`` has no inode flag but _FLAGS_KEPT
+    (a file system without them has none)."""
+    import fcntl
+    import sys
+
+    try:
+        got = fcntl.ioctl(fd, _FS_IOC_GETFLAGS, bytes(8))
+    except OSError as e:
+        return e.errno in (errno.ENOTTY, errno.EOPNOTSUPP, errno.EINVAL, errno.ENOSYS)
+    return int.from_bytes(got[:4], sys.byteorder) & ~_FLAGS_KEPT == 0
 
 
 def _unlink_quiet(name: str, dfd: int) -> None:

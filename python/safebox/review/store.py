@@ -197,8 +197,14 @@ def recycle(h: Held) -> None:
     if len(h.roots) == 1 and h.meta.get("status") == "running":
         try:
             work = os.path.join(h.dir, "layers", "0", "work")
+            upper = os.path.join(h.dir, "layers", "0", "upper")
             _clear_work(work)
-            if not os.listdir(os.path.join(h.dir, "layers", "0", "upper")) and not os.listdir(work):
+            if not os.listdir(upper) and not os.listdir(work):
+                # Made again: the write root's own directory in the run was this one, its mode, times,
+                # attributes and inode flags the command's to set (no change a held run lists), and
+                # the next run's root would show them.
+                os.rmdir(upper)
+                os.mkdir(upper, 0o700)
                 os.unlink(os.path.join(h.dir, "meta.json"))
                 try:
                     os.rename(h.dir, os.path.join(os.path.dirname(h.dir), SPARE))
