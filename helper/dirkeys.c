@@ -6,19 +6,19 @@
 #include "dirkeys.h"
 
 #include <errno.h>
-#include <pthread.h>
-#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
-/* At most this many threads: the lstats of one tree share its dentries'
- * locks and the page of every parent, so more threads gain less and less,
+/* At most this many workers: the lstats of one tree share its dentries'
+ * locks and the page of every parent, so more workers gain less and less,
  * and a start must not take a big machine's every core. */
 #define DK_THREADS_MAX 4
-/* Below this many paths a second thread costs more than it saves. */
+/* Below this many paths a second worker costs more than it saves. */
 #define DK_PER_THREAD_MIN 2048
 
 struct dk_header {
@@ -81,8 +81,8 @@ void dk_free(struct dk_req *req)
 struct dk_slice {
 	const struct dk_req *req;
 	unsigned char *hit;
-	size_t from, to, hits;
-	atomic_int *differs; /* DK_SAME: set by the first thread that finds one */
+	size_t from, to;
+	volatile int *differs; /* DK_SAME: set by the first worker that finds one */
 };
 
 static int64_t ctime_ns(const struct stat *st)
@@ -103,60 +103,89 @@ static int dk_one(const struct dk_req *req, size_t i)
 	return S_ISDIR(st.st_mode) && ctime_ns(&st) >= req->floor_ns;
 }
 
-static void *dk_slice_run(void *arg)
+static void dk_slice_run(const struct dk_slice *s)
 {
-	struct dk_slice *s = arg;
 	size_t i;
 
 	for (i = s->from; i < s->to; i++) {
-		if (s->req->op == DK_SAME && atomic_load_explicit(s->differs, memory_order_relaxed))
+		if (s->req->op == DK_SAME && __atomic_load_n(s->differs, __ATOMIC_RELAXED))
 			break;
 		s->hit[i] = (unsigned char)dk_one(s->req, i);
-		if (s->hit[i]) {
-			s->hits++;
-			if (s->req->op == DK_SAME)
-				atomic_store_explicit(s->differs, 1, memory_order_relaxed);
-		}
+		if (s->hit[i] && s->req->op == DK_SAME)
+			__atomic_store_n(s->differs, 1, __ATOMIC_RELAXED);
 	}
-	return NULL;
 }
 
-size_t dk_run(const struct dk_req *req, unsigned char *hit, unsigned threads)
+/* The workers are processes, not threads: the hits go to a shared
+ * anonymous mapping, and fork() binds no newer glibc symbol than the rest
+ * of the helper (pthread_create is GLIBC_2.34 in a libc that merged
+ * libpthread, and a separate library before: the wheel must still build,
+ * and run, on manylinux2014's glibc 2.17; tests/integration/test_packaging.py). */
+size_t dk_run(const struct dk_req *req, unsigned char *hit, unsigned workers)
 {
-	struct dk_slice s[DK_THREADS_MAX];
-	pthread_t tid[DK_THREADS_MAX];
-	int started[DK_THREADS_MAX] = { 0 };
-	atomic_int differs = 0;
-	size_t hits = 0, per;
-	unsigned t, k;
+	size_t len = 16 + req->n, hits = 0, per, i;
+	/* The shared flag first (aligned), the workers' hits after it. */
+	unsigned char *map = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	unsigned char *shared = map == MAP_FAILED ? NULL : map + 16;
+	pid_t pid[DK_THREADS_MAX] = { 0 };
+	struct dk_slice s;
+	volatile int *differs;
+	unsigned w;
 
-	if (threads > DK_THREADS_MAX)
-		threads = DK_THREADS_MAX;
-	if (threads > req->n / DK_PER_THREAD_MIN)
-		threads = (unsigned)(req->n / DK_PER_THREAD_MIN);
-	if (threads == 0)
-		threads = 1;
-	memset(hit, 0, req->n);
-	per = (req->n + threads - 1) / threads;
-	for (t = 0; t < threads; t++) {
-		size_t from = (size_t)t * per, to = from + per;
-		s[t] = (struct dk_slice){ req, hit, from < req->n ? from : req->n, to < req->n ? to : req->n,
-					  0, &differs };
+	if (!shared) { /* no room for workers: all of it here */
+		volatile int alone = 0;
+		memset(hit, 0, req->n);
+		s = (struct dk_slice){ req, hit, 0, req->n, &alone };
+		dk_slice_run(&s);
+		for (i = 0; i < req->n; i++)
+			hits += hit[i];
+		return req->op == DK_SAME ? (size_t)(hits != 0) : hits;
 	}
-	/* Slice 0 runs on this thread; a thread that cannot be started leaves
+	differs = (volatile int *)(void *)map;
+	if (workers > DK_THREADS_MAX)
+		workers = DK_THREADS_MAX;
+	if (workers > req->n / DK_PER_THREAD_MIN)
+		workers = (unsigned)(req->n / DK_PER_THREAD_MIN);
+	if (workers == 0)
+		workers = 1;
+	per = (req->n + workers - 1) / workers;
+	/* Slice 0 runs in this process; a worker that cannot be forked leaves
 	 * its slice to this one too. */
-	for (t = 1; t < threads; t++)
-		started[t] = pthread_create(&tid[t], NULL, dk_slice_run, &s[t]) == 0;
-	dk_slice_run(&s[0]);
-	for (t = 1; t < threads; t++) {
-		if (started[t])
-			pthread_join(tid[t], NULL);
-		else
-			dk_slice_run(&s[t]);
+	for (w = 1; w < workers; w++) {
+		s = (struct dk_slice){ req, shared, (size_t)w * per, (size_t)w * per + per, differs };
+		if (s.from > req->n)
+			s.from = req->n;
+		if (s.to > req->n)
+			s.to = req->n;
+		pid[w] = fork();
+		if (pid[w] == 0) {
+			dk_slice_run(&s);
+			_exit(0);
+		}
 	}
-	for (k = 0; k < threads; k++)
-		hits += s[k].hits;
-	return req->op == DK_SAME ? (size_t)(atomic_load(&differs) != 0 || hits != 0) : hits;
+	s = (struct dk_slice){ req, shared, 0, per < req->n ? per : req->n, differs };
+	dk_slice_run(&s);
+	for (w = 1; w < workers; w++) {
+		int status = 0;
+		s = (struct dk_slice){ req, shared, (size_t)w * per, (size_t)w * per + per, differs };
+		if (s.from > req->n)
+			s.from = req->n;
+		if (s.to > req->n)
+			s.to = req->n;
+		if (pid[w] > 0)
+			while (waitpid(pid[w], &status, 0) < 0 && errno == EINTR)
+				;
+		/* Not forked, or died before its end: its slice again, here. */
+		if (pid[w] <= 0 || !WIFEXITED(status) || WEXITSTATUS(status) != 0)
+			dk_slice_run(&s);
+	}
+	memcpy(hit, shared, req->n);
+	for (i = 0; i < req->n; i++)
+		hits += hit[i];
+	if (*differs)
+		hits += !hits;
+	munmap(map, len);
+	return req->op == DK_SAME ? (size_t)(hits != 0) : hits;
 }
 
 /* Standard input whole, into a buffer aligned for the keys; NULL past DK_INPUT_MAX. */

@@ -4,7 +4,7 @@
  * A warm start in a 100,000-file tree checks that none of its 13,657
  * directories changed since the start walks were kept, and the watch after
  * the run lists those whose ctime moved.  One lstat each, from Python, is
- * about 2.8 us; here, 1.7 us, on several threads, and the check before the
+ * about 2.8 us; here, 1.7 us, on several cores, and the check before the
  * run goes on beside safebox's own imports instead of in front of them.
  *
  * The request, read whole from standard input (safebox writes it into a
@@ -61,9 +61,10 @@ void dk_free(struct dk_req *req);
 
 /* Fill hit[i] (n bytes): for DK_SAME 1 where path i differs from its key;
  * for DK_SINCE 1 where it is a directory changed at or after floor_ns.
- * Uses up to `threads` threads; DK_SAME stops at the first difference.
+ * Uses up to `workers` processes (forked; the hits shared through an
+ * anonymous mapping); DK_SAME stops at the first difference.
  * Returns the number of hits for DK_SINCE, and 0 or 1 (any) for DK_SAME. */
-size_t dk_run(const struct dk_req *req, unsigned char *hit, unsigned threads);
+size_t dk_run(const struct dk_req *req, unsigned char *hit, unsigned workers);
 
 /* "--dir-keys": the request on fd 0, the answer as above. */
 int dirkeys_main(int argc, char **argv);

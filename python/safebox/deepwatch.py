@@ -262,7 +262,7 @@ def _changed(b: Baseline, skip: bytes) -> list[bytes]:
     if b.order is None:
         return [os.fsencode(r) for r in b.roots]
     floor = b.since_ns - SLACK_NS
-    helped = dirkeys.changed_since(b.order, floor)  # a big tree's lstats, on the helper's threads
+    helped = dirkeys.changed_since(b.order, floor)  # a big tree's lstats, on the helper's workers
     if helped is not None:
         return [d for d in helped if not _under(d, skip)] if skip else helped
     lstat = os.lstat

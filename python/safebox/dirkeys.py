@@ -6,7 +6,7 @@ Two passes over every directory of the work tree cost a warm start most of
 its time in a big tree (docs/benchmarks.md, "Start-up in a big work tree"):
 the check that the kept start walks still hold (:mod:`safebox.walkcache`)
 and the watch's look after the run (:mod:`safebox.deepwatch`). Here each is
-one helper process that lstats on up to four threads; the first runs beside
+one helper that lstats on up to four cores (forked workers); the first runs beside
 safebox's imports and policy instead of in front of them.
 
 The helper only ever finds the same answer faster. Its answer is checked

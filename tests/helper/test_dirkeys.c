@@ -101,7 +101,7 @@ static struct dk_key key_of(const char *path)
 				(int64_t)st.st_ctim.tv_sec * 1000000000 + st.st_ctim.tv_nsec };
 }
 
-/* 5000 directories (enough for two threads), their keys, then changes. */
+/* 5000 directories (enough for two workers), their keys, then changes. */
 static void real_tree(void)
 {
 	enum {
@@ -126,12 +126,12 @@ static void real_tree(void)
 		paths[i] = names[i];
 		keys[i] = key_of(names[i]);
 	}
-	ok(dk_run(&req, hit, 4) == 0, "an unchanged tree is the same, on four threads");
-	chmod(names[N - 1], 0750); /* a ctime change, in the last thread's slice */
+	ok(dk_run(&req, hit, 4) == 0, "an unchanged tree is the same, on up to four workers");
+	chmod(names[N - 1], 0750); /* a ctime change, in the last worker's slice */
 	ok(dk_run(&req, hit, 4) == 1, "a directory whose ctime changed is a difference");
 	keys[N - 1] = key_of(names[N - 1]);
 	rmdir(names[7]);
-	ok(dk_run(&req, hit, 1) == 1, "a directory gone is a difference, on one thread");
+	ok(dk_run(&req, hit, 1) == 1, "a directory gone is a difference, on one worker");
 
 	clock_gettime(CLOCK_REALTIME, &now);
 	req = (struct dk_req){ DK_SINCE, N, (int64_t)now.tv_sec * 1000000000 + now.tv_nsec - 60000000000LL, NULL, paths };

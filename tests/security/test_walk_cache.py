@@ -38,7 +38,7 @@ REPLAYED, WALKED = "replayed", "walked"
 def tree(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest
          ) -> Iterator[tuple[Path, str]]:
     """(a work tree older than the slack, the state dir bound for it). Each
-    test runs twice: with the directories' check on the helper's threads
+    test runs twice: with the directories' check on the helper's workers
     (``dirkeys``, which a tree this small would not use) and in Python."""
     if request.param == "on the helper":
         assert dirkeys.helper_path() is not None, "the helper is not installed: run `python3 build.py setup`"

@@ -20,7 +20,7 @@ from safebox._prescan import start_find
 
 @pytest.fixture(autouse=True, params=["on the helper", "in Python"])
 def where_the_lstats_run(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Each test twice: the check's lstats on the helper's threads (which a
+    """Each test twice: the check's lstats on the helper's workers (which a
     tree this small would not use: ``MIN_HELPED`` lowered) and in Python."""
     if request.param == "on the helper":
         assert dirkeys.helper_path() is not None, "the helper is not installed: run `python3 build.py setup`"

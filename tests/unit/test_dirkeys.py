@@ -1,5 +1,5 @@
 """``safebox-helper --dir-keys`` (``safebox.dirkeys``): the lstats of a big
-work tree's directories on the helper's threads give exactly the answer
+work tree's directories on the helper's workers give exactly the answer
 the same lstats give in Python, and any answer the helper cannot give
 falls back to Python, never to "nothing changed".
 
