@@ -67,7 +67,9 @@ def unit_tests(tmp: Path) -> None:
                   str(HERE / f"{name}.c"), "-o", str(exe)], f"{name}.c")
         env = dict(os.environ, ASAN_OPTIONS="detect_leaks=1:abort_on_error=0",
                    UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1")
-        r = subprocess.run([str(exe)], capture_output=True, text=True, env=env)
+        # In the temporary dir: what a test makes there goes with it, even
+        # when the test dies half-way (test_dirkeys makes 5,000 directories).
+        r = subprocess.run([str(exe)], capture_output=True, text=True, env=env, cwd=tmp)
         sys.stdout.write(r.stdout)
         sys.stderr.write(r.stderr)
         if r.returncode != 0 or "not ok" in r.stdout:

@@ -107,7 +107,7 @@ static void real_tree(void)
 	enum {
 		N = 5000
 	};
-	char tmpl[] = "/tmp/dirkeys-XXXXXX", *root = mkdtemp(tmpl);
+	char tmpl[] = "dirkeys-XXXXXX", *root = mkdtemp(tmpl); /* in run.py's temporary dir */
 	static char names[N][64];
 	static const char *paths[N];
 	static struct dk_key keys[N];
