@@ -113,21 +113,8 @@ async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, gat
         return
     try:
         upstream = await gate.open(host, port, "socks5", relay)
-    except Refused as exc:
-        if exc.decision.told and port == 22:
-            # network.deniedDomainReasons for SSH: ssh through a SOCKS
-            # ProxyCommand (nc -X 5) prints the reason of a disconnect sent
-            # in-band; the tunnel is "established" only to carry it.
-            from safebox.proxy.netkeys import tell_ssh
-
-            await tell_ssh(reader, writer, reply(REPLY["succeeded"], ("0.0.0.0", 0)), exc.decision.told)
-            return
-        writer.write(reply(REPLY["not_allowed"]))
-        await writer.drain()
-        return
-    except UpstreamError as exc:
-        writer.write(reply(_UPSTREAM_REPLY[exc.kind]))
-        await writer.drain()
+    except (Refused, UpstreamError) as exc:
+        await _answer_failure(reader, writer, exc, port)
         return
     try:
         sock = upstream.get_extra_info("socket")
@@ -142,23 +129,32 @@ async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, gat
         upstream.abort()
 
 
+async def _answer_failure(reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                          exc: Refused | UpstreamError, port: int) -> None:
+    """The SOCKS5 reply to a request the gate refused or could not connect,
+    for the stream and the raw path alike."""
+    if isinstance(exc, UpstreamError):
+        writer.write(reply(_UPSTREAM_REPLY[exc.kind]))
+    elif exc.decision.told and port == 22:
+        # network.deniedDomainReasons for SSH: ssh through a SOCKS
+        # ProxyCommand (nc -X 5) prints the reason of a disconnect sent
+        # in-band; the tunnel is "established" only to carry it.
+        from safebox.proxy.netkeys import tell_ssh
+
+        await tell_ssh(reader, writer, reply(REPLY["succeeded"], ("0.0.0.0", 0)), exc.decision.told)
+        return
+    else:
+        writer.write(reply(REPLY["not_allowed"]))
+    await writer.drain()
+
+
 async def _relay_raw(conn: RawConn, gate: Gate, host: str, port: int, relay: Relay) -> None:
     """The end of :func:`handle` for a raw client: the same checks and
     replies; the relay splices the two sockets."""
     try:
         upstream = await gate.open_socket(host, port, "socks5", relay)
-    except Refused as exc:
-        if exc.decision.told and port == 22:  # as in handle()
-            from safebox.proxy.netkeys import tell_ssh
-
-            await tell_ssh(conn, conn, reply(REPLY["succeeded"], ("0.0.0.0", 0)), exc.decision.told)  # type: ignore[arg-type]
-            return
-        conn.write(reply(REPLY["not_allowed"]))
-        await conn.drain()
-        return
-    except UpstreamError as exc:
-        conn.write(reply(_UPSTREAM_REPLY[exc.kind]))
-        await conn.drain()
+    except (Refused, UpstreamError) as exc:
+        await _answer_failure(conn, conn, exc, port)  # type: ignore[arg-type]  # RawConn: a stream's part
         return
     try:
         bound = upstream.getsockname()

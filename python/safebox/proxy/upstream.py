@@ -68,6 +68,17 @@ def _connected_now(sock: socket.socket, address: tuple[str, int]) -> bool:
     return True
 
 
+def _connect_error(exc: OSError, ip: IPAddress, port: int) -> UpstreamError:
+    """What a failed connect to ``ip`` tells the client (the kinds map to
+    502/504 and SOCKS5 replies), for the stream and the raw path alike."""
+    if isinstance(exc, TimeoutError):
+        return UpstreamError("timeout", f"connecting to {ip.compressed} port {port} timed out")
+    if isinstance(exc, ConnectionRefusedError):
+        return UpstreamError("refused", f"{ip.compressed} port {port} refused the connection")
+    kind = "unreachable" if exc.errno in _UNREACHABLE else "error"
+    return UpstreamError(kind, f"connecting to {ip.compressed} port {port}: {exc.strerror or exc}")
+
+
 #: How long a name's addresses are kept (seconds), and for how many names.
 RESOLVE_TTL = 5.0
 RESOLVE_ENTRIES = 1024
@@ -245,13 +256,8 @@ class Gate:
                     transport, _ = await loop.create_connection(factory, host=ip.compressed, port=port)
                 assert isinstance(transport, asyncio.Transport)
                 return transport
-            except TimeoutError:
-                last = UpstreamError("timeout", f"connecting to {ip.compressed} port {port} timed out")
-            except ConnectionRefusedError:
-                last = UpstreamError("refused", f"{ip.compressed} port {port} refused the connection")
-            except OSError as exc:
-                kind = "unreachable" if exc.errno in _UNREACHABLE else "error"
-                last = UpstreamError(kind, f"connecting to {ip.compressed} port {port}: {exc.strerror or exc}")
+            except OSError as exc:  # TimeoutError and ConnectionRefusedError among them
+                last = _connect_error(exc, ip, port)
         assert last is not None
         raise last
 
@@ -273,13 +279,8 @@ class Gate:
                     async with asyncio.timeout(self.connect_timeout):
                         await loop.sock_connect(sock, (ip.compressed, port))  # EALREADY: waits for it
                 return sock
-            except TimeoutError:
-                last = UpstreamError("timeout", f"connecting to {ip.compressed} port {port} timed out")
-            except ConnectionRefusedError:
-                last = UpstreamError("refused", f"{ip.compressed} port {port} refused the connection")
-            except OSError as exc:
-                kind = "unreachable" if exc.errno in _UNREACHABLE else "error"
-                last = UpstreamError(kind, f"connecting to {ip.compressed} port {port}: {exc.strerror or exc}")
+            except OSError as exc:  # TimeoutError and ConnectionRefusedError among them
+                last = _connect_error(exc, ip, port)
             except BaseException:
                 if sock is not None:
                     sock.close()
