@@ -100,26 +100,9 @@ def fast_parse_exec(args: list[str]) -> dict[str, Any] | None:
 
 
 def _request(parsed: dict[str, Any]) -> ExecRequest:
-    from safebox.policy.load import Flags
-    from safebox.runner import ExecRequest, Without
+    from safebox.runner import request  # each option where EXEC_OPTIONS puts it
 
-    return ExecRequest(
-        command=tuple(parsed["command"]),
-        policy_files=tuple(parsed["policy_files"]),
-        flags=Flags(allow_write=tuple(parsed["allow_write"]), deny_read=tuple(parsed["deny_read"]),
-                    allow_read=tuple(parsed["allow_read"]),
-                    deny_write=tuple(parsed["deny_write"]), allow_domains=tuple(parsed["allow_domains"]),
-                    deny_domains=tuple(parsed["deny_domains"]), strict=bool(parsed["strict"]),
-                    presets=tuple(parsed["presets"]), limit_processes=parsed["limit_processes"],
-                    limit_memory=parsed["limit_memory"], limit_tmp_size=parsed["limit_tmp_size"],
-                    timeout=parsed["timeout"], allow_gpu=parsed["allow_gpu"]),
-        without=Without(parsed["without"]) if parsed["without"] else None,
-        strict=bool(parsed["strict"]), dry_run=bool(parsed["dry_run"]),
-        publish=tuple(parsed["publish"]),
-        audit_log=parsed["audit_log"], verbose=bool(parsed["verbose"]), quiet=bool(parsed["quiet"]),
-        summary=parsed["summary"], learn=parsed["learn"], observe=parsed["observe"],
-        ask=bool(parsed["ask"]), ask_timeout=parsed["ask_timeout"], control_fd=parsed["control_fd"],
-        review=bool(parsed["review"]))
+    return request(parsed)
 
 
 def fail(err: SafeboxError) -> NoReturn:

@@ -1,6 +1,9 @@
 """``safebox exec``'s options: one table, read by the click command and the
-fast parser (cli.py), the docs test, and code that reads exec lines back
-(mcpwrap.py). On the exec hot path: standard library and ``_record`` only.
+fast parser (cli.py), the request the run takes (runner.request: each value
+put where its row says, ``into``), the docs test, and code that reads exec
+lines back (mcpwrap.py). An option added here is complete once its field
+exists where ``into`` names (tests/unit/test_exec_option_table.py). On the
+exec hot path: standard library and ``_record`` only.
 """
 
 from __future__ import annotations
@@ -21,6 +24,12 @@ class Opt(Frozen):
     # The value when the option is given bare (--allow-gpu); a value then
     # only comes inline (--allow-gpu=0,2), never from the next argument.
     optional: str | None = None
+    #: Where the value goes (runner.request): "flags", a field of
+    #: ``policy.sources.Flags``, the policy's last layer (keys.POLICY_FLAGS
+    #: names its key); "options", a field of ``run.session.Options``, how the
+    #: session runs; "request", a field of ``runner.ExecRequest`` itself (the
+    #: runtime decisions: --ask, --control-fd). Empty: the cli's alone (--chdir).
+    into: tuple[str, ...] = ("options",)
 
 
 EXEC_OPTIONS: tuple[Opt, ...] = (
@@ -28,43 +37,46 @@ EXEC_OPTIONS: tuple[Opt, ...] = (
         help="Policy file (JSON or TOML), layered after the user and project files; repeatable: each later "
              "file adds to the lists and replaces the other values of the ones before "
              "(docs/policy-reference.md#layers).", short="-p", value="FILE", multiple=True),
-    Opt(long="--chdir", dest="chdir", short="-C",
+    Opt(long="--chdir", dest="chdir", into=(), short="-C",
         help="Run in DIR instead of the current directory: DIR is the work dir, and so a write root "
              "(safebox mcp wrap gives each server one of its own).", value="DIR"),
-    Opt(long="--allow-write", dest="allow_write", help="Also allow writing beneath PATH (repeatable).", value="PATH", multiple=True),
-    Opt(long="--deny-read", dest="deny_read",
+    Opt(long="--allow-write", dest="allow_write", into=("flags",), help="Also allow writing beneath PATH (repeatable).",
+        value="PATH", multiple=True),
+    Opt(long="--deny-read", dest="deny_read", into=("flags",),
         help="Also make PATH unreadable (repeatable; a glob pattern such as '**/.env' denies every match).",
         value="PATH", multiple=True),
-    Opt(long="--allow-read", dest="allow_read",
+    Opt(long="--allow-read", dest="allow_read", into=("flags",),
         help="Make PATH readable again inside a denyRead region (repeatable; patterns too).",
         value="PATH", multiple=True),
-    Opt(long="--deny-write", dest="deny_write",
+    Opt(long="--deny-write", dest="deny_write", into=("flags",),
         help="Keep PATH read-only even beneath a write root (repeatable; patterns too).",
         value="PATH", multiple=True),
-    Opt(long="--allow-domain", dest="allow_domains", help="Allow DOMAIN through the proxy; *.example.com = subdomains (repeatable).",
+    Opt(long="--allow-domain", dest="allow_domains", into=("flags",),
+        help="Allow DOMAIN through the proxy; *.example.com = subdomains (repeatable).",
         value="DOMAIN", multiple=True),
-    Opt(long="--deny-domain", dest="deny_domains", help="Refuse DOMAIN even if allowed (repeatable).", value="DOMAIN", multiple=True),
-    Opt(long="--preset", dest="presets",
+    Opt(long="--deny-domain", dest="deny_domains", into=("flags",), help="Refuse DOMAIN even if allowed (repeatable).",
+        value="DOMAIN", multiple=True),
+    Opt(long="--preset", dest="presets", into=("flags",),
         help="A toolchain's registry domains and sandbox-private caches: npm, pip, cargo, go, maven, github "
              "(repeatable; docs/toolchains.md).", value="NAME", multiple=True),
     Opt(long="--publish", dest="publish",
         help="Make 127.0.0.1:PORT on the host reach 127.0.0.1:PORT inside (needs network.allowLocalBinding; "
              "repeatable).", value="PORT", multiple=True),
-    Opt(long="--limit-processes", dest="limit_processes",
+    Opt(long="--limit-processes", dest="limit_processes", into=("flags",),
         help="At most N processes and threads in the sandbox, or 'unlimited' (limits.processes; default 4096).",
         value="N"),
-    Opt(long="--limit-memory", dest="limit_memory",
+    Opt(long="--limit-memory", dest="limit_memory", into=("flags",),
         help="Memory of the sandbox, e.g. 2GiB, or 'unlimited' (limits.memory; default unlimited).", value="SIZE"),
-    Opt(long="--limit-tmp", dest="limit_tmp_size",
+    Opt(long="--limit-tmp", dest="limit_tmp_size", into=("flags",),
         help="Size of the private /tmp and of /dev/shm, each, e.g. 1GiB (limits.tmpSize; default RAM/4, at most 4GiB).",
         value="SIZE"),
-    Opt(long="--timeout", dest="timeout",
+    Opt(long="--timeout", dest="timeout", into=("flags",),
         help="Stop the whole sandbox after DURATION (90s, 30m, 1h30m; limits.wallTime) and exit 124.",
         value="DURATION"),
-    Opt(long="--allow-gpu", dest="allow_gpu",
+    Opt(long="--allow-gpu", dest="allow_gpu", into=("flags",),
         help="Bind the GPU device nodes (NVIDIA's, DRI render nodes) and allow exactly them; --allow-gpu=0,2 "
              "selects GPUs (devices.gpu; docs/gpu.md).", value="LIST", optional="all"),
-    Opt(long="--strict", dest="strict", help="Refuse to run unless every layer is fully enforced."),
+    Opt(long="--strict", dest="strict", into=("flags", "options"), help="Refuse to run unless every layer is fully enforced."),
     Opt(long="--without", dest="without", help="Run one layer alone: 'bwrap' (helper only) or 'helper' (bubblewrap only).",
         value="LAYER", choices=("bwrap", "helper")),
     Opt(long="--dry-run", dest="dry_run", help="Print the bwrap argv and the helper policy; run nothing."),
@@ -76,12 +88,12 @@ EXEC_OPTIONS: tuple[Opt, ...] = (
     Opt(long="--learn", dest="learn",
         help="Let the command reach any public host through the proxy, record what it used, and write a "
              "suggested policy (JSON) to OUT; file rules and local-address refusals still hold.", value="OUT"),
-    Opt(long="--ask", dest="ask",
+    Opt(long="--ask", dest="ask", into=("request",),
         help="Ask on the terminal (/dev/tty) about each host the policy does not allow: once, for this run, or "
              "deny; without a terminal every such host is denied and one line says so (docs/index.md)."),
-    Opt(long="--ask-timeout", dest="ask_timeout",
+    Opt(long="--ask-timeout", dest="ask_timeout", into=("request",),
         help="Seconds --ask waits for an answer before it denies (default 60).", value="SECONDS"),
-    Opt(long="--control-fd", dest="control_fd",
+    Opt(long="--control-fd", dest="control_fd", into=("request",),
         help="Read network list updates from descriptor N (3 or more) while the command runs: one JSON config per "
              "line, srt's --control-fd format; the command never gets N.", value="N"),
     Opt(long="--observe", dest="observe",

@@ -31,12 +31,14 @@ import sys
 from safebox import _signals
 from safebox._record import Frozen
 from safebox.errors import RunError
+from safebox.exec_options import EXEC_OPTIONS
 from safebox.policy.load import Flags, load_cached
 from safebox.run.plan import Without
 from safebox.run.session import Options, Session
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from collections.abc import Callable, Mapping
     from typing import Any
 
     from safebox.policy.effective import EffectivePolicy
@@ -44,30 +46,41 @@ if TYPE_CHECKING:
 
 
 class ExecRequest(Frozen):
-    """Everything ``safebox exec`` was asked to do."""
+    """Everything ``safebox exec`` was asked to do: the command, the
+    policy's last layer (``flags``), how the session runs (``options``),
+    and the runtime decisions. Made from a parsed command line by
+    :func:`request`, each option put where exec_options.EXEC_OPTIONS says."""
 
     command: tuple[str, ...]
-    policy_files: tuple[str, ...] = ()  # -p FILE..., layered in order
     flags: Flags = Flags()
-    without: Without | None = None
-    strict: bool = False
-    dry_run: bool = False
-    audit_log: str | None = None
-    verbose: bool = False
-    publish: tuple[str, ...] = ()  # ports as given on the command line
-    quiet: bool = False  # no refused-host lines, no hints
-    learn: str | None = None  # --learn OUT: any public host; the suggested policy goes to OUT
-    summary: str | None = None  # --summary FILE: append this run's Markdown report
-    observe: str | None = None  # --observe: off, calls, writes, all; None: calls, or all with --audit-log
-    review: bool = False  # --review: writes held in a layer (safebox.review)
+    options: Options = Options()
     ask: bool = False  # --ask: put hosts no entry allows to the user on /dev/tty (prompt.py)
     ask_timeout: str | None = None  # --ask-timeout SECONDS
     control_fd: str | None = None  # --control-fd N: live network lists (control.py)
 
 
-#: The request's fields a session takes as they are: every one both records
-#: name (written once, in each record, not a third time here).
-_PASSED_ON = tuple(f for f in Options.__fields__ if f in ExecRequest.__fields__)
+#: An option's value as the record's field holds it, where that is not the
+#: string typed (a flag is a bool, a repeatable option a tuple).
+_PARSE: dict[str, Callable[[str], Any]] = {"without": Without}
+
+
+def request(parsed: Mapping[str, Any]) -> ExecRequest:
+    """The request a parsed ``exec`` command line (cli.fast_parse_exec, or
+    click's keywords) makes: each option's value goes to the records its
+    row of EXEC_OPTIONS names (``into``)."""
+    into: dict[str, dict[str, Any]] = {"flags": {}, "options": {}, "request": {}}
+    for o in EXEC_OPTIONS:
+        value = parsed[o.dest]
+        if o.multiple:
+            value = tuple(value)
+        elif o.value is None:
+            value = bool(value)
+        elif o.dest in _PARSE:
+            value = _PARSE[o.dest](value) if value else None
+        for record in o.into:
+            into[record][o.dest] = value
+    return ExecRequest(command=tuple(parsed["command"]), flags=Flags(**into["flags"]),
+                       options=Options(**into["options"]), **into["request"])
 
 
 def say(msg: str) -> None:
@@ -82,11 +95,12 @@ def enforce_argv(req: ExecRequest) -> tuple[str, ...]:
     policy (``--without``, ``--publish``), then the command. OUT holds every
     policy layer and flag of the run, so none is repeated. ``safebox`` is
     named as it was run unless that is the one on PATH."""
-    assert req.learn is not None
-    argv = [*_program(), "exec", "-p", req.learn]
-    if req.without is not None:
-        argv += ["--without", req.without.value]
-    for port in req.publish:
+    opts = req.options
+    assert opts.learn is not None
+    argv = [*_program(), "exec", "-p", opts.learn]
+    if opts.without is not None:
+        argv += ["--without", opts.without.value]
+    for port in opts.publish:
         argv += ["--publish", port]
     return (*argv, "--", *req.command)
 
@@ -114,29 +128,29 @@ def run(req: ExecRequest, *, prescan: dict[tuple[str, int], Any] | None = None) 
         raise RunError("no command given (usage: safebox exec [OPTIONS] -- COMMAND [ARGS]...)")
     # The cli caught them already; run() called otherwise must not lose one either.
     _signals.catch()  # 1.
-    flags = req.flags.replace(strict=True) if req.strict and not req.flags.strict else req.flags
+    opts = req.options
+    flags = req.flags.replace(strict=True) if opts.strict and not req.flags.strict else req.flags
 
     ran_under: list[dict[str, Any]] = []  # --learn: the policy the run ran under, as one document
 
     def load(ctx: Context, cache_dir: str) -> EffectivePolicy:
-        if req.learn:
+        if opts.learn:
             # Not from the cache: the learned policy is written from the
             # same bytes the run's policy was merged from.
             from safebox.policy.load import load_with_document
 
-            policy, doc = load_with_document(ctx, policy_files=req.policy_files, flags=flags)
+            policy, doc = load_with_document(ctx, policy_files=opts.policy_files, flags=flags)
             ran_under.append(doc)
             return policy
-        return load_cached(ctx, policy_files=req.policy_files, flags=flags, cache_dir=cache_dir)
+        return load_cached(ctx, policy_files=opts.policy_files, flags=flags, cache_dir=cache_dir)
 
     runtime = None
     if req.ask or req.control_fd is not None or req.ask_timeout is not None:
         from safebox.prompt import exec_runtime
 
         runtime = exec_runtime(ask=req.ask, ask_timeout=req.ask_timeout, control_fd=req.control_fd, say=say)
-    opts = Options(**{f: getattr(req, f) for f in _PASSED_ON}, cli=True,
-                   learn_base=(lambda: ran_under[-1]) if req.learn else None,
-                   enforce_argv=enforce_argv(req) if req.learn else (), runtime=runtime)
+    opts = opts.replace(cli=True, learn_base=(lambda: ran_under[-1]) if opts.learn else None,
+                        enforce_argv=enforce_argv(req) if opts.learn else (), runtime=runtime)
     with Session(load, opts=opts, say=say) as session:  # 2.
         command = session.command(req.command, prescan=prescan)
         text = command.prepare()  # 3.
@@ -153,4 +167,4 @@ def run(req: ExecRequest, *, prescan: dict[tuple[str, int], Any] | None = None) 
         return rc
 
 
-__all__ = ["ExecRequest", "Without", "run", "say"]
+__all__ = ["ExecRequest", "Without", "request", "run", "say"]

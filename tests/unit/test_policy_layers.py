@@ -199,10 +199,12 @@ def test_the_enforce_line_is_one_line_that_a_shell_runs_as_the_same_argv(argv: l
 
 
 def test_the_enforce_line_repeats_what_shapes_the_run_but_no_policy_flag(monkeypatch: pytest.MonkeyPatch) -> None:
+    from safebox.run.session import Options
     from safebox.runner import ExecRequest, Without, enforce_argv
 
-    req = ExecRequest(command=("make", "-j2"), policy_files=("base.json",), flags=Flags(allow_write=("out",)),
-                      learn="L.json", without=Without("bwrap"), publish=("8080",), audit_log="a.jsonl")
+    req = ExecRequest(command=("make", "-j2"), flags=Flags(allow_write=("out",)),
+                      options=Options(policy_files=("base.json",), learn="L.json", without=Without("bwrap"),
+                                      publish=("8080",), audit_log="a.jsonl"))
     monkeypatch.setattr("sys.argv", ["/opt/sb/bin/safebox"])
     monkeypatch.setenv("PATH", "/nonexistent")
     assert enforce_argv(req) == ("/opt/sb/bin/safebox", "exec", "-p", "L.json", "--without", "bwrap",
