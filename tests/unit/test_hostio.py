@@ -199,9 +199,9 @@ ALLOWED: dict[str, str] = {
     "review/store:recycle": ("an empty held run to review/.spare, in safebox's state dir: the run's layers were "
                              "checked empty, the directory is safebox's own"),
     "run/host:*": "/proc/self/mountinfo",
+    "run/relay:*": "/proc",
     "run/protect:*": "the quarantine: parents resolved before the run and re-checked (run/protect.py)",
     "run/rundir:*": "the run dir's lock, safebox's own",
-    "run/supervise:*": "/proc",
     "violations/observer:*": "the run's events file, created O_EXCL|O_NOFOLLOW in the run dir",
 }
 

@@ -1,5 +1,5 @@
 """Supervision of one command: spawn bwrap (or the helper alone), read the
-helper's status, relay signals, wait, map the exit status.
+helper's status, relay signals (run/relay.py), wait, map the exit status.
 
 :class:`Launch` is one command's life: :meth:`Launch.start` spawns and
 returns once the helper has reported (the command exists, or start-up
@@ -23,6 +23,7 @@ from safebox._record import read_until
 from safebox.builder.resolved import Layers, ResolvedPolicy
 from safebox.errors import EXIT_SAFEBOX_FAILED, EXIT_TIMEOUT, HelperError, RunError
 from safebox.run import plan as _plan
+from safebox.run.relay import Relay, become_subreaper, reap_descendants
 from safebox.run.spawn import spawn
 
 TYPE_CHECKING = False
@@ -42,153 +43,6 @@ else:
 
 _SIGNAL_NAMES = {getattr(signal, n): n for n in ("SIGKILL", "SIGSEGV", "SIGABRT", "SIGBUS", "SIGTERM", "SIGILL",
                                                  "SIGFPE", "SIGSYS", "SIGXCPU")}
-
-
-def _become_subreaper() -> None:
-    """Without bwrap there is no pid namespace: make safebox the child
-    subreaper (prctl(2), PR_SET_CHILD_SUBREAPER), so descendants that detach
-    (``setsid cmd &``) are re-parented to safebox instead of init, and
-    ``_reap_descendants`` can end them when the command has exited. Only
-    under ``safebox exec``: in a harness it would re-parent the harness's
-    own orphans to it, and the reap would kill its other children."""
-    import ctypes
-
-    libc = ctypes.CDLL(None, use_errno=True)
-    PR_SET_CHILD_SUBREAPER = 36
-    if libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
-        raise RunError(f"prctl(PR_SET_CHILD_SUBREAPER) failed: {os.strerror(ctypes.get_errno())}")
-
-
-def _children() -> list[int]:
-    out: list[int] = []
-    for tid in os.listdir("/proc/self/task"):
-        try:
-            with open(f"/proc/self/task/{tid}/children") as f:
-                out += [int(x) for x in f.read().split()]
-        except OSError:
-            pass
-    return out
-
-
-def _reap_descendants(keep: int = -1) -> None:
-    """SIGKILL and reap every remaining child (orphans re-parented to us), until
-    none is left but ``keep`` (the violations supervisor, which exits by itself
-    once no sandboxed task is left)."""
-    for _ in range(100):
-        kids = [k for k in _children() if k != keep]
-        if not kids:
-            return
-        for k in kids:
-            try:
-                os.kill(k, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-        for k in kids:
-            try:
-                os.waitpid(k, 0)
-            except ChildProcessError:
-                pass
-
-
-def _group_members(pgid: int) -> list[int]:
-    """Host pids whose process group is ``pgid`` (from /proc/*/stat field 5)."""
-    out = []
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{name}/stat", "rb") as f:
-                stat = f.read()
-        except OSError:
-            continue
-        fields = stat[stat.rfind(b")") + 2:].split()
-        if len(fields) > 2 and int(fields[2]) == pgid:
-            out.append(int(name))
-    return out
-
-
-class Relay:
-    """Delivers signals to the command's process group: those safebox
-    receives (``cli``), and those the API's ``send_signal`` asks for."""
-
-    def __init__(self, *, cli: bool) -> None:
-        self.cli = cli
-        self.target_pgid: int | None = None
-        self.bwrap_child: int | None = None
-        self.spawned: int | None = None
-        self.got: list[int] = []
-        # Until the helper has reported (it is about to exec), there is no
-        # command to signal: signals are queued and replayed by ``ready``,
-        # never dropped, and never turned into a kill of bwrap.
-        self.is_ready = False
-        self.pending: list[int] = []
-
-    def ready(self) -> None:
-        """The command exists now: deliver what arrived before it did."""
-        self.is_ready = True
-        if self.cli:
-            _signals.command_started()
-        pending, self.pending = self.pending, []
-        for signum in pending:
-            self.handler(signum)
-
-    def _command_pgid(self) -> int | None:
-        if self.target_pgid:
-            return self.target_pgid
-        if self.bwrap_child:
-            # bwrap's pid 1 (reaper) has one child: the helper, which became the
-            # command; it leads its own session (--new-session), so its pid is its pgid.
-            try:
-                with open(f"/proc/{self.bwrap_child}/task/{self.bwrap_child}/children") as f:
-                    kids = f.read().split()
-                if kids:
-                    return int(kids[0])
-            except OSError:
-                return None
-        return None
-
-    def handler(self, signum: int) -> None:
-        """Deliver ``signum`` to the command (queued until it exists)."""
-        self.got.append(signum)
-        if not self.is_ready:
-            self.pending.append(signum)
-            return
-        pid = self._command_pgid()
-        try:
-            if pid is None:
-                if self.bwrap_child is None and self.spawned:
-                    # bwrap never said where the sandbox is: no way to reach
-                    # the command but through the whole sandbox.
-                    os.kill(self.spawned, signal.SIGKILL if signum != signal.SIGWINCH else 0)
-                # Otherwise bwrap's pid 1 has no child left: the command has
-                # ended and its status is on its way. A second signal (a
-                # SIGCONT after the SIGTERM, Ctrl-C twice) used to SIGKILL
-                # bwrap here and turn the command's 143 into 137.
-                return
-            pgid = os.getpgid(pid)
-            if self.bwrap_child and pgid == os.getpgid(self.bwrap_child):
-                # bwrap's --new-session puts its pid-1 reaper and the command in
-                # one group; signalling the group would kill the reaper and with
-                # it the whole namespace (SIGKILL instead of the signal). So the
-                # group's members other than the reaper are signalled one by one.
-                for member in _group_members(pgid):
-                    if member != self.bwrap_child:
-                        os.kill(member, signum)
-            else:
-                os.killpg(pgid, signum)
-        except ProcessLookupError:
-            pass
-
-    def install(self) -> None:
-        """Under ``safebox exec``, take the signals over just before the
-        sandbox is spawned: the last point where a terminating signal still
-        ends the start-up (:class:`_signals.StartInterrupted`); from here on
-        the command gets it. Nothing under the API."""
-        if not self.cli:
-            return
-        _signals.catch()
-        _signals.check()
-        self.pending = _signals.forward_to(self.handler) + self.pending
 
 
 def exit_status(wstatus: int) -> int:
@@ -221,6 +75,17 @@ def _read_bwrap_child(fd: int) -> int | None:
         return None
     digits = buf[at + len(key):].lstrip(b" ").split(b",", 1)[0].split(b"}", 1)[0].strip()
     return int(digits) if digits.isdigit() else None
+
+
+def _low_numbers(taken: set[int], *, sync: bool) -> tuple[int, int | None]:
+    """The numbers the status pipe (and the mounter's sync socket) get in
+    bwrap's child. The launcher shell (dash) of --without helper and the
+    mounter's handshake name their descriptors in redirections, which take
+    a single digit: those two get numbers 3-9, none that one of ``taken``
+    (ours, the sources of dups, which are made in order, and the passed
+    ones) has."""
+    low = [n for n in range(3, 10) if n not in taken]
+    return low[0], low[1] if sync else None
 
 
 def test_pause(point: str) -> None:
@@ -303,11 +168,7 @@ class Launch:
         if not ((rp.layers is Layers.BOTH and ((self.proxy is not None and rp.bridges) or self.forwarders))
                 or self.make_observer is not None):
             return None
-        import _socket  # `socket` imports enum and selectors (~4 ms): not for one pair
-
-        pair = _socket.socketpair(_socket.AF_UNIX, _socket.SOCK_STREAM)
-        self._ends += pair
-        return pair[0], pair[1]
+        return self._socketpair()
 
     def _start_observer(self) -> None:
         if self.make_observer is not None:
@@ -401,7 +262,7 @@ class Launch:
         argv += ["--", *self.command]
         self.relay.install()
         if self.cli:
-            _become_subreaper()
+            become_subreaper()
         path, argv = self.cgroup.wrap(rp.helper_path, argv) if self.cgroup else (rp.helper_path, argv)
         self.pid = spawn(path, argv, self.env, pass_fds=fds, cwd=rp.cwd, dup_to=self.stdio.dup_to)
         self.relay.spawned = self.pid
@@ -427,27 +288,12 @@ class Launch:
         self._fds.append(args_fd)
         handoff_fd = handoff[1].fileno() if handoff else None
         fds = (args_fd, bw_w) + ((handoff_fd,) if handoff_fd else ())
-        sync = None
-        if bulk.ops or rp.review_layers:
-            import _socket  # `socket` imports enum and selectors (~4 ms): not for one pair
-
-            # The sandbox's first program waits on this until the mounts
-            # are made (mounter.py).
-            sync = _socket.socketpair(_socket.AF_UNIX, _socket.SOCK_STREAM)
-            self._ends += sync
-        # The launcher shell (dash) of --without helper and the mounter's
-        # handshake name their descriptors in redirections, which take a
-        # single digit: those two get numbers 3-9 in the child, none that
-        # one of ours (a source of a dup: dups are made in order) or a
-        # passed one has.
-        ours = {*fds, status_w, *(fd for fd, _ in self.stdio.dup_to), *((sync[1].fileno(),) if sync else ())}
-        low = [n for n in range(3, 10) if n not in ours]
-        status_n = low[0]
-        dup_to = self.stdio.dup_to + ((status_w, status_n),)
-        sync_fd = None
-        if sync:
-            sync_fd = low[1]
-            dup_to += ((sync[1].fileno(), sync_fd),)
+        # The sandbox's first program waits on this until the mounts are
+        # made (mounter.py).
+        sync = self._socketpair() if bulk.ops or rp.review_layers else None
+        status_n, sync_fd = _low_numbers({*fds, status_w, *(fd for fd, _ in self.stdio.dup_to),
+                                          *((sync[1].fileno(),) if sync else ())}, sync=sync is not None)
+        dup_to = (*self.stdio.dup_to, (status_w, status_n), *(((sync[1].fileno(), sync_fd),) if sync else ()))
         opts, tail = _plan.bwrap_argv(mounts, rp, self.command, bwrap_status_fd=bw_w, status_fd=status_n,
                                       socat=self.socat, handoff_fd=handoff_fd, sync_fd=sync_fd)
         os.write(args_fd, b"\0".join(os.fsencode(a) for a in opts) + b"\0")
@@ -475,6 +321,13 @@ class Launch:
                                                 start_observer=self._start_observer)
         if handoff:
             self._adopt(handoff[0], handoff[1])
+
+    def _socketpair(self) -> tuple[Any, Any]:
+        import _socket  # `socket` imports enum and selectors (~4 ms): not for one pair
+
+        pair = _socket.socketpair(_socket.AF_UNIX, _socket.SOCK_STREAM)
+        self._ends += pair
+        return pair[0], pair[1]
 
     def _adopt(self, ours: Any, theirs: Any) -> None:
         theirs.close()  # only bwrap's copies remain: end of file once they are gone
@@ -555,7 +408,7 @@ class Launch:
             wstatus = _wait(self.pid)
         if self.rp.layers is Layers.HELPER_ONLY:
             if self.cli:
-                _reap_descendants(keep=self.observer.pid if self.observer is not None else -1)
+                reap_descendants(keep=self.observer.pid if self.observer is not None else -1)
             else:
                 # No subreaper under the API: what is left of the command's
                 # group goes with it (docs/api.md, "What the API leaves alone in the caller").
