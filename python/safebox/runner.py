@@ -9,9 +9,12 @@ run path"):
    policy (cached; pydantic only on a miss), pick the layers, plan the
    limits, check the helper, create the run dir, start the proxy, load the
    seccomp programs.
-3. Prepare the command: check the write roots, start the scan of the work
-   tree (adopting the cli's prescan), resolve, build the helper policy and
-   the environment. ``--dry-run`` prints the plan and stops here.
+3. Prepare the command (run/command.py), each step returning the value
+   the next takes: check the write roots, start the scan of the work tree
+   (adopting the cli's prescan), observe (resolve: the host's paths looked
+   up, as ``Facts``), write what the run leaves before it starts, decide
+   (pure: the helper policy and the environment, as the frozen
+   ``Decision``). ``--dry-run`` prints the plan and stops here.
 4. Start it (run/supervise.py): spawn bwrap (or the helper alone) in its
    own process group, read the helper's status line, relay signals. A
    terminating signal that arrives before the spawn ends the start-up

@@ -117,12 +117,12 @@ def test_the_session_steps_layers_md_lists_are_session_opens() -> None:
 
 
 def test_the_command_steps_layers_md_lists_are_the_commands() -> None:
-    """Steps 1 to 5 are ``Command._prepare``'s numbered comments; 6 to 8 are
+    """Steps 1 to 6 are ``Command._prepare``'s numbered comments; 7 to 9 are
     the calls that follow it: ``start``, the launch's ``wait``, ``finish``."""
     command = ROOT / "python/safebox/run/command.py"
     doc = _doc_steps(_run_path_section(), "A command (`Command._prepare`, `start`, `finish`)")
-    assert _same_steps(doc[:5], _code_steps(_function(command, "Command._prepare"))) == []
-    assert [(n, d.split(" ", 1)[0].rstrip(":")) for n, d in doc[5:]] == [(6, "start"), (7, "wait,"), (8, "finish")]
+    assert _same_steps(doc[:6], _code_steps(_function(command, "Command._prepare"))) == []
+    assert [(n, d.split(" ", 1)[0].rstrip(":")) for n, d in doc[6:]] == [(7, "start"), (8, "wait,"), (9, "finish")]
     assert _function(command, "Command.start") and _function(command, "Command.finish")
     assert _function(ROOT / "python/safebox/run/supervise.py", "Launch.wait")
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import time
 
-from safebox._record import rmtree
+from safebox._record import Frozen, rmtree
 from safebox.builder.resolved import Layers, ResolvedPolicy
 from safebox.errors import BuildError, PolicyError
 from safebox.policy.load import user_config_dir
@@ -28,10 +28,12 @@ if TYPE_CHECKING:
     from collections.abc import Mapping
     from typing import Any
 
+    from safebox.builder.caches import CachePlan
     from safebox.builder.resolve import HostFacts
     from safebox.builder.walks import Scan
     from safebox.policy.effective import EffectivePolicy
     from safebox.publish import PublishForwarder
+    from safebox.review.store import Held
     from safebox.run.session import Session
     from safebox.violations.observer import Observer
 
@@ -40,14 +42,40 @@ if TYPE_CHECKING:
 _HELD_UNTIL_EXIT: list[int] = []
 
 
+class Prepared(Frozen):
+    """Steps 1 and 2's value: the policy this command runs under (the
+    session's, with the CI files' and the helper-only TMPDIR's entries) and
+    the state dir's memory of earlier runs' write roots (builder/memory.py)."""
+
+    policy: EffectivePolicy
+    earlier_roots: dict[str, float]
+
+
+class Facts(Frozen):
+    """Step 4's value, what the host showed: the resolved policy (every mount
+    and rule, host paths looked up: lstat, realpath, the walks, the memory
+    files, the GPU nodes), the presets' caches, and this run's own files
+    (--policy, --audit-log, --summary, expanded)."""
+
+    rp: ResolvedPolicy
+    caches: CachePlan | None
+    given: tuple[str, ...]
+
+
 class Command:
     """One command in a :class:`Session`: prepared by :meth:`prepare`,
-    started by :meth:`start`, ended by :meth:`finish` (which always cleans up)."""
+    started by :meth:`start`, ended by :meth:`finish` (which always cleans up).
+
+    Each step of :meth:`_prepare` returns a value the next takes
+    (:class:`Prepared`, :class:`Facts`, then the resolved policy and the
+    :class:`~safebox.run.decision.Decision` the launch takes); the
+    attributes are what the command must release (:meth:`cleanup`) and the
+    decision its start and finish read."""
 
     def __init__(self, session: Session, argv: tuple[str, ...], *, environ: Mapping[str, str], cwd: str | None,
                  prescan: dict[tuple[str, int], Any] | None) -> None:
         self.s, self.argv, self.environ, self.cwd, self.prescan = session, argv, environ, cwd, prescan
-        self.policy = session.policy
+        # What the command holds, released by cleanup().
         self.recorder: Any = None
         self.ci_run: Any = None
         self.run_tmp: str | None = None
@@ -56,10 +84,12 @@ class Command:
         self.forwarders: list[PublishForwarder] = []
         self.observers: list[Observer] = []
         self.launch: Launch | None = None
+        self.held: Held | None = None  # --review: the held run (review/run.py)
+        # The values its steps returned, for start() and finish().
+        self.prepared: Prepared | None = None
+        self.facts: Facts | None = None
         self.decision: Decision | None = None
-        self.given: tuple[str, ...] = ()
         self.network_from = 0
-        self.t0 = 0.0
 
     @property
     def rp(self) -> ResolvedPolicy | None:
@@ -80,56 +110,59 @@ class Command:
     def _prepare(self) -> str | None:
         s = self.s
         # 1. The write roots: no planted links, missing ones created or refused.
-        self._check_roots()
+        earlier = self._check_roots()
         # 2. Run records, CI files, the helper-only TMPDIR.
-        self._records_and_ci()
+        p = self.prepared = Prepared(policy=self._records_and_ci(earlier), earlier_roots=earlier)
         # 3. The scan of the write roots (adopting the CLI's prescan): ripgrep
         # starts now and searches them while the rest is prepared.
         from safebox.builder.walks import Scan
 
-        self.scan = Scan(self.policy, layers=s.layers, rg_path=_host.tool("rg", s.tools), prestarted=self.prescan)
+        self.scan = Scan(p.policy, layers=s.layers, rg_path=_host.tool("rg", s.tools), prestarted=self.prescan)
         self.dir = s.run_dir.command_dir() if s.run_dir is not None else s.run_path
         if s.opts.cli:
             checkpoint("bwrap")
-        # 4. Resolve: every mount and rule, host paths looked up.
-        rp = self._resolve()
-        if s.opts.review:
-            from safebox.review.run import attach
-
-            rp, self.held = attach(rp, bwrap=s.bwrap, state=s.state, command_dir=self.dir or s.run_path,
-                                   command=self.argv, cwd=s.cwd, dry_run=s.opts.dry_run, audit_log=s.opts.audit_log)
-        # 5. Build: the helper policy, the seccomp files, the environment.
-        d = self.decision = self._decide(rp)
+        # 4. Observe: resolve every mount and rule, host paths looked up
+        # (lstat, realpath, the walks, the memory files), as one Facts.
+        facts = self.facts = self._observe(p.policy)
+        # 5. Before the start: what the run leaves on the host (the write
+        # roots remembered, the publish sockets, CI files, the watch list,
+        # --review's layers), as the resolved policy the decision takes.
+        rp = self._before_start(facts, p)
+        # 6. Decide: the helper policy, the seccomp files, the environment.
+        d = self.decision = self._decide(rp, p.policy, facts)
         if s.opts.dry_run:
             return self._dry_run(d)
         self._write_files(d)
         return None
 
-    def _check_roots(self) -> None:
+    def _check_roots(self) -> dict[str, float]:
+        """The write roots checked; returns the memory of earlier runs' roots."""
         from safebox.builder.memory import WRITE_ROOTS, read_write_roots
         from safebox.builder.planted import refuse_planted_links
 
         s = self.s
-        self.roots_file = os.path.join(s.state, WRITE_ROOTS)
-        self.earlier_roots = read_write_roots(self.roots_file)
-        refuse_planted_links(self.policy, layers=s.layers, cwd=s.cwd, pwd=self.environ.get("PWD"),
-                             earlier=self.earlier_roots)
+        policy = s.policy
+        earlier = read_write_roots(os.path.join(s.state, WRITE_ROOTS))
+        refuse_planted_links(policy, layers=s.layers, cwd=s.cwd, pwd=self.environ.get("PWD"), earlier=earlier)
         # A missing write root the user asked for is created or refused, never
         # skipped (builder/write_roots.py); after the symlink check, so that no
         # directory is created through a link a sandbox planted.
-        missing_roots = [w for w in self.policy.allow_write if not os.path.lexists(w)]
+        missing_roots = [w for w in policy.allow_write if not os.path.lexists(w)]
         if missing_roots:
             from safebox.builder.write_roots import create_missing
 
             for n in create_missing(tuple(missing_roots),
                                     skip=("/tmp",) if s.layers is not Layers.HELPER_ONLY else (),
-                                    never_under=(s.state, user_config_dir(s.home)), deny_read=self.policy.deny_read,
-                                    allow_read=self.policy.allow_read, dry_run=s.opts.dry_run):
+                                    never_under=(s.state, user_config_dir(s.home)), deny_read=policy.deny_read,
+                                    allow_read=policy.allow_read, dry_run=s.opts.dry_run):
                 if not s.opts.quiet:
                     s.say(n)
+        return earlier
 
-    def _records_and_ci(self) -> None:
+    def _records_and_ci(self, earlier: dict[str, float]) -> EffectivePolicy:
+        """The run records and CI files opened; returns the command's policy."""
         s = self.s
+        policy = s.policy
         # Run records (report.py) only when a log, a summary or --learn wants
         # them: the common run pays for one environment lookup.
         if s._wants_records():
@@ -138,7 +171,7 @@ class Command:
 
             # The files safebox writes from the host, named by the user: no
             # directory on the way may be a link a sandboxed run could have made.
-            roots = (*self.policy.allow_write, *getattr(self, "earlier_roots", {}), s.cwd)
+            roots = (*policy.allow_write, *earlier, s.cwd)
             for flag, f in (("--audit-log", s.opts.audit_log), ("--summary", s.summary), ("--learn", s.opts.learn)):
                 if f:
                     refuse_planted_links(os.path.abspath(f), roots, what=flag)
@@ -152,70 +185,75 @@ class Command:
             if kind is not None:
                 self.ci_run = ci.prepare(self.environ, kind=kind, cwd=s.cwd, home=s.home,
                                          bwrap=s.layers is not Layers.HELPER_ONLY, dry_run=s.opts.dry_run)
-                deny = tuple(p for p in self.ci_run.deny_read if p not in self.policy.allow_read)
-                self.policy = self.policy.replace(deny_read=(*self.policy.deny_read, *deny),
-                                                  deny_write=(*self.policy.deny_write, *self.ci_run.deny_write),
-                                                  allow_write=(*self.policy.allow_write, *self.ci_run.allow_write))
+                deny = tuple(p for p in self.ci_run.deny_read if p not in policy.allow_read)
+                policy = policy.replace(deny_read=(*policy.deny_read, *deny),
+                                        deny_write=(*policy.deny_write, *self.ci_run.deny_write),
+                                        allow_write=(*policy.allow_write, *self.ci_run.allow_write))
         if s.layers is Layers.HELPER_ONLY and not s.opts.dry_run:
             # No private /tmp without bwrap. The command gets its own TMPDIR, a
             # write root of its own: /tmp itself may refuse new entries when it
             # lies on the way to safebox's installation (see landlock_rules).
             self.run_tmp = make_run_tmp(self.environ.get("TMPDIR") or "/tmp")
-            self.policy = self.policy.replace(allow_write=(*self.policy.allow_write, self.run_tmp))
+            policy = policy.replace(allow_write=(*policy.allow_write, self.run_tmp))
+        return policy
 
-    def _host_facts(self) -> HostFacts:
+    def _host_facts(self, given: tuple[str, ...]) -> HostFacts:
         from safebox.builder.resolve import HostFacts
         from safebox.builder.selfprotect import import_paths, self_paths
-        from safebox.policy.load import expand_path
 
         s = self.s
         assert self.dir is not None
-        # The --policy file is this run's input like the user and project
-        # files (those are protected by name): read-only inside. So are the
-        # --audit-log and --summary files: the command must not forge the
-        # record of its own run (the proxy and safebox append from the host).
-        self.given = tuple(expand_path(f, s.ctx) for f in (*s.opts.policy_files, s.opts.audit_log, s.summary) if f)
-        return HostFacts(helper_path=s.helper, self_paths=(*self_paths(), s.helper), run_files=self.given,
+        return HostFacts(helper_path=s.helper, self_paths=(*self_paths(), s.helper), run_files=given,
                          import_paths=import_paths(), allow_import_roots=s.opts.allow_import_roots,
                          path_dirs=tuple(self.environ.get("PATH", "").split(":")),
                          state_dir=s.state, run_dir=s.run_path,
                          policy_path=os.path.join(self.dir, "policy"), rg_path=_host.tool("rg", s.tools))
 
-    def _resolve(self) -> ResolvedPolicy:
-        from safebox.builder.memory import remember_write_roots
+    def _observe(self, policy: EffectivePolicy) -> Facts:
         from safebox.builder.resolve import resolve
+        from safebox.policy.load import expand_path
 
         s = self.s
         assert self.scan is not None
-        self.caches = None
-        if self.policy.cache_presets:
+        caches = None
+        if policy.cache_presets:
             # Presets named, or whose registry is allowed anyway: their tools'
             # caches go to sandbox-private dirs of this work dir's own
             # (builder/caches.py): another project's runs never read them.
             from safebox.builder.caches import prepare
 
-            self.caches = prepare(self.policy.cache_presets, state=s.state, home=s.home, work_dir=s.cwd,
-                                  create=not s.opts.dry_run)
-        rp = resolve(self.policy, layers=s.layers, cwd=s.cwd, home=s.home, host=self._host_facts(),
+            caches = prepare(policy.cache_presets, state=s.state, home=s.home, work_dir=s.cwd,
+                             create=not s.opts.dry_run)
+        # The --policy file is this run's input like the user and project
+        # files (those are protected by name): read-only inside. So are the
+        # --audit-log and --summary files: the command must not forge the
+        # record of its own run (the proxy and safebox append from the host).
+        given = tuple(expand_path(f, s.ctx) for f in (*s.opts.policy_files, s.opts.audit_log, s.summary) if f)
+        rp = resolve(policy, layers=s.layers, cwd=s.cwd, home=s.home, host=self._host_facts(given),
                      bridges=s.bridges, scan=self.scan,
-                     **({"cache_dirs": self.caches.dirs, "cache_host_paths": self.caches.host_paths}
-                        if self.caches else {}))
+                     **({"cache_dirs": caches.dirs, "cache_host_paths": caches.host_paths} if caches else {}))
         if self.cwd is not None:
             rp = rp.replace(cwd=os.path.realpath(self.cwd))
-        if self.policy.devices_gpu:
+        if policy.devices_gpu:
             from safebox.builder.devices import find_gpu_nodes, with_gpu
 
-            rp = with_gpu(rp, find_gpu_nodes(self._gpu_selection(), environ=dict(self.environ)))
+            rp = with_gpu(rp, find_gpu_nodes(gpu_selection(policy), environ=dict(self.environ)))
         if s.netplan is not None and s.netplan.masked_files:
             rp = rp.replace(masked_files=s.netplan.masked_files)  # credentials.files, mode "mask"
         if s.proxy is not None and s.proxy.capture_port:
             from safebox.netcapture import resolv_conf  # the sandbox's DNS (docs/network.md, "DNS")
 
             rp = rp.replace(masked_files=(*rp.masked_files, resolv_conf(s.run_path)))
+        return Facts(rp=rp, caches=caches, given=given)
+
+    def _before_start(self, facts: Facts, p: Prepared) -> ResolvedPolicy:
+        from safebox.builder.memory import WRITE_ROOTS, remember_write_roots
+
+        s, rp = self.s, facts.rp
         if not s.opts.dry_run:
             # Remembered before the command exists: a link it plants in one
             # of these is refused by later runs (refuse_planted_links).
-            remember_write_roots(self.roots_file, self.earlier_roots,
+            remember_write_roots(os.path.join(s.state, WRITE_ROOTS), p.earlier_roots,
                                  tuple(r for r in rp.write_roots if r != self.run_tmp), time.time())
         rp = self._publish(rp)
         for w in s.warnings:
@@ -234,6 +272,11 @@ class Command:
         rp = rp.replace(tmp_size=s.limits.tmp_size)
         if s.run_dir is not None and self.dir is not None:
             write_watch(self.dir, rp)
+        if s.opts.review:
+            from safebox.review.run import attach
+
+            rp, self.held = attach(rp, bwrap=s.bwrap, state=s.state, command_dir=self.dir or s.run_path,
+                                   command=self.argv, cwd=s.cwd, dry_run=s.opts.dry_run, audit_log=s.opts.audit_log)
         return rp
 
     def _publish(self, rp: ResolvedPolicy) -> ResolvedPolicy:
@@ -260,27 +303,19 @@ class Command:
         return rp.replace(publish=tuple((p, os.path.join(pub_dir, f"{p}.sock")) for p in s.ports),
                           publish_dir=pub_dir)
 
-    def _decide(self, rp: ResolvedPolicy) -> Decision:
+    def _decide(self, rp: ResolvedPolicy, policy: EffectivePolicy, facts: Facts) -> Decision:
         s = self.s
         assert self.dir is not None
         abi_max = self.environ.get("SAFEBOX_TEST_ABI_MAX")  # test-only: prove the down-level paths
         choices = Choices(layers=s.layers, strict=s.strict, connect_ports=s.connect_ports, socat=s.socat,
                           limits=s.limits, observe=bool(s.observe_bpf), abi_max=int(abi_max) if abi_max else None)
-        return decide(rp, self.policy, choices=choices, command_dir=self.dir, env=self._environment(rp))
-
-    def _environment(self, rp: ResolvedPolicy) -> dict[str, str]:
-        s = self.s
-        made_of = EnvInputs(environ=self.environ, run_tmp=self.run_tmp, caches=self.caches,
+        made_of = EnvInputs(environ=self.environ, run_tmp=self.run_tmp, caches=facts.caches,
                             netplan=(tuple(s.netplan.env_unset), tuple(s.netplan.env_set)) if s.netplan else None,
                             ci_env=self.ci_run.env if self.ci_run is not None else None)
-        env, removed = environment(rp, self.policy, layers=s.layers, made_of=made_of)
+        env, removed = environment(rp, policy, layers=s.layers, made_of=made_of)
         if s.opts.verbose and removed:
             s.say(f"removed from the environment: {', '.join(removed)}")
-        return env
-
-    def _gpu_selection(self) -> tuple[int, ...] | None:
-        """devices.gpu's indices, or None for every GPU."""
-        return gpu_selection(self.policy)
+        return decide(rp, policy, choices=choices, command_dir=self.dir, env=env)
 
     def _dry_run(self, d: Decision) -> str:
         s, rp = self.s, d.rp
@@ -319,18 +354,17 @@ class Command:
 
     def start(self, *, stdio: Stdio | None = None) -> Launch:
         """Spawn the sandbox; returns once the command exists."""
-        s, d = self.s, self.decision
-        assert d is not None
+        s, d, p = self.s, self.decision, self.prepared
+        assert d is not None and p is not None
         rp = d.rp
         if self.recorder is not None:
             self.recorder.start(command=list(self.argv), layers=s.layers.value, cwd=s.cwd,
                                 mode="learn" if s.opts.learn else "enforce",
                                 policy=s.opts.policy_files[-1] if s.opts.policy_files else None,
                                 policies=list(s.opts.policy_files),
-                                presets=list(self.policy.presets), ci=self.ci_run.kind if self.ci_run else None,
+                                presets=list(p.policy.presets), ci=self.ci_run.kind if self.ci_run else None,
                                 observe=s.observe)
         self.network_from = len(s.feed_network)
-        self.t0 = time.monotonic()
         self.launch = Launch(rp, self.argv, d.env, bwrap=s.bwrap, socat=s.socat or "socat", cli=s.opts.cli,
                              say=s.say, verbose=s.opts.verbose, proxy=s.proxy, filter_id=s.filter_id,
                              forwarders=tuple(self.forwarders), limits=s.limits,
@@ -355,8 +389,8 @@ class Command:
             self.cleanup()
 
     def _finish(self, rc: int) -> list[Any]:
-        s, rp = self.s, self.rp
-        assert rp is not None
+        s, rp, p, facts = self.s, self.rp, self.prepared, self.facts
+        assert rp is not None and p is not None and facts is not None
         observer = self.observers.pop(0) if self.observers else None
         records = observer.finish() if observer is not None else []
         if rc != 0 and not s.opts.quiet and rp.private_tmp:
@@ -366,8 +400,8 @@ class Command:
         network = s.feed_network[self.network_from:]
         events: list[Any] = []
         if observer is not None or network:
-            events = _explain(s, rp, self.policy, observer, records, network,
-                              audit=self.recorder.audit if self.recorder else None, own=self.given,
+            events = _explain(s, rp, p.policy, observer, records, network,
+                              audit=self.recorder.audit if self.recorder else None, own=facts.given,
                               ci_run=self.ci_run)
         lost = self.launch.supervisor_lost if self.launch is not None else None
         if lost is not None:
@@ -376,11 +410,10 @@ class Command:
             s.say(f"the run was stopped when the violations supervisor died ({lost}): refusals after that were "
                   f"not observed; exit status {rc}")
         quarantined, restored = settle(rp, s.state, say=s.say)
-        held = getattr(self, "held", None)
-        if held is not None:
+        if self.held is not None:
             from safebox.review.run import finish as review_finish
 
-            self.held = review_finish(held, rc, say=s.say, audit=self.recorder.audit if self.recorder else None,
+            self.held = review_finish(self.held, rc, say=s.say, audit=self.recorder.audit if self.recorder else None,
                                       summary=s.summary)
         refused = self.ci_run.finish(self._passing()) if self.ci_run is not None else []
         for r in refused:
@@ -409,11 +442,11 @@ class Command:
         one's: no PATH entry may lie there."""
         from safebox.ci import Passing
 
-        s, rp = self.s, self.rp
-        assert rp is not None
-        earlier = tuple(getattr(self, "earlier_roots", None) or ())  # the state dir's memory
+        s, rp, p = self.s, self.rp, self.prepared
+        assert rp is not None and p is not None
+        earlier = tuple(p.earlier_roots)  # the state dir's memory
         writable = (*rp.write_roots, *rp.cache_dirs, *earlier, s.state)
-        return Passing(env=self.policy.ci_pass_env, path=self.policy.ci_pass_path, writable=writable)
+        return Passing(env=p.policy.ci_pass_env, path=p.policy.ci_pass_path, writable=writable)
 
     def cleanup(self) -> None:
         """Release everything the command holds (idempotent)."""
@@ -498,4 +531,4 @@ def _explain(s: Session, rp: ResolvedPolicy, policy: EffectivePolicy, observer: 
     return list(feed.events)
 
 
-__all__ = ["Command"]
+__all__ = ["Command", "Facts", "Prepared"]
