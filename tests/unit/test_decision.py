@@ -98,3 +98,41 @@ def test_without_bwrap_the_tmpdir_is_the_commands_own_and_ci_and_gpu_variables_c
     assert env["TMPDIR"] == "/tmp/safebox-run.x"
     assert env["GITHUB_ENV"] == f"{CMD}/github_env"
     assert env["CUDA_VISIBLE_DEVICES"] == "0,1"  # the selection's GPUs, as numbered inside
+
+
+# -- properties, over every combination of the session's choices ---------------
+
+def _choices() -> list[tuple[Layers, bool, bool, tuple[int, ...], int | None, bool]]:
+    import itertools
+
+    return list(itertools.product((Layers.BOTH, Layers.HELPER_ONLY, Layers.BWRAP_ONLY), (False, True), (False, True),
+                                  ((), (3128, 1080), (40001,)), (None, 3), (False, True)))
+
+
+@pytest.mark.parametrize(("layers", "strict", "observe", "ports", "abi_max", "bind"), _choices())
+def test_every_decision_names_exactly_what_its_choices_ask_for(layers: Layers, strict: bool, observe: bool,
+                                                               ports: tuple[int, ...], abi_max: int | None,
+                                                               bind: bool) -> None:
+    """Whatever the choices: the seccomp program is named iff the helper
+    runs, the observing one iff the session loaded it, strict and the ABI
+    cap and the connect ports (a networked run) as chosen, one rule line per
+    Landlock rule, and the same inputs give the same bytes (nothing read
+    from the host: the command dir does not exist)."""
+    rp = resolved(layers)
+    policy = EffectivePolicy(allow_local_binding=bind)
+    choices = Choices(layers=layers, strict=strict, connect_ports=ports, socat=None, observe=observe,
+                      abi_max=abi_max)
+    d = decide(rp, policy, choices=choices, command_dir="/nonexistent/cmd-1", env={"A": "1"})
+    lines = d.helper_policy.decode().splitlines()
+    assert (d.seccomp_path is not None) == (layers is not Layers.BWRAP_ONLY)
+    assert (d.observe_path is not None) == observe
+    assert [ln.split()[0] for ln in lines].count("seccomp") == (d.seccomp_path is not None)
+    assert [ln.split()[0] for ln in lines].count("seccomp_observe") == observe
+    assert f"strict {int(strict)}" in lines
+    assert ("abi_max 3" in lines) == (abi_max == 3)
+    assert [ln for ln in lines if ln.startswith("connect_port ")] == [f"connect_port {p}" for p in ports]
+    assert f"bind {'any' if bind else 'none'}" in lines
+    assert len([ln for ln in lines if ln.startswith("fs ")]) == len(rp.landlock_rules)
+    assert lines[0] == "safebox-policy 3" and lines[-1] == "end"
+    assert (d.rp, d.env) == (rp, {"A": "1"})
+    assert decide(rp, policy, choices=choices, command_dir="/nonexistent/cmd-1", env={"A": "1"}) == d
