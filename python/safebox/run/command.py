@@ -308,7 +308,8 @@ class Command:
         assert self.dir is not None
         abi_max = self.environ.get("SAFEBOX_TEST_ABI_MAX")  # test-only: prove the down-level paths
         choices = Choices(layers=s.layers, strict=s.strict, connect_ports=s.connect_ports, socat=s.socat,
-                          limits=s.limits, observe=bool(s.observe_bpf), abi_max=int(abi_max) if abi_max else None)
+                          limits=s.limits, observe=bool(s.seccomp.observe_bpf),
+                          abi_max=int(abi_max) if abi_max else None)
         made_of = EnvInputs(environ=self.environ, run_tmp=self.run_tmp, caches=facts.caches,
                             netplan=(tuple(s.netplan.env_unset), tuple(s.netplan.env_set)) if s.netplan else None,
                             ci_env=self.ci_run.env if self.ci_run is not None else None)
@@ -322,17 +323,17 @@ class Command:
         mounts, bulk = (rp, None)
         if s.bwrap and rp.layers is not Layers.HELPER_ONLY:
             mounts, bulk = _host.bulk_plan(rp, s.bwrap)
-        return _plan.dry_run_text(rp, self.argv, d.helper_policy, s.filter_id, socat=s.socat or "socat",
-                                  limits=s.limits, mounts=mounts, bulk=bulk)
+        return _plan.dry_run_text(rp, self.argv, d.helper_policy, s.seccomp.filter_id,
+                                  socat=s.socat or "socat", limits=s.limits, mounts=mounts, bulk=bulk)
 
     def _write_files(self, d: Decision) -> None:
         from safebox.builder.helper_policy import write_policy_file
 
         s = self.s
         if d.seccomp_path:
-            write_policy_file(d.seccomp_path, s.bpf)
+            write_policy_file(d.seccomp_path, s.seccomp.bpf)
         if d.observe_path:
-            write_policy_file(d.observe_path, s.observe_bpf)
+            write_policy_file(d.observe_path, s.seccomp.observe_bpf)
         write_policy_file(d.rp.policy_path, d.helper_policy)
 
     def _make_observer(self) -> Observer:
@@ -346,7 +347,8 @@ class Command:
         obs = Observer(helper=self.s.helper, run_dir=self.dir,
                        capture_port=self.s.proxy.capture_port if self.s.proxy is not None else None,
                        capture_keys=self.s.proxy.capture_keys if self.s.proxy is not None else None,
-                       table=build_table(self.rp, reads=self.s.observe == "all", ports=self.s.connect_ports))
+                       table=build_table(self.rp, reads=self.s.seccomp.observe == "all",
+                                         ports=self.s.connect_ports))
         self.observers.append(obs)
         return obs
 
@@ -363,10 +365,10 @@ class Command:
                                 policy=s.opts.policy_files[-1] if s.opts.policy_files else None,
                                 policies=list(s.opts.policy_files),
                                 presets=list(p.policy.presets), ci=self.ci_run.kind if self.ci_run else None,
-                                observe=s.observe)
+                                observe=s.seccomp.observe)
         self.network_from = len(s.feed_network)
         self.launch = Launch(rp, self.argv, d.env, bwrap=s.bwrap, socat=s.socat or "socat", cli=s.opts.cli,
-                             say=s.say, verbose=s.opts.verbose, proxy=s.proxy, filter_id=s.filter_id,
+                             say=s.say, verbose=s.opts.verbose, proxy=s.proxy, filter_id=s.seccomp.filter_id,
                              forwarders=tuple(self.forwarders), limits=s.limits,
                              make_observer=self._make_observer if d.observe_path else None, stdio=stdio,
                              want_status=self.recorder is not None or not s.opts.cli)

@@ -33,6 +33,7 @@ if TYPE_CHECKING:
     from typing import Any
 
     from safebox.decide import Runtime
+    from safebox.netplan import NetPlan
     from safebox.policy.effective import EffectivePolicy
     from safebox.proxy.deferred import DeferredProxy
 
@@ -70,6 +71,17 @@ class Options(Frozen):
     allow_import_roots: bool = False
     #: Runtime decisions (decide.py): live lists, on_request, --ask, --control-fd.
     runtime: Runtime | None = None
+
+
+class Programs(Frozen):
+    """A session's seccomp programs (step 8): the helper's, named by its
+    filter id, and the observing one (empty: none), for ``observe`` mode
+    (off, calls, writes, all)."""
+
+    observe: str
+    bpf: bytes = b""
+    filter_id: str = ""
+    observe_bpf: bytes = b""
 
 
 class Session:
@@ -146,9 +158,12 @@ class Session:
         if not self.opts.dry_run:
             self.run_dir = RunDir(os.path.join(self.state, "run"), say=self.say)
         self.run_path = self.run_dir.path if self.run_dir else os.path.join(self.state, "run", "DRY-RUN")
-        self._prepare_network()
+        self.netplan = self._network_plan()
+        if self.netplan is not None and self.netplan.deny_read:
+            self.policy = self.policy.replace(deny_read=(*self.policy.deny_read, *self.netplan.deny_read))
+        self._start_network()
         # 8. The seccomp programs (builder/bpf_cache.py, the one cache).
-        self._seccomp()
+        self.seccomp = self._seccomp()
 
     def _check_control_fd(self) -> None:
         """--control-fd: refused where the command could write it by a path (control.py)."""
@@ -176,7 +191,8 @@ class Session:
             self.say(f"warning: a process other than root could replace the helper ({exposed}); "
                      "`safebox doctor` fails on this and --strict refuses to run")
 
-    def _prepare_network(self) -> None:
+    def _network_plan(self) -> NetPlan | None:
+        """The network's kind; srt's network and credential keys' plan (None: none needed)."""
         if self.policy.strict_allowlist:
             from safebox.policy.srtnet import check_strict
 
@@ -185,20 +201,22 @@ class Session:
         live = self.opts.runtime is not None and self.opts.runtime.networked
         self.net = (NetKind.PROXY if self.policy.allowed_domains or self.policy.allowed_addresses or self.opts.learn or live
                     else NetKind.NONE)
-        self.netplan = None
+        self.run_id = os.urandom(8).hex()
+        if not self.policy.needs_netplan(self.environ):  # srt's parentProxy, tlsTerminate, credentials
+            return None
+        from safebox.netplan import prepare
+
+        netplan = prepare(self.policy, environ=self.environ, networked=self.net is NetKind.PROXY,
+                          run_dir=None if self.opts.dry_run else self.run_path,
+                          can_bind=self.layers is not Layers.HELPER_ONLY)
+        for note in (*netplan.warnings, *(netplan.notes if self.opts.verbose else ())):
+            self.say(note)
+        return netplan
+
+    def _start_network(self) -> None:
+        """The proxy (dry run: its socket names only), the bridges into the sandbox."""
         self.bridges: tuple[Any, ...] = ()
         self.connect_ports: tuple[int, ...] = ()
-        self.run_id = os.urandom(8).hex()
-        if self.policy.needs_netplan(self.environ):  # srt's parentProxy, tlsTerminate, credentials
-            from safebox.netplan import prepare
-
-            self.netplan = prepare(self.policy, environ=self.environ, networked=self.net is NetKind.PROXY,
-                                   run_dir=None if self.opts.dry_run else self.run_path,
-                                   can_bind=self.layers is not Layers.HELPER_ONLY)
-            for note in (*self.netplan.warnings, *(self.netplan.notes if self.opts.verbose else ())):
-                self.say(note)
-            if self.netplan.deny_read:
-                self.policy = self.policy.replace(deny_read=(*self.policy.deny_read, *self.netplan.deny_read))
         if self.opts.cli:
             checkpoint("proxy")
         if self.net is not NetKind.PROXY:
@@ -269,25 +287,25 @@ class Session:
         """``--summary`` or ``$GITHUB_STEP_SUMMARY``: where the Markdown report goes."""
         return self.opts.summary or self.environ.get("GITHUB_STEP_SUMMARY") or None
 
-    def _seccomp(self) -> None:
+    def _seccomp(self) -> Programs:
         from safebox.builder import bpf_cache
 
-        self.observe = _plan.observe_mode(self.opts.observe, layers=self.layers, dry_run=self.opts.dry_run,
-                                          audit_log=bool(self.opts.audit_log))
-        self.bpf = self.observe_bpf = b""
-        self.filter_id = ""
+        mode = _plan.observe_mode(self.opts.observe, layers=self.layers, dry_run=self.opts.dry_run,
+                                  audit_log=bool(self.opts.audit_log))
         if self.layers is Layers.BWRAP_ONLY:
-            return
+            return Programs(observe=mode)
         listed = bool(self.policy.allow_unix_sockets or self.policy.allow_all_unix_sockets)
         # A GPU alone turns on SOCK_SEQPACKET only: CUDA's UVM socket (docs/gpu.md, "Unix sockets").
         seq = bool(self.policy.devices_gpu) and not listed
         unix = listed or seq
         inet = _plan.seccomp_inet(self.layers, self.net)
-        self.bpf, self.filter_id = bpf_cache.load(cache_dir=self.cache_dir, allow_unix_sockets=unix, inet=inet,
-                                                  unix_seqpacket_only=seq)
-        if self.observe != "off":
-            self.observe_bpf, _ = bpf_cache.load(cache_dir=self.cache_dir, allow_unix_sockets=unix, inet=inet,
-                                                 observe=self.observe, unix_seqpacket_only=seq)
+        bpf, filter_id = bpf_cache.load(cache_dir=self.cache_dir, allow_unix_sockets=unix, inet=inet,
+                                        unix_seqpacket_only=seq)
+        observing = b""
+        if mode != "off":
+            observing, _ = bpf_cache.load(cache_dir=self.cache_dir, allow_unix_sockets=unix, inet=inet,
+                                          observe=mode, unix_seqpacket_only=seq)
+        return Programs(observe=mode, bpf=bpf, filter_id=filter_id, observe_bpf=observing)
 
     def command(self, argv: tuple[str, ...], *, env: Mapping[str, str] | None = None, cwd: str | None = None,
                 prescan: dict[tuple[str, int], Any] | None = None) -> Command:
@@ -310,4 +328,4 @@ class Session:
         self.close()
 
 
-__all__ = ["Command", "Options", "Session"]
+__all__ = ["Command", "Options", "Programs", "Session"]
