@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 
     import click
 
-    from safebox.runner import ExecRequest
+    from safebox.run.main import ExecRequest
 
 
 _BY_NAME = {o.long: o for o in EXEC_OPTIONS} | {o.short: o for o in EXEC_OPTIONS if o.short}
@@ -100,7 +100,7 @@ def fast_parse_exec(args: list[str]) -> dict[str, Any] | None:
 
 
 def _request(parsed: dict[str, Any]) -> ExecRequest:
-    from safebox.runner import request  # each option where EXEC_OPTIONS puts it
+    from safebox.run.main import request  # each option where EXEC_OPTIONS puts it
 
     return request(parsed)
 
@@ -182,7 +182,7 @@ def _run_exec(parsed: dict[str, Any]) -> int:
         except Exception:  # noqa: BLE001 — only an optimisation; the runner starts its own
             prescan = {}
     try:
-        from safebox.runner import run
+        from safebox.run.main import run
 
         return run(_request(parsed), prescan=prescan)
     finally:

@@ -1,5 +1,5 @@
 """``safebox exec``'s options: one table, read by the click command and the
-fast parser (cli.py), the request the run takes (runner.request: each value
+fast parser (cli.py), the request the run takes (run/main.py, request: each value
 put where its row says, ``into``), the docs test, and code that reads exec
 lines back (mcpwrap.py). An option added here is complete once its field
 exists where ``into`` names (tests/unit/test_exec_option_table.py). On the
@@ -24,10 +24,10 @@ class Opt(Frozen):
     # The value when the option is given bare (--allow-gpu); a value then
     # only comes inline (--allow-gpu=0,2), never from the next argument.
     optional: str | None = None
-    #: Where the value goes (runner.request): "flags", a field of
+    #: Where the value goes (run/main.py, request): "flags", a field of
     #: ``policy.sources.Flags``, the policy's last layer (keys.POLICY_FLAGS
     #: names its key); "options", a field of ``run.session.Options``, how the
-    #: session runs; "request", a field of ``runner.ExecRequest`` itself (the
+    #: session runs; "request", a field of ``run.main.ExecRequest`` itself (the
     #: runtime decisions: --ask, --control-fd). Empty: the cli's alone (--chdir).
     into: tuple[str, ...] = ("options",)
 

@@ -215,7 +215,7 @@ def test_a_sandboxed_command_that_connects_at_once_is_served(shared_home: FakeHo
 
 
 
-# -- adopt(): the helper's handed-over ports, as runner.py and Sandbox use them
+# -- adopt(): the helper's handed-over ports, as run/main.py and Sandbox use them
 
 def _listener() -> socket.socket:
     s = socket.socket()

@@ -12,9 +12,9 @@ import pytest
 from safebox.cli import fast_parse_exec
 from safebox.exec_options import EXEC_OPTIONS
 from safebox.policy.load import Flags
+from safebox.run.main import ExecRequest, request
 from safebox.run.plan import Without
 from safebox.run.session import Options
-from safebox.runner import ExecRequest, request
 
 RECORDS = {"flags": Flags, "options": Options, "request": ExecRequest}
 #: Options fields no exec option sets: the API's, and what run() adds.

@@ -128,11 +128,11 @@ def test_the_command_steps_layers_md_lists_are_the_commands() -> None:
 
 
 def test_the_python_block_layers_md_quotes_is_runs_statement_for_statement() -> None:
-    """Every statement of the quoted block is a line of ``runner.run``, in
+    """Every statement of the quoted block is a line of ``run.main.run``, in
     order, with the step numbers of its comment."""
     section = _run_path_section()
     block = section[section.index("```python\n") + 10:section.index("```\n", section.index("```python\n"))]
-    run = _function(ROOT / "python/safebox/runner.py", "run").splitlines()
+    run = _function(ROOT / "python/safebox/run/main.py", "run").splitlines()
     quoted = [line for line in block.splitlines() if line.strip() and line.strip() != "..."]
     assert _in_order(quoted, run) == []
 

@@ -199,8 +199,8 @@ def test_the_enforce_line_is_one_line_that_a_shell_runs_as_the_same_argv(argv: l
 
 
 def test_the_enforce_line_repeats_what_shapes_the_run_but_no_policy_flag(monkeypatch: pytest.MonkeyPatch) -> None:
+    from safebox.run.main import ExecRequest, Without, enforce_argv
     from safebox.run.session import Options
-    from safebox.runner import ExecRequest, Without, enforce_argv
 
     req = ExecRequest(command=("make", "-j2"), flags=Flags(allow_write=("out",)),
                       options=Options(policy_files=("base.json",), learn="L.json", without=Without("bwrap"),

@@ -38,7 +38,7 @@ What this keeps, and how:
   watcher: a ``threading`` first imported elsewhere than the main thread
   takes that thread for the main one (and the server needs it).
 
-The interface, for ``runner.py`` and ``safebox.Sandbox`` (one proxy for many
+The interface, for ``run/main.py`` and ``safebox.Sandbox`` (one proxy for many
 commands): :meth:`~DeferredProxy.start`, :meth:`~DeferredProxy.adopt` (once
 per command) and :meth:`~DeferredProxy.release` (when that command's sandbox
 is gone, so that its listeners, and the network namespace they hold, do not
