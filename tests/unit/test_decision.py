@@ -56,6 +56,16 @@ def test_without_the_helper_no_seccomp_program_is_named() -> None:
     assert d.seccomp_path is None and "seccomp" not in d.helper_policy.decode()
 
 
+def test_the_mounts_split_is_the_one_given_and_none_without_one() -> None:
+    from safebox.builder.bulk import BulkPlan
+
+    rp = resolved()
+    choices = Choices(layers=Layers.BOTH, strict=False, connect_ports=(), socat=None)
+    split = (rp.replace(read_only=()), BulkPlan())
+    assert decide(rp, EffectivePolicy(), choices=choices, command_dir=CMD, env={}, split=split).split == split
+    assert decide(rp, EffectivePolicy(), choices=choices, command_dir=CMD, env={}).split is None
+
+
 def test_the_decision_is_frozen() -> None:
     d = decide(resolved(), EffectivePolicy(), choices=Choices(layers=Layers.BOTH, strict=False, connect_ports=(),
                                                               socat=None), command_dir=CMD, env={})

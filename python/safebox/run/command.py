@@ -128,7 +128,8 @@ class Command:
         # roots remembered, the publish sockets, CI files, the watch list,
         # --review's layers), as the resolved policy the decision takes.
         rp = self._before_start(facts, p)
-        # 6. Decide: the helper policy, the seccomp files, the environment.
+        # 6. Decide: the helper policy, the seccomp files, the environment,
+        # the mounts split between bubblewrap and the mounter.
         d = self.decision = self._decide(rp, p.policy, facts)
         if s.opts.dry_run:
             return self._dry_run(d)
@@ -316,13 +317,13 @@ class Command:
         env, removed = environment(rp, policy, layers=s.layers, made_of=made_of)
         if s.opts.verbose and removed:
             s.say(f"removed from the environment: {', '.join(removed)}")
-        return decide(rp, policy, choices=choices, command_dir=self.dir, env=env)
+        # The one host read left: the mount table and the tools, for a big policy's split.
+        split = _host.bulk_plan(rp, s.bwrap) if s.bwrap and s.layers is not Layers.HELPER_ONLY else None
+        return decide(rp, policy, choices=choices, command_dir=self.dir, env=env, split=split)
 
     def _dry_run(self, d: Decision) -> str:
         s, rp = self.s, d.rp
-        mounts, bulk = (rp, None)
-        if s.bwrap and rp.layers is not Layers.HELPER_ONLY:
-            mounts, bulk = _host.bulk_plan(rp, s.bwrap)
+        mounts, bulk = d.split if d.split is not None else (rp, None)
         return _plan.dry_run_text(rp, self.argv, d.helper_policy, s.seccomp.filter_id,
                                   socat=s.socat or "socat", limits=s.limits, mounts=mounts, bulk=bulk)
 
@@ -367,8 +368,8 @@ class Command:
                                 presets=list(p.policy.presets), ci=self.ci_run.kind if self.ci_run else None,
                                 observe=s.seccomp.observe)
         self.network_from = len(s.feed_network)
-        self.launch = Launch(rp, self.argv, d.env, bwrap=s.bwrap, socat=s.socat or "socat", cli=s.opts.cli,
-                             say=s.say, verbose=s.opts.verbose, proxy=s.proxy, filter_id=s.seccomp.filter_id,
+        self.launch = Launch(rp, self.argv, d.env, split=d.split, bwrap=s.bwrap, socat=s.socat or "socat",
+                             cli=s.opts.cli, say=s.say, verbose=s.opts.verbose, proxy=s.proxy, filter_id=s.seccomp.filter_id,
                              forwarders=tuple(self.forwarders), limits=s.limits,
                              make_observer=self._make_observer if d.observe_path else None, stdio=stdio,
                              want_status=self.recorder is not None or not s.opts.cli)

@@ -16,6 +16,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
+    from safebox.builder.bulk import BulkPlan
     from safebox.builder.caches import CachePlan
     from safebox.limits import Plan
     from safebox.policy.effective import EffectivePolicy
@@ -23,15 +24,18 @@ if TYPE_CHECKING:
 
 class Decision(Frozen):
     """What one command runs under, decided before any of it runs: the
-    resolved policy, the helper's policy file, the environment, and where
-    the helper finds its seccomp programs (None: not used in this run). The
-    launch takes it; nothing changes it after."""
+    resolved policy, the helper's policy file, the environment, where the
+    helper finds its seccomp programs (None: not used in this run), and
+    under bubblewrap which mounts it makes and which safebox's mounter makes
+    after it (run.host.bulk_plan; None without bubblewrap). The launch
+    takes it; nothing changes it after."""
 
     rp: ResolvedPolicy
     helper_policy: bytes
     env: dict[str, str]
     seccomp_path: str | None
     observe_path: str | None
+    split: tuple[ResolvedPolicy, BulkPlan] | None = None
 
 
 class Choices(Frozen):
@@ -47,14 +51,16 @@ class Choices(Frozen):
 
 
 def decide(rp: ResolvedPolicy, policy: EffectivePolicy, *, choices: Choices, command_dir: str,
-           env: dict[str, str]) -> Decision:
-    """The decision for one command whose files live in ``command_dir``."""
+           env: dict[str, str], split: tuple[ResolvedPolicy, BulkPlan] | None = None) -> Decision:
+    """The decision for one command whose files live in ``command_dir``;
+    ``split``: the mounts split between bubblewrap and the mounter."""
     seccomp_path = os.path.join(command_dir, "seccomp.bpf") if choices.layers is not Layers.BWRAP_ONLY else None
     observe_path = os.path.join(command_dir, "observe.bpf") if choices.observe else None
     helper = helper_policy_for(rp, policy, strict=choices.strict, seccomp_path=seccomp_path,
                                connect_ports=choices.connect_ports, socat=choices.socat, limits=choices.limits,
                                observe_path=observe_path, abi_max=choices.abi_max)
-    return Decision(rp=rp, helper_policy=helper, env=env, seccomp_path=seccomp_path, observe_path=observe_path)
+    return Decision(rp=rp, helper_policy=helper, env=env, seccomp_path=seccomp_path, observe_path=observe_path,
+                    split=split)
 
 
 class EnvInputs(Frozen):

@@ -32,6 +32,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable
     from typing import Any
 
+    from safebox.builder.bulk import BulkPlan
     from safebox.cgroups import Cgroup
     from safebox.helper import HelperStatus
     from safebox.limits import Plan
@@ -120,11 +121,12 @@ class Launch:
     """One command's life in the sandbox (see the module's docstring)."""
 
     def __init__(self, rp: ResolvedPolicy, command: tuple[str, ...], env: dict[str, str], *,
-                 bwrap: str | None, socat: str, cli: bool, say: Callable[[str], None], verbose: bool = False,
+                 split: tuple[ResolvedPolicy, BulkPlan] | None = None, bwrap: str | None, socat: str, cli: bool, say: Callable[[str], None], verbose: bool = False,
                  proxy: DeferredProxy | None = None, filter_id: str = "", forwarders: tuple[PublishForwarder, ...] = (),
                  limits: Plan | None = None, make_observer: Callable[[], Observer] | None = None,
                  stdio: Stdio | None = None, want_status: bool = False) -> None:
         self.rp, self.command, self.env = rp, command, env
+        self.split = split  # under bubblewrap: its mounts, and the mounter's (run.host.bulk_plan)
         self.bwrap, self.socat, self.cli, self.say, self.verbose = bwrap, socat, cli, say, verbose
         self.proxy, self.filter_id, self.forwarders = proxy, filter_id, forwarders
         self.limits, self.make_observer = limits, make_observer
@@ -276,12 +278,10 @@ class Launch:
                 self.observer.forward(handoff[0])
 
     def _spawn_bwrap(self, status_w: int, handoff: tuple[Any, Any] | None) -> None:
-        from safebox.run.host import bulk_plan
-
         rp, bwrap = self.rp, self.bwrap
-        assert bwrap is not None
+        assert bwrap is not None and self.split is not None
         bw_r, bw_w = self._pipe()
-        mounts, bulk = bulk_plan(rp, bwrap)
+        mounts, bulk = self.split
         # bwrap reads its options from a descriptor: thousands of deny
         # entries never hit E2BIG, and the argv stays short in `ps`.
         args_fd = os.memfd_create("safebox-bwrap-args")
