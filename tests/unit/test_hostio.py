@@ -199,7 +199,7 @@ ALLOWED: dict[str, str] = {
     "review/store:recycle": ("an empty held run to review/.spare, in safebox's state dir: the run's layers were "
                              "checked empty, the directory is safebox's own"),
     "run/host:*": "/proc/self/mountinfo",
-    "run/relay:*": "/proc",
+    "run/spawn:*": "/proc",
     "run/protect:*": "the quarantine: parents resolved before the run and re-checked (run/protect.py)",
     "run/rundir:*": "the run dir's lock, safebox's own",
     "violations/observer:*": "the run's events file, created O_EXCL|O_NOFOLLOW in the run dir",

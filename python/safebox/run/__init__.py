@@ -9,7 +9,8 @@
 * :mod:`.protect` -- protected names: the watch list, quarantine, restored links;
 * :mod:`.decision` -- pure: a command's decision, the value its launch takes;
 * :mod:`.supervise` -- one command: spawn, wait, exit mapping;
-* :mod:`.relay` -- signals relayed to the command's group; the subreaper;
+* :mod:`.spawn` -- child processes: started, signals relayed to the
+  command's group, the subreaper;
 * :mod:`.session` -- a sandbox's sequence (policy, layers, proxy), and
   :mod:`.command` each command's, run in it. ``safebox exec`` and :class:`safebox.Sandbox`
   both go through it.

@@ -1,5 +1,5 @@
 """Supervision of one command: spawn bwrap (or the helper alone), read the
-helper's status, relay signals (run/relay.py), wait, map the exit status.
+helper's status, relay signals (run/spawn.py), wait, map the exit status.
 
 :class:`Launch` is one command's life: :meth:`Launch.start` spawns and
 returns once the helper has reported (the command exists, or start-up
@@ -23,8 +23,7 @@ from safebox._record import read_until
 from safebox.builder.resolved import Layers, ResolvedPolicy
 from safebox.errors import EXIT_SAFEBOX_FAILED, EXIT_TIMEOUT, HelperError, RunError
 from safebox.run import plan as _plan
-from safebox.run.relay import Relay, become_subreaper, reap_descendants
-from safebox.run.spawn import spawn
+from safebox.run.spawn import Relay, become_subreaper, reap_descendants, spawn
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
