@@ -768,11 +768,28 @@ def _ensure_unprivileged_user() -> str:
     return UNPRIVILEGED_USER
 
 
-def c_tests() -> None:
-    """C unit tests under ASan+UBSan, the probe, and a bounded fuzz run."""
-    script = ROOT / "tests" / "helper" / "run.py"
-    if script.exists():
-        _run([sys.executable, str(script)])
+def lint_and_c_tests(py: Path) -> None:
+    """lint() and the C tests (tests/helper/run.py: unit tests under
+    ASan+UBSan, the probe, a bounded fuzz run) at once: mypy and the C jobs are single-threaded
+    each (the fuzzers one per core), so together they take about the time
+    of the longer. The C tests' output is printed when lint is done, so
+    the two do not interleave; a failure of either fails the step."""
+    import tempfile
+
+    with tempfile.TemporaryFile() as out:
+        c = subprocess.Popen([sys.executable, str(ROOT / "tests" / "helper" / "run.py")], stdout=out,
+                             stderr=subprocess.STDOUT, cwd=ROOT)
+        try:
+            lint(py)
+        finally:
+            rc = c.wait()
+            out.seek(0)
+            _say("C tests (run beside lint):")
+            sys.stdout.flush()
+            sys.stdout.buffer.write(out.read())
+            sys.stdout.flush()
+    if rc != 0:
+        raise BuildError(f"the C tests failed (exit {rc}): tests/helper/run.py's lines above")
 
 
 def c_format_sources() -> list[Path]:
@@ -822,8 +839,7 @@ def test(pytest_args: list[str]) -> int:
         return subprocess.run([str(py), "-m", "pytest", "-p", "no:cacheprovider", "-q", *_parallel(py),
                                "tests/unit", *pytest_args[1:]], cwd=ROOT).returncode
     py = setup(for_tests=True)
-    lint(py)
-    c_tests()
+    lint_and_c_tests(py)
     env = dict(os.environ)
     env.setdefault("SAFEBOX_MUST_WORK", "1" if os.environ.get("CI") else "0")
     base = [str(py), "-m", "pytest", "-p", "no:cacheprovider", *pytest_args]
