@@ -440,6 +440,10 @@ def ensure_venv() -> Path:
     # later would delete them.
     if any(VENV.glob("lib/python3*/site-packages/safebox-*.dist-info")):
         _run([str(py), "-m", "pip", "uninstall", "-y", "-q", "safebox"], stdout=subprocess.DEVNULL)
+    # setuptools builds in ./build/lib and never removes a file from it: a
+    # module deleted or moved in the checkout would still be installed
+    # beside its new home (and be found by tests that walk the package).
+    shutil.rmtree(ROOT / "build" / "lib", ignore_errors=True)
     _run([str(py), "-m", "pip", "install", "-q", "--disable-pip-version-check",
           "--no-warn-script-location", f"{ROOT}[test]"], stdout=subprocess.DEVNULL)
     # setuptools is only needed in pip's isolated build environments; in the
