@@ -179,7 +179,7 @@ ALLOWED: dict[str, str] = {
     "credentials:*": "read before the command runs; the fake is created O_EXCL|O_NOFOLLOW in the run dir",
     "deepwatch:*": ("the watch at any depth: candidates read with O_NOFOLLOW, moves by directory descriptors "
                     "opened O_NOFOLLOW from the write root down, EXDEV copied the same way (deepwatch.move_out)"),
-    "doctor:*": "host files doctor inspects; no sandbox has run",
+    "doctor/host:*": "host files doctor inspects; no sandbox has run",
     "helper:*": "/proc/self/uid_map",
     "limits:*": "/proc, cgroupfs and markers in safebox's state",
     "mounter:*": "/proc/PID/ns/mnt",
