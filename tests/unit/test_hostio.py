@@ -176,6 +176,7 @@ ALLOWED: dict[str, str] = {
     "ci:CiRun.materialize": "the run dir, safebox's own, O_EXCL",
     "ci:_git_credentials": "read before the command runs (a scrubbed copy is shown inside)",
     "cli:*": "os.devnull",
+    "commands/policy:*": "os.devnull",
     "credentials:*": "read before the command runs; the fake is created O_EXCL|O_NOFOLLOW in the run dir",
     "deepwatch:*": ("the watch at any depth: candidates read with O_NOFOLLOW, moves by directory descriptors "
                     "opened O_NOFOLLOW from the write root down, EXDEV copied the same way (deepwatch.move_out)"),
