@@ -164,8 +164,8 @@ ALLOWED: dict[str, str] = {
     "_record:set_mode": "an O_PATH|O_NOFOLLOW descriptor of a directory of ours, for its mode",
     "_record:read_small": ("read before the run to decide what to protect (.git files, git configs): a link "
                            "followed there only widens protection (tests/security/test_planted_links.py)"),
-    "api:_stdio_fd": "os.devnull",
-    "api:Popen.__init__": "pipe descriptors safebox made",
+    "api/popen:_stdio_fd": "os.devnull",
+    "api/popen:Popen._open_ends": "pipe descriptors safebox made",
     "builder/caches:_level": ("the preset caches: each level opened beneath the one above with "
                               "O_NOFOLLOW|O_DIRECTORY, type and owner checked with fstat"),
     "builder/helper_policy:write_policy_file": "the run dir, safebox's own, O_EXCL|O_NOFOLLOW",

@@ -22,7 +22,6 @@ MAX_FUNCTION_LINES = 60
 
 #: module (relative to python/safebox) -> its lines when the limit came in.
 MODULES_OVER: dict[str, int] = {
-    "api.py": 829,
     "builder/seccomp.py": 688,
     "ci.py": 827,
     "limits.py": 675,
@@ -32,7 +31,6 @@ MODULES_OVER: dict[str, int] = {
 
 #: "module:function" -> its lines when the limit came in.
 FUNCTIONS_OVER: dict[str, int] = {
-    "api.py:__init__": 73,
     "builder/bulk.py:split": 84,
     "credentials.py:plan_credentials": 66,
     "netplan.py:prepare": 72,
