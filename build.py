@@ -871,15 +871,16 @@ def _parallel(py: Path) -> list[str]:
     workers = os.environ.get("SAFEBOX_TEST_WORKERS", "auto")
     if workers == "0" or subprocess.run([str(py), "-c", "import xdist"], capture_output=True).returncode != 0:
         return []
-    return ["-n", workers, "--dist", "load"]
+    # loadgroup: as load, but the tests of one xdist_group share a worker
+    # and run one at a time (those that add host users: tests/ciuser.py).
+    return ["-n", workers, "--dist", "loadgroup"]
 
 
 def _pytest_passes(base: list[str], parallel: list[str], *, cwd: Path, env: dict[str, str] | None = None,
                    paths: list[str] | None = None) -> int:
     """pytest over ``paths``: with ``parallel``, the independent tests on
     every core and then the ``serial`` ones alone (a timing bound or a race
-    measured beside other tests is a flake, and users are added to the host
-    one at a time); else all in one pass."""
+    measured beside other tests is a flake); else all in one pass."""
     where = paths or []
     if not parallel:
         return subprocess.run([*base, *where], cwd=cwd, env=env).returncode
