@@ -32,7 +32,6 @@ FUNCTIONS_OVER: dict[str, int] = {
     "credentials.py:plan_credentials": 66,
     "netplan.py:prepare": 72,
     "proxy/intercept.py:_forward": 72,
-    "proxy/server.py:start": 67,
     "run/supervise.py:_spawn_bwrap": 78,
 }
 
