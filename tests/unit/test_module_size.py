@@ -23,7 +23,6 @@ MAX_FUNCTION_LINES = 60
 #: module (relative to python/safebox) -> its lines when the limit came in.
 MODULES_OVER: dict[str, int] = {
     "limits.py": 675,
-    "proxy/intercept.py": 652,
     "run/supervise.py": 695,
 }
 
@@ -31,7 +30,6 @@ MODULES_OVER: dict[str, int] = {
 FUNCTIONS_OVER: dict[str, int] = {
     "credentials.py:plan_credentials": 66,
     "netplan.py:prepare": 72,
-    "proxy/intercept.py:_forward": 72,
     "run/supervise.py:_spawn_bwrap": 78,
 }
 
