@@ -45,11 +45,14 @@ _MAGIC = b"safebox-bpf-fast 2 "
 _SOURCES = ("seccomp.py", "bpf_compile.py")
 
 
-def _source_identity() -> tuple[int, ...]:
+def _source_identity() -> list[int]:
     """(size, mtime, inode) of each of :data:`_SOURCES`."""
     here = os.path.dirname(os.path.realpath(__file__))
-    return tuple(n for name in _SOURCES for st in (os.stat(os.path.join(here, name)),)
-                 for n in (st.st_size, st.st_mtime_ns, st.st_ino))
+    out: list[int] = []
+    for name in _SOURCES:
+        st = os.stat(os.path.join(here, name))
+        out += (st.st_size, st.st_mtime_ns, st.st_ino)
+    return out
 
 
 def fast_key(*, allow_unix_sockets: bool, inet: str, observe: str = "off", unix_seqpacket_only: bool = False) -> str:
