@@ -170,7 +170,7 @@ ALLOWED: dict[str, str] = {
                               "O_NOFOLLOW|O_DIRECTORY, type and owner checked with fstat"),
     "builder/helper_policy:write_policy_file": "the run dir, safebox's own, O_EXCL|O_NOFOLLOW",
     "builder/sockets:host_unix_sockets": "/proc/net/unix",
-    "builder/seccomp:libseccomp_identity": "/proc/self/maps",
+    "builder/bpf_compile:libseccomp_identity": "/proc/self/maps",
     "cgroups:*": "/proc and cgroupfs",
     "ci_job/run:CiRun.materialize": "the run dir, safebox's own, O_EXCL",
     "ci_job/secrets:_ancestor_exes": "/proc/PID/stat",
