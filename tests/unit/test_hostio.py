@@ -176,7 +176,8 @@ ALLOWED: dict[str, str] = {
     "ci_job/secrets:_ancestor_exes": "/proc/PID/stat",
     "ci_job/secrets:git_credentials": "read before the command runs (a scrubbed copy is shown inside)",
     "cli:*": "os.devnull",
-    "commands/policy:*": "os.devnull",
+    "commands/policy:_policy_show": "os.devnull (a reader that closed the pipe)",
+    "commands/policy:_policy_diff": "os.devnull (a reader that closed the pipe)",
     "credentials:*": "read before the command runs; the fake is created O_EXCL|O_NOFOLLOW in the run dir",
     "deepwatch:*": ("the watch at any depth: candidates read with O_NOFOLLOW, moves by directory descriptors "
                     "opened O_NOFOLLOW from the write root down, EXDEV copied the same way (deepwatch.move_out)"),

@@ -347,6 +347,53 @@ def test_a_fast_entry_whose_libseccomp_file_changed_is_a_miss(tmp_path: Path) ->
     assert bpf_cache._read(str(entry)) is None
 
 
+@pytest.mark.parametrize("name", ["seccomp.py", "bpf_compile.py"])
+def test_a_change_to_the_rule_table_or_its_compiler_changes_the_fast_key(monkeypatch: pytest.MonkeyPatch,
+                                                                         name: str) -> None:
+    # The fast key stands in for the program: a file it is made from that the
+    # key does not cover would let a stale program through after an upgrade.
+    from safebox.builder import bpf_cache
+
+    before = bpf_cache.fast_key(allow_unix_sockets=False, inet="none")
+    real = os.stat
+
+    def edited(path: str, *a: object, **kw: object) -> os.stat_result:
+        st = real(path, *a, **kw)  # type: ignore[arg-type]
+        if os.path.basename(path) != name:
+            return st
+        return os.stat_result(tuple(st)[:10], {"st_mtime_ns": st.st_mtime_ns + 1})
+
+    assert bpf_cache.fast_key(allow_unix_sockets=False, inet="none") == before  # control: stable
+    monkeypatch.setattr(os, "stat", edited)
+    assert bpf_cache.fast_key(allow_unix_sockets=False, inet="none") != before
+
+
+_COMPILE_SCRIPT = """
+import sys
+from safebox.builder import bpf_cache
+before = set(sys.modules)
+bpf_cache.load(cache_dir=sys.argv[1], allow_unix_sockets=True, inet="any", observe="all")
+print(" ".join(sorted(m for m in set(sys.modules) - before if m.startswith("safebox."))))
+"""
+
+
+def test_every_safebox_module_a_compile_loads_is_in_the_fast_keys_sources(tmp_path: Path) -> None:
+    # The program cache keys on the identity of bpf_cache._SOURCES only. A
+    # rule or a compile step moved into another module (issue 24 split
+    # seccomp.py in two) must join that list, or editing it would not
+    # invalidate the programs compiled from the old code.
+    from safebox.builder import bpf_cache
+
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
+    out = subprocess.run([sys.executable, "-c", _COMPILE_SCRIPT, str(tmp_path)], env=env, capture_output=True,
+                         text=True, check=True).stdout.split()
+    assert "safebox.builder.bpf_compile" in out  # control: it was a miss, and compiled
+    # safebox.errors: exception classes only, nothing that shapes a program.
+    made_from = {m.rsplit(".", 1)[1] + ".py" for m in out if m not in ("safebox.errors", "safebox.hostio")}
+    assert all(m.startswith("safebox.builder.") for m in out if m not in ("safebox.errors", "safebox.hostio"))
+    assert made_from == set(bpf_cache._SOURCES)
+
+
 @pytest.mark.parametrize("inet", [InetMode.NONE, InetMode.ANY])
 def test_a_gpu_alone_turns_on_seqpacket_unix_sockets_only_and_the_program_agrees(inet: InetMode) -> None:
     # CUDA's UVM descriptor server is SOCK_SEQPACKET (docs/gpu.md, "Unix
