@@ -66,7 +66,7 @@ class ResolvedPolicy(Frozen):
     # credentials.files with mode "mask": (real path, its masked copy in the run dir).
     masked_files: tuple[tuple[str, str], ...] = ()
     # Files covered by another file, read-only: (host copy, path inside). A CI
-    # job's .git/config with the runner's token gets a scrubbed copy (ci.py).
+    # job's .git/config with the runner's token gets a scrubbed copy (ci_job).
     overlays: tuple[tuple[str, str], ...] = ()
     # allowRead carve-outs (builder/regions.py): (path, writable), shallow
     # first, each inside a mask and bound back over it from the host; the
