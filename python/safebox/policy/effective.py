@@ -83,7 +83,7 @@ class EffectivePolicy(Frozen):
     # registry is allowed by hand (presets.active). Decided when the layers
     # are merged, so that a run without presets never imports the table.
     cache_presets: tuple[str, ...] = ()
-    # `limits` (safebox/limits.py): None = the built-in default, 0 =
+    # `limits` (safebox/policy/limit_values.py): None = the built-in default, 0 =
     # unlimited; bytes, seconds or a count otherwise.
     limit_processes: int | None = None
     limit_memory: int | None = None

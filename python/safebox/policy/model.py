@@ -154,7 +154,7 @@ def _check_env_name(value: str) -> str:
 
 def _limit_check(key: str) -> Any:
     def check(value: Any) -> Any:
-        from safebox.limits import check_value
+        from safebox.policy.limit_values import check_value
 
         if value is not None:
             check_value(key, value)
@@ -388,7 +388,7 @@ class CredentialsSettings(_Strict):
 
 
 class LimitsSettings(_Strict):
-    """``limits`` (safebox addition): per-sandbox resource limits (safebox/limits.py).
+    """``limits`` (safebox addition): per-sandbox resource limits (safebox/policy/limit_values.py).
 
     Each takes ``"unlimited"`` too. The values are checked by the validators
     (any type reaches them, so that a wrong one gets the key's own words)."""
@@ -422,7 +422,7 @@ class PolicyFile(_Strict):
     mandatoryDenySearchDepth: SearchDepth | None = None
     # safebox addition: toolchain presets (policy/presets.py), e.g. ["npm"].
     presets: list[PresetName] | None = None
-    # safebox addition: processes, memory, /tmp size, wall time (limits.py).
+    # safebox addition: processes, memory, /tmp size, wall time (policy/limit_values.py).
     limits: LimitsSettings | None = None
     # srt keys that do not change enforcement in safebox; accepted so that an
     # srt settings file works unchanged (see policy-reference.md).

@@ -17,8 +17,8 @@ if TYPE_CHECKING:
     from collections.abc import Mapping
 
     from safebox.builder.caches import CachePlan
-    from safebox.limits import Plan
     from safebox.policy.effective import EffectivePolicy
+    from safebox.run.limits import Plan
 
 
 class Decision(Frozen):

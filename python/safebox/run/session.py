@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import os
 
-from safebox import limits as _limits
 from safebox import walkcache
 from safebox._record import Frozen, path_outside
 from safebox.builder.resolved import Layers, NetKind
@@ -22,6 +21,7 @@ from safebox.errors import BuildError, HelperError
 from safebox.policy.defaults import credential_env
 from safebox.policy.load import Context, state_dir, user_config_dir
 from safebox.run import host as _host
+from safebox.run import limits as _limits
 from safebox.run import plan as _plan
 from safebox.run.command import Command
 from safebox.run.rundir import RunDir, private_dir, sweep_stale
@@ -256,7 +256,7 @@ class Session:
         return proxy
 
     def _capture(self) -> bool:
-        from safebox.netcapture import wants_capture  # docs/network.md, "Capture"
+        from safebox.run.netcapture import wants_capture  # docs/network.md, "Capture"
 
         return wants_capture(both_layers=self.layers is Layers.BOTH, dry_run=self.opts.dry_run, observe=_plan.observe_mode(
             self.opts.observe, layers=self.layers, dry_run=self.opts.dry_run, audit_log=bool(self.opts.audit_log)))
