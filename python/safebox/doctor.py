@@ -224,7 +224,7 @@ def libseccomp_version() -> tuple[str | None, tuple[int, int, int] | None]:
 
 
 def default_helper_path() -> Path:
-    """Where the package keeps its helper (same as ``safebox.helper.find_helper``)."""
+    """Where the package keeps its helper (same as ``safebox.run.helper_binary.find_helper``)."""
     return Path(__file__).resolve().parent / "_bin" / "safebox-helper"
 
 
@@ -612,7 +612,7 @@ def stat_path(path: Path) -> os.stat_result:
 def _writable_reason(helper: Path) -> str | None:
     """Why a process other than root could replace the helper, or None if
     only root can: the rule ``safebox exec`` applies too (``helper.replaceable``)."""
-    from safebox.helper import replaceable
+    from safebox.run.helper_binary import replaceable
 
     return replaceable(str(helper), stat=lambda p: stat_path(Path(p)))
 

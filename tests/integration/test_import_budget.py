@@ -35,7 +35,7 @@ FORBIDDEN = frozenset({
     "asyncio", "ssl", "_ssl", "pydantic", "click", "json", "re", "dataclasses", "inspect", "typing", "enum",
     "socket", "selectors", "ipaddress", "logging", "concurrent.futures", "subprocess", "pathlib", "shlex",
     "datetime", "signal", "safebox.proxy.server", "safebox.proxy.rules", "safebox.proxy.http",
-    "safebox.proxy.upstream", "safebox.domains", "safebox.audit", "safebox.report",
+    "safebox.proxy.upstream", "safebox.policy.domains", "safebox.audit", "safebox.report",
 })
 
 #: What a network may add to the start of a command that makes no connection.

@@ -36,8 +36,6 @@ FUNCTIONS_OVER: dict[str, int] = {
     "api.py:__init__": 73,
     "builder/bulk.py:split": 84,
     "cli.py:_click_app": 72,
-    "credentials.py:plan_credentials": 66,
-    "netplan.py:prepare": 72,
     "proxy/intercept.py:_forward": 72,
     "proxy/server.py:start": 67,
     "run/supervise.py:_spawn_bwrap": 78,

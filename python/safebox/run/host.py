@@ -104,7 +104,7 @@ def check_write_roots(policy: EffectivePolicy, *, cwd: str, home: str) -> tuple[
     Runs before any tool is looked up: a write root of ``/`` holds every
     tool, and the refusal would otherwise speak of bwrap's location (issue 11
     item 12)."""
-    from safebox.system_dirs import whole_tree
+    from safebox.policy.system_dirs import whole_tree
 
     for w in policy.allow_write:
         if os.path.realpath(w) != "/":

@@ -31,9 +31,9 @@ if TYPE_CHECKING:
     from collections.abc import Callable
     from typing import Any
 
-    from safebox.helper import HelperStatus
     from safebox.proxy.deferred import DeferredProxy
     from safebox.run.cgroups import Cgroup
+    from safebox.run.helper_binary import HelperStatus
     from safebox.run.limits import Plan
     from safebox.run.publish import PublishForwarder
     from safebox.violations.observer import Observer
@@ -379,7 +379,7 @@ class Launch:
         else:
             self._spawn_bwrap(status_w, handoff)
         self._close_fd(status_w)
-        from safebox.helper import read_status_line, status_ok
+        from safebox.run.helper_binary import read_status_line, status_ok
 
         self.line = read_status_line(status_r)
         self._close_fd(status_r)
@@ -595,7 +595,7 @@ class Launch:
     def _check_status(self, rc: int, wstatus: int) -> None:
         """Raise when the sandbox failed before the command ran; say what
         was not enforced (and, with -v, what was)."""
-        from safebox.helper import parse_status, status_ok
+        from safebox.run.helper_binary import parse_status, status_ok
 
         rp, line = self.rp, self.line
         # A part that could not be enforced appears as `false` in the line;
