@@ -16,7 +16,7 @@ from safebox.errors import BuildError, PolicyError
 from safebox.policy import limit_values
 from safebox.policy.limit_values import GiB, KiB, MiB
 from safebox.policy.load import Context, Flags, Layer, load, policy_document, validate_layer
-from safebox.run import cgroups, limit_watch, limits
+from safebox.run import cgroups, limits
 from safebox.run.cgroups import CgroupSite
 from safebox.run.limits import HostFacts, LimitError
 
@@ -404,7 +404,7 @@ class _FakeCgroup:
 
 def test_every_limit_reached_is_explained_with_how_to_raise_it() -> None:
     p = limits.plan({**VALUES}, facts(uid=0, pids=V2, memory=V2), bwrap=True, helper=True, strict=False)
-    msgs = dict(limit_watch.explain(p, timed_out=True, cgroup=_FakeCgroup(3, 1), full=["/tmp"]))  # type: ignore[arg-type]
+    msgs = dict(limits.explain(p, timed_out=True, cgroup=_FakeCgroup(3, 1), full=["/tmp"]))  # type: ignore[arg-type]
     assert msgs == {
         "wallTime": "the command ran longer than limits.wallTime (30s): the sandbox was stopped (SIGTERM, then "
                     "SIGKILL after 5 s); exit status 124; raise it with --timeout or limits.wallTime",
@@ -415,7 +415,7 @@ def test_every_limit_reached_is_explained_with_how_to_raise_it() -> None:
         "tmpSize": "the sandbox's /tmp filled up limits.tmpSize (32 MiB; writes there failed with ENOSPC); raise it "
                    "with --limit-tmp or limits.tmpSize, or write large files under the working directory",
     }
-    assert limit_watch.explain(p, timed_out=False, cgroup=_FakeCgroup(0, 0), full=[]) == []  # type: ignore[arg-type]
+    assert limits.explain(p, timed_out=False, cgroup=_FakeCgroup(0, 0), full=[]) == []  # type: ignore[arg-type]
 
 
 # ------------------------------------------------------------------ waiting with a deadline (real children)
@@ -432,12 +432,12 @@ def test_waiting_until_a_deadline_returns_none_at_it_and_the_status_before_it(mo
     pid = os.posix_spawn("/bin/sleep", ["sleep", "30"], os.environ)
     try:
         start = time.monotonic()
-        assert limit_watch.wait_until(pid, start + 0.3) is None
+        assert limits.wait_until(pid, start + 0.3) is None
         assert 0.3 <= time.monotonic() - start < 5
     finally:
         os.kill(pid, 9)
-    status = limit_watch.wait_until(pid, time.monotonic() + 10)
+    status = limits.wait_until(pid, time.monotonic() + 10)
     assert status is not None and os.waitstatus_to_exitcode(status) == -9
     quick = os.posix_spawn("/bin/sh", ["sh", "-c", "exit 7"], os.environ)
-    status = limit_watch.wait_until(quick, time.monotonic() + 10)
+    status = limits.wait_until(quick, time.monotonic() + 10)
     assert status is not None and os.waitstatus_to_exitcode(status) == 7

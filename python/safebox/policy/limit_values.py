@@ -4,8 +4,8 @@ written in, and how they are shown.
 
 The policy language's part of the limits, below the policy model that
 checks them (``policy/model.py``), the merge and the diff; how a run
-enforces them is ``run/limits.py`` (the plan) and ``run/limit_watch.py``
-(while the command runs). What each limit means, its default and why:
+enforces them is ``run/limits.py`` (the plan, and what safebox does while
+the command runs). What each limit means, its default and why:
 docs/policy-reference.md ("Limits").
 
 Standard library only, cheap to import: ``safebox doctor`` runs it from a

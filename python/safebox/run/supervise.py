@@ -21,7 +21,7 @@ from safebox import _signals
 from safebox._record import read_until
 from safebox.builder.resolved import Layers, ResolvedPolicy
 from safebox.errors import EXIT_SAFEBOX_FAILED, EXIT_TIMEOUT, HelperError, RunError
-from safebox.run import limit_watch as _limits
+from safebox.run import limits as _limits
 from safebox.run import plan as _plan
 from safebox.run.spawn import spawn
 
