@@ -440,6 +440,10 @@ def ensure_venv() -> Path:
     # later would delete them.
     if any(VENV.glob("lib/python3*/site-packages/safebox-*.dist-info")):
         _run([str(py), "-m", "pip", "uninstall", "-y", "-q", "safebox"], stdout=subprocess.DEVNULL)
+    # setuptools builds in ./build/lib and never removes a file from it: a
+    # module deleted or moved in the checkout would still be installed
+    # beside its new home (and be found by tests that walk the package).
+    shutil.rmtree(ROOT / "build" / "lib", ignore_errors=True)
     _run([str(py), "-m", "pip", "install", "-q", "--disable-pip-version-check",
           "--no-warn-script-location", f"{ROOT}[test]"], stdout=subprocess.DEVNULL)
     # setuptools is only needed in pip's isolated build environments; in the
@@ -768,11 +772,28 @@ def _ensure_unprivileged_user() -> str:
     return UNPRIVILEGED_USER
 
 
-def c_tests() -> None:
-    """C unit tests under ASan+UBSan, the probe, and a bounded fuzz run."""
-    script = ROOT / "tests" / "helper" / "run.py"
-    if script.exists():
-        _run([sys.executable, str(script)])
+def lint_and_c_tests(py: Path) -> None:
+    """lint() and the C tests (tests/helper/run.py: unit tests under
+    ASan+UBSan, the probe, a bounded fuzz run) at once: mypy and the C jobs are single-threaded
+    each (the fuzzers one per core), so together they take about the time
+    of the longer. The C tests' output is printed when lint is done, so
+    the two do not interleave; a failure of either fails the step."""
+    import tempfile
+
+    with tempfile.TemporaryFile() as out:
+        c = subprocess.Popen([sys.executable, str(ROOT / "tests" / "helper" / "run.py")], stdout=out,
+                             stderr=subprocess.STDOUT, cwd=ROOT)
+        try:
+            lint(py)
+        finally:
+            rc = c.wait()
+            out.seek(0)
+            _say("C tests (run beside lint):")
+            sys.stdout.flush()
+            sys.stdout.buffer.write(out.read())
+            sys.stdout.flush()
+    if rc != 0:
+        raise BuildError(f"the C tests failed (exit {rc}): tests/helper/run.py's lines above")
 
 
 def c_format_sources() -> list[Path]:
@@ -822,8 +843,7 @@ def test(pytest_args: list[str]) -> int:
         return subprocess.run([str(py), "-m", "pytest", "-p", "no:cacheprovider", "-q", *_parallel(py),
                                "tests/unit", *pytest_args[1:]], cwd=ROOT).returncode
     py = setup(for_tests=True)
-    lint(py)
-    c_tests()
+    lint_and_c_tests(py)
     env = dict(os.environ)
     env.setdefault("SAFEBOX_MUST_WORK", "1" if os.environ.get("CI") else "0")
     base = [str(py), "-m", "pytest", "-p", "no:cacheprovider", *pytest_args]
@@ -851,15 +871,16 @@ def _parallel(py: Path) -> list[str]:
     workers = os.environ.get("SAFEBOX_TEST_WORKERS", "auto")
     if workers == "0" or subprocess.run([str(py), "-c", "import xdist"], capture_output=True).returncode != 0:
         return []
-    return ["-n", workers, "--dist", "load"]
+    # loadgroup: as load, but the tests of one xdist_group share a worker
+    # and run one at a time (those that add host users: tests/ciuser.py).
+    return ["-n", workers, "--dist", "loadgroup"]
 
 
 def _pytest_passes(base: list[str], parallel: list[str], *, cwd: Path, env: dict[str, str] | None = None,
                    paths: list[str] | None = None) -> int:
     """pytest over ``paths``: with ``parallel``, the independent tests on
     every core and then the ``serial`` ones alone (a timing bound or a race
-    measured beside other tests is a flake, and users are added to the host
-    one at a time); else all in one pass."""
+    measured beside other tests is a flake); else all in one pass."""
     where = paths or []
     if not parallel:
         return subprocess.run([*base, *where], cwd=cwd, env=env).returncode

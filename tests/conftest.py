@@ -131,3 +131,33 @@ def pytest_runtest_makereport() -> Generator[None, None, None]:
         reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
         report.outcome = "failed"
         report.longrepr = f"SAFEBOX_MUST_WORK=1 forbids skips: {reason}"
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item: pytest.Item) -> Generator[None, None, None]:
+    """With ``SAFEBOX_TEST_PROFILE=FILE``, one JSON line per test appended to
+    FILE: its wall time and the CPU it and its waited-for children used
+    (set-up and teardown included). CPU is the figure that says where a
+    2-core run's time goes: the wall time of a test beside others is theirs
+    too. `python3 tests/profile_report.py FILE` sums it per file."""
+    path = os.environ.get("SAFEBOX_TEST_PROFILE")
+    if not path:
+        yield
+        return
+    import json
+    import resource
+    import time
+
+    def cpu() -> float:
+        own, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+        return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
+
+    wall, used = time.monotonic(), cpu()
+    yield
+    line = json.dumps({"test": item.nodeid, "wall": round(time.monotonic() - wall, 4),
+                       "cpu": round(cpu() - used, 4), "uid": os.getuid()})
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)
+    try:
+        os.write(fd, (line + "\n").encode())
+    finally:
+        os.close(fd)

@@ -36,8 +36,11 @@ from ciuser import CiUser, ci_user, install_root
 from netservers import serving
 from sbx import PATH, REPO, missing, token
 
-# serial: useradd and userdel take the host's passwd lock, one at a time.
-pytestmark = [pytest.mark.needs_bwrap, pytest.mark.serial]
+# One xdist group for every test that adds a host user (tests/ciuser.py):
+# useradd and userdel take the host's passwd lock one at a time, so these run
+# one after another on one worker, beside the other tests (nothing else in
+# the suite adds users or reads the ones these add).
+pytestmark = [pytest.mark.needs_bwrap, pytest.mark.xdist_group("host-users")]
 
 JS_YAML = REPO / ".tools" / "node_modules" / "js-yaml"
 WHEELHOUSE = REPO / ".tools" / "wheelhouse"

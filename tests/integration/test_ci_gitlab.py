@@ -18,8 +18,11 @@ import pytest
 from ciuser import CiUser, ci_user, install_root
 from sbx import PATH, REPO, SAFEBOX, FakeHome, missing, token
 
-# serial: useradd and userdel take the host's passwd lock, one at a time.
-pytestmark = [pytest.mark.needs_bwrap, pytest.mark.serial]
+# One xdist group for every test that adds a host user (tests/ciuser.py):
+# useradd and userdel take the host's passwd lock one at a time, so these run
+# one after another on one worker, beside the other tests (nothing else in
+# the suite adds users or reads the ones these add).
+pytestmark = [pytest.mark.needs_bwrap, pytest.mark.xdist_group("host-users")]
 
 TEMPLATE = REPO / "ci" / "gitlab" / "safebox.gitlab-ci.yml"
 GCL = REPO / ".tools" / "node_modules" / ".bin" / "gitlab-ci-local"

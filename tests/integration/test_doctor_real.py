@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from safebox import doctor
-from safebox.doctor import Status
+from safebox.doctor import Status, host
 
 REPO = Path(__file__).resolve().parents[2]
 ALL_CHECKS = ["linux", "kernel", "bwrap", "socat", "ripgrep", "landlock", "seccomp",
@@ -51,7 +51,7 @@ def test_the_built_helper_matches_this_package_and_is_not_writable_by_this_user(
 
 
 def test_landlock_abi_reported_matches_the_raw_syscall(checks):
-    abi, _ = doctor.landlock_abi_syscall()
+    abi, _ = host.landlock_abi_syscall()
     assert f"ABI {abi} via" in checks["landlock"].found
 
 

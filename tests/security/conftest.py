@@ -24,8 +24,9 @@ from typing import Any
 
 import pytest
 
+from safebox.builder.bpf_compile import compile_program
 from safebox.builder.helper_policy import FsAccess, HelperPolicy, NetMode, Scope, render, write_policy_file
-from safebox.builder.seccomp import InetMode, compile_program
+from safebox.builder.seccomp import InetMode
 
 REPO = Path(__file__).resolve().parents[2]
 

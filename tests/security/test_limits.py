@@ -372,12 +372,12 @@ def test_cgroup_v2_placement_and_kill_work_on_this_hosts_unified_hierarchy() -> 
 
 
 def test_exec_verbose_and_doctor_name_the_same_mechanism_for_each_limit(shared_home: FakeHome) -> None:
-    from safebox import doctor
+    from safebox.doctor import info
 
     r = shared_home.run(["true"], opts=["-v"])
     assert r.returncode == 0, r.stderr
     line = next(x for x in r.stderr.splitlines() if x.startswith("safebox: limits: "))
-    check = doctor.check_limits()
+    check = info.check_limits()
     expected = limits.plan(limits.requested(_default_policy()), limits.probe(
         limits.requested(_default_policy()), bwrap="/usr/bin/bwrap", cache_dir=None),
         bwrap=True, helper=True, strict=False)

@@ -1,4 +1,4 @@
-"""CI runner files (safebox/ci.py), pure parts: how the file commands a
+"""CI runner files (safebox/ci_job/), pure parts: how the file commands a
 sandboxed step wrote are read and filtered before they reach the runner, and
 how a git config loses its credentials. The end-to-end behaviour (real
 runs, real files) is in tests/integration/test_ci_exec.py."""
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from safebox.ci import (
+from safebox.ci_job import (
     ENV_DENY,
     CiRun,
     Passing,

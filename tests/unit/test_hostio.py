@@ -164,24 +164,27 @@ ALLOWED: dict[str, str] = {
     "_record:set_mode": "an O_PATH|O_NOFOLLOW descriptor of a directory of ours, for its mode",
     "_record:read_small": ("read before the run to decide what to protect (.git files, git configs): a link "
                            "followed there only widens protection (tests/security/test_planted_links.py)"),
-    "api:_stdio_fd": "os.devnull",
-    "api:Popen.__init__": "pipe descriptors safebox made",
+    "api/popen:_stdio_fd": "os.devnull",
+    "api/popen:Popen._open_ends": "pipe descriptors safebox made",
     "builder/caches:_level": ("the preset caches: each level opened beneath the one above with "
                               "O_NOFOLLOW|O_DIRECTORY, type and owner checked with fstat"),
     "builder/helper_policy:write_policy_file": "the run dir, safebox's own, O_EXCL|O_NOFOLLOW",
     "builder/sockets:host_unix_sockets": "/proc/net/unix",
-    "builder/seccomp:libseccomp_identity": "/proc/self/maps",
+    "builder/bpf_compile:libseccomp_identity": "/proc/self/maps",
     "run/cgroups:*": "/proc and cgroupfs",
-    "ci:_ancestor_exes": "/proc/PID/stat",
-    "ci:CiRun.materialize": "the run dir, safebox's own, O_EXCL",
-    "ci:_git_credentials": "read before the command runs (a scrubbed copy is shown inside)",
+    "ci_job/run:CiRun.materialize": "the run dir, safebox's own, O_EXCL",
+    "ci_job/secrets:_ancestor_exes": "/proc/PID/stat",
+    "ci_job/secrets:git_credentials": "read before the command runs (a scrubbed copy is shown inside)",
     "cli:*": "os.devnull",
+    "commands/policy:*": "os.devnull",
     "run/credentials:*": "read before the command runs; the fake is created O_EXCL|O_NOFOLLOW in the run dir",
-    "builder/deepwatch:*": ("the watch at any depth: candidates read with O_NOFOLLOW, moves by directory descriptors "
-                    "opened O_NOFOLLOW from the write root down, EXDEV copied the same way (deepwatch.move_out)"),
-    "doctor:*": "host files doctor inspects; no sandbox has run",
+    "builder/deepwatch:*": ("the watch at any depth: candidates read with O_NOFOLLOW, moves by directory "
+                            "descriptors opened O_NOFOLLOW from the write root down, EXDEV copied the same way "
+                            "(deepwatch.move_out)"),
+    "doctor/host:*": "host files doctor inspects; no sandbox has run",
     "run/helper_binary:*": "/proc/self/uid_map",
-    "run/limits:*": "markers in safebox's state (whether this bwrap takes --size); /proc/PID/root of the sandbox's init, O_PATH",
+    "run/limits:*": ("markers in safebox's state (whether this bwrap takes --size); /proc/PID/root of the "
+                     "sandbox's init, O_PATH"),
     "run/mounter:*": "/proc/PID/ns/mnt",
     "run/netsetup:*": "the run dir, safebox's own, O_EXCL|O_NOFOLLOW",
     "policy/sources:*": "the policy file the user named, read before the run",

@@ -11,6 +11,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from safebox.proxy.forward import _upstream_head
 from safebox.proxy.inject import (
     SENTINEL_PREFIX,
     BodySubstituter,
@@ -21,7 +22,6 @@ from safebox.proxy.inject import (
     mint_sentinel,
     substitute,
 )
-from safebox.proxy.intercept import _upstream_head
 from safebox.proxy.wire import BadRequest, parse_request_head
 
 FUZZ = settings(max_examples=300, deadline=None, database=None,

@@ -22,22 +22,11 @@ MAX_FUNCTION_LINES = 60
 
 #: module (relative to python/safebox) -> its lines when the limit came in.
 MODULES_OVER: dict[str, int] = {
-    "api.py": 829,
-    "builder/seccomp.py": 688,
-    "ci.py": 827,
-    "cli.py": 799,
-    "doctor.py": 850,
-    "proxy/intercept.py": 652,
     "run/supervise.py": 695,
 }
 
 #: "module:function" -> its lines when the limit came in.
 FUNCTIONS_OVER: dict[str, int] = {
-    "api.py:__init__": 73,
-    "builder/bulk.py:split": 84,
-    "cli.py:_click_app": 72,
-    "proxy/intercept.py:_forward": 72,
-    "proxy/server.py:start": 67,
     "run/supervise.py:_spawn_bwrap": 78,
 }
 

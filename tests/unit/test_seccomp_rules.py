@@ -21,7 +21,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from safebox.builder import seccomp
+from safebox.builder import bpf_compile, seccomp
 from safebox.builder.seccomp import Action, InetMode, Op
 
 AUDIT_ARCH_X86_64 = 0xC000003E
@@ -37,7 +37,7 @@ def run_bpf(program: bytes, *, nr: int, args: tuple[int, ...] = (), arch: int = 
     """Run a seccomp classic-BPF program on one seccomp_data; return the RET value."""
     padded = tuple(args) + (0,) * (6 - len(args))
     data = struct.pack("<iIQ6Q", nr, arch, 0, *padded)
-    insns = seccomp.instructions(program)
+    insns = bpf_compile.instructions(program)
     acc = 0
     pc = 0
     while True:
@@ -60,7 +60,7 @@ def run_bpf(program: bytes, *, nr: int, args: tuple[int, ...] = (), arch: int = 
 
 def nr_of(name: str) -> int:
     nr = pyseccomp.resolve_syscall(pyseccomp.Arch.NATIVE, name)
-    return nr if nr >= 0 else seccomp._FALLBACK_NUMBERS.get(os.uname().machine, {}).get(name, nr)
+    return nr if nr >= 0 else bpf_compile._FALLBACK_NUMBERS.get(os.uname().machine, {}).get(name, nr)
 
 
 def expected_ret(action: Action | None) -> int:
@@ -71,7 +71,7 @@ def expected_ret(action: Action | None) -> int:
 
 @pytest.fixture(scope="module")
 def programs() -> dict[tuple[bool, InetMode], bytes]:
-    return {opt: seccomp.compile_program(allow_unix_sockets=opt[0], allow_inet=opt[1]) for opt in ALL_OPTIONS}
+    return {opt: bpf_compile.compile_program(allow_unix_sockets=opt[0], allow_inet=opt[1]) for opt in ALL_OPTIONS}
 
 
 def deny(name: str, *args: int, unix: bool = True, inet: InetMode = InetMode.ANY) -> Action | None:
@@ -191,7 +191,7 @@ def test_compiled_program_is_a_non_empty_multiple_of_8_bytes(programs, unix: boo
     program = programs[(unix, inet)]
     assert len(program) > 0
     assert len(program) % 8 == 0
-    assert len(program) // 8 <= seccomp.MAX_INSTRUCTIONS
+    assert len(program) // 8 <= bpf_compile.MAX_INSTRUCTIONS
 
 
 def test_options_change_the_program(programs) -> None:
@@ -222,7 +222,7 @@ def test_compiled_program_agrees_with_the_table_for_every_entry(programs, unix: 
                         for _ in range(6))),
        opt=st.sampled_from(ALL_OPTIONS))
 def test_compiled_program_agrees_with_the_table_on_arbitrary_arguments(name, args, opt) -> None:
-    program = seccomp.compile_program(allow_unix_sockets=opt[0], allow_inet=opt[1])
+    program = bpf_compile.compile_program(allow_unix_sockets=opt[0], allow_inet=opt[1])
     want = seccomp.decide(name, args, allow_unix_sockets=opt[0], allow_inet=opt[1])
     assert run_bpf(program, nr=nr_of(name), args=args) == expected_ret(want)
 
@@ -251,29 +251,29 @@ def test_other_abis_are_killed(programs) -> None:
 
 
 def test_cache_key_changes_with_options_and_is_stable() -> None:
-    keys = {seccomp.cache_key(allow_unix_sockets=u, allow_inet=m, libseccomp="2.5.4") for u, m in ALL_OPTIONS}
+    keys = {bpf_compile.cache_key(allow_unix_sockets=u, allow_inet=m, libseccomp="2.5.4") for u, m in ALL_OPTIONS}
     assert len(keys) == len(ALL_OPTIONS)
-    assert seccomp.cache_key(allow_unix_sockets=True, allow_inet=InetMode.ANY, libseccomp="2.5.4") == \
-        seccomp.cache_key(allow_unix_sockets=True, allow_inet=InetMode.ANY, libseccomp="2.5.4")
-    fid = seccomp.filter_id(allow_unix_sockets=True, allow_inet=InetMode.ANY, libseccomp="2.5.4")
+    assert bpf_compile.cache_key(allow_unix_sockets=True, allow_inet=InetMode.ANY, libseccomp="2.5.4") == \
+        bpf_compile.cache_key(allow_unix_sockets=True, allow_inet=InetMode.ANY, libseccomp="2.5.4")
+    fid = bpf_compile.filter_id(allow_unix_sockets=True, allow_inet=InetMode.ANY, libseccomp="2.5.4")
     assert len(fid) == 16 and int(fid, 16) >= 0
 
 
 def test_cache_key_changes_with_the_rule_table(monkeypatch: pytest.MonkeyPatch) -> None:
-    before = seccomp.cache_key(allow_unix_sockets=True, allow_inet=InetMode.ANY, libseccomp="2.5.4")
+    before = bpf_compile.cache_key(allow_unix_sockets=True, allow_inet=InetMode.ANY, libseccomp="2.5.4")
     monkeypatch.setattr(seccomp, "RULES", seccomp.RULES[1:])
-    assert seccomp.cache_key(allow_unix_sockets=True, allow_inet=InetMode.ANY, libseccomp="2.5.4") != before
+    assert bpf_compile.cache_key(allow_unix_sockets=True, allow_inet=InetMode.ANY, libseccomp="2.5.4") != before
 
 
 def test_cache_key_changes_with_the_libseccomp_version() -> None:
     """libseccomp's output is not only a layout (CVE-2019-9893: wrong 64-bit
     argument comparisons before 2.4): an upgrade must recompile."""
-    a = seccomp.cache_key(allow_unix_sockets=True, allow_inet=InetMode.ANY, libseccomp="2.3.3")
-    assert a != seccomp.cache_key(allow_unix_sockets=True, allow_inet=InetMode.ANY, libseccomp="2.5.4")
+    a = bpf_compile.cache_key(allow_unix_sockets=True, allow_inet=InetMode.ANY, libseccomp="2.3.3")
+    assert a != bpf_compile.cache_key(allow_unix_sockets=True, allow_inet=InetMode.ANY, libseccomp="2.5.4")
 
 
 def test_the_loaded_libseccomp_is_identified_by_its_file() -> None:
-    version, ident = seccomp.libseccomp_identity()
+    version, ident = bpf_compile.libseccomp_identity()
     path, size, mtime, ino = ident.rsplit(" ", 3)
     st = os.stat(path)
     assert os.path.basename(path).startswith("libseccomp.so") and version.count(".") == 2
@@ -285,9 +285,9 @@ def test_the_cache_writes_a_0600_entry_and_returns_the_same_program(tmp_path: Pa
 
     cache = tmp_path / "cache"
     program, fid = bpf_cache.load(cache_dir=str(cache), allow_unix_sockets=False, inet="none")
-    assert program == seccomp.compile_program(allow_unix_sockets=False, allow_inet=InetMode.NONE)
-    assert fid == seccomp.filter_id(allow_unix_sockets=False, allow_inet=InetMode.NONE,
-                                    libseccomp=seccomp.libseccomp_version())
+    assert program == bpf_compile.compile_program(allow_unix_sockets=False, allow_inet=InetMode.NONE)
+    assert fid == bpf_compile.filter_id(allow_unix_sockets=False, allow_inet=InetMode.NONE,
+                                        libseccomp=bpf_compile.libseccomp_version())
     (entry,) = cache.iterdir()  # one entry, no temp file left behind: the only cache
     assert entry.name.startswith("bpf-") and stat.S_IMODE(entry.stat().st_mode) == 0o600
     assert stat.S_IMODE(cache.stat().st_mode) == 0o700
@@ -318,7 +318,8 @@ _HIT_SCRIPT = """
 import sys
 from safebox.builder import bpf_cache
 program, fid = bpf_cache.load(cache_dir=sys.argv[1], allow_unix_sockets=False, inet="tcp_only")
-print(fid, len(program), "pyseccomp" in sys.modules, "safebox.builder.seccomp" in sys.modules)
+print(fid, len(program), "pyseccomp" in sys.modules, "safebox.builder.seccomp" in sys.modules,
+      "safebox.builder.bpf_compile" in sys.modules)
 """
 
 
@@ -329,7 +330,7 @@ def test_cache_hit_does_not_import_pyseccomp(tmp_path: Path) -> None:
     hit = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True).stdout.split()
     assert miss[2] == "True"  # the first run compiled
     assert hit[:2] == miss[:2]
-    assert hit[2:] == ["False", "False"]  # the exec hot path: no pyseccomp, not even the rule table
+    assert hit[2:] == ["False", "False", "False"]  # the exec hot path: no pyseccomp, not even the rule table
 
 
 def test_a_fast_entry_whose_libseccomp_file_changed_is_a_miss(tmp_path: Path) -> None:
@@ -351,7 +352,7 @@ def test_a_gpu_alone_turns_on_seqpacket_unix_sockets_only_and_the_program_agrees
     # CUDA's UVM descriptor server is SOCK_SEQPACKET (docs/gpu.md, "Unix
     # sockets"); every other type stays refused, with the flags in any bits
     # above the type (SOCK_NONBLOCK|SOCK_CLOEXEC) or junk in the upper 32.
-    program = seccomp.compile_program(allow_unix_sockets=True, allow_inet=inet, unix_seqpacket_only=True)
+    program = bpf_compile.compile_program(allow_unix_sockets=True, allow_inet=inet, unix_seqpacket_only=True)
     cloexec = 0o2000000
     for sock_type, want in ((5, None), (5 | cloexec, None), (1, Action.EPERM), (2, Action.EPERM),
                             (1 | cloexec, Action.EPERM), (1 << 32 | 1, Action.EPERM), (0, Action.EPERM),
@@ -368,7 +369,7 @@ def test_a_gpu_alone_turns_on_seqpacket_unix_sockets_only_and_the_program_agrees
 
 
 def test_the_seqpacket_only_program_has_its_own_cache_key() -> None:
-    a = seccomp.cache_key(allow_unix_sockets=True, allow_inet=InetMode.ANY, libseccomp="2.5.4")
-    b = seccomp.cache_key(allow_unix_sockets=True, allow_inet=InetMode.ANY, libseccomp="2.5.4",
-                          unix_seqpacket_only=True)
+    a = bpf_compile.cache_key(allow_unix_sockets=True, allow_inet=InetMode.ANY, libseccomp="2.5.4")
+    b = bpf_compile.cache_key(allow_unix_sockets=True, allow_inet=InetMode.ANY, libseccomp="2.5.4",
+                              unix_seqpacket_only=True)
     assert a != b

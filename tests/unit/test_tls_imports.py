@@ -19,7 +19,8 @@ from sbx import SAFEBOX, FakeHome, token
 # "_ssl", not "ssl": the proxy package imports asyncio with ssl hidden, and
 # -X importtime lists those refused attempts as "ssl" too.
 HEAVY = ("cryptography", "_ssl", "safebox.proxy.tls", "safebox.proxy.tlsbase", "safebox.proxy.intercept",
-         "safebox.proxy.inject", "safebox.proxy.parent", "safebox.run.credentials", "safebox.run.netsetup")
+         "safebox.proxy.forward", "safebox.proxy.streams", "safebox.proxy.inject", "safebox.proxy.parent",
+         "safebox.run.credentials", "safebox.run.netsetup")
 
 
 def _imported(home: FakeHome, policy: dict[str, object], env: dict[str, str] | None = None) -> set[str]:

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from safebox.builder import seccomp
+from safebox.builder import bpf_compile, seccomp
 from safebox.builder.resolved import Layers, ResolvedPolicy
 from safebox.policy.effective import EffectivePolicy
 from safebox.violations import feed, table
@@ -109,10 +109,10 @@ def test_the_calls_program_watches_no_file_call() -> None:
     from test_seccomp_rules import RET_ALLOW, nr_of, run_bpf
 
     notify = 0x7FC00000
-    calls = seccomp.compile_program(allow_unix_sockets=False, allow_inet=seccomp.InetMode.ANY,
-                                    observe=seccomp.Observe.CALLS)
-    writes = seccomp.compile_program(allow_unix_sockets=False, allow_inet=seccomp.InetMode.ANY,
-                                     observe=seccomp.Observe.WRITES)
+    calls = bpf_compile.compile_program(allow_unix_sockets=False, allow_inet=seccomp.InetMode.ANY,
+                                        observe=seccomp.Observe.CALLS)
+    writes = bpf_compile.compile_program(allow_unix_sockets=False, allow_inet=seccomp.InetMode.ANY,
+                                         observe=seccomp.Observe.WRITES)
     assert {w.syscall for w in seccomp.watched(seccomp.Observe.CALLS)} == {"execve", "execveat", "connect", "chdir",
                                                                             "fchdir"}
     assert run_bpf(calls, nr=nr_of("unshare"), args=(0x1000_0000,)) == notify
@@ -138,11 +138,11 @@ def test_the_observing_program_notifies_where_the_plain_one_says_eperm() -> None
     from test_seccomp_rules import RET_ALLOW, nr_of, run_bpf  # the BPF interpreter of the rule tests
 
     notify = 0x7FC00000
-    plain = seccomp.compile_program(allow_unix_sockets=False, allow_inet=seccomp.InetMode.ANY)
-    obs = seccomp.compile_program(allow_unix_sockets=False, allow_inet=seccomp.InetMode.ANY,
-                                  observe=seccomp.Observe.WRITES)
-    full = seccomp.compile_program(allow_unix_sockets=False, allow_inet=seccomp.InetMode.ANY,
-                                   observe=seccomp.Observe.ALL)
+    plain = bpf_compile.compile_program(allow_unix_sockets=False, allow_inet=seccomp.InetMode.ANY)
+    obs = bpf_compile.compile_program(allow_unix_sockets=False, allow_inet=seccomp.InetMode.ANY,
+                                      observe=seccomp.Observe.WRITES)
+    full = bpf_compile.compile_program(allow_unix_sockets=False, allow_inet=seccomp.InetMode.ANY,
+                                       observe=seccomp.Observe.ALL)
     unshare = nr_of("unshare")
     assert run_bpf(plain, nr=unshare, args=(0x1000_0000,)) == 0x0005_0001
     assert run_bpf(obs, nr=unshare, args=(0x1000_0000,)) == notify

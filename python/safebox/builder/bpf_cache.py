@@ -1,12 +1,13 @@
 """The seccomp program cache (the only one).
 
-``builder/seccomp.py`` owns the rule table; importing it costs ~20 ms
-(dataclasses, typing, json, hashlib, platform). This cache answers the
-common case — nothing changed — from entries keyed on the safebox version,
-the seccomp module file's identity (size and mtime, as Python's own .pyc
-cache does) and the options, with the identity of the libseccomp file the
-entry was compiled with checked on read (one stat: an upgraded library is a
-miss), and imports ``seccomp`` only on a miss (``seccomp.compile_with_id``).
+``builder/seccomp.py`` owns the rule table and ``builder/bpf_compile.py``
+compiles it; importing them costs ~20 ms (dataclasses, typing, hashlib,
+platform). This cache answers the common case — nothing changed — from
+entries keyed on the safebox version, the identity of those two files
+(size and mtime, as Python's own .pyc cache does) and the options, with the
+identity of the libseccomp file the entry was compiled with checked on read
+(one stat: an upgraded library is a miss), and imports them only on a miss
+(``bpf_compile.compile_with_id``).
 
 An entry's digest is its own: it catches a torn or corrupt file, not a
 forgery (a writer could recompute it, as the review's forged allow-all
@@ -40,14 +41,23 @@ from safebox._record import sha256_hex
 _MAGIC = b"safebox-bpf-fast 2 "
 
 
-def _seccomp_module_file() -> str:
-    return os.path.join(os.path.dirname(os.path.realpath(__file__)), "seccomp.py")
+#: The files a program is made from: the rule table and its compiler.
+_SOURCES = ("seccomp.py", "bpf_compile.py")
+
+
+def _source_identity() -> list[int]:
+    """(size, mtime, inode) of each of :data:`_SOURCES`."""
+    here = os.path.dirname(os.path.realpath(__file__))
+    out: list[int] = []
+    for name in _SOURCES:
+        st = os.stat(os.path.join(here, name))
+        out += (st.st_size, st.st_mtime_ns, st.st_ino)
+    return out
 
 
 def fast_key(*, allow_unix_sockets: bool, inet: str, observe: str = "off", unix_seqpacket_only: bool = False) -> str:
     """Key from cheap facts only: no import of the rule table."""
-    st = os.stat(_seccomp_module_file())
-    material = repr((__version__, st.st_size, st.st_mtime_ns, st.st_ino, os.uname().machine,
+    material = repr((__version__, *_source_identity(), os.uname().machine,
                      allow_unix_sockets, inet) + ((observe,) if observe != "off" else ())
                     + (("unix_seqpacket_only",) if unix_seqpacket_only else ()))
     return sha256_hex(material.encode())[:32]
@@ -82,7 +92,7 @@ def _read(path: str) -> tuple[bytes, str] | None:
 def _same_library(lib_hex: str) -> bool:
     """Whether the libseccomp the entry was compiled with is still the file
     at its path (size, mtime, inode): an upgraded library is a miss, and the
-    slow path recompiles, its filter id naming the new version (seccomp.compile_with_id)."""
+    slow path recompiles, its filter id naming the new version (bpf_compile.compile_with_id)."""
     try:
         path, size, mtime, ino = bytes.fromhex(lib_hex).decode().rsplit(" ", 3)
         st = os.stat(path)
@@ -102,7 +112,8 @@ def load(*, cache_dir: str, allow_unix_sockets: bool, inet: str, observe: str = 
     hit = _read(path)
     if hit is not None:
         return hit
-    from safebox.builder.seccomp import InetMode, Observe, compile_with_id
+    from safebox.builder.bpf_compile import compile_with_id
+    from safebox.builder.seccomp import InetMode, Observe
 
     program, fid, lib = compile_with_id(allow_unix_sockets=allow_unix_sockets, allow_inet=InetMode(inet),
                                         observe=Observe(observe), unix_seqpacket_only=unix_seqpacket_only)

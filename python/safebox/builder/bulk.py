@@ -50,6 +50,7 @@ BULK_MIN = 64
 
 #: Never moved: bubblewrap's own mounts live there.
 _BWRAP_OWN = ("/dev", "/proc")
+_BWRAP_OWN_PREFIXES = tuple(d + "/" for d in _BWRAP_OWN)
 
 
 class BulkOp(StrEnum):
@@ -86,6 +87,39 @@ def _at_or_above(paths: list[str]) -> set[str]:
     return out
 
 
+class _View:
+    """Where a path lies in the sandbox's view, as far as moving its mount goes."""
+
+    def __init__(self, rp: ResolvedPolicy, outer: list[str]) -> None:
+        self.private_tmp = rp.private_tmp
+        self.tmp_prefixes = tuple(t.rstrip("/") + "/" for t in rp.private_tmp)
+        self.above_cwd = set(ancestors(rp.cwd)) if rp.cwd else set()
+        # Write roots bubblewrap binds from the host: what lies beneath them is
+        # visible at its host path even under the private /tmp.
+        self.host_bound = Nearest(w for w in outer if self.in_tmp(w))
+
+    def in_tmp(self, p: str) -> bool:
+        return p.startswith(self.tmp_prefixes) or p in self.private_tmp
+
+    def visible(self, p: str) -> bool:
+        """At its host path inside the sandbox, and not in bubblewrap's own /dev or /proc."""
+        return (not (p.startswith(_BWRAP_OWN_PREFIXES) or p in _BWRAP_OWN)
+                and (not self.in_tmp(p) or self.host_bound.at_or_above(p) is not None))
+
+    def movable(self, p: str) -> bool:
+        """Visible, and not the working directory or above it."""
+        return self.visible(p) and p not in self.above_cwd
+
+
+class _Moved(Frozen):
+    """The read-only entries, masks and pins the mounter makes."""
+
+    pins: list[str]
+    read_only: list[str]
+    mask_dirs: list[str]
+    mask_files: list[str]
+
+
 def split(rp: ResolvedPolicy, *, host_mounts: frozenset[str] | set[str] = frozenset(),
           minimum: int = BULK_MIN) -> tuple[ResolvedPolicy, BulkPlan]:
     """(what bubblewrap still mounts, what the mounter mounts after it).
@@ -95,79 +129,89 @@ def split(rp: ResolvedPolicy, *, host_mounts: frozenset[str] | set[str] = frozen
     ``minimum`` movable entries, or without bubblewrap, nothing moves."""
     if rp.layers is Layers.HELPER_ONLY or not rp.run_dir:
         return rp, BulkPlan()
-    tmp_prefixes = tuple(t.rstrip("/") + "/" for t in rp.private_tmp)
-    own_prefixes = tuple(d + "/" for d in _BWRAP_OWN)
-
-    def in_tmp(p: str) -> bool:
-        return p.startswith(tmp_prefixes) or p in rp.private_tmp
-
-    # A write root inside another is bound with it (binds are recursive); the
-    # protected paths between them are pinned on their own.
+    # 1. The outermost write roots: one inside another is bound with it
+    #    (binds are recursive); the protected paths between them are pinned
+    #    on their own.
     roots = Nearest(rp.write_roots)
     outer = [w for w in rp.write_roots if roots.above(w) is None]
-    host_held = {a for m in host_mounts for a in ancestors(m)}
-    # The carve-outs too (allowRead inside a denied directory, and the helper
-    # when a mask hides it): bubblewrap binds each back over its mask, so a
-    # mask or read-only bind that holds one must be made before it, by
-    # bubblewrap, not after it by the mounter (which would hide it again).
-    # The presets' cache leaves too: bubblewrap binds them read-write after
-    # the read-only re-binds, and the mounter's read-only copy would take
-    # that back.
-    late = tuple(p for p in (*rp.socket_binds, rp.run_dir, rp.publish_dir,
-                             *(h for h in (rp.helper_path,) if h and in_tmp(h)),
+    view = _View(rp, outer)
+    # 2. What bubblewrap mounts after the masks, and must stay on top.
+    late = _late_mounts(rp, view)
+    # 3. The read-only entries, masks and pins that move.
+    moved = _movable_entries(rp, view, late)
+    # 4. The write roots that move.
+    moved_roots = _movable_roots(rp, view, outer, late, moved, host_mounts)
+    n = len(moved_roots) + len(moved.pins) + len(moved.read_only) + len(moved.mask_dirs) + len(moved.mask_files)
+    if n < minimum:
+        return rp, BulkPlan()
+    # 5. The mounter's mounts, in bubblewrap's order, and what bubblewrap keeps.
+    plan = BulkPlan(ops=_ops(moved_roots, moved), scratch=rp.run_dir, empty=rp.empty_file)
+    return _left_to_bwrap(rp, outer, moved_roots, moved), plan
+
+
+def _late_mounts(rp: ResolvedPolicy, view: _View) -> tuple[str, ...]:
+    """The allowed sockets, the run dir, the ``--publish`` dir, the helper
+    under /tmp, the carve-outs (allowRead inside a denied directory, and the
+    helper when a mask hides it) and the presets' cache leaves: bubblewrap
+    binds each after the masks and read-only re-binds, so a mask or
+    read-only bind that holds one must be made before it, by bubblewrap, not
+    after it by the mounter (which would hide it again, or take its
+    read-write bind back)."""
+    return tuple(p for p in (*rp.socket_binds, rp.run_dir, rp.publish_dir,
+                             *(h for h in (rp.helper_path,) if h and view.in_tmp(h)),
                              *(c for c, _ in rp.carve_outs), *rp.cache_dirs) if p)
+
+
+def _movable_entries(rp: ResolvedPolicy, view: _View, late: tuple[str, ...]) -> _Moved:
+    """Every movable pin, and every movable read-only entry or mask that holds none of ``late``."""
     holds_late = {a for p in late for a in ancestors(p)}
-    above_cwd = set(ancestors(rp.cwd)) if rp.cwd else set()
-    # Write roots bubblewrap binds from the host: what lies beneath them is
-    # visible at its host path even under the private /tmp.
-    host_bound = Nearest(w for w in outer if in_tmp(w))
+    return _Moved(pins=[p for p in rp.pinned_dirs if view.movable(p)],
+                  read_only=[p for p in rp.read_only if view.movable(p) and p not in holds_late],
+                  mask_dirs=[d for d in rp.mask_dirs if view.movable(d) and d not in holds_late],
+                  mask_files=[f for f in rp.mask_files if view.movable(f) and f not in holds_late])
 
-    def visible(p: str) -> bool:
-        return (not (p.startswith(own_prefixes) or p in _BWRAP_OWN)
-                and (not in_tmp(p) or host_bound.at_or_above(p) is not None))
 
-    def movable(p: str) -> bool:
-        return visible(p) and p not in above_cwd
-
-    pins = [p for p in rp.pinned_dirs if movable(p)]
-    ro = [p for p in rp.read_only if movable(p) and p not in holds_late]
-    mdirs = [d for d in rp.mask_dirs if movable(d) and d not in holds_late]
-    mfiles = [f for f in rp.mask_files if movable(f) and f not in holds_late]
-    # A write root moves only when bubblewrap keeps nothing at or beneath
-    # it. The mounter binds it after every mount of bubblewrap's, so one
-    # that held a read-only bind bubblewrap kept (the state dir, which holds
-    # the run dir) would land on top of it and be made writable, and one
-    # above the run dir would hide the run dir's read-only bind (issue 22).
-    # Kept with bubblewrap, the root is bound before everything beneath it:
-    # read-only self-protection always comes after every write bind.
-    gone = {*pins, *ro, *mdirs, *mfiles}
+def _movable_roots(rp: ResolvedPolicy, view: _View, outer: list[str], late: tuple[str, ...], moved: _Moved,
+                   host_mounts: frozenset[str] | set[str]) -> list[str]:
+    """The outer write roots that move: only when bubblewrap keeps nothing
+    at or beneath one, and it holds no host mount point. The mounter binds
+    it after every mount of bubblewrap's, so one that held a read-only bind
+    bubblewrap kept (the state dir, which holds the run dir) would land on
+    top of it and be made writable, and one above the run dir would hide the
+    run dir's read-only bind (issue 22). Kept with bubblewrap, the root is
+    bound before everything beneath it: read-only self-protection always
+    comes after every write bind."""
+    host_held = {a for m in host_mounts for a in ancestors(m)}
+    gone = {*moved.pins, *moved.read_only, *moved.mask_dirs, *moved.mask_files}
     kept = [*late, *(p for p in (*rp.pinned_dirs, *rp.read_only, *rp.mask_dirs, *rp.mask_files) if p not in gone),
             *(p for d, kids in rp.sealed_dirs for p in (d, *kids)), *(real for real, _ in rp.masked_files),
             *(f for _, f in rp.overlays)]
     holds_kept = _at_or_above(kept)
-    moved_roots = [w for w in outer if movable(w) and not in_tmp(w) and w not in host_held
-                   and w not in holds_kept]
-    if len(moved_roots) + len(pins) + len(ro) + len(mdirs) + len(mfiles) < minimum:
-        return rp, BulkPlan()
-    ops: list[tuple[BulkOp, str]] = []
-    # bwrap's order (builder/bwrap.py): write roots, pins shallow first, then
-    # read-only re-binds, then masks. The write roots moved are outermost (a
-    # root inside another is dropped above, and pins lie inside roots), so
-    # all of them can come first: the mounter binds the rest from a copy of
-    # the tree that already has them (a pin inside one is read-write).
-    ops += [(BulkOp.WRITE, w) for w in sorted(moved_roots, key=lambda p: (p.count("/"), p))]
-    ops += [(BulkOp.PIN, p) for p in sorted(pins, key=lambda p: (p.count("/"), p))]
-    ops += [(BulkOp.READ_ONLY, p) for p in ro]
-    ops += [(BulkOp.MASK_DIR, d) for d in mdirs]
-    ops += [(BulkOp.MASK_FILE, f) for f in mfiles]
+    return [w for w in outer if view.movable(w) and not view.in_tmp(w) and w not in host_held
+            and w not in holds_kept]
+
+
+def _ops(moved_roots: list[str], moved: _Moved) -> tuple[tuple[BulkOp, str], ...]:
+    """bwrap's order (builder/bwrap.py): write roots, pins shallow first,
+    then read-only re-binds, then masks. The write roots moved are outermost
+    (a root inside another is left out, and pins lie inside roots), so all
+    of them can come first: the mounter binds the rest from a copy of the
+    tree that already has them (a pin inside one is read-write)."""
+    return (*((BulkOp.WRITE, w) for w in sorted(moved_roots, key=lambda p: (p.count("/"), p))),
+            *((BulkOp.PIN, p) for p in sorted(moved.pins, key=lambda p: (p.count("/"), p))),
+            *((BulkOp.READ_ONLY, p) for p in moved.read_only),
+            *((BulkOp.MASK_DIR, d) for d in moved.mask_dirs),
+            *((BulkOp.MASK_FILE, f) for f in moved.mask_files))
+
+
+def _left_to_bwrap(rp: ResolvedPolicy, outer: list[str], moved_roots: list[str], moved: _Moved) -> ResolvedPolicy:
+    """``rp`` without what the mounter makes."""
 
     def rest(items: tuple[str, ...], gone: list[str]) -> tuple[str, ...]:
         drop = set(gone)
         return tuple(p for p in items if p not in drop)
 
     kept_roots = set(outer) - set(moved_roots)
-    left = rp.replace(write_roots=tuple(w for w in rp.write_roots if w in kept_roots),
-                      pinned_dirs=rest(rp.pinned_dirs, pins), read_only=rest(rp.read_only, ro),
-                      mask_dirs=rest(rp.mask_dirs, mdirs), mask_files=rest(rp.mask_files, mfiles))
-    return left, BulkPlan(ops=tuple(ops), scratch=rp.run_dir, empty=rp.empty_file)
-
+    return rp.replace(write_roots=tuple(w for w in rp.write_roots if w in kept_roots),
+                      pinned_dirs=rest(rp.pinned_dirs, moved.pins), read_only=rest(rp.read_only, moved.read_only),
+                      mask_dirs=rest(rp.mask_dirs, moved.mask_dirs), mask_files=rest(rp.mask_files, moved.mask_files))

@@ -36,7 +36,7 @@ path shadows an earlier one, so the order *is* the policy):
    mode ``mask``) get ``--ro-bind COPY F``, the copy holding the sentinel
    (over a deny-read mask of the same file, which it replaces), and covered
    files (a CI job's ``.git/config`` holding the runner's token:
-   safebox/ci.py) get ``--ro-bind COPY F``, a scrubbed copy from the run
+   safebox/ci_job/) get ``--ro-bind COPY F``, a scrubbed copy from the run
    dir, under the same rule as the masks. Steps 4-8 take
    only the paths beneath no carve-out: then each ``allowRead`` carve-out
    inside a mask (builder/regions.py), shallow first: ``--ro-bind A A``

@@ -1,4 +1,6 @@
-"""The seccomp denylist, kept as data, and its compiler (libseccomp via pyseccomp).
+"""The seccomp denylist and watch list, kept as data, and what they say for
+one call (:func:`decide`). Pure: no libseccomp; ``builder/bpf_compile.py``
+compiles them.
 
 The filter is the last layer the helper installs (after no_new_privs, Landlock
 and the capability drop). It is a *denylist* on top of namespaces and Landlock,
@@ -22,31 +24,18 @@ TIOCSTI bypass, CVE-2019-10063). Where a rule compares the full 64 bits
 (``NE``, ``GT``, ``GE``) junk in the upper half makes the rule *match*, i.e. the
 call is denied: failing closed.
 
-Caching: one cache, ``builder/bpf_cache.py``, keyed on this module file's
-identity, the options and the libseccomp file the program was compiled
-with, so that a hit imports neither this module nor pyseccomp (which loads
-libseccomp through ctypes). :func:`compile_with_id` is its miss path.
+Caching: one cache, ``builder/bpf_cache.py``, keyed on the identity of this
+module's file and the compiler's, the options and the libseccomp file the
+program was compiled with, so that a hit imports neither this module nor
+pyseccomp (which loads libseccomp through ctypes).
+``bpf_compile.compile_with_id`` is its miss path.
 """
 
 from __future__ import annotations
 
-import errno
-import hashlib
-import os
-import platform
-import struct
-import sys
-import tempfile
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any, assert_never
-
-from safebox import __version__
-from safebox.errors import BuildError
-
-# The helper's limit (docs/helper-protocol.md); the kernel's is BPF_MAXINSNS = 4096 too.
-MAX_INSTRUCTIONS = 4096
-BPF_INSTRUCTION_SIZE = 8  # sizeof(struct sock_filter)
+from typing import assert_never
 
 # Bump when the meaning of the table changes without a safebox version
 # change (the filter id includes both).
@@ -198,12 +187,6 @@ _DENIED_LOW_FAMILIES = {
     13: "AF_NETBEUI",
     14: "AF_SECURITY",
     15: "AF_KEY",
-}
-
-# Syscalls libseccomp 2.5.4 cannot name yet, by native number. Only consulted
-# when libseccomp resolves the name to nothing.
-_FALLBACK_NUMBERS: dict[str, dict[str, int]] = {
-    "x86_64": {"open_tree_attr": 467},
 }
 
 
@@ -495,194 +478,3 @@ def decide(syscall: str, args: tuple[int, ...] = (), *, allow_unix_sockets: bool
         if rule.syscall == syscall and all(c.matches(padded) for c in rule.conds):
             return rule.action
     return None
-
-
-# ------------------------------------------------------------------ compiling
-
-
-def _errno_of(action: Action) -> int:
-    match action:
-        case Action.EPERM:
-            return errno.EPERM
-        case Action.ENOSYS:
-            return errno.ENOSYS
-        case _:  # pragma: no cover
-            assert_never(action)
-
-
-def _resolve(sc: Any, name: str) -> int | None:
-    """Native syscall number, or None when the syscall does not exist on this arch."""
-    nr = int(sc.resolve_syscall(sc.Arch.NATIVE, name))
-    if nr >= 0:
-        return nr
-    fallback = _FALLBACK_NUMBERS.get(platform.machine(), {}).get(name)
-    if fallback is not None:
-        return fallback
-    # libseccomp gives a negative pseudo-number (e.g. vm86 on x86_64, -10071) for a
-    # syscall that exists on other arches only, and -1 for a name it does not know.
-    if nr == -1:
-        raise BuildError(f"seccomp: libseccomp does not know syscall {name!r}",
-                         hint="upgrade libseccomp, or add its number to _FALLBACK_NUMBERS")
-    return None
-
-
-def libseccomp_identity() -> tuple[str, str]:
-    """(version, identity) of the libseccomp this process loaded (imports
-    pyseccomp): the identity is the shared object's path, size, mtime and
-    inode, as found in /proc/self/maps, so that the exec hot path can tell a
-    changed library with one stat and without loading it (bpf_cache)."""
-    version = libseccomp_version()
-    path = ""
-    with open("/proc/self/maps") as maps:
-        for line in maps:
-            name = line.rstrip("\n").split(maxsplit=5)[-1]
-            if os.path.basename(name).startswith("libseccomp.so"):
-                path = name
-                break
-    if not path:
-        return version, f"unknown {version}"
-    st = os.stat(path)
-    return version, f"{path} {st.st_size} {st.st_mtime_ns} {st.st_ino}"
-
-
-def libseccomp_version() -> str:
-    """The loaded libseccomp's version, ``"2.5.4"`` (imports pyseccomp)."""
-    import ctypes
-
-    import pyseccomp as sc
-
-    class _Version(ctypes.Structure):
-        _fields_ = [("major", ctypes.c_uint), ("minor", ctypes.c_uint), ("micro", ctypes.c_uint)]
-
-    fn = sc._libseccomp.seccomp_version  # noqa: SLF001 -- pyseccomp does not wrap it
-    fn.restype = ctypes.POINTER(_Version)
-    fn.argtypes = ()
-    v = fn().contents
-    return f"{v.major}.{v.minor}.{v.micro}"
-
-
-def compile_program(*, allow_unix_sockets: bool, allow_inet: InetMode, observe: Observe = Observe.OFF,
-                    unix_seqpacket_only: bool = False) -> bytes:
-    """Compile the active rules into a raw classic-BPF program (native endian).
-
-    With ``observe`` other than OFF, the EPERM rules return
-    SECCOMP_RET_USER_NOTIF (the supervisor answers EPERM) and the watched
-    calls notify too (the supervisor answers "continue"). A watched call is
-    never on the denylist: the supervisor continues every watched call it is
-    sent, so a denied one would run (checked here, and by a unit test).
-
-    Raises :class:`BuildError` if libseccomp is missing or rejects a rule.
-    """
-    try:
-        import pyseccomp as sc
-    except (ImportError, RuntimeError) as exc:  # pyseccomp raises RuntimeError without libseccomp
-        raise BuildError(f"seccomp: cannot load pyseccomp/libseccomp: {exc}",
-                         hint="install libseccomp (Debian: libseccomp2) and pyseccomp") from exc
-    ops = {Op.EQ: sc.EQ, Op.NE: sc.NE, Op.GT: sc.GT, Op.GE: sc.GE, Op.MASKED_EQ: sc.MASKED_EQ}
-    try:
-        filt = sc.SyscallFilter(sc.ALLOW)
-        # Only the native arch is in the filter: any other audit arch (i386 via int 0x80)
-        # and, on x86_64, any x32 syscall number (libseccomp adds that check) is killed.
-        filt.set_attr(sc.Attr.ACT_BADARCH, sc.KILL_PROCESS)
-        active = active_rules(allow_unix_sockets=allow_unix_sockets, allow_inet=allow_inet,
-                              unix_seqpacket_only=unix_seqpacket_only)
-        for rule in active:
-            nr = _resolve(sc, rule.syscall)
-            if nr is None:
-                continue  # not on this arch: unreachable through the native ABI
-            args = [
-                sc.Arg(c.arg, ops[c.op], c.mask if c.op is Op.MASKED_EQ else c.value,
-                       c.value if c.op is Op.MASKED_EQ else 0)
-                for c in rule.conds
-            ]
-            act = sc.NOTIFY if notified(rule, observe) else sc.ERRNO(_errno_of(rule.action))
-            filt.add_rule(act, nr, *args)
-        watches = watched(observe)
-        denied_names = {r.syscall for r in active}
-        clash = denied_names & {w.syscall for w in watches}
-        if clash:
-            raise BuildError(f"seccomp: {sorted(clash)} both denied and watched; the supervisor would let them run")
-        for w in watches:
-            nr = _resolve(sc, w.syscall)
-            if nr is None:
-                continue
-            args = [
-                sc.Arg(c.arg, ops[c.op], c.mask if c.op is Op.MASKED_EQ else c.value,
-                       c.value if c.op is Op.MASKED_EQ else 0)
-                for c in w.conds
-            ]
-            filt.add_rule(sc.NOTIFY, nr, *args)
-        with tempfile.TemporaryFile() as out:
-            filt.export_bpf(out)
-            out.seek(0)
-            program = out.read()
-    except OSError as exc:
-        raise BuildError(f"seccomp: libseccomp failed: {exc}") from exc
-    _check_program(program)
-    return program
-
-
-def _check_program(program: bytes) -> None:
-    n, rem = divmod(len(program), BPF_INSTRUCTION_SIZE)
-    if n == 0 or rem or n > MAX_INSTRUCTIONS:
-        raise BuildError(f"seccomp: bad BPF program size {len(program)} bytes "
-                         f"(need a non-zero multiple of {BPF_INSTRUCTION_SIZE}, "
-                         f"at most {MAX_INSTRUCTIONS} instructions)")
-
-
-# -------------------------------------------------------------------- caching
-
-
-def table_digest() -> str:
-    """sha256 of the rule and watch tables' repr: changes whenever any entry changes."""
-    return hashlib.sha256(repr((RULES, WATCH)).encode()).hexdigest()
-
-
-def cache_key(*, allow_unix_sockets: bool, allow_inet: InetMode, libseccomp: str,
-              observe: Observe = Observe.OFF, unix_seqpacket_only: bool = False) -> str:
-    """Full sha256 hex key of the program for these options and this
-    libseccomp version (pure: the caller passes the version)."""
-    material = repr((
-        CACHE_FORMAT, __version__, table_digest(), platform.machine(), sys.byteorder,
-        ("allow_unix_sockets", allow_unix_sockets), ("allow_inet", allow_inet.value),
-        ("libseccomp", libseccomp),
-    ) + ((("observe", observe.value),) if observe is not Observe.OFF else ())
-      + ((("unix_seqpacket_only", True),) if unix_seqpacket_only else ()))
-    return hashlib.sha256(material.encode()).hexdigest()
-
-
-def filter_id(*, allow_unix_sockets: bool, allow_inet: InetMode, libseccomp: str,
-              observe: Observe = Observe.OFF, unix_seqpacket_only: bool = False) -> str:
-    """The first 16 hex digits of :func:`cache_key`: names the program in logs and the cache."""
-    return cache_key(allow_unix_sockets=allow_unix_sockets, allow_inet=allow_inet, libseccomp=libseccomp,
-                     observe=observe, unix_seqpacket_only=unix_seqpacket_only)[:16]
-
-
-def compile_with_id(*, allow_unix_sockets: bool, allow_inet: InetMode,
-                    observe: Observe = Observe.OFF, unix_seqpacket_only: bool = False) -> tuple[bytes, str, str]:
-    """The program for these options, its filter id and the identity of the
-    libseccomp it was compiled with (:func:`libseccomp_identity`), for
-    ``builder/bpf_cache.py``, the one cache of programs.
-
-    The filter id (:func:`filter_id`) holds the libseccomp version because
-    libseccomp's output is not only a layout: its 64-bit argument
-    comparisons were wrong before 2.4 (CVE-2019-9893), so a program compiled
-    by a buggy libseccomp must not outlive the upgrade that fixes it; the
-    cache keys its entries on the library file's identity for the same
-    reason (an upgrade is a miss).
-    """
-    try:
-        version, ident = libseccomp_identity()
-    except (ImportError, RuntimeError, OSError) as exc:  # pyseccomp raises RuntimeError without libseccomp
-        raise BuildError(f"seccomp: cannot load pyseccomp/libseccomp: {exc}",
-                         hint="install libseccomp (Debian: libseccomp2) and pyseccomp") from exc
-    fid = filter_id(allow_unix_sockets=allow_unix_sockets, allow_inet=allow_inet, libseccomp=version,
-                    observe=observe, unix_seqpacket_only=unix_seqpacket_only)
-    return compile_program(allow_unix_sockets=allow_unix_sockets, allow_inet=allow_inet, observe=observe,
-                           unix_seqpacket_only=unix_seqpacket_only), fid, ident
-
-
-def instructions(program: bytes) -> list[tuple[int, int, int, int]]:
-    """Decode ``program`` into ``(code, jt, jf, k)`` tuples (for tests and debugging)."""
-    _check_program(program)
-    return [struct.unpack_from("=HBBI", program, off) for off in range(0, len(program), BPF_INSTRUCTION_SIZE)]

@@ -63,7 +63,7 @@ class EffectivePolicy(Frozen):
     allow_git_config: bool = False
     env_deny: tuple[str, ...] = ()
     env_allow: tuple[str, ...] = ()
-    # ci.passEnv / ci.passPath: what a CI step may pass on (python/safebox/ci.py).
+    # ci.passEnv / ci.passPath: what a CI step may pass on (python/safebox/ci_job/).
     ci_pass_env: tuple[str, ...] = ()
     ci_pass_path: tuple[str, ...] = ()
     # devices.gpu (builder/devices.py): False, True (every GPU), or the indices.

@@ -352,7 +352,7 @@ class DevicesSettings(_Strict):
 
 class CiSettings(_Strict):
     """``ci`` (safebox addition): what a CI step may pass on to later,
-    unsandboxed steps through the runner's file commands (python/safebox/ci.py)."""
+    unsandboxed steps through the runner's file commands (python/safebox/ci_job/)."""
 
     # $GITHUB_ENV names or patterns ("VERSION", "IMAGE_*"); nothing else passes.
     passEnv: list[PassEnvPattern] | None = None

@@ -152,25 +152,38 @@ class ProxyServer:
         """
         if self._thread is not None:
             raise ProxyError("proxy already started")
-        self._audit = audit
-        if self.config.audit_log is not None and audit is None:
-            from safebox.audit import AuditLog  # json, datetime: only with --audit-log
-            from safebox.hostio import HostFileError
+        # 1. The audit log: the one given, or opened here for --audit-log.
+        path = self.config.audit_log
+        self._audit = self._open_audit_log(path) if path is not None and audit is None else audit
+        # 2. The gate every connection passes.
+        gate = self._gate = self._make_gate()
+        # 3. The loop in its thread, serving once the listeners accept.
+        self._run_loop(gate)
 
-            try:
-                self._audit = AuditLog(self.config.audit_log, run=self.config.run_id)
-            except (OSError, HostFileError) as exc:
-                why = exc.why if isinstance(exc, HostFileError) else exc.strerror
-                raise ProxyError(f"cannot open audit log {self.config.audit_log}: {why}") from None
+    def _open_audit_log(self, path: str | os.PathLike[str]) -> AuditLog:
+        from safebox.audit import AuditLog  # json, datetime: only with --audit-log
+        from safebox.hostio import HostFileError
+
+        try:
+            return AuditLog(path, run=self.config.run_id)
+        except (OSError, HostFileError) as exc:
+            why = exc.why if isinstance(exc, HostFileError) else exc.strerror
+            raise ProxyError(f"cannot open audit log {path}: {why}") from None
+
+    def _make_gate(self) -> Gate:
         explain = _explain_on_first_refusal() if self.config.explain else None
         # TLS failures are said on stderr like refusals (not with --quiet).
         tls = self.config.mitm or self.config.injector
         report = (_report_once(self.config.say) if tls and (self.config.explain or self.config.say is not None)
                   else None)
-        gate = self._gate = Gate(self.rules, audit=self._audit.event if self._audit else None, explain=explain,
-                                 parent=self.config.parent, mitm=self.config.mitm, injector=self.config.injector,
-                                 report=report, denied=self.config.denied, live=self.config.live,
-                                 ask=self.config.ask, keys=self.config.keys)
+        return Gate(self.rules, audit=self._audit.event if self._audit else None, explain=explain,
+                    parent=self.config.parent, mitm=self.config.mitm, injector=self.config.injector,
+                    report=report, denied=self.config.denied, live=self.config.live,
+                    ask=self.config.ask, keys=self.config.keys)
+
+    def _run_loop(self, gate: Gate) -> None:
+        """Start the loop's thread; return once the listeners accept
+        connections, or stop and raise :class:`ProxyError`."""
         ready = threading.Event()
         failure: list[BaseException] = []
         loop = asyncio.new_event_loop()

@@ -1,6 +1,6 @@
 """HTTP/1.1 request heads as the proxy reads and writes them: limits, the
 parser of a request head, header lines, and the 4xx answers. Below both
-the plain proxy (http.py) and the TLS interceptor (intercept.py), which each
+the plain proxy (http.py) and the TLS interceptor (forward.py), which each
 use it: neither imports the other's parser."""
 
 from __future__ import annotations

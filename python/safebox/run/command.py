@@ -146,7 +146,7 @@ class Command:
             self.recorder = Recorder(audit_log=s.opts.audit_log, summary=s.summary, learn=s.opts.learn, run=s.run_id,
                                      learn_base=s.opts.learn_base, enforce_argv=s.opts.enforce_argv)
         if self.environ.get("GITHUB_ACTIONS") == "true" or self.environ.get("GITLAB_CI") == "true":
-            from safebox import ci
+            from safebox import ci_job as ci
 
             kind = ci.detect(self.environ)
             if kind is not None:
@@ -407,7 +407,7 @@ class Command:
         """What this CI step may pass on (ci.passEnv, ci.passPath), and every
         place a sandboxed run could have written, this one's or an earlier
         one's: no PATH entry may lie there."""
-        from safebox.ci import Passing
+        from safebox.ci_job import Passing
 
         s, rp = self.s, self.rp
         assert rp is not None

@@ -506,7 +506,7 @@ class Feed:
 
 
 def ci_entries(ci_run: Any) -> dict[str, tuple[str, str | None, str]]:
-    """What a CI job's run (``safebox.ci.CiRun``) added to the policy, as
+    """What a CI job's run (``safebox.ci_job.CiRun``) added to the policy, as
     :attr:`Feed.added` explains it: the runner's file-command files
     (read-only inside; the command writes this run's copies, named by the
     same variables) and the runner's secrets (hidden)."""

@@ -1,6 +1,5 @@
 """The API's :class:`Policy`: a policy built in code (docs/api.md). Re-exported
-by ``safebox.api``; its own module so that the API's module stays one concern.
-"""
+by ``safebox.api``."""
 
 from __future__ import annotations
 
