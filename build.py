@@ -855,7 +855,8 @@ def test(pytest_args: list[str]) -> int:
         _run([str(py), "-c", "import sys; sys.path.insert(0, 'tests'); from sbx import gpu_standins; gpu_standins()"],
              cwd=ROOT)
         _say(f"pytest as unprivileged user {user}: integration and security tests")
-        uenv = {k: v for k, v in env.items() if k in ("PATH", "LANG", "CI", "SAFEBOX_MUST_WORK", "TERM")}
+        uenv = {k: v for k, v in env.items()
+                 if k in ("PATH", "LANG", "CI", "SAFEBOX_MUST_WORK", "TERM", "SAFEBOX_TEST_PROFILE")}
         home = subprocess.run(["getent", "passwd", user], capture_output=True, text=True).stdout.split(":")[5]
         uenv.update(HOME=home, USER=user, LOGNAME=user, SAFEBOX_TEST_UNPRIVILEGED="1")
         r2 = _pytest_passes(["runuser", "-u", user, "--", "env", "-i", *[f"{k}={v}" for k, v in uenv.items()],

@@ -135,11 +135,13 @@ def pytest_runtest_makereport() -> Generator[None, None, None]:
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_protocol(item: pytest.Item) -> Generator[None, None, None]:
-    """With ``SAFEBOX_TEST_PROFILE=FILE``, one JSON line per test appended to
-    FILE: its wall time and the CPU it and its waited-for children used
-    (set-up and teardown included). CPU is the figure that says where a
-    2-core run's time goes: the wall time of a test beside others is theirs
-    too. `python3 tests/profile_report.py FILE` sums it per file."""
+    """With ``SAFEBOX_TEST_PROFILE=PREFIX``, one JSON line per test appended
+    to ``PREFIX.UID.jsonl`` (a file per user: the root and the unprivileged
+    passes each write their own): its wall time and the CPU it and its
+    waited-for children used (set-up and teardown included). CPU is the
+    figure that says where a 2-core run's time goes: the wall time of a test
+    beside others is theirs too. `python3 tests/profile_report.py FILE...`
+    sums it per file."""
     path = os.environ.get("SAFEBOX_TEST_PROFILE")
     if not path:
         yield
@@ -156,7 +158,7 @@ def pytest_runtest_protocol(item: pytest.Item) -> Generator[None, None, None]:
     yield
     line = json.dumps({"test": item.nodeid, "wall": round(time.monotonic() - wall, 4),
                        "cpu": round(cpu() - used, 4), "uid": os.getuid()})
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)
+    fd = os.open(f"{path}.{os.getuid()}.jsonl", os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     try:
         os.write(fd, (line + "\n").encode())
     finally:

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Where the test suite's time goes: the lines ``SAFEBOX_TEST_PROFILE=FILE``
-wrote (tests/conftest.py), summed per test file and per test, largest CPU
-first. Usage: ``python3 tests/profile_report.py FILE [N]``."""
+wrote (tests/conftest.py: ``PREFIX.UID.jsonl``), summed per test file and per
+test, largest CPU first. Usage: ``python3 tests/profile_report.py FILE... [-n N]``."""
 
 from __future__ import annotations
 
@@ -14,8 +14,12 @@ def main(argv: list[str]) -> int:
     if not argv:
         print(__doc__)
         return 2
-    top = int(argv[1]) if len(argv) > 1 else 25
-    rows = [json.loads(line) for line in open(argv[0]) if line.strip()]
+    top = 25
+    if "-n" in argv:
+        i = argv.index("-n")
+        top = int(argv[i + 1])
+        argv = argv[:i] + argv[i + 2:]
+    rows = [json.loads(line) for name in argv for line in open(name) if line.strip()]
     per_file: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0, 0.0])
     for r in rows:
         f = per_file[f"{r['test'].split('::')[0]} (uid {r['uid']})"]

@@ -171,7 +171,14 @@ def host(command: Sequence[str], **kw: Any) -> subprocess.CompletedProcess[str]:
 
 
 def make_home(base: Path) -> FakeHome:
-    """Create a fresh fake home under ``base``."""
+    """Create a fresh fake home under ``base``, its caches warm as after a user's first run."""
+    home = _bare_home(base)
+    warm_policy_cache(home)
+    warm_program_cache(home, base)
+    return home
+
+
+def _bare_home(base: Path) -> FakeHome:
     root = Path(tempfile.mkdtemp(prefix="home-", dir=base))
     root.chmod(0o755)
     secret = f"FAKE-CREDENTIAL-{token()}"
@@ -196,9 +203,39 @@ def make_home(base: Path) -> FakeHome:
     (work / ".mcp.json").write_text("{}\n")
     (work / "src").mkdir()
     (work / "src" / "main.c").write_text("int main(void) { return 0; }\n")
-    home = FakeHome(root=root, secret=secret)
-    warm_policy_cache(home)
-    return home
+    return FakeHome(root=root, secret=secret)
+
+
+#: What a first run compiles into its home's cache and every later run
+#: reads: the seccomp programs (``bpf-*.bin``, about 60 ms of CPU: a first
+#: run took 115 ms of CPU, a second 55) and bwrap's answer to its size
+#: probe. Made once per test process, in a home of its own, by a plain and
+#: a networked run, then copied into each new home, as the policy cache is
+#: warmed above: a user pays it on their first run ever, and the suite paid
+#: it in every fresh home. A run with other options still compiles its own
+#: (test_seccomp_rules.py and test_state_never_writable.py test the miss and
+#: the cache's checks).
+_warm_files: list[Path] | None = None
+
+
+def warm_program_cache(home: FakeHome, base: Path) -> None:
+    global _warm_files
+    if _warm_files is None:
+        _warm_files = []
+        if not SAFEBOX.is_file():
+            return  # the `scratch` fixture names the missing install
+        first = _bare_home(base)
+        warm_policy_cache(first)
+        for opts in ([], ["--allow-domain", "example.com"]):
+            # A failed run leaves nothing to copy: each test then pays its
+            # own first run, and the tests that need bwrap say why it failed.
+            subprocess.run([str(SAFEBOX), "exec", *opts, "--", "true"], cwd=first.work, env=first.env(),
+                           stdin=subprocess.DEVNULL, capture_output=True, timeout=120, check=False)
+        kept = first.root / ".cache" / "safebox" / "cache"
+        _warm_files = sorted(p for p in kept.iterdir() if p.name.startswith(("bpf-", "bwrap-size-")))
+    cache = home.root / ".cache" / "safebox" / "cache"
+    for f in _warm_files:
+        shutil.copy2(f, cache / f.name)
 
 
 def warm_policy_cache(home: FakeHome) -> None:
