@@ -1,6 +1,6 @@
 """Starting a child process: ``posix_spawn`` in a process group of its
 own, with exactly the descriptors it is given (run/supervise.py starts bwrap,
-the helper and the supervisor through it; mounter.py the helper's --mount).
+the helper and the supervisor through it; run/mounter.py the helper's --mount).
 A module of its own, below both, so that neither imports the other."""
 
 from __future__ import annotations
