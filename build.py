@@ -485,7 +485,7 @@ def _write_launcher(py: Path, venv: Path = VENV, site: str | None = None, script
 import sys
 sys.prefix = sys.exec_prefix = {str(venv)!r}
 sys.path.append({site!r})
-from safebox._prescan import early
+from safebox.builder.prescan import early
 early(sys.argv[1:])
 from safebox.cli import main
 main()

@@ -8,7 +8,7 @@ interleaved in one run (so drift affects all alike), medians.
 The variants, each a superset of the one before:
 
 1. `python -IS -c pass`: the interpreter;
-2. `python -IS` importing what a start imports (``safebox._prescan``,
+2. `python -IS` importing what a start imports (``safebox.builder.prescan``,
    ``safebox.cli``, ``safebox.run.main``), nothing run;
 3. `safebox exec --dry-run -- true`: the policy (warm cache), the walks of
    the work dir and every decision, the argv printed, nothing started;
@@ -46,7 +46,7 @@ PY = str(VENV / "bin" / "python")
 BARE = ["bwrap", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--unshare-all",
         "--die-with-parent", "true"]
 SITE = next(str(p) for p in (VENV / "lib").glob("python3*/site-packages"))
-IMPORTS = (f"import sys; sys.path.append({SITE!r}); import safebox._prescan, safebox.cli, safebox.run.main")
+IMPORTS = (f"import sys; sys.path.append({SITE!r}); import safebox.builder.prescan, safebox.cli, safebox.run.main")
 SH = "sh -c 'exec true'"
 LEAN = ["--observe", "off", "--limit-processes", "unlimited"]
 

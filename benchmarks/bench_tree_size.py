@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """What a work tree's size costs a start: `safebox exec -- true` in an empty
 work dir against the 100,000-file tree of bench_watch_depth.py, warm (the
-start walks kept by ``safebox.walkcache``) and cold (the kept walks removed
+start walks kept by ``safebox.builder.walkcache``) and cold (the kept walks removed
 before each run), interleaved, each variant with its own HOME.
 
     .venv/bin/python benchmarks/bench_tree_size.py [--runs 20] [--tree DIR] [--write docs/benchmarks.md]
@@ -50,7 +50,8 @@ def timed(cmd: list[str], *, cwd: Path, env: dict[str, str]) -> tuple[float, flo
 
 def parts(tree: Path, state: Path, runs: int) -> dict[str, list[float]]:
     """The warm start's parts and the walks they replace, in this process, ms."""
-    from safebox import _prescan, deepwatch, walkcache
+    from safebox.builder import deepwatch, walkcache
+    from safebox.builder import prescan as _prescan
     from safebox.policy import defaults
 
     rg, find = shutil.which("rg") or "rg", shutil.which("find") or "find"

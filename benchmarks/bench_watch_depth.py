@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""What the watch at any depth (safebox.deepwatch, issue 22 item 4) costs a run
+"""What the watch at any depth (safebox.builder.deepwatch, issue 22 item 4) costs a run
 in a 100,000-file work tree.
 
     .venv/bin/python benchmarks/bench_watch_depth.py [--runs 20] [--tree DIR]
@@ -41,7 +41,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "python"))
 
-from safebox import deepwatch  # noqa: E402
+from safebox.builder import deepwatch  # noqa: E402
 
 SAFEBOX = str(ROOT / ".venv" / "bin" / "safebox")
 # The walk before the watch (the parent commit's _prescan.start_find, at the default depth).
@@ -88,7 +88,7 @@ def timed(cmd: list[str], *, cwd: Path, env: dict[str, str] | None = None) -> tu
 
 def parts(tree: Path, runs: int) -> dict[str, list[float]]:
     """The watch's parts, interleaved, in ms."""
-    from safebox._prescan import start_find
+    from safebox.builder.prescan import start_find
 
     out: dict[str, list[float]] = {k: [] for k in ("old find", "new find", "parse+capture", "check",
                                                    "newerct walk")}

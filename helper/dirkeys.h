@@ -1,5 +1,5 @@
 /* dirkeys.h - an lstat of every directory of a big work tree, in C and on
- * every core (python/safebox/walkcache.py and deepwatch.py; issue 24).
+ * every core (python/safebox/builder/walkcache.py and builder/deepwatch.py; issue 24).
  *
  * A warm start in a 100,000-file tree checks that none of its 13,657
  * directories changed since the start walks were kept, and the watch after

@@ -149,8 +149,7 @@ def _exit_now(rc: int) -> None:
     run dir, stopped the proxy and its thread, cancelled the walks and waited
     for the command, and audit events are single write(2)s. Only Python's
     own stdio buffers need flushing."""
-    from safebox import _prescan
-
+    from safebox.builder import prescan as _prescan
     _prescan.cancel_all()  # walks begun for a run that ended before adopting them
     for stream in (sys.stdout, sys.stderr):
         try:
@@ -173,7 +172,7 @@ def _chdir(path: str) -> None:
 def _run_exec(parsed: dict[str, Any]) -> int:
     # ripgrep's walk of the working directory starts before the runner (and
     # everything it imports) is loaded; the runner adopts it.
-    from safebox import _prescan
+    from safebox.builder import prescan as _prescan
     from safebox.builder.resolve import prestart
 
     if parsed.get("chdir"):
@@ -289,7 +288,7 @@ def _add_doctor_command(app: click.Group) -> None:
         from pathlib import Path
 
         from safebox import doctor
-        from safebox.helper import find_helper
+        from safebox.run.helper_binary import find_helper
 
         sys.exit(doctor.main(["--json"] if as_json else [], helper_path=Path(find_helper()), standalone=False))
 
@@ -313,7 +312,8 @@ def main(argv: list[str] | None = None) -> None:
     """Entry point of the ``safebox`` console script."""
     args = sys.argv[1:] if argv is None else list(argv)
     if args and args[0] == "exec":
-        from safebox import _prescan, _signals
+        from safebox import _signals
+        from safebox.builder import prescan as _prescan
 
         _signals.catch()  # before anything is spawned (idempotent: the launcher's early() did it)
         _prescan.early(args)  # build.py's launcher did it already; pip's arrives here first

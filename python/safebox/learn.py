@@ -183,7 +183,7 @@ def _never_suggested(directory: str, *, home: str) -> str | None:
     """Why ``directory`` is never suggested (system_dirs.never_suggested), as
     named and with symlinks resolved (a link in the work dir to ``/etc``
     must not make ``/etc`` a suggestion under another name), or None."""
-    from safebox.system_dirs import never_suggested
+    from safebox.policy.system_dirs import never_suggested
 
     return never_suggested(directory, home=home) or never_suggested(os.path.realpath(directory), home=home)
 

@@ -2,7 +2,7 @@
 
 In a user's own venv the helper belongs to that user: ``safebox doctor``
 failed its ``helper`` check, yet ``exec`` and ``exec --strict`` ran without a
-word. Now one rule (``safebox.helper.replaceable``) decides for both: doctor
+word. Now one rule (``safebox.run.helper_binary.replaceable``) decides for both: doctor
 fails, ``--strict`` refuses (125, one line), a plain run warns once.
 
 The user-owned install is a copy of the real helper (``SAFEBOX_HELPER``,
@@ -106,7 +106,7 @@ def test_the_installed_root_owned_helper_passes_doctor_and_runs_silently(shared_
 
 
 def _replaceable_in_userns(helper: Path) -> str:
-    code = f"from safebox.helper import replaceable; print(replaceable({str(helper)!r}))"
+    code = f"from safebox.run.helper_binary import replaceable; print(replaceable({str(helper)!r}))"
     r = subprocess.run(["unshare", "-r", sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
                        check=False)
     assert r.returncode == 0, r.stderr

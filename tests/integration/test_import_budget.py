@@ -35,14 +35,14 @@ FORBIDDEN = frozenset({
     "asyncio", "ssl", "_ssl", "pydantic", "click", "json", "re", "dataclasses", "inspect", "typing", "enum",
     "socket", "selectors", "ipaddress", "logging", "concurrent.futures", "subprocess", "pathlib", "shlex",
     "datetime", "signal", "safebox.proxy.server", "safebox.proxy.rules", "safebox.proxy.http",
-    "safebox.proxy.upstream", "safebox.domains", "safebox.audit", "safebox.report",
+    "safebox.proxy.upstream", "safebox.policy.domains", "safebox.audit", "safebox.report",
 })
 
 #: What a network may add to the start of a command that makes no connection.
 NETWORK_EXTRA = frozenset({
     "safebox.proxy", "safebox.proxy.config", "safebox.proxy.deferred", "safebox.proxy.listeners",
     # Capture's plan (whether it is on, the sandbox's resolv.conf): os only.
-    "safebox.netcapture",
+    "safebox.run.netcapture",
     # The watcher thread; threading must be imported on the main thread.
     "threading", "functools", "_functools", "types", "_weakrefset",
 })
@@ -87,7 +87,7 @@ def test_control_a_command_that_connects_loads_the_proxy_but_not_openssl(shared_
 
 #: What --review may add to a start: its own modules and the mounter's handshake.
 REVIEW_EXTRA = frozenset({"safebox.review", "safebox.review.run", "safebox.review.store", "safebox.review.mounts",
-                          "safebox.mounter"})
+                          "safebox.run.mounter"})
 
 
 def test_a_review_start_adds_only_its_own_modules(shared_home: FakeHome) -> None:

@@ -15,8 +15,8 @@ import sys
 import textwrap
 
 from netns import run_in_netns
+from safebox.policy.effective import NetKeys
 from safebox.proxy import ProxyConfig, ProxyServer
-from safebox.proxy.config import NetKeys
 
 _NETNS_SCRIPT = textwrap.dedent(
     """

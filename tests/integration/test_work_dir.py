@@ -83,7 +83,7 @@ def test_a_work_dir_above_the_home_is_warned_about_without_verbose(fresh_home: F
 
 
 def test_every_warned_system_dir_is_listed_in_the_guide() -> None:
-    from safebox.system_dirs import WARNED
+    from safebox.policy.system_dirs import WARNED
 
     guide = (Path(__file__).resolve().parents[2] / "docs" / "index.md").read_text()
     section = guide[guide.index("### The work dir is a write root"):]

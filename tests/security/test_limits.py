@@ -7,7 +7,7 @@ and exiting), the allocation and the writes have a fixed size, and every run
 has a timeout; the sandbox's pid namespace ends whatever is left. Each test
 has a control: the same stress under a higher limit succeeds.
 
-What enforces a limit depends on the host and the user (safebox/limits.py):
+What enforces a limit depends on the host and the user (safebox/run/limits.py):
 as root on this CI host, a cgroup v1 (``pids``, ``memory``); as an
 unprivileged user, RLIMIT_NPROC in the sandbox's user namespace and
 RLIMIT_DATA per process. The tests assert what each mechanism must do (and,
@@ -26,7 +26,8 @@ from pathlib import Path
 
 import pytest
 
-from safebox import cgroups, limits
+from safebox.policy import limit_values
+from safebox.run import cgroups, limits
 from sbx import BOTH, BWRAP_ONLY, HELPER_ONLY, FakeHome, pids_with_arg, token, unique_sleep_arg, wait_for
 
 ROOT = os.geteuid() == 0
@@ -234,7 +235,7 @@ def _tmpfs_sizes(home: FakeHome, opts: tuple[str, ...]) -> list[int]:
 
 
 def test_the_default_tmp_and_shm_are_a_quarter_of_the_ram_at_most_4_gib(shared_home: FakeHome) -> None:
-    expected = limits.default("tmpSize")
+    expected = limit_values.default("tmpSize")
     assert expected == min(os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") // 4, 4 << 30)
     page = os.sysconf("SC_PAGE_SIZE")
     assert _tmpfs_sizes(shared_home, ()) == [expected // page * page] * 2
@@ -269,7 +270,7 @@ def test_a_command_past_its_wall_time_is_stopped_with_its_whole_tree_and_exit_st
                        timeout=60)
     elapsed = time.monotonic() - start
     assert r.returncode == 124, r.stderr
-    assert 1 <= elapsed < 1 + limits.TIMEOUT_GRACE, elapsed  # the SIGTERM was enough: no grace needed
+    assert 1 <= elapsed < 1 + limit_values.TIMEOUT_GRACE, elapsed  # the SIGTERM was enough: no grace needed
     assert ("safebox: the command ran longer than limits.wallTime (1s): the sandbox was stopped (SIGTERM, then "
             "SIGKILL after 5 s); exit status 124; raise it with --timeout or limits.wallTime") in r.stderr
     assert wait_for(lambda: not pids_with_arg(arg), timeout=10)
@@ -289,7 +290,7 @@ def test_a_command_that_ignores_sigterm_is_killed_after_the_grace_period(shared_
     r = shared_home.run(["sh", "-c", script], opts=["--timeout", "1"], timeout=60)
     elapsed = time.monotonic() - start
     assert r.returncode == 124, r.stderr
-    assert 1 + limits.TIMEOUT_GRACE <= elapsed < 1 + limits.TIMEOUT_GRACE + 5, elapsed
+    assert 1 + limit_values.TIMEOUT_GRACE <= elapsed < 1 + limit_values.TIMEOUT_GRACE + 5, elapsed
     assert wait_for(lambda: not pids_with_arg(arg), timeout=10)
 
 

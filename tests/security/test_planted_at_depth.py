@@ -7,7 +7,7 @@ opened), ``.idea`` run configurations, or a new nested repository whose
 ``.git/config`` names a ``core.fsmonitor`` (git runs it at the user's next
 ``git status`` there, a shell prompt's included). Now every such name the
 command creates, at any depth of every write root, is moved to the
-quarantine and the summary names where it went (``safebox.deepwatch``).
+quarantine and the summary names where it went (``safebox.builder.deepwatch``).
 
 The controls: the same files written by the same commands without safebox
 stay, and git then runs the fsmonitor; files under other names at depth, and

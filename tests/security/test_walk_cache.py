@@ -1,4 +1,4 @@
-"""The start walks kept between runs (``safebox.walkcache``, issue 24 item 6).
+"""The start walks kept between runs (``safebox.builder.walkcache``, issue 24 item 6).
 
 A start in an unchanged work tree replays what ripgrep and find printed last
 time instead of walking it again. The tree is the sandboxed command's to
@@ -23,7 +23,8 @@ from pathlib import Path
 
 import pytest
 
-from safebox import _prescan, dirkeys, walkcache
+from safebox.builder import dirkeys, walkcache
+from safebox.builder import prescan as _prescan
 from safebox.policy import defaults
 from sbx import FakeHome
 

@@ -17,9 +17,9 @@ from safebox.builder.paths import Nearest, by_depth, collapse
 from safebox.builder.regions import Regions
 from safebox.builder.resolve import HostFacts, pin_ancestors, resolve
 from safebox.builder.resolved import Layers, ResolvedPolicy
-from safebox.mounter import encode
 from safebox.policy.effective import EffectivePolicy
 from safebox.proxy.rules import HostError, NetworkRules, _matches, validate_pattern, validate_patterns
+from safebox.run.mounter import encode
 
 
 def test_an_entry_beneath_another_is_dropped_and_siblings_are_kept() -> None:

@@ -9,8 +9,8 @@ import struct
 
 import pytest
 
+from safebox.policy.address_entries import parse_address_entry
 from safebox.proxy import dns
-from safebox.proxy.addresses import parse_address_entry
 from safebox.proxy.rules import Decision, NetworkRules
 
 
@@ -132,7 +132,7 @@ def _decide(host: str, *, direct: bool = False, **gate: object) -> Decision:
 
 
 def test_a_captured_connect_meets_the_keys_that_refuse_it_through_the_proxy() -> None:
-    from safebox.proxy.config import NetKeys
+    from safebox.policy.effective import NetKeys
 
     assert _decide("git.example").allowed  # the control: no key set
     opaque = _decide("git.example", keys=NetKeys(refuse_opaque_tunnels=True))
@@ -145,7 +145,7 @@ def test_a_captured_connect_meets_the_keys_that_refuse_it_through_the_proxy() ->
 
 
 def test_a_name_no_entry_allows_is_asked_about_at_the_connect_unless_strict_allowlist_or_denied() -> None:
-    from safebox.proxy.config import NetKeys
+    from safebox.policy.effective import NetKeys
 
     assert not _decide("other.example").allowed  # the control: nobody to ask
     asked = _decide("other.example", ask=_Ask())

@@ -1,4 +1,4 @@
-"""The watch at any depth's parts (safebox.deepwatch), without a sandbox: the
+"""The watch at any depth's parts (safebox.builder.deepwatch), without a sandbox: the
 start walk's records, the check after the run, and the move to the
 quarantine (through descriptors, never following a link; across
 filesystems by copy). The whole path, with the real sandbox, is in
@@ -14,8 +14,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from safebox import deepwatch, dirkeys
-from safebox._prescan import start_find
+from safebox.builder import deepwatch, dirkeys
+from safebox.builder.prescan import start_find
 
 
 @pytest.fixture(autouse=True, params=["on the helper", "in Python"])

@@ -1,4 +1,4 @@
-"""``safebox-helper --dir-keys`` (``safebox.dirkeys``): the lstats of a big
+"""``safebox-helper --dir-keys`` (``safebox.builder.dirkeys``): the lstats of a big
 work tree's directories on the helper's workers give exactly the answer
 the same lstats give in Python, and any answer the helper cannot give
 falls back to Python, never to "nothing changed".
@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from safebox import dirkeys
+from safebox.builder import dirkeys
 
 
 @pytest.fixture

@@ -13,9 +13,9 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from safebox.domains import DENY_ALL, HostError, check_pattern
 from safebox.errors import PolicyError, ProxyError
-from safebox.hostport import split_port
+from safebox.policy.domains import DENY_ALL, HostError, check_pattern
+from safebox.policy.hostport import split_port
 from safebox.policy.load import Layer, validate_layer
 from safebox.proxy import ProxyConfig, ProxyServer
 from safebox.proxy.rules import RULE_ALLOWED, RULE_DENIED, NetworkRules

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from safebox.hostport import PortError, join_port, split_port
+from safebox.policy.hostport import PortError, join_port, split_port
 from safebox.proxy.rules import RULE_ALLOWED, RULE_DENIED, HostError, NetworkRules, validate_entry
 
 

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from safebox.builder.globs import GLOB_CHARS, Pattern, check_pattern, expand, is_glob
+from safebox.builder.globs import Pattern, expand
+from safebox.policy.glob_syntax import GLOB_CHARS, check_pattern, is_glob
 
 
 def _tree(root: Path, files: list[str], dirs: list[str] = ()) -> None:

@@ -14,10 +14,11 @@ from pathlib import Path
 import pytest
 
 from safebox.builder.bwrap import mount_args
-from safebox.builder.devices import TEST_ROOT_VAR, GpuNode, find_gpu_nodes, gpu_env, parse_selection, with_gpu
+from safebox.builder.devices import TEST_ROOT_VAR, GpuNode, find_gpu_nodes, gpu_env, with_gpu
 from safebox.builder.helper_policy import FsAccess, HelperPolicy, NetMode, render
 from safebox.builder.resolved import Layers, ResolvedPolicy
 from safebox.errors import BuildError
+from safebox.policy.gpus import parse_selection
 from sbx import gpu_standins
 
 NODES = (GpuNode(("/dev/nvidia0", "/dev/nvidia0")), GpuNode(("/dev/nvidiactl", "/dev/nvidiactl")),

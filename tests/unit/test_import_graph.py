@@ -109,4 +109,4 @@ def test_the_cycle_finder_finds_a_lazy_cycle_and_ignores_type_checking() -> None
     found = [n for n in ast.walk(tree) if isinstance(n, ast.If) and _is_type_checking(n.test)]
     assert found and isinstance(found[0].orelse[0], ast.Import)
     graph = import_graph()
-    assert "safebox.run.spawn" in graph["safebox.mounter"]  # a lazy import inside a function is an edge
+    assert "safebox.run.spawn" in graph["safebox.run.mounter"]  # a lazy import inside a function is an edge

@@ -9,14 +9,16 @@ import os
 
 import pytest
 
-from safebox import cgroups, limits
 from safebox.builder.bwrap import mount_args
 from safebox.builder.helper_policy import FsAccess, HelperPolicy, NetMode, render
 from safebox.builder.resolved import Layers, ResolvedPolicy
-from safebox.cgroups import CgroupSite
 from safebox.errors import BuildError, PolicyError
-from safebox.limits import GiB, HostFacts, KiB, LimitError, MiB
+from safebox.policy import limit_values
+from safebox.policy.limit_values import GiB, KiB, MiB
 from safebox.policy.load import Context, Flags, Layer, load, policy_document, validate_layer
+from safebox.run import cgroups, limits
+from safebox.run.cgroups import CgroupSite
+from safebox.run.limits import HostFacts, LimitError
 
 # ------------------------------------------------------------------ value syntax
 
@@ -27,7 +29,7 @@ from safebox.policy.load import Context, Flags, Layer, load, policy_document, va
     ("4096", 4096), ("4096b", 4096), (4096, 4096), ("unlimited", 0), (" Unlimited ", 0),
 ])
 def test_sizes_are_read_in_binary_and_decimal_units(text: object, expected: int) -> None:
-    assert limits.parse_size(text) == expected
+    assert limit_values.parse_size(text) == expected
 
 
 @pytest.mark.parametrize("text, message", [
@@ -40,7 +42,7 @@ def test_sizes_are_read_in_binary_and_decimal_units(text: object, expected: int)
 ])
 def test_a_bad_size_says_what_a_size_looks_like(text: object, message: str) -> None:
     with pytest.raises(ValueError) as e:
-        limits.parse_size(text)
+        limit_values.parse_size(text)
     assert message in str(e.value)
 
 
@@ -49,7 +51,7 @@ def test_a_bad_size_says_what_a_size_looks_like(text: object, message: str) -> N
     (45, 45), (0.5, 0.5), ("2m30s", 150), ("unlimited", 0),
 ])
 def test_durations_are_seconds_or_units_largest_first(text: object, expected: float) -> None:
-    assert limits.parse_duration(text) == expected
+    assert limit_values.parse_duration(text) == expected
 
 
 @pytest.mark.parametrize("text, message", [
@@ -59,24 +61,24 @@ def test_durations_are_seconds_or_units_largest_first(text: object, expected: fl
 ])
 def test_a_bad_duration_says_what_a_duration_looks_like(text: object, message: str) -> None:
     with pytest.raises(ValueError) as e:
-        limits.parse_duration(text)
+        limit_values.parse_duration(text)
     assert message in str(e.value)
 
 
 def test_process_counts_are_bounded_by_what_can_start_and_pid_max() -> None:
-    assert limits.parse_count(64) == limits.parse_count("64") == 64
-    assert limits.parse_count("unlimited") == 0
+    assert limit_values.parse_count(64) == limit_values.parse_count("64") == 64
+    assert limit_values.parse_count("unlimited") == 0
     for bad in (7, 4_194_305, "64k", 1.0, True):
         with pytest.raises(ValueError):
-            limits.parse_count(bad)
+            limit_values.parse_count(bad)
 
 
 def test_memory_and_tmp_size_have_floors_below_which_nothing_starts() -> None:
     with pytest.raises(ValueError, match="too small: at least 16 MiB"):
-        limits.check_value("memory", "8MiB")
+        limit_values.check_value("memory", "8MiB")
     with pytest.raises(ValueError, match="too small: at least 1 MiB"):
-        limits.check_value("tmpSize", 4096)
-    limits.check_value("memory", "unlimited")
+        limit_values.check_value("tmpSize", 4096)
+    limit_values.check_value("memory", "unlimited")
 
 
 @pytest.mark.parametrize("key, value, shown", [
@@ -85,16 +87,16 @@ def test_memory_and_tmp_size_have_floors_below_which_nothing_starts() -> None:
     ("memory", 0, "unlimited"),
 ])
 def test_values_are_shown_as_a_policy_would_spell_them(key: str, value: float, shown: str) -> None:
-    assert limits.human(key, value) == shown
+    assert limit_values.human(key, value) == shown
 
 
 def test_the_default_tmp_size_is_a_quarter_of_the_ram_at_most_4_gib(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(limits, "ram_bytes", lambda: 8 * GiB)
-    assert limits.default("tmpSize") == 2 * GiB
-    monkeypatch.setattr(limits, "ram_bytes", lambda: 64 * GiB)
-    assert limits.default("tmpSize") == 4 * GiB
-    assert limits.default("processes") == 4096
-    assert limits.default("memory") == limits.default("wallTime") == 0
+    monkeypatch.setattr(limit_values, "ram_bytes", lambda: 8 * GiB)
+    assert limit_values.default("tmpSize") == 2 * GiB
+    monkeypatch.setattr(limit_values, "ram_bytes", lambda: 64 * GiB)
+    assert limit_values.default("tmpSize") == 4 * GiB
+    assert limit_values.default("processes") == 4096
+    assert limit_values.default("memory") == limit_values.default("wallTime") == 0
 
 
 # ------------------------------------------------------------------ policy layers

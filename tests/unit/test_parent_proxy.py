@@ -8,7 +8,8 @@ import asyncio
 
 import pytest
 
-from safebox.proxy.parent import NoProxy, parse_proxy_url, resolve_parent
+from safebox.policy.proxy_url import parse_proxy_url
+from safebox.proxy.parent import NoProxy, resolve_parent
 from safebox.proxy.rules import NetworkRules
 from safebox.proxy.upstream import Gate, Refused, UpstreamError
 

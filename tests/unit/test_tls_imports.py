@@ -20,7 +20,7 @@ from sbx import SAFEBOX, FakeHome, token
 # -X importtime lists those refused attempts as "ssl" too.
 HEAVY = ("cryptography", "_ssl", "safebox.proxy.tls", "safebox.proxy.tlsbase", "safebox.proxy.intercept",
          "safebox.proxy.forward", "safebox.proxy.streams", "safebox.proxy.inject", "safebox.proxy.parent",
-         "safebox.credentials", "safebox.netplan")
+         "safebox.run.credentials", "safebox.run.netsetup")
 
 
 def _imported(home: FakeHome, policy: dict[str, object], env: dict[str, str] | None = None) -> set[str]:
@@ -49,7 +49,7 @@ def test_a_networked_run_without_the_keys_imports_none_of_their_code(shared_home
 @pytest.mark.needs_bwrap
 def test_control_with_tls_terminate_the_run_imports_cryptography(shared_home: FakeHome) -> None:
     mods = _imported(shared_home, {"network": {"allowedDomains": ["example.com"], "tlsTerminate": {}}})
-    assert {"cryptography", "_ssl", "safebox.proxy.tls", "safebox.netplan"} <= mods
+    assert {"cryptography", "_ssl", "safebox.proxy.tls", "safebox.run.netsetup"} <= mods
 
 
 def test_starting_the_proxy_without_them_imports_nothing_of_theirs() -> None:

@@ -26,7 +26,7 @@ def check_host() -> HostCheck:
     from pathlib import Path
 
     from safebox import doctor
-    from safebox.helper import find_helper
+    from safebox.run.helper_binary import find_helper
 
     checks = doctor.run_checks(helper_path=Path(find_helper()))
     return HostCheck(checks=tuple(checks), ok=doctor.exit_code(checks) == 0)

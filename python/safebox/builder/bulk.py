@@ -6,7 +6,7 @@ entries cost N reads of a table that grows to N lines: 200 ``denyWrite``
 directories took 0.38 s, 2,000 took 8.5 s. Above :data:`BULK_MIN` movable
 mounts, bubblewrap keeps the fixed skeleton (``/``, ``/dev``, ``/proc``, the
 private ``/tmp``, whatever must come from the host's view or after the masks)
-and ``safebox.mounter`` makes the rest inside the sandbox's mount namespace
+and ``safebox.run.mounter`` makes the rest inside the sandbox's mount namespace
 before the command starts, one ``mount(2)`` or two per entry (docs/layers.md,
 "Big policies"). Small policies are left entirely to bubblewrap.
 

@@ -64,7 +64,7 @@ path shadows an earlier one, so the order *is* the policy):
     itself (behind a shell that starts socat bridges when there is a proxy).
 
 A big policy's entries of steps 4-8 may be left out of this argv and made
-by ``safebox.mounter`` inside the sandbox instead, while the helper's
+by ``safebox.run.mounter`` inside the sandbox instead, while the helper's
 ``--sync-fd`` (or, with ``--without helper``, a shell stanza in front of
 step 12: ``sync_lines``) holds the command; ``builder/bulk.py`` says which,
 and docs/layers.md, "Big policies", why the result is the same.
@@ -237,7 +237,7 @@ NO_HELPER_STATUS = '{"v":1,"ok":true,"landlock":null,"nnp":false,"caps":false,"s
 
 def sync_lines(sync_fd: int, cwd: str | None = None) -> list[str]:
     """The handshake that holds the sandbox while safebox makes a big
-    policy's mounts in it (``safebox.mounter``): ``R`` out, ``G`` back, or
+    policy's mounts in it (``safebox.run.mounter``): ``R`` out, ``G`` back, or
     exit 125 before anything else runs. ``sync_fd`` is a single digit (dash
     reads ``>&12`` as a syntax error). With ``cwd`` (``--review``), enter
     it again after ``G``: bubblewrap's chdir holds the directory mounted

@@ -37,7 +37,7 @@ import stat
 from safebox.builder.resolved import Layers, ResolvedPolicy
 from safebox.errors import BuildError
 
-__all__ = ["DEV_ROOT", "GpuNode", "find_gpu_nodes", "gpu_env", "parse_selection", "with_gpu"]
+__all__ = ["DEV_ROOT", "GpuNode", "find_gpu_nodes", "gpu_env", "with_gpu"]
 
 DEV_ROOT = "/dev"
 #: The test suite's stand-in nodes (tests/integration/test_gpu.py): a
@@ -53,10 +53,6 @@ _SHARED = ("nvidiactl", "nvidia-uvm", "nvidia-uvm-tools", "nvidia-modeset")
 _CAP = re.compile(r"nvidia-cap[0-9]+\Z")
 #: renderD128 is the first render node (drm's DRM_MINOR_RENDER base).
 _RENDER_BASE = 128
-#: At most this many GPUs named in a selection (--allow-gpu=0,2).
-MAX_INDEX = 63
-
-
 class GpuNode(tuple[str, str]):
     """(host path, path inside the sandbox)."""
 
@@ -71,23 +67,6 @@ class GpuNode(tuple[str, str]):
     def inside(self) -> str:
         """Where the command sees it (under the sandbox's /dev)."""
         return self[1]
-
-
-def parse_selection(value: str, *, key: str = "--allow-gpu") -> tuple[int, ...] | None:
-    """``all`` → None (every GPU); ``0,2`` → (0, 2): the N of ``/dev/nvidiaN``
-    (the device minor, which is nvidia-smi's index on most hosts but not all)
-    and of ``/dev/dri/renderD(128+N)``. Raises BuildError naming ``key``."""
-    if value in ("", "all"):
-        return None
-    out: list[int] = []
-    for part in value.split(","):
-        part = part.strip()
-        if not part.isdigit() or int(part) > MAX_INDEX:
-            raise BuildError(f"{key}={value}: not a list of GPU indices (0 to {MAX_INDEX}, comma-separated, "
-                             "e.g. --allow-gpu=0,2), nor 'all'")
-        if int(part) not in out:
-            out.append(int(part))
-    return tuple(out)
 
 
 def _chr(path: str, *, harmless_only: bool) -> bool:

@@ -14,6 +14,10 @@ bubblewrap and Landlock take concrete paths, so a pattern is expanded when
 the sandbox is built: a file created later under a pattern is not covered
 (docs/policy-reference.md, "Glob patterns").
 
+What a pattern may be (checked when a policy is loaded, before anything is
+built) is ``policy/glob_syntax.py``; here the patterns are matched and
+expanded.
+
 Expansion walks the host once for every pattern of a run together
 (:func:`expand`): the patterns are a small automaton over path components,
 directories below the fixed part of a pattern are listed only while some
@@ -27,71 +31,13 @@ from __future__ import annotations
 import os
 import stat
 
+from safebox.policy.glob_syntax import class_end, is_glob
+
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Iterable
 
     from safebox.policy.effective import EffectivePolicy
-
-#: The characters that make an entry a pattern: sandbox-runtime's.
-GLOB_CHARS = frozenset("*?[]")
-
-
-def is_glob(path: str) -> bool:
-    """Whether ``path`` (as the policy spells it) is a pattern."""
-    return not GLOB_CHARS.isdisjoint(path)
-
-
-def check_pattern(pattern: str) -> None:
-    """Raise ValueError, in words for the user, when ``pattern`` cannot be
-    expanded as srt would: the caller names the key and the entry.
-
-    Refused: ``**`` inside a component (``a**b``, which srt's matcher reads
-    as crossing ``/``, and ``.gitignore`` as two ``*``: one cannot honour
-    both), an unclosed ``[``, braces (srt takes ``{a,b}`` literally where a
-    shell would expand it: either reading would surprise someone), and a
-    pattern whose fixed part is ``/`` (expanding it walks the whole host at
-    every start; srt skips such a pattern)."""
-    parts = [c for c in pattern.split("/") if c]
-    for c in parts:
-        if "**" in c and c != "**":
-            raise ValueError("'**' must be a whole path component ('a/**/b', '**/x'), as in .gitignore")
-        if _unclosed_bracket(c):
-            raise ValueError("an unclosed '[' in a glob pattern; for a literal '[' use "
-                             '{ "path": ..., "literal": true }')
-    if "{" in pattern or "}" in pattern:
-        raise ValueError("braces are not expanded in glob patterns (sandbox-runtime takes them literally): "
-                         "list each alternative as its own entry, or use "
-                         '{ "path": ..., "literal": true } for a name that holds a brace')
-    if pattern.startswith("/") and (not parts or is_glob(parts[0])):
-        raise ValueError("a glob pattern must start below / (its fixed part is walked at every start); "
-                         "name a directory first, such as ~/**/.env or ./**/.env")
-
-
-def _unclosed_bracket(component: str) -> bool:
-    i = 0
-    while i < len(component):
-        if component[i] == "[":
-            j = _class_end(component, i)
-            if j < 0:
-                return True
-            i = j
-        i += 1
-    return False
-
-
-def _class_end(s: str, i: int) -> int:
-    """The index of the ``]`` closing the class opened at ``s[i]``, or -1.
-    A ``]`` first in the class (after ``!``/``^``) is a member, as in fnmatch."""
-    j = i + 1
-    if j < len(s) and s[j] in "!^":
-        j += 1
-    if j < len(s) and s[j] == "]":
-        j += 1
-    while j < len(s) and s[j] != "]":
-        j += 1
-    return j if j < len(s) else -1
-
 
 def _component_regex(component: str) -> str:
     """A regex for one path component (no ``/`` in names, so ``*`` is ``.*``)."""
@@ -108,7 +54,7 @@ def _component_regex(component: str) -> str:
         elif ch == "?":
             out.append(".")
         elif ch == "[":
-            j = _class_end(component, i)
+            j = class_end(component, i)
             body = component[i + 1:j]
             neg = body[:1] in ("!", "^")
             if neg:

@@ -56,7 +56,7 @@ class HelperPolicy(Frozen):
     listens: tuple[int, ...] = ()
     publishes: tuple[tuple[int, str], ...] = ()
     socat_path: str | None = None
-    # Resource limits the helper sets before exec (safebox/limits.py); 0: none.
+    # Resource limits the helper sets before exec (safebox/run/limits.py); 0: none.
     rlimit_nproc: int = 0
     rlimit_data: int = 0
     extra: tuple[tuple[str, str], ...] = ()  # never set in production; for tests only

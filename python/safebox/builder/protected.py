@@ -21,7 +21,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
-    from safebox.deepwatch import Baseline
+    from safebox.builder.deepwatch import Baseline
 
 
 def link_candidates(link: str) -> list[tuple[str, bool]]:
@@ -57,7 +57,7 @@ class Protected(Frozen):
     # ``missing`` paths; ``top_candidates`` expands them after the run, for
     # the names that then exist.
     tops: list[tuple[str, tuple[str, ...]]] = []
-    # The watch at any depth: what the start walk saw (safebox.deepwatch).
+    # The watch at any depth: what the start walk saw (safebox.builder.deepwatch).
     deep: Baseline | None = None
     # Directories in a write root that we cannot list (no read or search
     # permission): whatever is protected in them cannot be found, so each is

@@ -10,7 +10,7 @@ from safebox._record import Frozen, StrEnum
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from safebox.deepwatch import Baseline
+    from safebox.builder.deepwatch import Baseline
 
 #: The name, in the run dir, of safebox's empty file (ResolvedPolicy.empty_file).
 EMPTY_FILE = "empty"
@@ -98,7 +98,7 @@ class ResolvedPolicy(Frozen):
     watch_tops: tuple[tuple[str, tuple[str, ...]], ...] = ()
     # Protected symlinks (path, target text): restored after the run if replaced.
     watch_links: tuple[tuple[str, str], ...] = ()
-    # New files that run code at any depth (safebox.deepwatch): what the
+    # New files that run code at any depth (safebox.builder.deepwatch): what the
     # start walk saw of every write root, checked after the run.
     watch_deep: Baseline | None = None
     # (directory, kind, names there at the start): new dot entries of a

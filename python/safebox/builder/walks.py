@@ -1,7 +1,7 @@
 """The walks of the write roots: ripgrep for protected files, find for
 symlinks named like them and for the watch at any depth. ``Scan`` decides
 the write roots and starts the walks early (or adopts those the launcher
-began: ``prestart``, safebox._prescan); ``RootScan.collect`` reads their
+began: ``prestart``, safebox.builder.prescan); ``RootScan.collect`` reads their
 answers, failing closed on any walk error that could hide a protected file."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ from __future__ import annotations
 import os
 import stat
 
-from safebox import _prescan
 from safebox._record import Spawned, path_outside, realpath_cached, which
+from safebox.builder import prescan as _prescan
 from safebox.builder.paths import Nearest, is_under
 from safebox.builder.resolved import Layers
 from safebox.errors import BuildError
@@ -20,7 +20,7 @@ from safebox.policy.effective import EffectivePolicy
 TYPE_CHECKING = False
 if TYPE_CHECKING:
 
-    from safebox.deepwatch import Baseline
+    from safebox.builder.deepwatch import Baseline
 
 
 def _only_harmless_walk_errors(stderr: bytes, unlistable: frozenset[str] | set[str] = frozenset()) -> bool:
@@ -107,11 +107,11 @@ def _find_links_finish(proc: Spawned, roots: tuple[str, ...],
     """(the symlinks and directories ``_prescan.find_argv`` found whose names
     begin a protected path, to ``depth + 3`` below their root; the
     directories of ours it could not list; those of other users; the baseline of the watch at any depth,
-    ``safebox.deepwatch``), as paths; fails closed on any error but an entry
+    ``safebox.builder.deepwatch``), as paths; fails closed on any error but an entry
     that vanished. A directory we may not read is reported by find itself
     (``-readable``) and not entered, so a "Permission denied" here is one
     that changed under the walk: refused, never taken as harmless."""
-    from safebox import deepwatch
+    from safebox.builder import deepwatch
 
     root = roots[0]
     try:

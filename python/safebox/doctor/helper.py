@@ -13,7 +13,7 @@ from safebox.doctor.common import VERSION_TIMEOUT, Check, Status, first_line
 def _writable_reason(helper: Path) -> str | None:
     """Why a process other than root could replace the helper, or None if
     only root can: the rule ``safebox exec`` applies too (``helper.replaceable``)."""
-    from safebox.helper import replaceable
+    from safebox.run.helper_binary import replaceable
 
     return replaceable(str(helper), stat=lambda p: host.stat_path(Path(p)))
 

@@ -194,7 +194,7 @@ def source_build_id() -> str | None:
 
 
 def default_helper_path() -> Path:
-    """Where the package keeps its helper (same as ``safebox.helper.find_helper``)."""
+    """Where the package keeps its helper (same as ``safebox.run.helper_binary.find_helper``)."""
     return Path(__file__).resolve().parent.parent / "_bin" / "safebox-helper"
 
 

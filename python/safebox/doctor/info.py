@@ -10,15 +10,16 @@ from safebox.doctor.common import Check, Status
 
 def check_limits() -> Check:
     """Informational: what enforces each per-sandbox limit here, as ``safebox
-    exec`` decides it (``safebox/limits.py``, the same code). Warns when a
+    exec`` decides it (``safebox/run/limits.py``, the same code). Warns when a
     default limit cannot be enforced (processes as root without a cgroup;
     /tmp without bubblewrap's ``--size``)."""
-    from safebox import limits
+    from safebox.policy import limit_values
+    from safebox.run import limits
 
     bwrap = host.which("bwrap")
     # memory: an example value, to show what a limits.memory would use.
-    values = {"processes": (float(limits.DEFAULT_PROCESSES), False), "memory": (float(limits.GiB), False),
-              "tmpSize": (float(limits.default("tmpSize")), False), "wallTime": (0.0, False)}
+    values = {"processes": (float(limit_values.DEFAULT_PROCESSES), False), "memory": (float(limit_values.GiB), False),
+              "tmpSize": (float(limit_values.default("tmpSize")), False), "wallTime": (0.0, False)}
     here = limits.probe(values, bwrap=bwrap, cache_dir=None)
     plan = limits.plan(values, here, bwrap=bwrap is not None, helper=True, strict=False)
     why = {c: w for c, site, w in here.cgroups if site is None}

@@ -82,7 +82,7 @@ def _scalar_widens(key: str, old: Any, new: Any) -> bool:
     if key.startswith("limits."):
         # Raised, or lifted: compared as the run reads them (a key not set
         # is the built-in default; 0 is unlimited).
-        from safebox import limits
+        from safebox.policy import limit_values as limits
 
         name = key.split(".", 1)[1]
         if name not in limits.KEYS:

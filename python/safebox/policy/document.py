@@ -56,7 +56,7 @@ def policy_document(eff: EffectivePolicy) -> dict[str, Any]:
             "files": [entry("path", *e) for e in eff.credential_files],
             "allowPlaintextInject": eff.allow_plaintext_inject,
         }
-    from safebox.limits import KEYS, policy_value
+    from safebox.policy.limit_values import KEYS, policy_value
 
     for limit_key, (_, field) in KEYS.items():
         value = getattr(eff, field)

@@ -17,6 +17,28 @@ if TYPE_CHECKING:
 _PROXY_ENV = ("HTTP_PROXY", "http_proxy", "HTTPS_PROXY", "https_proxy")
 
 
+class NetKeys(Frozen):
+    """srt 0.0.83's network keys, as the proxy applies them (``proxy/netkeys.py``;
+    ``ProxyConfig.keys``). Here, beside the policy it is read from, so that
+    :meth:`EffectivePolicy.net_keys` needs nothing above the policy."""
+
+    #: ``deniedResolvedAddresses``, canonical networks.
+    denied_resolved: tuple[str, ...] = ()
+    #: ``deniedDomainReasons``: (canonical deniedDomains entry, reason).
+    reasons: tuple[tuple[str, str], ...] = ()
+    require_host_match: bool = False
+    refuse_opaque_tunnels: bool = False
+    #: ``strictAllowlist``: a host no entry allows is refused without asking (decide.py).
+    strict_allowlist: bool = False
+    strip_response_headers: tuple[str, ...] = ()
+
+    def folded_strip(self) -> set[str]:
+        """``strip_response_headers`` folded as srt matches them."""
+        from safebox.policy.srtnet import fold_header
+
+        return {fold_header(h) for h in self.strip_response_headers}
+
+
 class EffectivePolicy(Frozen):
     """The merged policy. Paths are absolute (``~`` and relative ones expanded)."""
 
@@ -83,7 +105,7 @@ class EffectivePolicy(Frozen):
     # registry is allowed by hand (presets.active). Decided when the layers
     # are merged, so that a run without presets never imports the table.
     cache_presets: tuple[str, ...] = ()
-    # `limits` (safebox/limits.py): None = the built-in default, 0 =
+    # `limits` (safebox/policy/limit_values.py): None = the built-in default, 0 =
     # unlimited; bytes, seconds or a count otherwise.
     limit_processes: int | None = None
     limit_memory: int | None = None
@@ -106,7 +128,7 @@ class EffectivePolicy(Frozen):
         return f"{key} entry {value}"
 
     def needs_netplan(self, environ: Mapping[str, str]) -> bool:
-        """Whether the run needs ``safebox/netplan.py`` (srt's tlsTerminate,
+        """Whether the run needs ``safebox/run/netsetup.py`` (srt's tlsTerminate,
         parentProxy or credentials keys, or a proxy named by the
         environment, which srt's parentProxy falls back to). Cheap, so a run
         without them imports none of that code."""
@@ -116,13 +138,11 @@ class EffectivePolicy(Frozen):
 
     def net_keys(self) -> Any:
         """The proxy's options from srt 0.0.83's network keys
-        (``proxy/config.py: NetKeys``, as light as ProxyConfig), or None
+        (:class:`NetKeys`, as light as ProxyConfig), or None
         when none is set."""
         if not (self.denied_resolved_addresses or self.denied_domain_reasons or self.require_host_match
                 or self.refuse_opaque_tunnels or self.strip_response_headers or self.strict_allowlist):
             return None
-        from safebox.proxy.config import NetKeys
-
         return NetKeys(denied_resolved=self.denied_resolved_addresses, reasons=self.denied_domain_reasons,
                        require_host_match=self.require_host_match,
                        refuse_opaque_tunnels=self.refuse_opaque_tunnels,

@@ -154,7 +154,7 @@ def _merge_limit(layer: Layer, key: str, value: Any, scalars: dict[str, Any],
     seconds, a count; 0 unlimited). A project file may lower a limit, never
     raise it above what the layers before it (or the default) set: a cloned
     repository must not lift the fork-bomb guard of the host it lands on."""
-    from safebox import limits
+    from safebox.policy import limit_values as limits
 
     field = limits.KEYS[key][1]
     parsed = limits.parse_value(key, value)

@@ -13,13 +13,13 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, PlainValidator
 
-from safebox.domains import check_pattern
 from safebox.policy import srtnet
+from safebox.policy.domains import check_pattern
 
 
 def _check_domain_pattern(value: str) -> str:
     """An ``allowedDomains`` entry, by the one grammar the proxy uses too
-    (:func:`safebox.domains.check_pattern`). The user's spelling is kept;
+    (:func:`safebox.policy.domains.check_pattern`). The user's spelling is kept;
     the proxy canonicalises it the same way when it starts.
 
     Messages describe the value without repeating it: the caller puts it in
@@ -37,7 +37,7 @@ def _check_denied_pattern(value: str) -> str:
 #: Characters that make a path entry a glob in sandbox-runtime's syntax
 #: (``*``, ``**``, ``?``, ``[...]``); builder/globs.py expands them. Braces
 #: are literal in srt's glob syntax and expanded by shells: a pattern holding
-#: one is refused (globs.check_pattern). Lists of paths that take no pattern
+#: one is refused (glob_syntax.check_pattern). Lists of paths that take no pattern
 #: (``allowWrite``, ``allowUnixSockets``) refuse all of them.
 GLOB_CHARS = frozenset("*?[]")
 GLOB_REFUSAL = "glob patterns are not supported here"
@@ -104,7 +104,7 @@ def _check_fs_entry(value: Any) -> str | dict[str, Any]:
     if isinstance(value, str):
         _check_plain_path(value)
         if not GLOB_CHARS.isdisjoint(value):
-            from safebox.builder.globs import check_pattern
+            from safebox.policy.glob_syntax import check_pattern
 
             check_pattern(value)
         return value
@@ -140,7 +140,7 @@ def _check_env_pattern(value: str) -> str:
 
 def _check_proxy_url(value: str) -> str:
     """A ``network.parentProxy`` URL: ``http[s]://[user[:password]@]host[:port]``."""
-    from safebox.proxy.parent import parse_proxy_url
+    from safebox.policy.proxy_url import parse_proxy_url
 
     parse_proxy_url(value)
     return value
@@ -154,7 +154,7 @@ def _check_env_name(value: str) -> str:
 
 def _limit_check(key: str) -> Any:
     def check(value: Any) -> Any:
-        from safebox.limits import check_value
+        from safebox.policy.limit_values import check_value
 
         if value is not None:
             check_value(key, value)
@@ -163,7 +163,7 @@ def _limit_check(key: str) -> Any:
 
 
 def _check_address_entry(value: str) -> str:
-    from safebox.proxy.addresses import parse_address_entry
+    from safebox.policy.address_entries import parse_address_entry
 
     parse_address_entry(value)  # ValueError: pydantic names the key and the entry
     return value
@@ -388,7 +388,7 @@ class CredentialsSettings(_Strict):
 
 
 class LimitsSettings(_Strict):
-    """``limits`` (safebox addition): per-sandbox resource limits (safebox/limits.py).
+    """``limits`` (safebox addition): per-sandbox resource limits (safebox/policy/limit_values.py).
 
     Each takes ``"unlimited"`` too. The values are checked by the validators
     (any type reaches them, so that a wrong one gets the key's own words)."""
@@ -422,7 +422,7 @@ class PolicyFile(_Strict):
     mandatoryDenySearchDepth: SearchDepth | None = None
     # safebox addition: toolchain presets (policy/presets.py), e.g. ["npm"].
     presets: list[PresetName] | None = None
-    # safebox addition: processes, memory, /tmp size, wall time (limits.py).
+    # safebox addition: processes, memory, /tmp size, wall time (policy/limit_values.py).
     limits: LimitsSettings | None = None
     # srt keys that do not change enforcement in safebox; accepted so that an
     # srt settings file works unchanged (see policy-reference.md).

@@ -178,7 +178,7 @@ def flags_layer(flags: Flags) -> Layer:
         if value is None or value is False or value == ():
             continue
         if field == "allow_gpu":
-            from safebox.builder.devices import parse_selection
+            from safebox.policy.gpus import parse_selection
 
             select = parse_selection(value)
             value = True if select is None else list(select)

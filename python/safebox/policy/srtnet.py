@@ -176,7 +176,7 @@ def merge(layers: list[tuple[Any, dict[str, Any]]], *, trust: bool, sources: lis
 
 def _reason_key(where: str, entry: str) -> str:
     """A ``deniedDomainReasons`` key as the canonical ``deniedDomains`` entry it names."""
-    from safebox.domains import HostError, check_pattern
+    from safebox.policy.domains import HostError, check_pattern
 
     try:
         return check_pattern(entry, denied=True)
@@ -189,7 +189,7 @@ def _check_reasons(reasons: dict[str, tuple[str, str]], denied_domains: tuple[st
     """Every reason names an entry of the merged ``deniedDomains``. srt
     ignores one that does not; here it is almost surely a typo that would
     leave a refusal without the reason the user wrote."""
-    from safebox.domains import HostError, check_pattern
+    from safebox.policy.domains import HostError, check_pattern
 
     listed = set()
     for d in denied_domains:

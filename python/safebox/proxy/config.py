@@ -13,32 +13,13 @@ if TYPE_CHECKING:
     from typing import Any
 
     from safebox.decide import Asker
+    from safebox.policy.effective import NetKeys
     from safebox.proxy.inject import Injector
     from safebox.proxy.live import LiveLists
     from safebox.proxy.parent import ParentProxy
     from safebox.proxy.tls import Mitm
 
-__all__ = ["NetKeys", "ProxyConfig"]
-
-
-class NetKeys(Frozen):
-    """srt 0.0.83's network keys, as the proxy applies them."""
-
-    #: ``deniedResolvedAddresses``, canonical networks.
-    denied_resolved: tuple[str, ...] = ()
-    #: ``deniedDomainReasons``: (canonical deniedDomains entry, reason).
-    reasons: tuple[tuple[str, str], ...] = ()
-    require_host_match: bool = False
-    refuse_opaque_tunnels: bool = False
-    #: ``strictAllowlist``: a host no entry allows is refused without asking (decide.py).
-    strict_allowlist: bool = False
-    strip_response_headers: tuple[str, ...] = ()
-
-    def folded_strip(self) -> set[str]:
-        """``strip_response_headers`` folded as srt matches them."""
-        from safebox.policy.srtnet import fold_header
-
-        return {fold_header(h) for h in self.strip_response_headers}
+__all__ = ["ProxyConfig"]
 
 
 class ProxyConfig(Frozen):

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import ssl
 
-from safebox.domains import IPAddress
+from safebox.policy.domains import IPAddress
 from safebox.proxy._asyncio import asyncio
 from safebox.proxy.netkeys import strip_response_head
 from safebox.proxy.streams import CHUNK, TLS_HANDSHAKE_TIMEOUT, Closed, Stream, TLSStream

@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import ssl
 
-from safebox.domains import IPAddress
+from safebox.policy.domains import IPAddress
 from safebox.proxy._asyncio import asyncio
 from safebox.proxy.forward import forward, say
 from safebox.proxy.relay import Relay, adopt_stream

@@ -24,7 +24,7 @@ import socket
 import struct
 import time
 
-from safebox.proxy.config import NetKeys
+from safebox.policy.effective import NetKeys
 from safebox.proxy.rules import RULE_HOST_MATCH, RULE_OPAQUE  # here for explain.py, which netkeys reaches
 
 TYPE_CHECKING = False
@@ -32,7 +32,7 @@ if TYPE_CHECKING:
     from asyncio import StreamReader, StreamWriter
     from collections.abc import Callable
 
-    from safebox.domains import IPAddress
+    from safebox.policy.domains import IPAddress
     from safebox.proxy.upstream import Gate
 
 __all__ = ["OWN_REFRESH", "RULE_HOST_MATCH", "RULE_OPAQUE", "NetKeys", "OwnAddresses", "host_mismatch", "misdirected",

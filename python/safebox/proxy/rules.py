@@ -16,7 +16,7 @@ Two checks run for every request, in this order:
    unless ``allowLocalDestinations`` is set; cloud metadata addresses only
    when listed literally, whatever ``allowLocalDestinations`` says.
 
-The grammar of names and entries is :mod:`safebox.domains`, shared with
+The grammar of names and entries is :mod:`safebox.policy.domains`, shared with
 ``safebox policy check``. Nothing here touches the network or the
 filesystem; the tests are tables.
 """
@@ -29,7 +29,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from safebox.domains import (
+from safebox.policy.domains import (
     DENY_ALL,
     MAX_NAME_LENGTH,
     HostError,
@@ -38,7 +38,7 @@ from safebox.domains import (
     normalize_host,
     parse_ip_literal,
 )
-from safebox.hostport import split_port
+from safebox.policy.hostport import split_port
 from safebox.proxy.addresses import Grant
 
 __all__ = [
@@ -134,7 +134,7 @@ class Decision:
 
 def validate_pattern(pattern: str, *, denied: bool = False) -> str:
     """The canonical form of one ``allowedDomains`` (or, with ``denied``,
-    ``deniedDomains``) entry; :func:`safebox.domains.check_pattern`."""
+    ``deniedDomains``) entry; :func:`safebox.policy.domains.check_pattern`."""
     return check_pattern(pattern, denied=denied)
 
 

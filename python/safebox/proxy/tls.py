@@ -12,7 +12,7 @@ trusts them upstream, since here the proxy is the client).
 
 The CA's private key never leaves this process: a per-run CA is generated
 in memory and never written anywhere; a given ``caKeyPath`` is read here
-and made unreadable inside the sandbox (``netplan.py``). Leaf certificates
+and made unreadable inside the sandbox (``run/netsetup.py``). Leaf certificates
 share one per-run key; Python's ``ssl`` loads a certificate only from a
 file, so each leaf goes through a memfd (``/proc/self/fd/N`` of this
 process, which the sandbox cannot open: another pid namespace under

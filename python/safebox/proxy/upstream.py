@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from safebox.domains import IPAddress
+from safebox.policy.domains import IPAddress
 from safebox.proxy._asyncio import asyncio
 from safebox.proxy.relay import Relay, adopt_stream
 from safebox.proxy.rules import Decision, HostError, NetworkRules, normalize_host, parse_ip_literal
@@ -21,7 +21,7 @@ from safebox.proxy.verdict import check_name, may_ask, rules_now
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from safebox.decide import Asker
-    from safebox.proxy.config import NetKeys
+    from safebox.policy.effective import NetKeys
     from safebox.proxy.inject import Injector
     from safebox.proxy.live import LiveLists
     from safebox.proxy.parent import ParentProxy, ProxyURL

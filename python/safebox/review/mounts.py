@@ -152,7 +152,7 @@ def _table(pid: int) -> list[tuple[str, bool, str]]:
 def start(pid: int, rp: ResolvedPolicy, *, helper: str, env: dict[str, str]) -> Pending:
     """Start mounting the overlays in the sandbox of bubblewrap's process
     ``pid`` and return at once (the caller builds the violations table
-    meanwhile, as for safebox.mounter); ``wait`` on the result."""
+    meanwhile, as for safebox.run.mounter); ``wait`` on the result."""
     from safebox.run.spawn import spawn
 
     data = plan(rp, _table(pid), held=roots(rp))

@@ -32,8 +32,8 @@ if TYPE_CHECKING:
     from safebox.builder.resolve import HostFacts
     from safebox.builder.walks import Scan
     from safebox.policy.effective import EffectivePolicy
-    from safebox.publish import PublishForwarder
     from safebox.review.store import Held
+    from safebox.run.publish import PublishForwarder
     from safebox.run.session import Session
     from safebox.violations.observer import Observer
 
@@ -242,7 +242,7 @@ class Command:
         if s.netplan is not None and s.netplan.masked_files:
             rp = rp.replace(masked_files=s.netplan.masked_files)  # credentials.files, mode "mask"
         if s.proxy is not None and s.proxy.capture_port:
-            from safebox.netcapture import resolv_conf  # the sandbox's DNS (docs/network.md, "DNS")
+            from safebox.run.netcapture import resolv_conf  # the sandbox's DNS (docs/network.md, "DNS")
 
             rp = rp.replace(masked_files=(*rp.masked_files, resolv_conf(s.run_path)))
         return Facts(rp=rp, caches=caches, given=given)
@@ -284,7 +284,7 @@ class Command:
         s = self.s
         if s.ports and s.layers is Layers.BWRAP_ONLY:
             # The host relay connects only through a socket the helper pinned
-            # before the command existed (publish.py); without the helper
+            # before the command existed (run/publish.py); without the helper
             # nothing can pin it, and the name alone can be redirected.
             raise PolicyError("--publish needs the helper: it cannot be used with --without helper")
         if not s.ports or s.layers is Layers.HELPER_ONLY:
@@ -297,7 +297,7 @@ class Command:
         pub_dir = os.path.join(self.dir, "pub")
         if not s.opts.dry_run:
             os.mkdir(pub_dir, 0o700)
-            from safebox.publish import PublishForwarder
+            from safebox.run.publish import PublishForwarder
 
             for port in s.ports:
                 self.forwarders.append(PublishForwarder(port, os.path.join(pub_dir, f"{port}.sock")))

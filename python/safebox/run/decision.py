@@ -18,8 +18,8 @@ if TYPE_CHECKING:
 
     from safebox.builder.bulk import BulkPlan
     from safebox.builder.caches import CachePlan
-    from safebox.limits import Plan
     from safebox.policy.effective import EffectivePolicy
+    from safebox.run.limits import Plan
 
 
 class Decision(Frozen):
@@ -69,7 +69,7 @@ class EnvInputs(Frozen):
 
     environ: Mapping[str, str]
     run_tmp: str | None = None  # the helper-only TMPDIR (no private /tmp without bwrap)
-    #: The network plan's variables (netplan.py: credentials.envVars, the TLS
+    #: The network plan's variables (run/netsetup.py: credentials.envVars, the TLS
     #: trust bundle): (names to unset, (name, value) to set); None: no plan.
     netplan: tuple[tuple[str, ...], tuple[tuple[str, str], ...]] | None = None
     caches: CachePlan | None = None  # the presets' caches (builder/caches.py)

@@ -66,7 +66,7 @@ def host_mount_points() -> frozenset[str]:
 
 def bulk_plan(rp: ResolvedPolicy, bwrap: str) -> tuple[ResolvedPolicy, BulkPlan]:
     """(what bubblewrap mounts, what safebox mounts after it): a big policy's
-    entries go to ``safebox.mounter`` when this host allows it (a setuid
+    entries go to ``safebox.run.mounter`` when this host allows it (a setuid
     bubblewrap's namespaces are root's; ``mount_setattr`` needs Linux 5.12;
     the helper must be there to make them).
     Otherwise, and for every small policy, bubblewrap makes them all."""
@@ -83,9 +83,9 @@ def bulk_plan(rp: ResolvedPolicy, bwrap: str) -> tuple[ResolvedPolicy, BulkPlan]
             return rp, BulkPlan()
     except OSError:
         return rp, BulkPlan()  # spawning it will say why
-    from safebox import mounter
+    from safebox.run import mounter
 
-    # The mounts are the helper's --mount (mounter.py), run outside the
+    # The mounts are the helper's --mount (run/mounter.py), run outside the
     # sandbox as safebox itself is: with --without helper too, the binary
     # is as trusted as safebox's own Python beside it. Without one that
     # can run, bubblewrap makes every mount (slower, enforced all the same).
@@ -104,7 +104,7 @@ def check_write_roots(policy: EffectivePolicy, *, cwd: str, home: str) -> tuple[
     Runs before any tool is looked up: a write root of ``/`` holds every
     tool, and the refusal would otherwise speak of bwrap's location (issue 11
     item 12)."""
-    from safebox.system_dirs import whole_tree
+    from safebox.policy.system_dirs import whole_tree
 
     for w in policy.allow_write:
         if os.path.realpath(w) != "/":

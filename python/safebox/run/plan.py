@@ -17,8 +17,8 @@ if TYPE_CHECKING:
     from typing import Any
 
     from safebox.builder.bulk import BulkPlan
-    from safebox.limits import Plan
     from safebox.policy.effective import EffectivePolicy
+    from safebox.run.limits import Plan
 
 # Ports the bridges listen on inside the sandbox's own network namespace
 # (private, so fixed numbers cannot collide with anything on the host).

@@ -22,8 +22,8 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable
 
+    from safebox.builder.deepwatch import Baseline
     from safebox.builder.resolved import ResolvedPolicy
-    from safebox.deepwatch import Baseline
 
 WATCH = "watch"
 
@@ -46,7 +46,7 @@ def write_watch(run_dir: str, rp: ResolvedPolicy) -> None:
     """Record what the end of the run must check. Hex paths, one record a
     line: ``missing HEX``, ``new HEXDIR HEXKIND HEXNAMES``, ``top HEXROOT
     HEXNAMES``, ``link HEX HEXTARGET``, and the watch at any depth's
-    ``deep``, ``deeproot`` and ``known`` lines (``safebox.deepwatch.watch_lines``)."""
+    ``deep``, ``deeproot`` and ``known`` lines (``safebox.builder.deepwatch.watch_lines``)."""
     if (not rp.watch_missing and not rp.watch_links and not rp.watch_tops and not rp.watch_new
             and rp.watch_deep is None):
         return
@@ -63,7 +63,7 @@ def write_watch(run_dir: str, rp: ResolvedPolicy) -> None:
     lines += [f"top {os.fsencode(r).hex()} {','.join(firsts).encode().hex()}" for r, firsts in rp.watch_tops]
     lines += [f"link {os.fsencode(p).hex()} {os.fsencode(t).hex()}" for p, t in rp.watch_links]
     if rp.watch_deep is not None:
-        from safebox.deepwatch import watch_lines
+        from safebox.builder.deepwatch import watch_lines
 
         lines += watch_lines(rp.watch_deep)
     write_policy_file(os.path.join(run_dir, WATCH), ("\n".join(lines) + "\n").encode())
@@ -113,7 +113,7 @@ def settle_watch(run_dir: str, state: str) -> list[str]:
     for link, replaced in restore_links(tuple(links), state):
         what = f"replaced it; moved the replacement to {replaced}" if replaced else "removed it"
         out.append(f"protected symlink {link}: a killed earlier run's command {what}; the link is restored")
-    from safebox import deepwatch
+    from safebox.builder import deepwatch
 
     deep = deepwatch.from_watch_lines(raw.decode("ascii", "replace").splitlines())
     if deep is not None:
@@ -160,8 +160,8 @@ def settle(rp: ResolvedPolicy, state: str, *, say: Callable[[str], None]) -> tup
 
 def _settle_deep(deep: Baseline, state: str, *, say: Callable[[str], None], killed: bool = False,
                  guard: Callable[[str], bool] | None = None) -> list[str]:
-    """The watch at any depth (safebox.deepwatch), then the quarantine's bound."""
-    from safebox import deepwatch
+    """The watch at any depth (safebox.builder.deepwatch), then the quarantine's bound."""
+    from safebox.builder import deepwatch
 
     moved, entry = deepwatch.settle(deep, state, guard=guard, say=say, killed=killed)
     if moved:

@@ -14,14 +14,14 @@ from __future__ import annotations
 
 import os
 
-from safebox import limits as _limits
-from safebox import walkcache
 from safebox._record import Frozen, path_outside
+from safebox.builder import walkcache
 from safebox.builder.resolved import Layers, NetKind
 from safebox.errors import BuildError, HelperError
 from safebox.policy.defaults import credential_env
 from safebox.policy.load import Context, state_dir, user_config_dir
 from safebox.run import host as _host
+from safebox.run import limits as _limits
 from safebox.run import plan as _plan
 from safebox.run.command import Command
 from safebox.run.rundir import RunDir, private_dir, sweep_stale
@@ -33,9 +33,9 @@ if TYPE_CHECKING:
     from typing import Any
 
     from safebox.decide import Runtime
-    from safebox.netplan import NetPlan
     from safebox.policy.effective import EffectivePolicy
     from safebox.proxy.deferred import DeferredProxy
+    from safebox.run.netsetup import NetPlan
 
 class Options(Frozen):
     """How a session runs; everything but the policy and the command."""
@@ -154,7 +154,7 @@ class Session:
         self._check_helper()
         self.socat = _host.tool("socat", self.tools)
         # 7. The run dir, the network plan, the proxy (one per session): the
-        # plan for srt's network and credential keys is netplan.py's.
+        # plan for srt's network and credential keys is run/netsetup.py's.
         if not self.opts.dry_run:
             self.run_dir = RunDir(os.path.join(self.state, "run"), say=self.say)
         self.run_path = self.run_dir.path if self.run_dir else os.path.join(self.state, "run", "DRY-RUN")
@@ -175,7 +175,7 @@ class Session:
                               private_tmp=self.layers is not Layers.HELPER_ONLY)
 
     def _check_helper(self) -> None:
-        from safebox.helper import check_helper, find_helper, replaceable
+        from safebox.run.helper_binary import check_helper, find_helper, replaceable
 
         self.helper = find_helper()
         if self.layers is Layers.BWRAP_ONLY:
@@ -204,7 +204,7 @@ class Session:
         self.run_id = os.urandom(8).hex()
         if not self.policy.needs_netplan(self.environ):  # srt's parentProxy, tlsTerminate, credentials
             return None
-        from safebox.netplan import prepare
+        from safebox.run.netsetup import prepare
 
         netplan = prepare(self.policy, environ=self.environ, networked=self.net is NetKind.PROXY,
                           run_dir=None if self.opts.dry_run else self.run_path,
@@ -274,7 +274,7 @@ class Session:
         return proxy
 
     def _capture(self) -> bool:
-        from safebox.netcapture import wants_capture  # docs/network.md, "Capture"
+        from safebox.run.netcapture import wants_capture  # docs/network.md, "Capture"
 
         return wants_capture(both_layers=self.layers is Layers.BOTH, dry_run=self.opts.dry_run, observe=_plan.observe_mode(
             self.opts.observe, layers=self.layers, dry_run=self.opts.dry_run, audit_log=bool(self.opts.audit_log)))

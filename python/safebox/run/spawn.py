@@ -1,7 +1,7 @@
 """Child processes: started with ``posix_spawn`` in a process group of
 their own, with exactly the descriptors they are given (:func:`spawn`:
 run/supervise.py starts bwrap, the helper and the supervisor through it;
-mounter.py the helper's --mount), and reached afterwards: signals relayed
+run/mounter.py the helper's --mount), and reached afterwards: signals relayed
 to the command's process group (:class:`Relay`: those ``safebox exec``
 receives, those the API's ``send_signal`` asks for), and without
 bubblewrap's pid namespace safebox as the child subreaper that ends what

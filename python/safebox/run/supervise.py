@@ -18,10 +18,10 @@ import os
 import time
 
 from safebox import _signals
-from safebox import limits as _limits
 from safebox._record import read_until
 from safebox.builder.resolved import Layers, ResolvedPolicy
 from safebox.errors import EXIT_SAFEBOX_FAILED, EXIT_TIMEOUT, HelperError, RunError
+from safebox.run import limits as _limits
 from safebox.run import plan as _plan
 from safebox.run.spawn import Relay, become_subreaper, reap_descendants, spawn
 
@@ -32,11 +32,11 @@ if TYPE_CHECKING:
     from typing import Any
 
     from safebox.builder.bulk import BulkPlan
-    from safebox.cgroups import Cgroup
-    from safebox.helper import HelperStatus
-    from safebox.limits import Plan
     from safebox.proxy.deferred import DeferredProxy
-    from safebox.publish import PublishForwarder
+    from safebox.run.cgroups import Cgroup
+    from safebox.run.helper_binary import HelperStatus
+    from safebox.run.limits import Plan
+    from safebox.run.publish import PublishForwarder
     from safebox.violations.observer import Observer
 else:
     import _signal as signal  # the C module: `signal` wraps it in enums (~4.5 ms of import)
@@ -241,7 +241,7 @@ class Launch:
         else:
             self._spawn_bwrap(status_w, handoff)
         self._close_fd(status_w)
-        from safebox.helper import read_status_line, status_ok
+        from safebox.run.helper_binary import read_status_line, status_ok
 
         self.line = read_status_line(status_r)
         self._close_fd(status_r)
@@ -288,7 +288,7 @@ class Launch:
         handoff_fd = handoff[1].fileno() if handoff else None
         fds = (args_fd, bw_w) + ((handoff_fd,) if handoff_fd else ())
         # The sandbox's first program waits on this until the mounts are
-        # made (mounter.py).
+        # made (run/mounter.py).
         sync = self._socketpair() if bulk.ops or rp.review_layers else None
         status_n, sync_fd = _low_numbers({*fds, status_w, *(fd for fd, _ in self.stdio.dup_to),
                                           *((sync[1].fileno(),) if sync else ())}, sync=sync is not None)
@@ -314,7 +314,7 @@ class Launch:
         self.relay.bwrap_child = _read_bwrap_child(bw_r)
         if sync:
             sync[1].close()
-            from safebox import mounter
+            from safebox.run import mounter
 
             self._ns_held = mounter.after_bwrap(sync[0], self.relay.bwrap_child, bulk, rp, env=self.env,
                                                 start_observer=self._start_observer)
@@ -334,7 +334,7 @@ class Launch:
         if self.proxy is not None and self.rp.bridges:
             adopted = self.proxy.adopt(ours, ports={b.port: b.scheme for b in self.rp.bridges}, key=self)
         if self.forwarders and adopted:
-            from safebox.publish import receive_pinned
+            from safebox.run.publish import receive_pinned
 
             receive_pinned(ours, list(self.forwarders))
         if self.observer is not None and adopted:
@@ -447,7 +447,7 @@ class Launch:
     def _check_status(self, rc: int, wstatus: int) -> None:
         """Raise when the sandbox failed before the command ran; say what
         was not enforced (and, with -v, what was)."""
-        from safebox.helper import parse_status, status_ok
+        from safebox.run.helper_binary import parse_status, status_ok
 
         rp, line = self.rp, self.line
         # A part that could not be enforced appears as `false` in the line;

@@ -131,7 +131,7 @@ class Event:
     shown: str = ""  # the path, syscall or host, for the summary
     quiet: bool = False  # in the audit log and -v, not in the summary (see Feed.summary)
     explained: bool = False  # its rule and fix were printed on a line of its own (the proxy's, per host)
-    by_design: bool = False  # no fix is suggested on purpose (a system directory), see system_dirs.py
+    by_design: bool = False  # no fix is suggested on purpose (a system directory), see policy/system_dirs.py
 
 
 @dataclass
@@ -186,7 +186,7 @@ class Feed:
     def _never_writable(self, directory: str) -> str | None:
         """Why a fix must not make ``directory`` writable, or None when a fix
         may: the rule learn mode follows too (system_dirs.never_suggested)."""
-        from safebox.system_dirs import never_suggested
+        from safebox.policy.system_dirs import never_suggested
 
         return never_suggested(directory, home=self.home)
 

@@ -4,8 +4,8 @@ request format).
 
 Two passes over every directory of the work tree cost a warm start most of
 its time in a big tree (docs/benchmarks.md, "Start-up in a big work tree"):
-the check that the kept start walks still hold (:mod:`safebox.walkcache`)
-and the watch's look after the run (:mod:`safebox.deepwatch`). Here each is
+the check that the kept start walks still hold (:mod:`safebox.builder.walkcache`)
+and the watch's look after the run (:mod:`safebox.builder.deepwatch`). Here each is
 one helper that lstats on up to four cores (forked workers); the first runs beside
 safebox's imports and policy instead of in front of them.
 
@@ -34,9 +34,9 @@ MIN_HELPED = 2048
 
 def helper_path() -> str | None:
     """The helper (``SAFEBOX_HELPER`` or the package's), computed without
-    importing :mod:`safebox.helper`: :mod:`walkcache` runs before safebox is loaded."""
-    path = os.environ.get("SAFEBOX_HELPER") or os.path.join(
-        os.path.dirname(os.path.realpath(__file__)), "_bin", "safebox-helper")
+    importing :mod:`safebox.run.helper_binary`: :mod:`.walkcache` runs before safebox is loaded."""
+    path = os.environ.get("SAFEBOX_HELPER") or os.path.join(  # safebox/_bin/, beside builder/
+        os.path.dirname(os.path.dirname(os.path.realpath(__file__))), "_bin", "safebox-helper")
     return path if path.startswith("/") and os.access(path, os.X_OK) else None
 
 

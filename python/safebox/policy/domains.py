@@ -17,7 +17,7 @@ from __future__ import annotations
 import ipaddress
 import re
 
-from safebox.hostport import PortError, join_port, split_port
+from safebox.policy.hostport import PortError, join_port, split_port
 
 __all__ = [
     "DENY_ALL",
@@ -158,7 +158,7 @@ def check_pattern(pattern: str, *, denied: bool = False) -> str:
     ``denied``, ``deniedDomains`` entry): ``example.com``, ``*.example.com``,
     ``localhost``, an IP literal (``1.2.3.4``, ``::1``), or in ``deniedDomains``
     only, :data:`DENY_ALL`; each with an optional ``:port`` suffix (srt's
-    ``host:port``, ``safebox/hostport.py``: ``api.example.com:443``,
+    ``host:port``, ``safebox/policy/hostport.py``: ``api.example.com:443``,
     ``[2001:db8::1]:443``, ``*:22``), kept in the canonical form.
 
     Raises :class:`HostError` as :func:`_check_host_pattern` does, and for a

@@ -2,6 +2,10 @@
 
 The helper writes one JSON line on a status descriptor just before exec
 (docs/helper-protocol.md); Python never parses the helper's human stderr.
+
+Called ``helper`` before it moved into run/: beside builder/helper_policy.py
+(what the helper is told to apply) that name said nothing of which side of
+the helper it is; this one is the binary itself, found and heard from.
 """
 
 from __future__ import annotations
@@ -26,7 +30,8 @@ def find_helper() -> str:
         if not override.startswith("/"):
             raise HelperError(f"SAFEBOX_HELPER must be an absolute path, not {override!r}")
         return override
-    return os.path.join(os.path.dirname(os.path.realpath(__file__)), "_bin", "safebox-helper")
+    # safebox/_bin/, beside this module's package (run/).
+    return os.path.join(os.path.dirname(os.path.dirname(os.path.realpath(__file__))), "_bin", "safebox-helper")
 
 
 def check_helper(path: str) -> None:

@@ -34,7 +34,7 @@ never replay it.
 
 The check costs one ``lstat`` per directory (13,657 in the benchmark tree of
 docs/benchmarks.md), against the two full walks. It runs on the helper
-(:mod:`safebox.dirkeys`), started here and answered when resolve first
+(:mod:`safebox.builder.dirkeys`), started here and answered when resolve first
 collects a walk: beside safebox's imports and policy, not in front of them.
 """
 
@@ -46,8 +46,9 @@ import os
 import stat
 import time
 
-from safebox import dirkeys, hostio
+from safebox import hostio
 from safebox._record import Spawned
+from safebox.builder import dirkeys
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:

@@ -51,8 +51,8 @@ import os
 import stat
 import time
 
-from safebox import dirkeys
 from safebox._record import open_to_owner, set_mode
+from safebox.builder import dirkeys
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:

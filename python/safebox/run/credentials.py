@@ -69,18 +69,7 @@ def plan_credentials(policy: EffectivePolicy, *, environ: Mapping[str, str], run
     """The plan; masked copies are written into ``run_dir`` (None: a dry run,
     nothing written). Raises PolicyError naming the entry."""
     plan = CredentialPlan()
-    for name, mode, hosts in policy.credential_env_vars:
-        if mode == "deny":
-            plan.env_unset.append(name)
-            continue
-        real = environ.get(name)
-        if not real:
-            plan.notes.append(f"credentials.envVars {name}: not set here, nothing to mask")
-            continue
-        sentinel = mint_sentinel(real.encode("utf-8", "surrogateescape"))
-        plan.env_set.append((name, sentinel.decode("ascii")))
-        plan.credentials.append(Credential(name, sentinel, real.encode("utf-8", "surrogateescape"),
-                                           tuple(hosts) if hosts is not None else policy.allowed_domains))
+    _env_vars(plan, policy, environ)
     masked = 0
     for path, mode, hosts in policy.credential_files:
         if mode == "deny":
@@ -91,32 +80,10 @@ def plan_credentials(policy: EffectivePolicy, *, environ: Mapping[str, str], run
             plan.warnings.append(f"credentials.files {path}: without bubblewrap a masked copy cannot be shown; the "
                               "file is unreadable instead (mode \"deny\")")
             continue
-        real_path = os.path.realpath(path)
-        try:
-            st = os.stat(real_path)
-        except FileNotFoundError:
-            plan.notes.append(f"credentials.files {path}: does not exist, nothing to mask")
+        found = _read_masked(plan, path)
+        if found is None:
             continue
-        except OSError as exc:
-            raise PolicyError(f"credentials.files {path}: cannot inspect it: {exc.strerror}") from None
-        if stat.S_ISDIR(st.st_mode):
-            raise PolicyError(f"credentials.files {path}: a directory cannot be masked (one value replaces a file's "
-                              "content)", hint='use mode "deny" for a directory')
-        if not stat.S_ISREG(st.st_mode):
-            raise PolicyError(f"credentials.files {path}: not a regular file; only files can be masked")
-        if st.st_size > MAX_MASKED_FILE:
-            raise PolicyError(f"credentials.files {path}: larger than {MAX_MASKED_FILE} bytes; mask works on "
-                              "credential files", hint='use mode "deny"')
-        try:
-            with open(real_path, "rb") as f:
-                data = f.read(MAX_MASKED_FILE + 1)
-        except OSError as exc:
-            raise PolicyError(f"credentials.files {path}: cannot read it: {exc.strerror}") from None
-        ending = _line_ending(data)
-        secret = data[: len(data) - len(ending)]
-        if not secret:
-            plan.notes.append(f"credentials.files {path}: empty, nothing to mask")
-            continue
+        real_path, secret, ending = found
         sentinel = mint_sentinel(secret)
         plan.credentials.append(Credential(f"file:{path}", sentinel, secret,
                                            tuple(hosts) if hosts is not None else policy.allowed_domains))
@@ -130,3 +97,52 @@ def plan_credentials(policy: EffectivePolicy, *, environ: Mapping[str, str], run
                 os.close(fd)
         plan.masked_files.append((real_path, fake))
     return plan
+
+
+def _env_vars(plan: CredentialPlan, policy: EffectivePolicy, environ: Mapping[str, str]) -> None:
+    """``credentials.envVars``: removed (mode "deny") or replaced by a sentinel."""
+    for name, mode, hosts in policy.credential_env_vars:
+        if mode == "deny":
+            plan.env_unset.append(name)
+            continue
+        real = environ.get(name)
+        if not real:
+            plan.notes.append(f"credentials.envVars {name}: not set here, nothing to mask")
+            continue
+        sentinel = mint_sentinel(real.encode("utf-8", "surrogateescape"))
+        plan.env_set.append((name, sentinel.decode("ascii")))
+        plan.credentials.append(Credential(name, sentinel, real.encode("utf-8", "surrogateescape"),
+                                           tuple(hosts) if hosts is not None else policy.allowed_domains))
+
+
+def _read_masked(plan: CredentialPlan, path: str) -> tuple[str, bytes, bytes] | None:
+    """The file a ``credentials.files`` entry masks: (its real path, the
+    secret, its line ending), or None (noted) when there is nothing to mask.
+    Raises PolicyError for a file that cannot be masked."""
+    real_path = os.path.realpath(path)
+    try:
+        st = os.stat(real_path)
+    except FileNotFoundError:
+        plan.notes.append(f"credentials.files {path}: does not exist, nothing to mask")
+        return None
+    except OSError as exc:
+        raise PolicyError(f"credentials.files {path}: cannot inspect it: {exc.strerror}") from None
+    if stat.S_ISDIR(st.st_mode):
+        raise PolicyError(f"credentials.files {path}: a directory cannot be masked (one value replaces a file's "
+                          "content)", hint='use mode "deny" for a directory')
+    if not stat.S_ISREG(st.st_mode):
+        raise PolicyError(f"credentials.files {path}: not a regular file; only files can be masked")
+    if st.st_size > MAX_MASKED_FILE:
+        raise PolicyError(f"credentials.files {path}: larger than {MAX_MASKED_FILE} bytes; mask works on "
+                          "credential files", hint='use mode "deny"')
+    try:
+        with open(real_path, "rb") as f:
+            data = f.read(MAX_MASKED_FILE + 1)
+    except OSError as exc:
+        raise PolicyError(f"credentials.files {path}: cannot read it: {exc.strerror}") from None
+    ending = _line_ending(data)
+    secret = data[: len(data) - len(ending)]
+    if not secret:
+        plan.notes.append(f"credentials.files {path}: empty, nothing to mask")
+        return None
+    return real_path, secret, ending

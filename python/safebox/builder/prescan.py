@@ -57,7 +57,7 @@ def find_argv(find: str, root: str, *, more: tuple[str, ...] = ()) -> list[str]:
     """find(1) listing, under ``root`` and ``more`` roots, the symlinks
     and directories whose names begin with a dot (collected and narrowed to
     protected names by ``resolve._find_links_finish``), and for the watch at
-    any depth (``safebox.deepwatch``) every directory (``objects`` ones
+    any depth (``safebox.builder.deepwatch``) every directory (``objects`` ones
     marked: git dirs are found by them) and every ``.envrc``.
 
     ripgrep lists files only: it never lists a symlink without ``--follow``
@@ -129,7 +129,7 @@ def start_walks(rg: str, find: str, root: str, depth: int, *, more: tuple[str, .
         except BaseException:
             walk.cancel()
             raise
-    from safebox import walkcache
+    from safebox.builder import walkcache
 
     argvs = (rg_argv(rg, root, depth), find_argv(find, root))
     walks = walkcache.start(root, depth, argvs, (lambda: start_rg(rg, root, depth), lambda: start_find(find, root)))
