@@ -26,15 +26,15 @@ if TYPE_CHECKING:
         TimeoutExpired,
         check_host,
     )
-    from safebox.decide import Decision, Request
     from safebox.errors import PolicyError, SafeboxError
+    from safebox.runtime.decisions import Decision, Request
 
 #: name -> the module that defines it.
 _API = {name: "safebox.api" for name in ("DEVNULL", "PIPE", "STDOUT", "AsyncPopen", "CalledProcessError",
                                          "CompletedRun", "Event",
                                          "HostCheck", "Policy", "Popen", "Sandbox", "TimeoutExpired", "check_host")}
-_API.update({"PolicyError": "safebox.errors", "SafeboxError": "safebox.errors", "Decision": "safebox.decide",
-             "Request": "safebox.decide"})
+_API.update({"PolicyError": "safebox.errors", "SafeboxError": "safebox.errors", "Decision": "safebox.runtime.decisions",
+             "Request": "safebox.runtime.decisions"})
 
 
 def __getattr__(name: str) -> object:

@@ -212,7 +212,7 @@ def test_inside_a_terminated_tunnel_require_host_match_answers_421_and_opaque_tu
     assert _curl(shared_home, ["-p"], f"http://localhost:{port}/plain", tls).stdout == "served /plain"
 
 
-# -- with runtime decisions (decide.py): the keys hold for lists that change ---------
+# -- with runtime decisions (runtime/decisions.py): the keys hold for lists that change ---------
 
 
 def _ok(r) -> bool:  # type: ignore[no-untyped-def]

@@ -119,7 +119,7 @@ class _Mitm:
 
 
 class _Ask:
-    """Stands for decide.py's Asker: Capture._decide only looks whether there is one."""
+    """Stands for runtime/decisions.py's Asker: Capture._decide only looks whether there is one."""
 
 
 def _decide(host: str, *, direct: bool = False, **gate: object) -> Decision:

@@ -189,7 +189,7 @@ ALLOWED: dict[str, str] = {
     "run/mounter:*": "/proc/PID/ns/mnt",
     "run/netsetup:*": "the run dir, safebox's own, O_EXCL|O_NOFOLLOW",
     "policy/sources:*": "the policy file the user named, read before the run",
-    "prompt:TerminalPrompt.__call__": "/dev/tty, the controlling terminal, O_NOCTTY; a fixed device path",
+    "runtime/terminal:TerminalPrompt.__call__": "/dev/tty, the controlling terminal, O_NOCTTY; a fixed device path",
     "proxy/tls:*": "certificates safebox generated in its state dir",
     "review/apply:*": ("the held run's apply: every open, mkdir and rename is an *at call beneath a write root "
                        "and a layer pinned by descriptors, each directory opened O_NOFOLLOW (hostio.PinnedDir."

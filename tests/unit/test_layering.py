@@ -50,7 +50,7 @@ LAYERS: list[tuple[str, list[list[str]]]] = [
     ("policy", [["safebox.policy", "safebox.exec_options"]]),
     ("builder | proxy", [["safebox.builder"], ["safebox.proxy"]]),
     ("run", [["safebox.run", "safebox.review", "safebox.violations", "safebox.report", "safebox.learn",
-              "safebox.control", "safebox.decide", "safebox.prompt", "safebox.ci_job"]]),
+              "safebox.runtime", "safebox.ci_job"]]),
     ("front", [["safebox", "safebox.__main__", "safebox.cli", "safebox.commands", "safebox.api",
                 "safebox.doctor", "safebox.mcpwrap", "safebox.jsonc"]]),
 ]

@@ -10,9 +10,9 @@ import json
 
 import pytest
 
-from safebox.control import apply_line
-from safebox.decide import Decision, interpret
 from safebox.proxy.live import LiveLists, clean_reason
+from safebox.runtime.control_fd import apply_line
+from safebox.runtime.decisions import Decision, interpret
 
 
 @pytest.mark.parametrize(("value", "allow", "remember"), [

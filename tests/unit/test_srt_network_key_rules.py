@@ -76,7 +76,7 @@ def test_a_current_srt_settings_file_with_every_network_key_loads_and_shows_as_a
 def test_without_the_keys_a_run_builds_no_proxy_options(tmp_path: Path) -> None:
     assert _load(tmp_path, {"network": {"allowedDomains": ["a.com"], "strictAllowlist": False}}).net_keys() is None
     keys = _load(tmp_path, {"network": {"allowedDomains": ["a.com"], "strictAllowlist": True}}).net_keys()
-    assert keys is not None and keys.strict_allowlist  # the gate asks nobody (decide.py)
+    assert keys is not None and keys.strict_allowlist  # the gate asks nobody (runtime/decisions.py)
 
 
 def test_srts_mitm_proxy_is_refused_as_unsupported_with_what_to_use_instead(tmp_path: Path) -> None:

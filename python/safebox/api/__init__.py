@@ -38,7 +38,7 @@ from safebox.api.host import HostCheck, check_host
 from safebox.api.policy import Policy
 from safebox.api.popen import AsyncPopen, Popen
 from safebox.api.sandbox import Sandbox
-from safebox.decide import Decision
+from safebox.runtime.decisions import Decision
 
 __all__ = ["DEVNULL", "PIPE", "STDOUT", "AsyncPopen", "CalledProcessError", "CompletedRun", "Decision", "Event",
            "HostCheck", "Policy", "Popen", "Sandbox", "TimeoutExpired", "check_host"]

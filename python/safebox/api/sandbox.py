@@ -15,11 +15,11 @@ from typing import IO, TYPE_CHECKING, Any
 from safebox.api.common import PIPE, Args, CalledProcessError, CompletedRun, Event, TimeoutExpired, argv_of, cmd_of
 from safebox.api.policy import Policy, PolicyLike, _as_policy
 from safebox.api.popen import AsyncPopen, Popen
-from safebox.decide import DEFAULT_TIMEOUT, Request, Runtime
 from safebox.errors import SafeboxError
 from safebox.review.api import Reviewing
 from safebox.run.plan import Without
 from safebox.run.session import Options, Session
+from safebox.runtime.decisions import DEFAULT_TIMEOUT, Request, Runtime
 
 if TYPE_CHECKING:
     from safebox.policy.effective import EffectivePolicy
@@ -78,8 +78,8 @@ class Sandbox(Reviewing):
     :meth:`changes`, :meth:`apply`, :meth:`discard`; ``keep``: the held run
     survives :meth:`close`.
     ``on_request``: asked about each host no entry allows (a
-    :class:`~safebox.decide.Request`); returns True (allow once), False
-    (deny) or a :class:`~safebox.decide.Decision`; calls are serialised, and
+    :class:`~safebox.runtime.decisions.Request`); returns True (allow once), False
+    (deny) or a :class:`~safebox.runtime.decisions.Decision`; calls are serialised, and
     one unanswered after ``request_timeout`` seconds is denied
     (docs/api.md, "Runtime decisions"). A coroutine function runs on the
     event loop the sandbox was made or last awaited on.

@@ -28,7 +28,7 @@ class NetKeys(Frozen):
     reasons: tuple[tuple[str, str], ...] = ()
     require_host_match: bool = False
     refuse_opaque_tunnels: bool = False
-    #: ``strictAllowlist``: a host no entry allows is refused without asking (decide.py).
+    #: ``strictAllowlist``: a host no entry allows is refused without asking (runtime/decisions.py).
     strict_allowlist: bool = False
     strip_response_headers: tuple[str, ...] = ()
 

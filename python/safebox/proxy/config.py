@@ -12,12 +12,12 @@ if TYPE_CHECKING:
     from collections.abc import Callable
     from typing import Any
 
-    from safebox.decide import Asker
     from safebox.policy.effective import NetKeys
     from safebox.proxy.inject import Injector
     from safebox.proxy.live import LiveLists
     from safebox.proxy.parent import ParentProxy
     from safebox.proxy.tls import Mitm
+    from safebox.runtime.decisions import Asker
 
 __all__ = ["ProxyConfig"]
 
@@ -60,7 +60,7 @@ class ProxyConfig(Frozen):
     #: Lists that change while the sandbox runs (proxy/live.py); they replace
     #: the domain lists above, which then only say what the lists began as.
     live: LiveLists | None = None
-    #: Asks about a host no entry allows (decide.py): ``on_request``, ``--ask``.
+    #: Asks about a host no entry allows (runtime/decisions.py): ``on_request``, ``--ask``.
     ask: Asker | None = None
 
     def __init__(self, allowed_domains: tuple[str, ...] = (), denied_domains: tuple[str, ...] = (),

@@ -76,7 +76,7 @@ RULE_REQUEST = "request"
 #: entry allows, to record it (the address checks still apply).
 RULE_LEARN = "learn"
 #: Not a policy key: whoever runs the sandbox answered when asked
-#: (``on_request``, ``safebox exec --ask``; decide.py).
+#: (``on_request``, ``safebox exec --ask``; runtime/decisions.py).
 RULE_ASK = "ask"
 
 #: Cloud instance-metadata and credential endpoints (AWS/GCP/Azure/OpenStack
@@ -495,7 +495,7 @@ class NetworkRules:
         """The refusal of an IP-literal ``host`` whose address no answer may
         open (loopback, private, metadata, this host's own, in any spelling,
         e.g. ``::ffff:127.0.0.1``), or None: a name or a public literal, asked
-        about as any host (decide.py). An answer remembered would list the
+        about as any host (runtime/decisions.py). An answer remembered would list the
         literal, and a literal entry passes whatever its class (found in review)."""
         literal = parse_ip_literal(host)
         local = self.check_address(literal, host=host, port=port) if literal is not None else None

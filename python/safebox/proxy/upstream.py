@@ -20,12 +20,12 @@ from safebox.proxy.verdict import check_name, may_ask, rules_now
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from safebox.decide import Asker
     from safebox.policy.effective import NetKeys
     from safebox.proxy.inject import Injector
     from safebox.proxy.live import LiveLists
     from safebox.proxy.parent import ParentProxy, ProxyURL
     from safebox.proxy.tls import Mitm
+    from safebox.runtime.decisions import Asker
 
 __all__ = ["Gate", "Refused", "UpstreamError"]
 
@@ -115,7 +115,7 @@ class Gate:
     #: The lists of a sandbox that can change them while it runs
     #: (proxy/live.py); read at every request instead of ``rules``.
     live: LiveLists | None = None
-    #: Puts a destination no entry allows to whoever runs the sandbox (decide.py).
+    #: Puts a destination no entry allows to whoever runs the sandbox (runtime/decisions.py).
     ask: Asker | None = None
     #: srt 0.0.83's network keys (proxy/netkeys.py); None: none set.
     keys: NetKeys | None = None

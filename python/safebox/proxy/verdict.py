@@ -30,7 +30,7 @@ def check_name(gate: Gate, host: str, port: int | None) -> Decision:
 
 
 def may_ask(gate: Gate, decision: Decision) -> bool:
-    """Whether this refusal is put to whoever runs the sandbox (decide.py): no
+    """Whether this refusal is put to whoever runs the sandbox (runtime/decisions.py): no
     entry allows it and none denies it, and network.strictAllowlist does not
     say the list is the whole answer (srt)."""
     return (not decision.allowed and decision.rule == RULE_ALLOWED and gate.ask is not None

@@ -57,9 +57,9 @@ class ExecRequest(Frozen):
     command: tuple[str, ...]
     flags: Flags = Flags()
     options: Options = Options()
-    ask: bool = False  # --ask: put hosts no entry allows to the user on /dev/tty (prompt.py)
+    ask: bool = False  # --ask: put hosts no entry allows to the user on /dev/tty (runtime/terminal.py)
     ask_timeout: str | None = None  # --ask-timeout SECONDS
-    control_fd: str | None = None  # --control-fd N: live network lists (control.py)
+    control_fd: str | None = None  # --control-fd N: live network lists (runtime/control_fd.py)
 
 
 #: An option's value as the record's field holds it, where that is not the
@@ -149,7 +149,7 @@ def run(req: ExecRequest, *, prescan: dict[tuple[str, int], Any] | None = None) 
 
     runtime = None
     if req.ask or req.control_fd is not None or req.ask_timeout is not None:
-        from safebox.prompt import exec_runtime
+        from safebox.runtime.terminal import exec_runtime
 
         runtime = exec_runtime(ask=req.ask, ask_timeout=req.ask_timeout, control_fd=req.control_fd, say=say)
     opts = opts.replace(cli=True, learn_base=(lambda: ran_under[-1]) if opts.learn else None,

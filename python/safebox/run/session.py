@@ -32,10 +32,10 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
     from typing import Any
 
-    from safebox.decide import Runtime
     from safebox.policy.effective import EffectivePolicy
     from safebox.proxy.deferred import DeferredProxy
     from safebox.run.netsetup import NetPlan
+    from safebox.runtime.decisions import Runtime
 
 class Options(Frozen):
     """How a session runs; everything but the policy and the command."""
@@ -69,7 +69,7 @@ class Options(Frozen):
     #: The caller's import path may hold a write root (a harness started
     #: from its own repo); see docs/api.md for what that costs.
     allow_import_roots: bool = False
-    #: Runtime decisions (decide.py): live lists, on_request, --ask, --control-fd.
+    #: Runtime decisions (runtime/decisions.py): live lists, on_request, --ask, --control-fd.
     runtime: Runtime | None = None
 
 
@@ -166,9 +166,9 @@ class Session:
         self.seccomp = self._seccomp()
 
     def _check_control_fd(self) -> None:
-        """--control-fd: refused where the command could write it by a path (control.py)."""
+        """--control-fd: refused where the command could write it by a path (runtime/control_fd.py)."""
         if self.opts.runtime is not None and self.opts.runtime.control_fd is not None:
-            from safebox.control import check_unreachable
+            from safebox.runtime.control_fd import check_unreachable
 
             check_unreachable(self.opts.runtime.control_fd, roots=(self.cwd, *self.policy.allow_write),
                               landlock=self.layers is not Layers.BWRAP_ONLY,

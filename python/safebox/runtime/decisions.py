@@ -20,7 +20,7 @@ thread: a callback never runs twice at once); one with no answer within
 
 The trust boundary: the question travels from the proxy's thread to the
 callback inside safebox's own process (or to safebox's controlling terminal,
-prompt.py); the sandboxed command only ever sends a connection request. It
+runtime/terminal.py); the sandboxed command only ever sends a connection request. It
 holds no descriptor of this channel, and what it controls, the host name, is
 canonical (normalize_host) before anyone sees it.
 """
@@ -91,7 +91,7 @@ def interpret(value: object, *, by: str = "callback") -> Answer:
     """The callback's return value as an :class:`Answer` (module docstring)."""
     from safebox.proxy.live import clean_reason
 
-    if isinstance(value, Answer):  # safebox's own callbacks (prompt.py) say who answered
+    if isinstance(value, Answer):  # safebox's own callbacks (runtime/terminal.py) say who answered
         return value
     if value is True:
         return Answer(allow=True, remember=False, reason="allowed once when asked", by=by)
@@ -247,7 +247,7 @@ class Runtime:
         #: Called with the live lists once they exist (``--control-fd``'s reader).
         self.on_live: list[Callable[[LiveLists], None]] = []
         #: ``--control-fd``'s descriptor: checked once the write roots are known
-        #: (control.py check_unreachable).
+        #: (runtime/control_fd.py check_unreachable).
         self.control_fd: int | None = None
 
     def attach(self, allowed: tuple[str, ...], denied: tuple[str, ...], *, allow_local_destinations: bool,

@@ -15,7 +15,7 @@ controlling terminal, ``/dev/tty`` (allow once, for this run, or deny).
   the terminal from it.
 * No answer within the timeout denies.
 
-Runs in the asker's worker thread (decide.py): one question at a time.
+Runs in the asker's worker thread (runtime/decisions.py): one question at a time.
 """
 
 from __future__ import annotations
@@ -26,8 +26,8 @@ import termios
 import time
 from collections.abc import Callable
 
-from safebox.decide import Answer, Request, Runtime
 from safebox.errors import SafeboxError
+from safebox.runtime.decisions import Answer, Request, Runtime
 
 __all__ = ["DEFAULT_ASK_TIMEOUT", "TerminalPrompt", "exec_runtime"]
 
@@ -129,7 +129,7 @@ def _read_answer(fd: int, deadline: float) -> str | None:
 def exec_runtime(*, ask: bool, ask_timeout: str | None, control_fd: str | None,
                  say: Callable[[str], None]) -> Runtime:
     """The runtime decisions of ``safebox exec``: ``--ask`` (this module),
-    ``--control-fd`` (control.py). Raises SafeboxError for a bad value."""
+    ``--control-fd`` (runtime/control_fd.py). Raises SafeboxError for a bad value."""
     timeout = DEFAULT_ASK_TIMEOUT
     if ask_timeout is not None:
         if not ask:
@@ -145,7 +145,7 @@ def exec_runtime(*, ask: bool, ask_timeout: str | None, control_fd: str | None,
     runtime = Runtime(TerminalPrompt(timeout=timeout, say=say) if ask else None, timeout=timeout + 5, say=say,
                       networked=True)
     if control_fd is not None:
-        from safebox.control import ControlChannel, open_control_fd
+        from safebox.runtime.control_fd import ControlChannel, open_control_fd
 
         channel = ControlChannel(open_control_fd(control_fd), say=say)
         runtime.on_live.append(channel.attach)
