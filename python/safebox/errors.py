@@ -1,4 +1,4 @@
-"""The error tree. Every module raises its own subclass; only ``cli.py`` turns
+"""The error tree. Every module raises its own subclass; only the CLI (``cli/__init__.py``) turns
 an error into a message and an exit status (as click's ``ClickException.exit_code``).
 """
 

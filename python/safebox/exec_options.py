@@ -1,5 +1,5 @@
 """``safebox exec``'s options: one table, read by the click command and the
-fast parser (cli.py), the request the run takes (run/main.py, request: each value
+fast parser (cli/__init__.py), the request the run takes (run/main.py, request: each value
 put where its row says, ``into``), the docs test, and code that reads exec
 lines back (mcpwrap.py). An option added here is complete once its field
 exists where ``into`` names (tests/unit/test_exec_option_table.py). On the

@@ -175,9 +175,9 @@ ALLOWED: dict[str, str] = {
     "ci_job/run:CiRun.materialize": "the run dir, safebox's own, O_EXCL",
     "ci_job/secrets:_ancestor_exes": "/proc/PID/stat",
     "ci_job/secrets:git_credentials": "read before the command runs (a scrubbed copy is shown inside)",
-    "cli:*": "os.devnull",
-    "commands/policy:_policy_show": "os.devnull (a reader that closed the pipe)",
-    "commands/policy:_policy_diff": "os.devnull (a reader that closed the pipe)",
+    "cli/__init__:_report": "os.devnull (a reader that closed the pipe)",
+    "cli/policy:_policy_show": "os.devnull (a reader that closed the pipe)",
+    "cli/policy:_policy_diff": "os.devnull (a reader that closed the pipe)",
     "run/credentials:*": "read before the command runs; the fake is created O_EXCL|O_NOFOLLOW in the run dir",
     "builder/deepwatch:*": ("the watch at any depth: candidates read with O_NOFOLLOW, moves by directory "
                             "descriptors opened O_NOFOLLOW from the write root down, EXDEV copied the same way "

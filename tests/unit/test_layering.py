@@ -51,7 +51,7 @@ LAYERS: list[tuple[str, list[list[str]]]] = [
     ("builder | proxy", [["safebox.builder"], ["safebox.proxy"]]),
     ("run", [["safebox.run", "safebox.review", "safebox.violations", "safebox.report", "safebox.learn",
               "safebox.runtime", "safebox.ci_job"]]),
-    ("front", [["safebox", "safebox.__main__", "safebox.cli", "safebox.commands", "safebox.api",
+    ("front", [["safebox", "safebox.__main__", "safebox.cli", "safebox.api",
                 "safebox.doctor", "safebox.mcpwrap", "safebox.jsonc"]]),
 ]
 

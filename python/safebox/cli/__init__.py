@@ -7,8 +7,12 @@ also owns exec's usage errors (a typo, a missing value or command), each one
 ``safebox:`` line and exit 125 like every other safebox error; only
 ``--help`` goes to click.
 
-The command groups of their own (``safebox policy``, ``safebox mcp``) are in
-safebox/commands/, off this hot path, and get :func:`_guarded` passed in.
+The command groups of their own (``safebox policy``, ``safebox mcp``) are
+cli/policy.py and cli/mcp.py (``safebox changes`` is review/cli.py's, by the
+same pattern): loaded only when the click application is built (any command
+but a plain ``exec``), each gets :func:`_guarded`, the error mapping, passed
+in (``add_commands(app, guarded)``) rather than importing it back, so only
+this module maps errors to exit codes.
 """
 
 from __future__ import annotations
@@ -211,11 +215,11 @@ def _report(logs: tuple[str, ...], fmt: str) -> int:
 def _click_app() -> click.Group:
     """The click application: every command (``exec`` here for ``--help``
     and what the fast parser hands over). The groups of their own get the
-    error mapping passed in (safebox/commands/__init__.py)."""
+    error mapping passed in (the note below)."""
     import click
 
     from safebox import __version__
-    from safebox.commands import mcp, policy
+    from safebox.cli import mcp, policy
     from safebox.review.cli import add_commands as add_changes_commands
 
     @click.group(context_settings={"help_option_names": ["-h", "--help"]})
