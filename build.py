@@ -38,6 +38,7 @@ import struct
 import subprocess
 import sys
 import tempfile
+import time
 import zipfile
 from pathlib import Path
 
@@ -121,6 +122,16 @@ class BuildError(Exception):
 
 def _say(msg: str) -> None:
     print(f"build.py: {msg}", flush=True)
+
+
+_STARTED = time.monotonic()
+
+
+def _phase(msg: str) -> None:
+    """A step of ``build.py test``, with the minutes and seconds since
+    build.py started: the CI log then shows where the run's time went."""
+    m, s = divmod(int(time.monotonic() - _STARTED), 60)
+    _say(f"[{m:02d}:{s:02d}] {msg}")
 
 
 # ---------------------------------------------------------------- helper build
@@ -788,7 +799,7 @@ def lint_and_c_tests(py: Path) -> None:
         finally:
             rc = c.wait()
             out.seek(0)
-            _say("C tests (run beside lint):")
+            _phase("C tests (run beside lint):")
             sys.stdout.flush()
             sys.stdout.buffer.write(out.read())
             sys.stdout.flush()
@@ -843,18 +854,19 @@ def test(pytest_args: list[str]) -> int:
         return subprocess.run([str(py), "-m", "pytest", "-p", "no:cacheprovider", "-q", *_parallel(py),
                                "tests/unit", *pytest_args[1:]], cwd=ROOT).returncode
     py = setup(for_tests=True)
+    _phase("lint and the C tests")
     lint_and_c_tests(py)
     env = dict(os.environ)
     env.setdefault("SAFEBOX_MUST_WORK", "1" if os.environ.get("CI") else "0")
     base = [str(py), "-m", "pytest", "-p", "no:cacheprovider", *pytest_args]
-    _say("pytest as " + ("root" if os.geteuid() == 0 else "this user"))
+    _phase("pytest as " + ("root" if os.geteuid() == 0 else "this user"))
     rc = _pytest_passes(base, [] if pytest_args else _parallel(py), cwd=ROOT, env=env)
     if os.geteuid() == 0 and not pytest_args:
         user = _ensure_unprivileged_user()
         # The GPU tests' stand-in nodes: a user cannot mknod them (tests/sbx.py).
         _run([str(py), "-c", "import sys; sys.path.insert(0, 'tests'); from sbx import gpu_standins; gpu_standins()"],
              cwd=ROOT)
-        _say(f"pytest as unprivileged user {user}: integration and security tests")
+        _phase(f"pytest as unprivileged user {user}: integration and security tests")
         uenv = {k: v for k, v in env.items()
                  if k in ("PATH", "LANG", "CI", "SAFEBOX_MUST_WORK", "TERM", "SAFEBOX_TEST_PROFILE")}
         home = subprocess.run(["getent", "passwd", user], capture_output=True, text=True).stdout.split(":")[5]
@@ -862,6 +874,7 @@ def test(pytest_args: list[str]) -> int:
         r2 = _pytest_passes(["runuser", "-u", user, "--", "env", "-i", *[f"{k}={v}" for k, v in uenv.items()],
                              *base], _parallel(py), cwd=ROOT, paths=["tests/integration", "tests/security"])
         rc = rc or r2
+    _phase(f"done (exit {rc})")
     return rc
 
 
@@ -886,6 +899,7 @@ def _pytest_passes(base: list[str], parallel: list[str], *, cwd: Path, env: dict
     if not parallel:
         return subprocess.run([*base, *where], cwd=cwd, env=env).returncode
     rc = subprocess.run([*base, *parallel, "-m", "not serial", *where], cwd=cwd, env=env).returncode
+    _phase("the serial tests, alone")
     # Exit 5: nothing selected (no serial test under these paths).
     r2 = subprocess.run([*base, "-m", "serial", *where], cwd=cwd, env=env).returncode
     return rc or (0 if r2 == 5 else r2)
