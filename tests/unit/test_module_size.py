@@ -2,11 +2,11 @@
 (issue 24 item 2): a module that size does one thing, and a function that
 size can be read at once, as helper/main.c's ``main()`` is.
 
-The modules and functions still over the limits when the limits came in
-are listed below with their size then, each a ceiling: they may shrink and
-must not grow, and one that fits the limit must leave the list (so the list
-only gets shorter). They are modules other work was changing in the same
-round; splitting them is what is left of item 2.
+The modules and functions over the limits when the limits came in were
+listed below as ceilings that could shrink and not grow; the last of them
+were split in issue 24's last round, and the lists are empty. They stay as
+the one place to name an exception, with its size, should one ever be
+argued for.
 """
 
 from __future__ import annotations
