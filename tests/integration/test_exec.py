@@ -120,6 +120,32 @@ def test_strict_refuses_to_run_with_a_layer_missing(fresh_home: FakeHome, mode: 
     assert not marker.exists()
 
 
+@pytest.mark.parametrize("dry_run", [False, True])
+def test_without_helper_on_a_host_without_bubblewrap_is_refused_naming_the_fix(fresh_home: FakeHome,
+                                                                               tmp_path: Path, dry_run: bool) -> None:
+    # A PATH with the tools a start needs (rg, find) and no bwrap. Found in
+    # review: "safebox: internal error: AssertionError:", and --dry-run
+    # printed a bwrap argv that could not run.
+    tools = tmp_path / "tools"
+    tools.mkdir()
+    for name in ("rg", "find", "touch"):
+        (tools / name).symlink_to(host(["sh", "-c", f"command -v {name}"]).stdout.strip())
+    marker = fresh_home.work / "ran"
+    argv = [str(SAFEBOX), "exec", "--without", "helper", *(["--dry-run"] if dry_run else []), "--", "touch",
+            str(marker)]
+    r = subprocess.run(argv, cwd=fresh_home.work, env=fresh_home.env({"PATH": str(tools)}), capture_output=True,
+                       text=True, timeout=60, stdin=subprocess.DEVNULL, check=False)
+    assert (r.returncode, r.stdout) == (125, ""), r
+    assert r.stderr == ("safebox: --without helper runs bubblewrap alone, and bubblewrap was not found on PATH "
+                        "(outside the write roots)\n"
+                        "hint: install it (apt-get install bubblewrap), or leave out --without helper\n")
+    assert not marker.exists()
+    # Control: the same command with bubblewrap on PATH runs.
+    ok = subprocess.run(argv, cwd=fresh_home.work, env=fresh_home.env(), capture_output=True, text=True, timeout=60,
+                        stdin=subprocess.DEVNULL, check=False)
+    assert ok.returncode == 0, ok.stderr
+
+
 def test_strict_runs_when_every_layer_is_enforced(shared_home: FakeHome) -> None:
     r = shared_home.run(["true"], opts=["--strict"])
     assert r.returncode == 0, r.stderr

@@ -72,6 +72,16 @@ def test_the_layers_follow_without_and_the_presence_of_bwrap(without: plan.Witho
     assert plan.decide_layers(without, bwrap=bwrap)[0] is layers
 
 
+def test_without_helper_and_without_bubblewrap_is_refused_naming_the_fix() -> None:
+    # Found in review: the launch asserted a bubblewrap it did not have
+    # ("internal error: AssertionError", and --dry-run printed a bwrap argv).
+    with pytest.raises(BuildError) as e:
+        plan.decide_layers(plan.Without.HELPER, bwrap=None)
+    assert str(e.value) == ("--without helper runs bubblewrap alone, and bubblewrap was not found on PATH "
+                            "(outside the write roots)")
+    assert e.value.hint == "install it (apt-get install bubblewrap), or leave out --without helper"
+
+
 def test_observation_defaults_to_writes_and_to_all_with_an_audit_log() -> None:
     assert plan.observe_mode(None, layers=Layers.BOTH, dry_run=False, audit_log=False) == "writes"
     assert plan.observe_mode(None, layers=Layers.BOTH, dry_run=False, audit_log=True) == "all"

@@ -44,6 +44,14 @@ def decide_layers(without: Without | None, *, bwrap: str | None) -> tuple[Layers
         case Without.BWRAP:
             return Layers.HELPER_ONLY, notes
         case Without.HELPER:
+            if bwrap is None:
+                # Refused here, before anything is spawned or printed
+                # (--dry-run too): the launch cannot run bubblewrap alone
+                # without bubblewrap, and falling back to the helper would
+                # run the one layer the user asked to leave out.
+                raise BuildError("--without helper runs bubblewrap alone, and bubblewrap was not found on PATH "
+                                 "(outside the write roots)",
+                                 hint="install it (apt-get install bubblewrap), or leave out --without helper")
             return Layers.BWRAP_ONLY, notes
         case None:
             if bwrap is None:
