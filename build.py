@@ -859,23 +859,32 @@ def test(pytest_args: list[str]) -> int:
     env = dict(os.environ)
     env.setdefault("SAFEBOX_MUST_WORK", "1" if os.environ.get("CI") else "0")
     base = [str(py), "-m", "pytest", "-p", "no:cacheprovider", *pytest_args]
-    _phase("pytest as " + ("root" if os.geteuid() == 0 else "this user"))
-    rc = _pytest_passes(base, [] if pytest_args else _parallel(py), cwd=ROOT, env=env)
-    if os.geteuid() == 0 and not pytest_args:
-        user = _ensure_unprivileged_user()
-        # The GPU tests' stand-in nodes: a user cannot mknod them (tests/sbx.py).
-        _run([str(py), "-c", "import sys; sys.path.insert(0, 'tests'); from sbx import gpu_standins; gpu_standins()"],
-             cwd=ROOT)
-        _phase(f"pytest as unprivileged user {user}: integration and security tests")
-        uenv = {k: v for k, v in env.items()
-                 if k in ("PATH", "LANG", "CI", "SAFEBOX_MUST_WORK", "TERM", "SAFEBOX_TEST_PROFILE")}
-        home = subprocess.run(["getent", "passwd", user], capture_output=True, text=True).stdout.split(":")[5]
-        uenv.update(HOME=home, USER=user, LOGNAME=user, SAFEBOX_TEST_UNPRIVILEGED="1")
-        r2 = _pytest_passes(["runuser", "-u", user, "--", "env", "-i", *[f"{k}={v}" for k, v in uenv.items()],
-                             *base], _parallel(py), cwd=ROOT, paths=["tests/integration", "tests/security"])
-        rc = rc or r2
+    if os.geteuid() != 0 or pytest_args:
+        _phase("pytest as " + ("root" if os.geteuid() == 0 else "this user"))
+        rc = _pytest_passes([_Pass("", base, [])], [] if pytest_args else _parallel(py), cwd=ROOT, env=env)
+        _phase(f"done (exit {rc})")
+        return rc
+    user = _ensure_unprivileged_user()
+    # The GPU tests' stand-in nodes: a user cannot mknod them (tests/sbx.py).
+    _run([str(py), "-c", "import sys; sys.path.insert(0, 'tests'); from sbx import gpu_standins; gpu_standins()"],
+         cwd=ROOT)
+    uenv = {k: v for k, v in env.items()
+            if k in ("PATH", "LANG", "CI", "SAFEBOX_MUST_WORK", "TERM", "SAFEBOX_TEST_PROFILE")}
+    home = subprocess.run(["getent", "passwd", user], capture_output=True, text=True).stdout.split(":")[5]
+    uenv.update(HOME=home, USER=user, LOGNAME=user, SAFEBOX_TEST_UNPRIVILEGED="1")
+    ubase = ["runuser", "-u", user, "--", "env", "-i", *[f"{k}={v}" for k, v in uenv.items()], *base]
+    passes = [_Pass("root", base, []), _Pass(user, ubase, ["tests/integration", "tests/security"])]
+    _phase(f"pytest as root and as unprivileged user {user} (integration and security tests)")
+    rc = _pytest_passes(passes, _parallel(py), cwd=ROOT, env=env)
     _phase(f"done (exit {rc})")
     return rc
+
+
+class _Pass:
+    """One user's pytest: its command line before the options, and the paths it runs."""
+
+    def __init__(self, who: str, base: list[str], paths: list[str]) -> None:
+        self.who, self.base, self.paths = who, base, paths
 
 
 def _parallel(py: Path) -> list[str]:
@@ -890,19 +899,54 @@ def _parallel(py: Path) -> list[str]:
     return ["-n", workers, "--dist", "loadgroup"]
 
 
-def _pytest_passes(base: list[str], parallel: list[str], *, cwd: Path, env: dict[str, str] | None = None,
-                   paths: list[str] | None = None) -> int:
-    """pytest over ``paths``: with ``parallel``, the independent tests on
-    every core and then the ``serial`` ones alone (a timing bound or a race
-    measured beside other tests is a flake); else all in one pass."""
-    where = paths or []
+def _pytest_passes(passes: list[_Pass], parallel: list[str], *, cwd: Path, env: dict[str, str]) -> int:
+    """Each pass's pytest. With ``parallel``: the independent tests of
+    every pass at once (each pass with its workers: a test waits on its
+    sandboxes more than it computes, so two passes side by side keep both
+    cores busy where one after the other left a third of them idle), then
+    each pass's ``serial`` tests alone (a timing bound or a race measured
+    beside other tests is a flake). Without: each pass whole, in turn."""
     if not parallel:
-        return subprocess.run([*base, *where], cwd=cwd, env=env).returncode
-    rc = subprocess.run([*base, *parallel, "-m", "not serial", *where], cwd=cwd, env=env).returncode
-    _phase("the serial tests, alone")
-    # Exit 5: nothing selected (no serial test under these paths).
-    r2 = subprocess.run([*base, "-m", "serial", *where], cwd=cwd, env=env).returncode
-    return rc or (0 if r2 == 5 else r2)
+        rcs = [subprocess.run([*p.base, *p.paths], cwd=cwd, env=env).returncode for p in passes]
+        return next((r for r in rcs if r), 0)
+    rcs = _side_by_side([([*p.base, *parallel, "-m", "not serial", *p.paths], p.who) for p in passes], cwd=cwd,
+                        env=env)
+    for p in passes:
+        _phase(f"the serial tests{' as ' + p.who if p.who else ''}, alone")
+        # Exit 5: nothing selected (no serial test under these paths).
+        r2 = subprocess.run([*p.base, "-m", "serial", *p.paths], cwd=cwd, env=env).returncode
+        rcs.append(0 if r2 == 5 else r2)
+    return next((r for r in rcs if r), 0)
+
+
+def _side_by_side(commands: list[tuple[list[str], str]], *, cwd: Path, env: dict[str, str]) -> list[int]:
+    """Run ``commands`` at once; each output line is printed as it comes,
+    after its pass's name (alone, a command's output is passed through)."""
+    if len(commands) == 1:
+        return [subprocess.run(commands[0][0], cwd=cwd, env=env).returncode]
+    import threading
+    from typing import IO
+
+    lock = threading.Lock()
+
+    def relay(stream: IO[bytes], tag: str) -> None:
+        for line in iter(stream.readline, b""):
+            with lock:
+                sys.stdout.buffer.write(tag.encode() + line)
+                sys.stdout.buffer.flush()
+
+    procs, threads = [], []
+    for argv, who in commands:
+        proc = subprocess.Popen(argv, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        procs.append(proc)
+        assert proc.stdout is not None
+        t = threading.Thread(target=relay, args=(proc.stdout, f"[{who}] "), daemon=True)
+        t.start()
+        threads.append(t)
+    rcs = [proc.wait() for proc in procs]
+    for t in threads:
+        t.join()
+    return rcs
 
 
 def main(argv: list[str]) -> int:
