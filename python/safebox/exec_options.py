@@ -30,6 +30,10 @@ class Opt(Frozen):
     #: session runs; "request", a field of ``run.main.ExecRequest`` itself (the
     #: runtime decisions: --ask, --control-fd). Empty: the cli's alone (--chdir).
     into: tuple[str, ...] = ("options",)
+    #: For a "flags" row: the policy key its value adds to (or sets), as
+    #: files spell it. policy/keys.py derives ``POLICY_FLAGS`` from these
+    #: rows: the flags' layer and the errors naming a flag come from here.
+    key: tuple[str, ...] = ()
 
 
 EXEC_OPTIONS: tuple[Opt, ...] = (
@@ -40,43 +44,46 @@ EXEC_OPTIONS: tuple[Opt, ...] = (
     Opt(long="--chdir", dest="chdir", into=(), short="-C",
         help="Run in DIR instead of the current directory: DIR is the work dir, and so a write root "
              "(safebox mcp wrap gives each server one of its own).", value="DIR"),
-    Opt(long="--allow-write", dest="allow_write", into=("flags",), help="Also allow writing beneath PATH (repeatable).",
+    Opt(long="--allow-write", dest="allow_write", into=("flags",), key=("filesystem", "allowWrite"),
+        help="Also allow writing beneath PATH (repeatable).",
         value="PATH", multiple=True),
-    Opt(long="--deny-read", dest="deny_read", into=("flags",),
+    Opt(long="--deny-read", dest="deny_read", into=("flags",), key=("filesystem", "denyRead"),
         help="Also make PATH unreadable (repeatable; a glob pattern such as '**/.env' denies every match).",
         value="PATH", multiple=True),
-    Opt(long="--allow-read", dest="allow_read", into=("flags",),
+    Opt(long="--allow-read", dest="allow_read", into=("flags",), key=("filesystem", "allowRead"),
         help="Make PATH readable again inside a denyRead region (repeatable; patterns too).",
         value="PATH", multiple=True),
-    Opt(long="--deny-write", dest="deny_write", into=("flags",),
+    Opt(long="--deny-write", dest="deny_write", into=("flags",), key=("filesystem", "denyWrite"),
         help="Keep PATH read-only even beneath a write root (repeatable; patterns too).",
         value="PATH", multiple=True),
-    Opt(long="--allow-domain", dest="allow_domains", into=("flags",),
+    Opt(long="--allow-domain", dest="allow_domains", into=("flags",), key=("network", "allowedDomains"),
         help="Allow DOMAIN through the proxy; *.example.com = subdomains (repeatable).",
         value="DOMAIN", multiple=True),
-    Opt(long="--deny-domain", dest="deny_domains", into=("flags",), help="Refuse DOMAIN even if allowed (repeatable).",
+    Opt(long="--deny-domain", dest="deny_domains", into=("flags",), key=("network", "deniedDomains"),
+        help="Refuse DOMAIN even if allowed (repeatable).",
         value="DOMAIN", multiple=True),
-    Opt(long="--preset", dest="presets", into=("flags",),
+    Opt(long="--preset", dest="presets", into=("flags",), key=("presets",),
         help="A toolchain's registry domains and sandbox-private caches: npm, pip, cargo, go, maven, github "
              "(repeatable; docs/toolchains.md).", value="NAME", multiple=True),
     Opt(long="--publish", dest="publish",
         help="Make 127.0.0.1:PORT on the host reach 127.0.0.1:PORT inside (needs network.allowLocalBinding; "
              "repeatable).", value="PORT", multiple=True),
-    Opt(long="--limit-processes", dest="limit_processes", into=("flags",),
+    Opt(long="--limit-processes", dest="limit_processes", into=("flags",), key=("limits", "processes"),
         help="At most N processes and threads in the sandbox, or 'unlimited' (limits.processes; default 4096).",
         value="N"),
-    Opt(long="--limit-memory", dest="limit_memory", into=("flags",),
+    Opt(long="--limit-memory", dest="limit_memory", into=("flags",), key=("limits", "memory"),
         help="Memory of the sandbox, e.g. 2GiB, or 'unlimited' (limits.memory; default unlimited).", value="SIZE"),
-    Opt(long="--limit-tmp", dest="limit_tmp_size", into=("flags",),
+    Opt(long="--limit-tmp", dest="limit_tmp_size", into=("flags",), key=("limits", "tmpSize"),
         help="Size of the private /tmp and of /dev/shm, each, e.g. 1GiB (limits.tmpSize; default RAM/4, at most 4GiB).",
         value="SIZE"),
-    Opt(long="--timeout", dest="timeout", into=("flags",),
+    Opt(long="--timeout", dest="timeout", into=("flags",), key=("limits", "wallTime"),
         help="Stop the whole sandbox after DURATION (90s, 30m, 1h30m; limits.wallTime) and exit 124.",
         value="DURATION"),
-    Opt(long="--allow-gpu", dest="allow_gpu", into=("flags",),
+    Opt(long="--allow-gpu", dest="allow_gpu", into=("flags",), key=("devices", "gpu"),
         help="Bind the GPU device nodes (NVIDIA's, DRI render nodes) and allow exactly them; --allow-gpu=0,2 "
              "selects GPUs (devices.gpu; docs/gpu.md).", value="LIST", optional="all"),
-    Opt(long="--strict", dest="strict", into=("flags", "options"), help="Refuse to run unless every layer is fully enforced."),
+    Opt(long="--strict", dest="strict", into=("flags", "options"), key=("strict",),
+        help="Refuse to run unless every layer is fully enforced."),
     Opt(long="--without", dest="without", help="Run one layer alone: 'bwrap' (helper only) or 'helper' (bubblewrap only).",
         value="LAYER", choices=("bwrap", "helper")),
     Opt(long="--dry-run", dest="dry_run", help="Print the bwrap argv and the helper policy; run nothing."),

@@ -1,7 +1,8 @@
-"""One table, keys.POLICY_FLAGS, names each command-line flag that feeds the
-policy once (issue 24 item 3): the flag, the ``Flags`` field that is its
-``exec`` option's dest, the policy key. The flags' layer and the flag named
-in an error message are derived from it, so a flag added there is complete."""
+"""keys.POLICY_FLAGS, read off exec_options.EXEC_OPTIONS' "flags" rows,
+names each command-line flag that feeds the policy once (issue 24 item 3):
+the flag, the ``Flags`` field that is its ``exec`` option's dest, the policy
+key. The flags' layer and the flag named in an error message are derived
+from it, so a flag added to EXEC_OPTIONS with its key is complete."""
 
 from __future__ import annotations
 
@@ -35,3 +36,13 @@ def test_each_flag_given_alone_writes_its_key_and_nothing_else() -> None:
 
 def test_flags_not_given_add_nothing() -> None:
     assert flags_layer(Flags()).data == {}
+
+
+def test_only_the_rows_that_feed_the_policy_name_a_key_and_each_key_is_one_the_model_reads() -> None:
+    from safebox.policy.keys import LIST_KEYS, SCALAR_KEYS
+
+    for o in EXEC_OPTIONS:
+        assert bool(o.key) == ("flags" in o.into), o.long
+    known = set(LIST_KEYS) | set(SCALAR_KEYS) | {("limits", "processes"), ("limits", "memory"),
+                                                 ("limits", "tmpSize"), ("limits", "wallTime")}
+    assert {key for _, _, key in POLICY_FLAGS} <= known

@@ -3,6 +3,8 @@ fill: what policy/merge.py reads and policy/document.py writes back."""
 
 from __future__ import annotations
 
+from safebox.exec_options import EXEC_OPTIONS
+
 # Policy keys (as files spell them) → EffectivePolicy fields; lists also say
 # whether their entries are paths (expanded against the working directory).
 LIST_KEYS: dict[tuple[str, ...], tuple[str, bool]] = {
@@ -38,21 +40,9 @@ GLOB_CHARS = frozenset("*?[]")
 
 #: Each command-line flag that feeds the policy, once: (the flag, its
 #: ``Flags`` field, which is the ``exec`` option's dest, the policy key it
-#: adds to). The flags' layer is built from it (sources.flags_layer), and an
+#: adds to), read off exec_options.EXEC_OPTIONS' "flags" rows, in their
+#: order. The flags' layer is built from it (sources.flags_layer), and an
 #: error in a flag's value names the flag as the user typed it
-#: (validate.FLAG_FOR_KEY). In the order the flags' layer is written.
-POLICY_FLAGS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
-    ("--allow-write", "allow_write", ("filesystem", "allowWrite")),
-    ("--deny-read", "deny_read", ("filesystem", "denyRead")),
-    ("--allow-read", "allow_read", ("filesystem", "allowRead")),
-    ("--deny-write", "deny_write", ("filesystem", "denyWrite")),
-    ("--allow-domain", "allow_domains", ("network", "allowedDomains")),
-    ("--deny-domain", "deny_domains", ("network", "deniedDomains")),
-    ("--strict", "strict", ("strict",)),
-    ("--preset", "presets", ("presets",)),
-    ("--allow-gpu", "allow_gpu", ("devices", "gpu")),
-    ("--limit-processes", "limit_processes", ("limits", "processes")),
-    ("--limit-memory", "limit_memory", ("limits", "memory")),
-    ("--limit-tmp", "limit_tmp_size", ("limits", "tmpSize")),
-    ("--timeout", "timeout", ("limits", "wallTime")),
-)
+#: (validate.FLAG_FOR_KEY).
+POLICY_FLAGS: tuple[tuple[str, str, tuple[str, ...]], ...] = tuple(
+    (o.long, o.dest, o.key) for o in EXEC_OPTIONS if "flags" in o.into)
