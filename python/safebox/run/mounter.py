@@ -36,7 +36,7 @@ if TYPE_CHECKING:
     from safebox.builder.resolved import ResolvedPolicy
 
 _LETTER = {BulkOp.WRITE: b"W", BulkOp.PIN: b"P", BulkOp.READ_ONLY: b"R", BulkOp.MASK_DIR: b"D",
-           BulkOp.MASK_FILE: b"F"}
+           BulkOp.MASK_FILE: b"F", BulkOp.MASK_SOCKET: b"U"}
 
 
 def supported() -> bool:
