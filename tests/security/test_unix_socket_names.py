@@ -24,12 +24,6 @@ import pytest
 
 from sbx import BOTH, FakeHome, host, token
 
-# serial: allowUnixSockets binds /dev/null over every listening host socket but
-# the listed ones; another test's run starting or ending meanwhile (its proxy
-# socket) changes that list, and a socket gone between the listing and bwrap's
-# mount fails the run (a race between concurrent runs: docs/testing.md).
-pytestmark = pytest.mark.serial
-
 PY = "/usr/bin/python3"
 CONNECT = ("import socket, sys\n"
            "s = socket.socket(socket.AF_UNIX)\n"

@@ -22,7 +22,6 @@ import json
 import os
 import signal
 import socket
-import subprocess
 import time
 from pathlib import Path
 
@@ -156,3 +155,27 @@ def test_the_masks_of_host_sockets_are_made_after_bubblewrap_not_in_its_argv(fre
     bwrap_part, _, mounter_part = r.stdout.partition("# then made by safebox inside the sandbox")
     assert str(hidden) not in bwrap_part
     assert f"mask-socket {hidden}\n" in mounter_part
+
+
+def test_a_big_policy_with_a_proxy_and_unix_sockets_starts_without_the_helper(fresh_home: FakeHome) -> None:
+    # Found with this fix: under --without helper the proxy's sockets in the
+    # run dir are host sockets like any other, and a big policy sent their
+    # masks to the mounter, which refuses anything beneath the run dir (its
+    # scratch): "mount plan: record 1: at or beneath the scratch dir", 125.
+    # The run dir is bound after the masks, so they never hid anything.
+    hidden = fresh_home.root / "hidden.sock"
+    denied = fresh_home.root / "denied"
+    denied.mkdir()
+    for i in range(80):  # over BULK_MIN (builder/bulk.py): the mounter makes these
+        (denied / f"f{i}").write_text("secret\n")
+    policy = fresh_home.root / "policy.json"
+    policy.write_text(json.dumps({"network": {"allowUnixSockets": [str(fresh_home.root / "none.sock")]},
+                                  "filesystem": {"denyRead": [str(denied / f"f{i}") for i in range(80)]}}))
+    srv = listen(hidden)
+    try:
+        r = fresh_home.run([PY, "-c", CONNECT, str(hidden)], mode=BWRAP_ONLY,
+                           opts=("-p", str(policy), "--allow-domain", "example.com"))
+    finally:
+        srv.close()
+    assert r.returncode == 0, r.stderr
+    assert connects(r.stdout) == {str(hidden): "111"}

@@ -172,13 +172,15 @@ def split_sockets(rp: ResolvedPolicy) -> tuple[ResolvedPolicy, tuple[tuple[BulkO
     unix-connect right up to ABI 7): docs/policy-reference.md, "Unix
     sockets".
 
-    Left to bubblewrap: a socket it would not mask (under the private
-    ``/tmp`` with no host bind over it: absent inside, ``needs_mask``), and
-    one at or beneath what bubblewrap binds after the masks (this run's own
-    run dir, whose proxy sockets it binds back, the ``--publish`` dir,
-    ``--review``'s stage, the helper, an allowed socket): there the later
-    bind decides, as it always did, and the mounter, which comes after it,
-    would change that."""
+    No mask at all, in either: a socket bubblewrap would not mask (under
+    the private ``/tmp`` with no host bind over it: absent inside,
+    ``needs_mask``), and one at or beneath what bubblewrap binds after the
+    masks (this run's own run dir, whose proxy sockets the ``--without
+    helper`` bridges connect to, the ``--publish`` dir, ``--review``'s
+    stage, the helper, an allowed socket): that later bind covered its
+    mask, and the mounter, which comes after it, would uncover it (and
+    refuses anything beneath the run dir, its scratch: a big policy with a
+    proxy failed so, exit 125)."""
     from safebox.builder.bwrap import needs_mask
 
     if rp.layers is Layers.HELPER_ONLY or not rp.run_dir or not rp.socket_masks:
@@ -186,9 +188,7 @@ def split_sockets(rp: ResolvedPolicy) -> tuple[ResolvedPolicy, tuple[tuple[BulkO
     late = tuple(p for p in (rp.run_dir, rp.publish_dir, rp.review_stage, rp.helper_path, *rp.socket_binds) if p)
     late_prefixes = tuple(p.rstrip("/") + "/" for p in late)
     moved = [f for f in rp.socket_masks if needs_mask(rp, f) and f not in late and not f.startswith(late_prefixes)]
-    if not moved:
-        return rp, ()
-    gone = set(moved)
+    gone = set(rp.socket_masks)
     return (rp.replace(mask_files=tuple(f for f in rp.mask_files if f not in gone)),
             tuple((BulkOp.MASK_SOCKET, f) for f in moved))
 

@@ -1,7 +1,10 @@
-"""The mounts of a big policy, made inside the sandbox before the command starts.
+"""The mounts of a big policy, and the masks of the host's unix sockets,
+made inside the sandbox before the command starts.
 
 ``builder/bulk.py`` decides which mounts bubblewrap leaves to safebox (and
-why: bubblewrap's cost per mount grows with the mount table). Here the
+why: bubblewrap's cost per mount grows with the mount table; a host socket
+listed before the sandbox existed may be gone by its mount, and only the
+mounter can skip it: ``split_sockets``). Here the
 helper makes them: ``safebox-helper --mount`` (helper/mounter.c) enters the
 sandbox's user and mount namespaces, which bubblewrap created as the same
 user (``setns``, as ``nsenter`` does), and makes them with ``mount(2)`` and
