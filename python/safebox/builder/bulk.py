@@ -165,6 +165,11 @@ def split_sockets(rp: ResolvedPolicy) -> tuple[ResolvedPolicy, tuple[tuple[BulkO
     to a path that is not there, and a socket made there again before the
     mount is masked all the same (the mask covers the path). What is
     hidden is every listed socket still there when the sandbox is built.
+    Nor does a skipped path give the command a host daemon's name to bind
+    a listener of its own at: outside its write roots the tree is
+    read-only, inside them it may bind any name anyway, and a socket
+    removed after the start leaves its path as free (the host's unlink
+    takes the mask with it).
 
     Not covered, as before: a host socket bound after the listing, even
     one bound at a path whose mask was skipped, has no mask and is
