@@ -107,6 +107,40 @@ def test_a_host_socket_removed_between_the_listing_and_the_mounts_does_not_fail_
 
 
 @pytest.mark.parametrize("mode", [BOTH, BWRAP_ONLY])
+def test_a_host_socket_removed_from_a_write_root_before_the_mounts_leaves_nothing_in_its_place(
+        fresh_home: FakeHome, mode: str) -> None:
+    # Found by a stress run of concurrent starts: beneath a write root the
+    # mount point could be made, and bubblewrap made it on the host, an
+    # empty read-only regular file (and its directory) where the daemon's
+    # socket had been, left behind after the run (a restarted daemon then
+    # found a file at its socket's path; its own clean-up, rmdir, failed).
+    daemon_dir = fresh_home.work / f"daemon-{token()}"
+    daemon_dir.mkdir()
+    daemon = daemon_dir / "daemon.sock"
+    srv = listen(daemon)
+    policy = fresh_home.root / "policy.json"
+    policy.write_text(json.dumps({"network": {"allowUnixSockets": [str(fresh_home.root / "none.sock")]}}))
+    p = fresh_home.popen([PY, "-c", CONNECT, str(daemon)], mode=mode, opts=("-p", str(policy)),
+                         env={"SAFEBOX_TEST_PAUSE": "mounts"})
+    try:
+        status = wait_stopped(p.pid)
+        assert os.WIFSTOPPED(status), f"safebox ended before the mounts: {os.waitstatus_to_exitcode(status)}"
+        srv.close()
+        daemon.unlink()
+        daemon_dir.rmdir()
+        os.kill(p.pid, signal.SIGCONT)
+        out, err = p.communicate(timeout=60)
+    finally:
+        if p.returncode is None:
+            p.kill()
+            p.communicate()
+        srv.close()
+    assert p.returncode == 0, err
+    assert connects(out) == {str(daemon): "2"}  # ENOENT, as on the host
+    assert not os.path.lexists(daemon_dir)
+
+
+@pytest.mark.parametrize("mode", [BOTH, BWRAP_ONLY])
 def test_a_host_socket_made_again_at_a_listed_path_before_the_mounts_is_hidden(fresh_home: FakeHome,
                                                                                mode: str) -> None:
     # A restarted daemon: the socket listed at the start is replaced by a new
