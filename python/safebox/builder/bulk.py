@@ -8,7 +8,9 @@ mounts, bubblewrap keeps the fixed skeleton (``/``, ``/dev``, ``/proc``, the
 private ``/tmp``, whatever must come from the host's view or after the masks)
 and ``safebox.run.mounter`` makes the rest inside the sandbox's mount namespace
 before the command starts, one ``mount(2)`` or two per entry (docs/layers.md,
-"Big policies"). Small policies are left entirely to bubblewrap.
+"Big policies"). Small policies are left entirely to bubblewrap, but for the
+masks of the host's unix sockets, which the mounter makes in every policy
+(``split_sockets``: one may be gone since it was listed).
 
 The mounter runs after every bubblewrap mount, so an entry moves only when
 that changes nothing:
