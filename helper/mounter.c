@@ -21,7 +21,10 @@
  *   4. pins, read-only binds and masks, from a copy taken after the write
  *      roots and a read-only copy of it (one bind per read-only entry: the
  *      copy carries the flags); a file is masked by safebox's own empty
- *      file (the plan's E), never by /dev/null.
+ *      file (the plan's E), never by /dev/null;
+ *   5. the host unix sockets' masks (U), each a read-only copy of the empty
+ *      file moved onto the socket's path; a path that no longer exists is
+ *      skipped (sockets()).
  *
  * Each copy is detached by its descriptor, never by its path (detach()).
  *
@@ -63,6 +66,7 @@
 #endif
 #define SB_OPEN_TREE_CLONE 1
 #define SB_MOVE_MOUNT_F_EMPTY_PATH 0x00000004
+#define SB_MOVE_MOUNT_T_SYMLINKS 0x00000010
 #define SB_MOUNT_ATTR_RDONLY 0x00000001
 #define SB_MOUNT_ATTR_NOSUID 0x00000002
 #define SB_MOUNT_ATTR_NODEV 0x00000004
@@ -78,6 +82,7 @@ struct mounter {
 	char cwd[2 * MP_PATH_MAX]; /* where the last chdir went; "" unknown, "\1" the first mask */
 	const char *first_dir, *first_file;
 	int empty_tree; /* a detached copy of the plan's E (what masks a file), or -1 */
+	int empty_path; /* the plan's E, O_PATH, for the U masks' copies, or -1 */
 };
 
 /* DST = A + the first N bytes of B (all of B: N < 0).  Dies if it does not
@@ -346,9 +351,47 @@ static void others(const struct mount_plan *p, struct mounter *m)
 		close(ro); /* a child of TREE: detached with it */
 	}
 	for (size_t i = 0; i < p->n; i++)
-		if (p->ops[i].op != 'W')
+		if (p->ops[i].op != 'W' && p->ops[i].op != 'U')
 			make(m, p->ops[i].op, p->ops[i].path, ro_base);
 	detach(tree, m->scratch);
+}
+
+/* Step 5: the host unix sockets' masks, after every other mount (what
+ * bubblewrap binds after its masks never holds one: builder/bulk.py).
+ * safebox listed the sockets (/proc/net/unix) before bubblewrap built the
+ * sandbox, and one may be gone since, with its directory (another run of
+ * the user ended): bubblewrap then failed the start creating the mount
+ * point on the read-only root.  Here ENOENT or ENOTDIR from the target,
+ * which is all move_mount can say of it (the source is a descriptor), means
+ * the path leads nowhere in the sandbox: connect() there fails the same
+ * way, so there is nothing to hide, and the mask is skipped.  A socket
+ * bound at the path again before this call is masked like the first (the
+ * mask covers the path).  Each mask is its own copy of the empty file, made
+ * read-only before it is attached: no step of it names a path another
+ * process could remove meanwhile, as binding from the first mask would
+ * (removed on the host, the first mask is detached here too).  Dies on
+ * anything else. */
+static void sockets(const struct mount_plan *p, int empty)
+{
+	for (size_t i = 0; i < p->n; i++) {
+		const char *path = p->ops[i].path;
+		int copy;
+
+		if (p->ops[i].op != 'U')
+			continue;
+		copy = (int)syscall(__NR_open_tree, empty, "", SB_OPEN_TREE_CLONE | O_CLOEXEC | AT_EMPTY_PATH);
+		if (copy < 0)
+			die_errno("cannot copy the empty file to mask %s", path);
+		if (set_attr(copy, "", AT_EMPTY_PATH, SB_MOUNT_ATTR_RDONLY | SB_MOUNT_ATTR_NOSUID | SB_MOUNT_ATTR_NODEV,
+			     0) < 0)
+			die_errno("cannot make the mask of %s read-only", path);
+		/* T_SYMLINKS: the target followed as bubblewrap's mount(2) did. */
+		if (syscall(__NR_move_mount, copy, "", AT_FDCWD, path,
+			    SB_MOVE_MOUNT_F_EMPTY_PATH | SB_MOVE_MOUNT_T_SYMLINKS) < 0 &&
+		    errno != ENOENT && errno != ENOTDIR)
+			die_errno("cannot mask %s", path);
+		close(copy); /* attached: stays; not attached: gone with it */
+	}
 }
 
 int mounter_main(int argc, char **argv)
@@ -357,7 +400,7 @@ int mounter_main(int argc, char **argv)
 	struct mount_plan p;
 	struct mounter m = { 0 };
 	char err[256], *buf;
-	size_t len, writes = 0;
+	size_t len, writes = 0, sockets_n = 0;
 
 	for (int i = 2; i < argc; i++) {
 		if (strcmp(argv[i], "--namespace-fd") == 0 && i + 1 < argc && ns < 0)
@@ -382,19 +425,30 @@ int mounter_main(int argc, char **argv)
 	mounter_enter(ns); /* 2 */
 	m.scratch = p.scratch;
 	m.empty_tree = -1;
-	if (p.empty != NULL) {
+	m.empty_path = -1;
+	for (size_t i = 0; i < p.n; i++) {
+		writes += p.ops[i].op == 'W';
+		sockets_n += p.ops[i].op == 'U';
+	}
+	if (sockets_n) {
+		/* As the empty tree below, while the run dir is in view. */
+		m.empty_path = open(p.empty, O_PATH | O_NOFOLLOW | O_CLOEXEC);
+		if (m.empty_path < 0)
+			die_errno("cannot open the empty file %s", p.empty);
+	}
+	if (p.empty != NULL && p.n > writes + sockets_n) {
 		/* Now, while the run dir is in view: the copies of the tree
 		 * are attached over it later. */
 		m.empty_tree = (int)syscall(__NR_open_tree, AT_FDCWD, p.empty, SB_OPEN_TREE_CLONE | O_CLOEXEC);
 		if (m.empty_tree < 0)
 			die_errno("cannot copy the empty file %s", p.empty);
 	}
-	for (size_t i = 0; i < p.n; i++)
-		writes += p.ops[i].op == 'W';
 	if (writes) /* 3 */
 		write_roots(&p, p.scratch);
-	if (writes < p.n) /* 4 */
+	if (writes + sockets_n < p.n) /* 4 */
 		others(&p, &m);
+	if (sockets_n) /* 5 */
+		sockets(&p, m.empty_path);
 	mount_plan_free(&p);
 	free(buf);
 	return 0;

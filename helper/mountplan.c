@@ -83,7 +83,7 @@ int mount_plan_parse(const char *buf, size_t len, struct mount_plan *p, char *er
 		np = field(buf, len, &at, &path);
 		if (np < 0)
 			return mount_plan_free(p), fail(err, errlen, "record %zu: no NUL after the path", p->n + 1);
-		if (nl != 1 || strchr("SEWPRDF", letter[0]) == NULL)
+		if (nl != 1 || strchr("SEWPRDFU", letter[0]) == NULL)
 			return mount_plan_free(p), fail(err, errlen, "record %zu: unknown operation", p->n + 1);
 		if (np >= MP_PATH_MAX || !normalised(path, (size_t)np))
 			return mount_plan_free(p),
@@ -102,7 +102,7 @@ int mount_plan_parse(const char *buf, size_t len, struct mount_plan *p, char *er
 			p->empty = path;
 			continue;
 		}
-		if (letter[0] == 'F' && p->empty == NULL)
+		if ((letter[0] == 'F' || letter[0] == 'U') && p->empty == NULL)
 			return mount_plan_free(p),
 			       fail(err, errlen, "record %zu: a file mask without the empty file (E)", p->n + 1);
 		if (under(path, (size_t)np, p->scratch))

@@ -12,10 +12,13 @@
  *   R /path\0      a recursive read-only bind         (bwrap --ro-bind R R)
  *   D /path\0      masked by an empty read-only tmpfs (bwrap --tmpfs D)
  *   F /path\0      masked by the empty file, read-only (bwrap --ro-bind EMPTY F)
+ *   U /path\0      a host unix socket masked as F, skipped when the path no
+ *                  longer exists (listed before the sandbox was built; needs E)
  *
  * i.e. "S\0/scratch\0R\0/a\0...".  Raw paths, not hex: NUL is the one byte
  * a path cannot hold.  The order is the plan's: W first, then P, then the
- * rest, ancestors before what lies beneath them (bulk.py keeps it).  No
+ * rest, ancestors before what lies beneath them, and U last (bulk.py keeps
+ * it; the mounter makes every U after the rest whatever the order).  No
  * operation lies at or beneath the scratch dir: the mounter attaches its
  * copies there, and must find them there to detach them.
  */
@@ -30,7 +33,7 @@
 #define MP_OPS_MAX 100000
 
 struct mp_op {
-	char op;          /* 'W', 'P', 'R', 'D' or 'F' */
+	char op;          /* 'W', 'P', 'R', 'D', 'F' or 'U' */
 	const char *path; /* inside the parsed buffer */
 };
 
@@ -44,7 +47,7 @@ struct mount_plan {
 /* Parse BUF (LEN bytes, which the plan's paths then point into: it must
  * outlive P).  Returns 0, or -1 with a message in ERR (at most ERRLEN bytes)
  * on anything but a well-formed plan: a missing or repeated S, an E that
- * is repeated or not second, an F without E, an operation at or beneath
+ * is repeated or not second, an F or U without E, an operation at or beneath
  * the scratch dir, an unknown
  * letter, an empty, relative, over-long or unterminated path, a path with
  * a "." or ".." component or a doubled or trailing slash, or too many

@@ -2,7 +2,7 @@
  * comes from safebox itself, not from the sandbox, but its paths are
  * joined and walked by the mounter: beyond "no crash", every parsed path
  * must be absolute, normalised, inside the input and shorter than
- * MP_PATH_MAX, and every operation one of the five letters. */
+ * MP_PATH_MAX, and every operation one of the six letters. */
 #include "mountplan.h"
 
 #include <stdint.h>
@@ -39,16 +39,16 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	}
 	check_path(p.scratch, data, size);
 	for (i = 0; i < p.n; i++) {
-		if (strchr("WPRDF", p.ops[i].op) == NULL || p.ops[i].op == '\0')
+		if (strchr("WPRDFU", p.ops[i].op) == NULL || p.ops[i].op == '\0')
 			abort();
 		check_path(p.ops[i].path, data, size);
-		/* Nothing at or beneath the scratch dir, and no file mask
-		 * without safebox's empty file. */
+		/* Nothing at or beneath the scratch dir, and no file or socket
+		 * mask without safebox's empty file. */
 		if (strcmp(p.scratch, "/") == 0 || (strncmp(p.ops[i].path, p.scratch, strlen(p.scratch)) == 0 &&
 						    (p.ops[i].path[strlen(p.scratch)] == '\0' ||
 						     p.ops[i].path[strlen(p.scratch)] == '/')))
 			abort();
-		if (p.ops[i].op == 'F' && p.empty == NULL)
+		if ((p.ops[i].op == 'F' || p.ops[i].op == 'U') && p.empty == NULL)
 			abort();
 	}
 	if (p.empty != NULL)

@@ -18,13 +18,7 @@ import pytest
 
 from sbx import BOTH, BWRAP_ONLY, GPU_NO_NODES, HELPER_ONLY, FakeHome, gpu_standins, host
 
-# serial: under bubblewrap, --allow-gpu binds /dev/null over every listening
-# host unix socket (as allowUnixSockets does), so another test's socket gone
-# between the listing and bwrap's mount fails the start with "bwrap: Can't
-# mkdir parents for ...: Read-only file system" (ci5 of turn 6: this file's
-# own late daemon, removed by its other case on the other worker). The race
-# is safebox's, between concurrent runs of one user (docs/testing.md).
-pytestmark = [pytest.mark.needs_bwrap, pytest.mark.serial]
+pytestmark = pytest.mark.needs_bwrap
 
 GRANTED = ("nvidia0", "nvidia1", "nvidiactl", "nvidia-uvm", "nvidia-uvm-tools", "nvidia-caps/nvidia-cap1",
            "dri/renderD128")

@@ -11,12 +11,6 @@ from pathlib import Path
 
 import pytest
 
-# serial: allowUnixSockets binds /dev/null over every listening host socket but
-# the listed ones; another test's run starting or ending meanwhile (its proxy
-# socket) changes that list, and a socket gone between the listing and bwrap's
-# mount fails the run (a race between concurrent runs: docs/testing.md).
-pytestmark = pytest.mark.serial
-
 ROOT = Path(__file__).resolve().parents[2]
 SAFEBOX = str(ROOT / ".venv" / "bin" / "safebox")
 CONNECT = """

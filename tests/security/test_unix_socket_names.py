@@ -24,10 +24,14 @@ import pytest
 
 from sbx import BOTH, FakeHome, host, token
 
-# serial: allowUnixSockets binds /dev/null over every listening host socket but
-# the listed ones; another test's run starting or ending meanwhile (its proxy
-# socket) changes that list, and a socket gone between the listing and bwrap's
-# mount fails the run (a race between concurrent runs: docs/testing.md).
+# serial: these tests make host sockets with a second name (a hard link), a
+# new name (renamed) or a relative one, and what safebox says and refuses
+# covers every host socket of the network namespace, not only the test's:
+# while one of them exists, every --strict run with allowUnixSockets refuses
+# (125) and every other run warns or notes it, so this file's other cases,
+# or any test that reads safebox's stderr, would see them on another worker.
+# (Not the race between the socket listing and bwrap's mounts, which these
+# tests were serial for until safebox's mounter skipped a socket gone.)
 pytestmark = pytest.mark.serial
 
 PY = "/usr/bin/python3"

@@ -281,7 +281,6 @@ def test_a_refused_unix_socket_is_an_event_but_not_in_the_summary(shared_home: F
     assert "safebox: denied unix-socket socket(AF_UNIX) by python3" in r.stderr
 
 
-@pytest.mark.serial  # allowUnixSockets: see test_unix_socket_names.py
 def test_a_connect_to_a_host_socket_the_policy_hides_is_a_unix_socket_event(fresh_home: FakeHome) -> None:
     # allowUnixSockets lists one socket: every other listening host socket
     # is hidden (a /dev/null bound over it), and connecting to it is refused.

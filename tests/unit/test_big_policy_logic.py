@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from safebox.builder.bulk import BULK_MIN, BulkOp, split
+from safebox.builder.bulk import BULK_MIN, BulkOp, BulkPlan, split, split_sockets
 from safebox.builder.paths import Nearest, by_depth, collapse
 from safebox.builder.regions import Regions
 from safebox.builder.resolve import HostFacts, pin_ancestors, resolve
@@ -274,6 +274,42 @@ def test_the_mounter_masks_a_file_with_the_empty_file_of_the_policy() -> None:
     _, plan = split(rp)
     assert plan.empty == "/home/u/.cache/safebox/run/1/empty" and (BulkOp.MASK_FILE, "/etc/shadow") in plan.ops
     assert encode(plan).startswith(b"S\0/home/u/.cache/safebox/run/1\0E\0/home/u/.cache/safebox/run/1/empty\0")
+
+
+RUN = "/home/u/.cache/safebox/run/1"
+SOCKETS = ("/run/docker.sock", "/var/tmp/other-run/daemon.sock", f"{RUN}/http-proxy.sock", "/tmp/x.sock",
+           "/home/u/proj/tmp/agent.sock")
+
+
+def test_the_host_sockets_masks_go_to_the_mounter_however_small_the_policy() -> None:
+    # Listed before the sandbox exists: one gone by its mount must not fail
+    # the start (the mounter skips it), so none is bubblewrap's, even in a
+    # policy too small for the mounter's other mounts.
+    rp = _big(mask_files=("/etc/shadow", *SOCKETS), socket_masks=SOCKETS, empty_file=f"{RUN}/empty",
+              private_tmp=("/tmp",))
+    left, ops = split_sockets(rp)
+    assert ops == ((BulkOp.MASK_SOCKET, "/run/docker.sock"), (BulkOp.MASK_SOCKET, "/var/tmp/other-run/daemon.sock"),
+                   (BulkOp.MASK_SOCKET, "/home/u/proj/tmp/agent.sock"))
+    # This run's own proxy sockets lie beneath its run dir, which bubblewrap
+    # binds after the masks (it covered their masks: the --without helper
+    # bridges connect there); under the private /tmp a host socket is absent.
+    # Neither gets a mask from either; every other mask stays bubblewrap's.
+    assert left.mask_files == ("/etc/shadow",)
+    assert left.replace(mask_files=rp.mask_files) == rp
+
+
+def test_without_host_sockets_to_hide_or_without_bubblewrap_no_socket_mask_moves() -> None:
+    rp = _big(mask_files=("/etc/shadow",))
+    assert split_sockets(rp) == (rp, ())
+    rp = _big(layers=Layers.HELPER_ONLY, mask_files=SOCKETS, socket_masks=SOCKETS)
+    assert split_sockets(rp) == (rp, ())
+
+
+def test_the_mounters_plan_marks_a_socket_mask_apart_from_a_file_mask() -> None:
+    rp = _big(mask_files=SOCKETS[:1], socket_masks=SOCKETS[:1], empty_file=f"{RUN}/empty")
+    _, ops = split_sockets(rp)
+    assert encode(BulkPlan(ops=ops, scratch=RUN, empty=rp.empty_file)) == (
+        f"S\0{RUN}\0E\0{RUN}/empty\0U\0/run/docker.sock\0".encode())
 
 
 def test_without_bubblewrap_nothing_moves() -> None:

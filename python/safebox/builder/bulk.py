@@ -8,7 +8,9 @@ mounts, bubblewrap keeps the fixed skeleton (``/``, ``/dev``, ``/proc``, the
 private ``/tmp``, whatever must come from the host's view or after the masks)
 and ``safebox.run.mounter`` makes the rest inside the sandbox's mount namespace
 before the command starts, one ``mount(2)`` or two per entry (docs/layers.md,
-"Big policies"). Small policies are left entirely to bubblewrap.
+"Big policies"). Small policies are left entirely to bubblewrap, but for the
+masks of the host's unix sockets, which the mounter makes in every policy
+(``split_sockets``: one may be gone since it was listed).
 
 The mounter runs after every bubblewrap mount, so an entry moves only when
 that changes nothing:
@@ -61,6 +63,8 @@ class BulkOp(StrEnum):
     READ_ONLY = "read-only"  # recursively read-only (--ro-bind R R)
     MASK_DIR = "mask-dir"  # an empty read-only tmpfs (--tmpfs D, --remount-ro D)
     MASK_FILE = "mask-file"  # /dev/null, read-only (--ro-bind /dev/null F)
+    # A host unix socket, as MASK_FILE, skipped when its path is gone (see split_sockets).
+    MASK_SOCKET = "mask-socket"
 
 
 class BulkPlan(Frozen):
@@ -147,6 +151,53 @@ def split(rp: ResolvedPolicy, *, host_mounts: frozenset[str] | set[str] = frozen
     # 5. The mounter's mounts, in bubblewrap's order, and what bubblewrap keeps.
     plan = BulkPlan(ops=_ops(moved_roots, moved), scratch=rp.run_dir, empty=rp.empty_file)
     return _left_to_bwrap(rp, outer, moved_roots, moved), plan
+
+
+def split_sockets(rp: ResolvedPolicy) -> tuple[ResolvedPolicy, tuple[tuple[BulkOp, str], ...]]:
+    """(``rp`` without the host sockets' masks the mounter makes, those masks).
+
+    Why the mounter: the sockets are listed (``/proc/net/unix``) before the
+    sandbox exists, and one may be gone by its mount (another run of the
+    same user ended, and its daemon's socket and temp dir with it).
+    bubblewrap creates a missing mount point, which the read-only ``/``
+    refuses: "Can't mkdir parents for ...", and the run failed (exit 125)
+    because an unrelated process ended. The mounter (helper/mounter.c,
+    ``U``) makes each of these masks after every mount of bubblewrap's and
+    skips a path that no longer exists in the sandbox: nothing can connect()
+    to a path that is not there, and a socket made there again before the
+    mount is masked all the same (the mask covers the path). What is
+    hidden is every listed socket still there when the sandbox is built.
+    Nor does a skipped path give the command a host daemon's name to bind
+    a listener of its own at: outside its write roots the tree is
+    read-only, inside them it may bind any name anyway, and a socket
+    removed after the start leaves its path as free (the host's unlink
+    takes the mask with it).
+
+    Not covered, as before: a host socket bound after the listing, even
+    one bound at a path whose mask was skipped, has no mask and is
+    reachable (seccomp cannot see a connect() path; Landlock has no
+    unix-connect right up to ABI 7): docs/policy-reference.md, "Unix
+    sockets".
+
+    No mask at all, in either: a socket bubblewrap would not mask (under
+    the private ``/tmp`` with no host bind over it: absent inside,
+    ``needs_mask``), and one at or beneath what bubblewrap binds after the
+    masks (this run's own run dir, whose proxy sockets the ``--without
+    helper`` bridges connect to, the ``--publish`` dir, ``--review``'s
+    stage, the helper, an allowed socket): that later bind covered its
+    mask, and the mounter, which comes after it, would uncover it (and
+    refuses anything beneath the run dir, its scratch: a big policy with a
+    proxy failed so, exit 125)."""
+    from safebox.builder.bwrap import needs_mask
+
+    if rp.layers is Layers.HELPER_ONLY or not rp.run_dir or not rp.socket_masks:
+        return rp, ()
+    late = tuple(p for p in (rp.run_dir, rp.publish_dir, rp.review_stage, rp.helper_path, *rp.socket_binds) if p)
+    late_prefixes = tuple(p.rstrip("/") + "/" for p in late)
+    moved = [f for f in rp.socket_masks if needs_mask(rp, f) and f not in late and not f.startswith(late_prefixes)]
+    gone = set(rp.socket_masks)
+    return (rp.replace(mask_files=tuple(f for f in rp.mask_files if f not in gone)),
+            tuple((BulkOp.MASK_SOCKET, f) for f in moved))
 
 
 def _late_mounts(rp: ResolvedPolicy, view: _View) -> tuple[str, ...]:

@@ -51,8 +51,11 @@ path shadows an earlier one, so the order *is* the policy):
    read-only bind instead of a mask.
 9. Allowed unix sockets under the private ``/tmp`` or a mask, bound back in;
    then the run dir, read-only, so the helper finds its policy even when a
-   mask covers the run dir's parent. (Unlisted host sockets are among the
-   step-8 file masks when ``allowUnixSockets`` lists paths.)
+   mask covers the run dir's parent. (Unlisted host sockets, when
+   ``allowUnixSockets`` lists paths or ``--allow-gpu`` is on, are masked by
+   ``safebox.run.mounter`` after all of these, skipping one gone since the
+   listing: ``builder/bulk.py`` ``split_sockets``; among the step-8 file
+   masks only on a host where the mounter cannot run.)
 10. ``--remount-ro`` every deny-read tmpfs (only the tmpfs itself: the
     carve-outs bound into it keep their own flags).
 11. Namespaces and process options: ``--unshare-all`` (user, ipc, pid, net,

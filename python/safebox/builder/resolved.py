@@ -58,6 +58,11 @@ class ResolvedPolicy(Frozen):
     # ``empty_file``.
     mask_dirs: tuple[str, ...] = ()
     mask_files: tuple[str, ...] = ()
+    # The host unix sockets among ``mask_files`` (allowUnixSockets, a GPU:
+    # builder/sockets.py). Listed before the sandbox exists, so one may be
+    # gone by its mount: safebox's mounter makes these masks and skips a
+    # path that no longer exists (builder/bulk.py ``split_sockets``).
+    socket_masks: tuple[str, ...] = ()
     # safebox's own empty file (mode 0200, in the run dir: RunDir) bound
     # read-only over every masked file. Never the host's /dev/null: a host
     # where it had become a regular file (a root `--learn /dev/null` once

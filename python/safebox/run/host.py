@@ -66,17 +66,20 @@ def host_mount_points() -> frozenset[str]:
 
 def bulk_plan(rp: ResolvedPolicy, bwrap: str) -> tuple[ResolvedPolicy, BulkPlan]:
     """(what bubblewrap mounts, what safebox mounts after it): a big policy's
-    entries go to ``safebox.run.mounter`` when this host allows it (a setuid
-    bubblewrap's namespaces are root's; ``mount_setattr`` needs Linux 5.12;
-    the helper must be there to make them).
-    Otherwise, and for every small policy, bubblewrap makes them all."""
+    entries, and the masks of the host's unix sockets (builder/bulk.py
+    ``split_sockets``: one gone since the listing is skipped there, where
+    bubblewrap failed the start), go to ``safebox.run.mounter`` when this
+    host allows it (a setuid bubblewrap's namespaces are root's;
+    ``mount_setattr`` needs Linux 5.12; the helper must be there to make
+    them). Otherwise, and for every small policy without such masks,
+    bubblewrap makes them all."""
     import stat
 
-    from safebox.builder.bulk import BULK_MIN, BulkPlan, split
+    from safebox.builder.bulk import BULK_MIN, BulkPlan, split, split_sockets
 
     movable = (len(rp.write_roots) + len(rp.pinned_dirs) + len(rp.read_only) + len(rp.mask_dirs)
-               + len(rp.mask_files))
-    if movable < BULK_MIN or rp.layers is Layers.HELPER_ONLY:
+               + len(rp.mask_files) - len(rp.socket_masks))
+    if (movable < BULK_MIN and not rp.socket_masks) or rp.layers is Layers.HELPER_ONLY:
         return rp, BulkPlan()
     try:
         if os.stat(bwrap).st_mode & stat.S_ISUID:
@@ -88,10 +91,17 @@ def bulk_plan(rp: ResolvedPolicy, bwrap: str) -> tuple[ResolvedPolicy, BulkPlan]
     # The mounts are the helper's --mount (run/mounter.py), run outside the
     # sandbox as safebox itself is: with --without helper too, the binary
     # is as trusted as safebox's own Python beside it. Without one that
-    # can run, bubblewrap makes every mount (slower, enforced all the same).
+    # can run, bubblewrap makes every mount (slower, enforced all the same;
+    # a host socket gone before its mount fails the start, exit 125).
     if not mounter.supported() or not (rp.helper_path and os.access(rp.helper_path, os.X_OK)):
         return rp, BulkPlan()
-    return split(rp, host_mounts=host_mount_points() if len(rp.write_roots) > 1 else frozenset())
+    rest, sockets = split_sockets(rp)
+    mounts, plan = (split(rest, host_mounts=host_mount_points() if len(rp.write_roots) > 1 else frozenset())
+                    if movable >= BULK_MIN else (rest, BulkPlan()))
+    if sockets:
+        # After every other mount: see split_sockets.
+        plan = BulkPlan(ops=(*plan.ops, *sockets), scratch=rp.run_dir, empty=rp.empty_file)
+    return mounts, plan
 
 
 def check_write_roots(policy: EffectivePolicy, *, cwd: str, home: str) -> tuple[str, ...]:

@@ -1,7 +1,10 @@
-"""The mounts of a big policy, made inside the sandbox before the command starts.
+"""The mounts of a big policy, and the masks of the host's unix sockets,
+made inside the sandbox before the command starts.
 
 ``builder/bulk.py`` decides which mounts bubblewrap leaves to safebox (and
-why: bubblewrap's cost per mount grows with the mount table). Here the
+why: bubblewrap's cost per mount grows with the mount table; a host socket
+listed before the sandbox existed may be gone by its mount, and only the
+mounter can skip it: ``split_sockets``). Here the
 helper makes them: ``safebox-helper --mount`` (helper/mounter.c) enters the
 sandbox's user and mount namespaces, which bubblewrap created as the same
 user (``setns``, as ``nsenter`` does), and makes them with ``mount(2)`` and
@@ -36,7 +39,7 @@ if TYPE_CHECKING:
     from safebox.builder.resolved import ResolvedPolicy
 
 _LETTER = {BulkOp.WRITE: b"W", BulkOp.PIN: b"P", BulkOp.READ_ONLY: b"R", BulkOp.MASK_DIR: b"D",
-           BulkOp.MASK_FILE: b"F"}
+           BulkOp.MASK_FILE: b"F", BulkOp.MASK_SOCKET: b"U"}
 
 
 def supported() -> bool:

@@ -91,13 +91,15 @@ def _low_numbers(taken: set[int], *, sync: bool) -> tuple[int, int | None]:
 def test_pause(point: str) -> None:
     """``SAFEBOX_TEST_PAUSE=POINT``: safebox stops itself (SIGSTOP) at the
     point of start-up named ``POINT`` -- ``proxy`` (before the proxy
-    exists), ``bwrap`` (before the sandbox is spawned, ahead of resolving)
-    or ``command`` (spawned, before the command exists) -- so that the stress
-    test can land a signal exactly there and SIGCONT it
-    (tests/security/test_signal_stress.py). Harmless outside tests: it only
-    stops, as SIGSTOP from the caller could at any point, and the points lie
-    before anything is resolved or after the sandbox exists, so it widens no
-    window between a check and its use."""
+    exists), ``bwrap`` (before the sandbox is spawned, ahead of resolving),
+    ``mounts`` (resolved, just before bubblewrap is spawned) or ``command``
+    (spawned, before the command exists) -- so that the stress test can land
+    a signal exactly there and SIGCONT it (tests/security/test_signal_stress.py).
+    Harmless outside tests: it only stops, as SIGSTOP from the caller could
+    at any point. ``mounts`` lies between the listing of the host's unix
+    sockets and their masks on purpose: the test of that window
+    (tests/security/test_unix_socket_race.py) removes a listed socket there;
+    the others lie before anything is resolved or after the sandbox exists."""
     if os.environ.get("SAFEBOX_TEST_PAUSE") == point:
         os.kill(os.getpid(), signal.SIGSTOP)
 
@@ -301,6 +303,8 @@ class Launch:
         _plan.check_bwrap_limit(len(opts) + len(argv) - 1, mounts, moved=len(bulk.ops))
         self.relay.install()
         path, argv = self.cgroup.wrap(bwrap, argv) if self.cgroup else (bwrap, argv)
+        if self.cli:
+            test_pause("mounts")  # the host's sockets listed, none masked yet
         self.pid = spawn(path, argv, self.env, pass_fds=fds, dup_to=dup_to)
         self.relay.spawned = self.pid
         if self.cli:

@@ -314,6 +314,11 @@ class Feed:
             # without the sandbox (a shell or execvp trying each PATH entry,
             # a program probing for an optional file). No refusal.
             return None
+        if rec.kind == "u" and entry and path == entry[0] and path in self.rp.socket_masks and _missing(path):
+            # A host socket listed at the start and gone before its mask was
+            # made (builder/bulk.py split_sockets) or since: connect() fails
+            # with ENOENT as it would without the sandbox. No refusal.
+            return None
         if not both:
             err = errno_mod.EACCES
         elif rec.kind == "u":
@@ -534,6 +539,12 @@ def _absent_beneath(path: str, masked: str) -> bool:
     present (the event is kept)."""
     if path == masked or not _under(path, masked):
         return False
+    return _missing(path)
+
+
+def _missing(path: str) -> bool:
+    """Whether ``path`` does not exist on the host (``lstat``; an error
+    other than "not there" counts as present: the event is kept)."""
     try:
         os.lstat(path)
     except (FileNotFoundError, NotADirectoryError):

@@ -1,0 +1,215 @@
+"""A host socket gone between safebox's listing and the sandbox's mounts does
+not fail the start; every host socket still there stays hidden.
+
+Under bubblewrap, ``network.allowUnixSockets`` (and ``--allow-gpu``) hide
+every socket listed in ``/proc/net/unix`` but the allowed ones behind
+safebox's empty file. The list is read on the host before the sandbox
+exists. A socket removed with its directory before bubblewrap's mount made
+the start fail ("bwrap: Can't mkdir parents for ...: Read-only file
+system", exit 125): a run failed because an unrelated process ended (two
+test workers in CI; any two runs of one user). The masks are now made by
+``safebox-helper --mount`` after bubblewrap, and a socket path that no
+longer exists there is skipped: nothing can connect to a path that is gone.
+
+The window is held open with ``SAFEBOX_TEST_PAUSE=mounts`` (safebox stops
+itself after resolving, just before bubblewrap is spawned), so the race is
+the same on every run.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import time
+from pathlib import Path
+
+import pytest
+
+from sbx import BOTH, BWRAP_ONLY, FakeHome, host, token
+
+pytestmark = pytest.mark.needs_bwrap
+
+PY = "/usr/bin/python3"
+CONNECT = ("import socket, sys\n"
+           "for p in sys.argv[1:]:\n"
+           "    s = socket.socket(socket.AF_UNIX)\n"
+           "    try: s.connect(p); print(p, 'connected')\n"
+           "    except OSError as e: print(p, e.errno)\n")
+
+
+def listen(path: Path) -> socket.socket:
+    srv = socket.socket(socket.AF_UNIX)
+    srv.bind(str(path))
+    srv.listen(8)
+    return srv
+
+
+def wait_stopped(pid: int, timeout: float = 60) -> int:
+    """The wait status once ``pid`` stopped or ended."""
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        got, status = os.waitpid(pid, os.WNOHANG | os.WUNTRACED)
+        if got:
+            return status
+        time.sleep(0.005)
+    raise AssertionError(f"safebox ({pid}) never reached its stop point")
+
+
+def connects(lines: str) -> dict[str, str]:
+    return dict(line.rsplit(" ", 1) for line in lines.splitlines() if line.startswith("/"))
+
+
+@pytest.mark.parametrize("mode", [BOTH, BWRAP_ONLY])
+@pytest.mark.parametrize("gone", ["the socket", "the socket and its directory"])
+def test_a_host_socket_removed_between_the_listing_and_the_mounts_does_not_fail_the_start(
+        fresh_home: FakeHome, mode: str, gone: str) -> None:
+    # A daemon of another run (its socket in a directory of its own), an
+    # allowed socket, and one the policy hides that stays for the whole run.
+    daemon_dir = fresh_home.root / f"daemon-{token()}"
+    daemon_dir.mkdir()
+    daemon, allowed, stays = daemon_dir / "daemon.sock", fresh_home.root / "allowed.sock", fresh_home.root / "stays.sock"
+    servers = {p: listen(p) for p in (daemon, allowed, stays)}
+    policy = fresh_home.root / "policy.json"
+    policy.write_text(json.dumps({"network": {"allowUnixSockets": [str(allowed)]}}))
+    # Control: on the host all three connect.
+    r = host([PY, "-c", CONNECT, str(allowed), str(stays), str(daemon)])
+    assert connects(r.stdout) == {str(allowed): "connected", str(stays): "connected", str(daemon): "connected"}
+    p = fresh_home.popen([PY, "-c", CONNECT, str(allowed), str(stays), str(daemon)], mode=mode,
+                         opts=("-p", str(policy)), env={"SAFEBOX_TEST_PAUSE": "mounts"})
+    try:
+        # Stopped with every host socket listed and none masked yet: the
+        # daemon's run ends now, taking its socket (and directory) with it.
+        status = wait_stopped(p.pid)
+        assert os.WIFSTOPPED(status), f"safebox ended before the mounts: {os.waitstatus_to_exitcode(status)}"
+        servers.pop(daemon).close()
+        daemon.unlink()
+        if gone == "the socket and its directory":
+            daemon_dir.rmdir()
+        os.kill(p.pid, signal.SIGCONT)
+        out, err = p.communicate(timeout=60)
+    finally:
+        if p.returncode is None:
+            p.kill()
+            p.communicate()
+        for srv in servers.values():
+            srv.close()
+    assert p.returncode == 0, err
+    # The allowed socket connects; the one still there stays hidden behind
+    # the empty file (ECONNREFUSED); the one gone is gone (ENOENT), as on
+    # the host, and is no refusal.
+    assert connects(out) == {str(allowed): "connected", str(stays): "111", str(daemon): "2"}
+    # The helper's report (both layers; none without it) names the hidden one only.
+    assert err.splitlines()[:1] == (["safebox: refused 1 operation: 1 unix socket (~/stays.sock)"] if mode == BOTH
+                                    else [])
+    assert "daemon" not in err
+
+
+@pytest.mark.parametrize("mode", [BOTH, BWRAP_ONLY])
+def test_a_host_socket_removed_from_a_write_root_before_the_mounts_leaves_nothing_in_its_place(
+        fresh_home: FakeHome, mode: str) -> None:
+    # Found by a stress run of concurrent starts: beneath a write root the
+    # mount point could be made, and bubblewrap made it on the host, an
+    # empty read-only regular file (and its directory) where the daemon's
+    # socket had been, left behind after the run (a restarted daemon then
+    # found a file at its socket's path; its own clean-up, rmdir, failed).
+    daemon_dir = fresh_home.work / f"daemon-{token()}"
+    daemon_dir.mkdir()
+    daemon = daemon_dir / "daemon.sock"
+    srv = listen(daemon)
+    policy = fresh_home.root / "policy.json"
+    policy.write_text(json.dumps({"network": {"allowUnixSockets": [str(fresh_home.root / "none.sock")]}}))
+    p = fresh_home.popen([PY, "-c", CONNECT, str(daemon)], mode=mode, opts=("-p", str(policy)),
+                         env={"SAFEBOX_TEST_PAUSE": "mounts"})
+    try:
+        status = wait_stopped(p.pid)
+        assert os.WIFSTOPPED(status), f"safebox ended before the mounts: {os.waitstatus_to_exitcode(status)}"
+        srv.close()
+        daemon.unlink()
+        daemon_dir.rmdir()
+        os.kill(p.pid, signal.SIGCONT)
+        out, err = p.communicate(timeout=60)
+    finally:
+        if p.returncode is None:
+            p.kill()
+            p.communicate()
+        srv.close()
+    assert p.returncode == 0, err
+    assert connects(out) == {str(daemon): "2"}  # ENOENT, as on the host
+    assert not os.path.lexists(daemon_dir)
+
+
+@pytest.mark.parametrize("mode", [BOTH, BWRAP_ONLY])
+def test_a_host_socket_made_again_at_a_listed_path_before_the_mounts_is_hidden(fresh_home: FakeHome,
+                                                                               mode: str) -> None:
+    # A restarted daemon: the socket listed at the start is replaced by a new
+    # one at the same path before the sandbox's mounts. The mask covers the
+    # path, so the new socket is hidden as the old one was.
+    daemon = fresh_home.root / "daemon.sock"
+    first = listen(daemon)
+    policy = fresh_home.root / "policy.json"
+    policy.write_text(json.dumps({"network": {"allowUnixSockets": [str(fresh_home.root / "none.sock")]}}))
+    p = fresh_home.popen([PY, "-c", CONNECT, str(daemon)], mode=mode, opts=("-p", str(policy)),
+                         env={"SAFEBOX_TEST_PAUSE": "mounts"})
+    again = None
+    try:
+        status = wait_stopped(p.pid)
+        assert os.WIFSTOPPED(status), f"safebox ended before the mounts: {os.waitstatus_to_exitcode(status)}"
+        first.close()
+        daemon.unlink()
+        again = listen(daemon)
+        # Control: the new socket connects on the host.
+        assert connects(host([PY, "-c", CONNECT, str(daemon)]).stdout) == {str(daemon): "connected"}
+        os.kill(p.pid, signal.SIGCONT)
+        out, err = p.communicate(timeout=60)
+    finally:
+        if p.returncode is None:
+            p.kill()
+            p.communicate()
+        first.close()
+        if again is not None:
+            again.close()
+    assert p.returncode == 0, err
+    assert connects(out) == {str(daemon): "111"}
+
+
+def test_the_masks_of_host_sockets_are_made_after_bubblewrap_not_in_its_argv(fresh_home: FakeHome) -> None:
+    # --dry-run: bubblewrap's argv holds no mask over the hidden socket; the
+    # mounter's plan does.
+    hidden = fresh_home.root / "hidden.sock"
+    srv = listen(hidden)
+    policy = fresh_home.root / "policy.json"
+    policy.write_text(json.dumps({"network": {"allowUnixSockets": [str(fresh_home.root / "none.sock")]}}))
+    try:
+        r = fresh_home.run(["true"], opts=("-p", str(policy), "--dry-run"))
+    finally:
+        srv.close()
+    assert r.returncode == 0, r.stderr
+    bwrap_part, _, mounter_part = r.stdout.partition("# then made by safebox inside the sandbox")
+    assert str(hidden) not in bwrap_part
+    assert f"mask-socket {hidden}\n" in mounter_part
+
+
+def test_a_big_policy_with_a_proxy_and_unix_sockets_starts_without_the_helper(fresh_home: FakeHome) -> None:
+    # Found with this fix: under --without helper the proxy's sockets in the
+    # run dir are host sockets like any other, and a big policy sent their
+    # masks to the mounter, which refuses anything beneath the run dir (its
+    # scratch): "mount plan: record 1: at or beneath the scratch dir", 125.
+    # The run dir is bound after the masks, so they never hid anything.
+    hidden = fresh_home.root / "hidden.sock"
+    denied = fresh_home.root / "denied"
+    denied.mkdir()
+    for i in range(80):  # over BULK_MIN (builder/bulk.py): the mounter makes these
+        (denied / f"f{i}").write_text("secret\n")
+    policy = fresh_home.root / "policy.json"
+    policy.write_text(json.dumps({"network": {"allowUnixSockets": [str(fresh_home.root / "none.sock")]},
+                                  "filesystem": {"denyRead": [str(denied / f"f{i}") for i in range(80)]}}))
+    srv = listen(hidden)
+    try:
+        r = fresh_home.run([PY, "-c", CONNECT, str(hidden)], mode=BWRAP_ONLY,
+                           opts=("-p", str(policy), "--allow-domain", "example.com"))
+    finally:
+        srv.close()
+    assert r.returncode == 0, r.stderr
+    assert connects(r.stdout) == {str(hidden): "111"}
