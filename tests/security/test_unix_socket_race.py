@@ -213,3 +213,49 @@ def test_a_big_policy_with_a_proxy_and_unix_sockets_starts_without_the_helper(fr
         srv.close()
     assert r.returncode == 0, r.stderr
     assert connects(r.stdout) == {str(hidden): "111"}
+
+
+STAT_CONNECT = ("import os, socket, stat, sys\n"
+                "for p in sys.argv[1:]:\n"
+                "    m = os.lstat(p).st_mode\n"
+                "    kind = 'socket' if stat.S_ISSOCK(m) else 'file' if stat.S_ISREG(m) else oct(m)\n"
+                "    s = socket.socket(socket.AF_UNIX)\n"
+                "    try: s.connect(p); print(p, kind + ':connected')\n"
+                "    except OSError as e: print(p, kind + ':' + str(e.errno))\n")
+
+
+@pytest.mark.parametrize("mode", [BOTH, BWRAP_ONLY])
+def test_under_review_a_host_socket_in_the_work_tree_stays_behind_its_mask_on_top_of_the_overlay(
+        fresh_home: FakeHome, mode: str) -> None:
+    # --review puts an overlay over each write root at the mounter's
+    # handshake and puts back what was mounted beneath it from the sandbox's
+    # mount table. The socket masks are the mounter's now, made at the same
+    # handshake: they must exist before that table is read, or the overlay
+    # would cover them and show the host's socket from its lower layer. The
+    # connect() alone cannot tell (through overlayfs a lower layer's socket
+    # refuses too, ECONNREFUSED); what the path is can: the mask is an
+    # empty regular file, the overlay shows a socket.
+    daemon = fresh_home.work / f"daemon-{token()}.sock"
+    srv = listen(daemon)
+    hide = fresh_home.root / "hide.json"
+    hide.write_text(json.dumps({"network": {"allowUnixSockets": [str(fresh_home.root / "none.sock")]}}))
+    every = fresh_home.root / "every.json"
+    every.write_text(json.dumps({"network": {"allowAllUnixSockets": True}}))
+    try:
+        # Control: on the host it is a socket, and it connects.
+        assert connects(host([PY, "-c", STAT_CONNECT, str(daemon)]).stdout) == {str(daemon): "socket:connected"}
+        normal = fresh_home.run([PY, "-c", STAT_CONNECT, str(daemon)], mode=mode, opts=("-p", str(hide)))
+        review = fresh_home.run([PY, "-c", STAT_CONNECT, str(daemon)], mode=mode,
+                                opts=("-p", str(hide), "--review"))
+        # Control: with no mask the overlay shows the socket itself (so the
+        # probe tells a mask from the overlay's lower layer).
+        bare = fresh_home.run([PY, "-c", STAT_CONNECT, str(daemon)], mode=mode,
+                              opts=("-p", str(every), "--review"))
+    finally:
+        srv.close()
+    assert normal.returncode == 0, normal.stderr
+    assert connects(normal.stdout) == {str(daemon): "file:111"}
+    assert review.returncode == 0, review.stderr
+    assert connects(review.stdout) == {str(daemon): "file:111"}  # exactly as without --review
+    assert bare.returncode == 0, bare.stderr
+    assert connects(bare.stdout)[str(daemon)].startswith("socket:")
