@@ -259,3 +259,42 @@ def test_under_review_a_host_socket_in_the_work_tree_stays_behind_its_mask_on_to
     assert connects(review.stdout) == {str(daemon): "file:111"}  # exactly as without --review
     assert bare.returncode == 0, bare.stderr
     assert connects(bare.stdout)[str(daemon)].startswith("socket:")
+
+
+@pytest.mark.parametrize("mode", [BOTH, BWRAP_ONLY])
+def test_a_host_socket_bound_at_an_unnormalised_name_is_hidden_and_fails_no_run(fresh_home: FakeHome,
+                                                                               mode: str) -> None:
+    # The kernel keeps the name bind() was given, and any process of any
+    # user can bind one like these in a directory it can write (/var/tmp):
+    # listed as they are, they went into the mounter's plan, which takes
+    # only normalised paths, and every allowUnixSockets (and --allow-gpu)
+    # run on the host failed, 125 ("mount plan: record 1: not a normalised
+    # absolute path"; with the helper, its table refused them first).
+    t = token()
+    (fresh_home.root / "sub").mkdir()
+    names = {f"{fresh_home.root}//slashes-{t}.sock": fresh_home.root / f"slashes-{t}.sock",
+             f"{fresh_home.root}/./dot-{t}.sock": fresh_home.root / f"dot-{t}.sock",
+             f"{fresh_home.root}/sub/../dots-{t}.sock": fresh_home.root / f"dots-{t}.sock",
+             f"{fresh_home.root}//allowed-{t}.sock": fresh_home.root / f"allowed-{t}.sock"}
+    servers = []
+    for bound in names:
+        srv = socket.socket(socket.AF_UNIX)
+        srv.bind(bound)
+        srv.listen(8)
+        servers.append(srv)
+    paths = [str(p) for p in names.values()]
+    allowed = paths[-1]
+    policy = fresh_home.root / "policy.json"
+    policy.write_text(json.dumps({"network": {"allowUnixSockets": [allowed]}}))
+    try:
+        with open("/proc/net/unix", encoding="utf-8", errors="replace") as f:
+            listed = f.read()
+        assert all(bound in listed for bound in names)  # the names as bound, unnormalised
+        # Control: on the host each connects by its normalised name.
+        assert connects(host([PY, "-c", CONNECT, *paths]).stdout) == dict.fromkeys(paths, "connected")
+        r = fresh_home.run([PY, "-c", CONNECT, *paths], mode=mode, opts=("-p", str(policy)))
+    finally:
+        for srv in servers:
+            srv.close()
+    assert r.returncode == 0, r.stderr
+    assert connects(r.stdout) == {**dict.fromkeys(paths[:-1], "111"), allowed: "connected"}

@@ -23,8 +23,25 @@ def host_unix_sockets() -> list[str]:
     for line in lines:
         fields = line.split(None, 7)
         if len(fields) == 8 and fields[7].startswith(b"/"):
-            out.append(os.fsdecode(fields[7]))
+            out.append(_normalised(os.fsdecode(fields[7])))
     return sorted(set(out))
+
+
+def _normalised(path: str) -> str:
+    """``path`` as bound (the kernel keeps the name bind() was given, any
+    process's, any user's: ``/var/tmp//x.sock``, ``/a/./x``, ``/a/b/../x``)
+    with its directory resolved (``realpath``: ``..`` after a symlink is
+    the link target's parent, as for the kernel), so that the mask's path
+    is one the mounter's plan and the helper's tables take: an unresolved
+    one failed every ``allowUnixSockets`` and ``--allow-gpu`` run on the
+    host (125, "mount plan: ... not a normalised absolute path"). A
+    normalised path is returned as it is (its directory may be a link, which
+    the mask follows as before)."""
+    parts = path.split("/")[1:]
+    if all(part not in ("", ".", "..") for part in parts):
+        return path
+    head, tail = os.path.split(path)
+    return os.path.join(os.path.realpath(head), tail)
 
 
 def split_unix_sockets(allowed: tuple[str, ...], candidates: list[str]) -> tuple[list[str], list[str]]:
