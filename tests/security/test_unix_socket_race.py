@@ -298,3 +298,39 @@ def test_a_host_socket_bound_at_an_unnormalised_name_is_hidden_and_fails_no_run(
             srv.close()
     assert r.returncode == 0, r.stderr
     assert connects(r.stdout) == {**dict.fromkeys(paths[:-1], "111"), allowed: "connected"}
+
+
+@pytest.mark.parametrize("rename", [False, True])
+def test_a_command_cannot_take_its_refused_connect_out_of_the_report_by_moving_the_sockets_directory(
+        fresh_home: FakeHome, rename: bool) -> None:
+    # A connect() to a listed socket gone from the host is no refusal in the
+    # report (the mask was skipped, or a host unlink took it: ENOENT, as on
+    # the host). Beneath a write root the command itself can make the path
+    # gone after the refusal: the mask pins the socket's name (unlink: EBUSY)
+    # but not its directory's, which it may rename. The report must still
+    # name the refused connect() (control: the same run without the rename).
+    sub = fresh_home.work / f"sub-{token()}"
+    sub.mkdir()
+    daemon = sub / "daemon.sock"
+    srv = listen(daemon)
+    policy = fresh_home.root / "policy.json"
+    policy.write_text(json.dumps({"network": {"allowUnixSockets": [str(fresh_home.root / "none.sock")]}}))
+    script = ("import os, socket, sys\n"
+              "s = socket.socket(socket.AF_UNIX)\n"
+              "try: s.connect(sys.argv[2]); print(sys.argv[2], 'connected')\n"
+              "except OSError as e: print(sys.argv[2], e.errno)\n"
+              "if sys.argv[1] == 'yes':\n"
+              "    d = os.path.dirname(sys.argv[2]); os.rename(d, d + '-moved'); print('moved')\n")
+    try:
+        assert connects(host([PY, "-c", CONNECT, str(daemon)]).stdout) == {str(daemon): "connected"}  # control
+        r = fresh_home.run([PY, "-c", script, "yes" if rename else "no", str(daemon)], mode=BOTH,
+                           opts=("-p", str(policy)))
+    finally:
+        srv.close()
+    assert r.returncode == 0, r.stderr
+    assert connects(r.stdout)[str(daemon)] == "111"
+    assert ("moved" in r.stdout.splitlines()) is rename
+    assert os.path.lexists(daemon) is not rename  # the command's rename reached the host
+    first = r.stderr.splitlines()[:1]
+    assert first and first[0].startswith("safebox: refused 1 operation: 1 unix socket ("), r.stderr
+    assert daemon.name in first[0]

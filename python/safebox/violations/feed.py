@@ -254,6 +254,12 @@ class Feed:
                 return candidate
         return os.path.dirname(path) or "/"
 
+    def _in_write_root(self, path: str) -> bool:
+        """Whether ``path`` (by its name or its directory resolved on the
+        host) lies beneath one of this run's write roots."""
+        real = os.path.join(os.path.realpath(os.path.dirname(path)), os.path.basename(path))
+        return any(_under(p, w) for w in self.rp.write_roots for p in (path, real))
+
     def _read_rule(self, path: str) -> tuple[str, str | None, str]:
         if self._credential(path):
             return RULE_CREDENTIALS, None, ("the built-in credential list hides it and a hidden path takes no "
@@ -314,10 +320,15 @@ class Feed:
             # without the sandbox (a shell or execvp trying each PATH entry,
             # a program probing for an optional file). No refusal.
             return None
-        if rec.kind == "u" and entry and path == entry[0] and path in self.rp.socket_masks and _missing(path):
+        if (rec.kind == "u" and entry and path == entry[0] and path in self.rp.socket_masks and _missing(path)
+                and not self._in_write_root(path)):
             # A host socket listed at the start and gone before its mask was
             # made (builder/bulk.py split_sockets) or since: connect() fails
-            # with ENOENT as it would without the sandbox. No refusal.
+            # with ENOENT as it would without the sandbox. No refusal. Not
+            # beneath a write root: there the command can make the path
+            # gone itself after a refused connect() (the mask pins the
+            # socket's name, not its directory's, which it may rename), and
+            # take the refusal out of the report.
             return None
         if not both:
             err = errno_mod.EACCES
