@@ -356,6 +356,34 @@ static void others(const struct mount_plan *p, struct mounter *m)
 	detach(tree, m->scratch);
 }
 
+/* Whether PATH, whose mask move_mount just refused (errno says why, and is
+ * kept), leads nowhere the command could connect() to: gone (ENOENT,
+ * ENOTDIR: all move_mount says of its target), or beyond a directory this
+ * user cannot search in the sandbox's user namespace (EACCES).  The latter
+ * is root's run and another user's socket in a directory of that user's
+ * own (/run/user/UID/bus): listed on the host, where root's capabilities
+ * reach it, and out of reach here, where they do not cover an unmapped
+ * owner's files.  The command has these credentials and fewer
+ * capabilities: what this look-up cannot reach, neither can it.  Checked
+ * by a look-up of its own (O_PATH, following as the mask would), so that
+ * a mount refused on a path the command could reach (a security module's
+ * EACCES) still dies. */
+static int unreachable(const char *path)
+{
+	int err = errno, fd, gone;
+
+	if (err == ENOENT || err == ENOTDIR)
+		return 1;
+	if (err != EACCES)
+		return 0;
+	fd = open(path, O_PATH | O_CLOEXEC);
+	gone = fd < 0 && (errno == EACCES || errno == ENOENT || errno == ENOTDIR);
+	if (fd >= 0)
+		close(fd);
+	errno = err;
+	return gone;
+}
+
 /* Step 5: the host unix sockets' masks, after every other mount (what
  * bubblewrap binds after its masks never holds one: builder/bulk.py).
  * safebox listed the sockets (/proc/net/unix) before bubblewrap built the
@@ -364,7 +392,8 @@ static void others(const struct mount_plan *p, struct mounter *m)
  * point on the read-only root.  Here ENOENT or ENOTDIR from the target,
  * which is all move_mount can say of it (the source is a descriptor), means
  * the path leads nowhere in the sandbox: connect() there fails the same
- * way, so there is nothing to hide, and the mask is skipped.  A socket
+ * way, so there is nothing to hide, and the mask is skipped; so is one
+ * this user cannot reach in the sandbox at all (unreachable()).  A socket
  * bound at the path again before this call is masked like the first (the
  * mask covers the path).  Each mask is its own copy of the empty file, made
  * read-only before it is attached: no step of it names a path another
@@ -388,7 +417,7 @@ static void sockets(const struct mount_plan *p, int empty)
 		/* T_SYMLINKS: the target followed as bubblewrap's mount(2) did. */
 		if (syscall(__NR_move_mount, copy, "", AT_FDCWD, path,
 			    SB_MOVE_MOUNT_F_EMPTY_PATH | SB_MOVE_MOUNT_T_SYMLINKS) < 0 &&
-		    errno != ENOENT && errno != ENOTDIR)
+		    !unreachable(path))
 			die_errno("cannot mask %s", path);
 		close(copy); /* attached: stays; not attached: gone with it */
 	}

@@ -334,3 +334,40 @@ def test_a_command_cannot_take_its_refused_connect_out_of_the_report_by_moving_t
     first = r.stderr.splitlines()[:1]
     assert first and first[0].startswith("safebox: refused 1 operation: 1 unix socket ("), r.stderr
     assert daemon.name in first[0]
+
+
+@pytest.mark.parametrize("mode", [BOTH, BWRAP_ONLY])
+def test_another_users_socket_in_a_directory_of_its_own_fails_no_run_and_stays_out_of_reach(
+        fresh_home: FakeHome, mode: str) -> None:
+    # Root lists every socket (/run/user/UID/bus of each logged-in user; the
+    # CI's unprivileged runs' proxy sockets beside root's tests): on the host
+    # its capabilities reach them, in the sandbox's user namespace they do
+    # not cover an unmapped owner's files, and the mask's look-up failed
+    # every root run with allowUnixSockets or --allow-gpu (125, "cannot mask
+    # ...: Permission denied"; with bubblewrap's masks, "bwrap: Can't create
+    # file at ...: Permission denied"). The command has no more reach than
+    # the mounter: EACCES. Unprivileged, a directory of one's own with no
+    # search right is the same look-up (not even listed: lstat fails).
+    private = fresh_home.root / f"private-{token()}"
+    private.mkdir(mode=0o700)
+    sock = private / "daemon.sock"
+    srv = listen(sock)
+    policy = fresh_home.root / "policy.json"
+    policy.write_text(json.dumps({"network": {"allowUnixSockets": [str(fresh_home.root / "none.sock")]}}))
+    root = os.geteuid() == 0
+    try:
+        # Control: while the directory can be searched, the host connects.
+        assert connects(host([PY, "-c", CONNECT, str(sock)]).stdout) == {str(sock): "connected"}
+        if root:
+            os.chown(private, 65534, 65534)  # another user's (root still connects on the host)
+            assert connects(host([PY, "-c", CONNECT, str(sock)]).stdout) == {str(sock): "connected"}
+        else:
+            private.chmod(0)
+        r = fresh_home.run([PY, "-c", CONNECT, str(sock)], mode=mode, opts=("-p", str(policy)))
+    finally:
+        srv.close()
+        if root:
+            os.chown(private, os.geteuid(), os.getegid())
+        private.chmod(0o700)
+    assert r.returncode == 0, r.stderr
+    assert connects(r.stdout) == {str(sock): "13"}  # EACCES
