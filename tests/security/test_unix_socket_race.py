@@ -371,3 +371,27 @@ def test_another_users_socket_in_a_directory_of_its_own_fails_no_run_and_stays_o
         private.chmod(0o700)
     assert r.returncode == 0, r.stderr
     assert connects(r.stdout) == {str(sock): "13"}  # EACCES
+
+
+@pytest.mark.parametrize("mode", [BOTH, BWRAP_ONLY])
+def test_a_command_that_connects_at_once_never_finds_a_host_socket_unmasked(fresh_home: FakeHome,
+                                                                          mode: str) -> None:
+    # The masks are made after bubblewrap, by the mounter, while the
+    # sandbox's first program waits at the handshake: the command must not
+    # exist before the last of them. A command that connects first thing,
+    # run after run, is refused every time.
+    hidden = fresh_home.root / "hidden.sock"
+    srv = listen(hidden)
+    policy = fresh_home.root / "policy.json"
+    policy.write_text(json.dumps({"network": {"allowUnixSockets": [str(fresh_home.root / "none.sock")]}}))
+    first = ("import socket, sys\ns = socket.socket(socket.AF_UNIX)\n"
+             "try: s.connect(sys.argv[1]); print('connected')\nexcept OSError as e: print(e.errno)\n")
+    try:
+        assert host([PY, "-S", "-c", first, str(hidden)]).stdout == "connected\n"  # control
+        got = []
+        for _ in range(5):
+            r = fresh_home.run([PY, "-S", "-c", first, str(hidden)], mode=mode, opts=("-p", str(policy)))
+            got.append((r.returncode, r.stdout))
+    finally:
+        srv.close()
+    assert got == [(0, "111\n")] * 5
