@@ -865,9 +865,10 @@ def test(pytest_args: list[str]) -> int:
         _phase(f"done (exit {rc})")
         return rc
     user = _ensure_unprivileged_user()
-    # The GPU tests' stand-in nodes: a user cannot mknod them (tests/sbx.py).
-    _run([str(py), "-c", "import sys; sys.path.insert(0, 'tests'); from sbx import gpu_standins; gpu_standins()"],
-         cwd=ROOT)
+    # What a user cannot make for its tests (tests/sbx.py): the GPU tests'
+    # stand-in nodes (mknod) and a directory of another user's (chown).
+    _run([str(py), "-c", "import sys; sys.path.insert(0, 'tests'); from sbx import foreign_private_dir, gpu_standins; "
+                         "gpu_standins(); foreign_private_dir()"], cwd=ROOT)
     uenv = {k: v for k, v in env.items()
             if k in ("PATH", "LANG", "CI", "SAFEBOX_MUST_WORK", "TERM", "SAFEBOX_TEST_PROFILE")}
     home = subprocess.run(["getent", "passwd", user], capture_output=True, text=True).stdout.split(":")[5]

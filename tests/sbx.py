@@ -374,6 +374,32 @@ GPU_STANDIN_NODES = ("nvidia0", "nvidia1", "nvidiactl", "nvidia-uvm", "nvidia-uv
                      "nvidia-caps/nvidia-cap1", "dri/renderD128", "dri/card0")
 
 
+#: A directory of another user's that nobody else may list, in a directory of
+#: its own: root makes it (chown needs root) before the unprivileged pass.
+FOREIGN_PARENT = Path("/var/tmp/safebox-foreign")
+FOREIGN_PRIVATE = FOREIGN_PARENT / "private"
+FOREIGN_UID = 65534  # nobody: neither root nor the test user
+
+
+def foreign_private_dir() -> Path:
+    """``FOREIGN_PRIVATE`` (mode 0700, owned by ``FOREIGN_UID``), made now when this is root."""
+    try:
+        st = FOREIGN_PRIVATE.lstat()
+        if stat.S_ISDIR(st.st_mode) and st.st_uid == FOREIGN_UID and stat.S_IMODE(st.st_mode) == 0o700:
+            return FOREIGN_PRIVATE
+    except FileNotFoundError:
+        pass
+    if os.geteuid() != 0:
+        missing(f"{FOREIGN_PRIVATE} is missing: `python3 build.py test` makes it as root (chown needs root)")
+    FOREIGN_PARENT.mkdir(mode=0o755, exist_ok=True)
+    FOREIGN_PARENT.chmod(0o755)
+    with contextlib.suppress(FileExistsError):  # another xdist worker made it first
+        FOREIGN_PRIVATE.mkdir(mode=0o700)
+    os.chown(FOREIGN_PRIVATE, FOREIGN_UID, FOREIGN_UID)
+    FOREIGN_PRIVATE.chmod(0o700)
+    return FOREIGN_PRIVATE
+
+
 def gpu_standins() -> Path:
     """The stand-in node directory, made now when this is root."""
     if all((GPU_STANDINS / n).exists() for n in GPU_STANDIN_NODES) and GPU_NO_NODES.is_dir():

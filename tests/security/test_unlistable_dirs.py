@@ -20,15 +20,17 @@ unprivileged user is, and is run here through ``setpriv``.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
 
-from sbx import BOTH, BWRAP_ONLY, HELPER_ONLY, FakeHome, missing
+from sbx import BOTH, BWRAP_ONLY, FOREIGN_PARENT, HELPER_ONLY, FakeHome, foreign_private_dir, missing
 
 NO_DAC = "root-without-dac"
 
@@ -172,3 +174,45 @@ def test_a_big_policys_mounter_keeps_an_unlistable_subdirectory_read_only_too(fr
             assert "chmod: changing permissions of 'sub': Read-only file system" in r.stderr, r.stderr
     finally:
         sub.chmod(0o755)
+
+
+_WALK_ERRORS = """
+import json, subprocess, sys
+from safebox.builder.prescan import rg_argv
+from safebox.builder.walks import _only_harmless_walk_errors
+out = {}
+for name, root in zip(("foreign", "ours"), sys.argv[1:]):
+    r = subprocess.run(rg_argv("rg", root, 6), capture_output=True)
+    out[name] = [r.returncode, r.stderr.decode(), _only_harmless_walk_errors(r.stderr, frozenset())]
+print(json.dumps(out))
+"""
+
+
+@pytest.mark.parametrize("who", [w for w in _whos() if _blind(w)])
+def test_another_users_directory_ripgrep_cannot_list_is_harmless_even_when_find_never_saw_it(tmp_path: Path,
+                                                                                            who: str) -> None:
+    """ciB of turn 7: a helper-only run as the test user, /tmp a write root,
+    failed (125, "ripgrep failed under /tmp ... Permission denied") because
+    root's tests made private directories in /tmp between find's walk (which
+    skips another user's directory it cannot list) and ripgrep's. Such a
+    directory is checked when ripgrep names it; one of ours is still refused
+    (the review's attack: a command reopens a directory it owns)."""
+    private = foreign_private_dir()
+    ours = tmp_path / "ours"
+    (ours / "blind").mkdir(parents=True)
+    (ours / "blind").chmod(0o300)
+    argv = [sys.executable, "-c", _WALK_ERRORS, str(FOREIGN_PARENT), str(ours)]
+    if who == NO_DAC:
+        drop = "-dac_override,-dac_read_search"
+        argv = [shutil.which("setpriv") or "setpriv", f"--inh-caps={drop}", f"--bounding-set={drop}", *argv]
+    try:
+        r = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False)
+    finally:
+        (ours / "blind").chmod(0o755)
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    rc, stderr, harmless = out["foreign"]
+    assert (rc, f"{private}: Permission denied (os error 13)" in stderr, harmless) == (2, True, True), out
+    # Control: a directory of ours that ripgrep cannot list, unknown to find, is refused as before.
+    rc, stderr, harmless = out["ours"]
+    assert (rc, f"{ours / 'blind'}: Permission denied (os error 13)" in stderr, harmless) == (2, True, False), out

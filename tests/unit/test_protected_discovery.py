@@ -108,6 +108,22 @@ def test_only_permission_errors_beneath_directories_find_reported_are_harmless(s
     assert _only_harmless_walk_errors(stderr, frozenset({"/w/a"})) is harmless
 
 
+@pytest.mark.parametrize(("line", "path"), [
+    ("/w/a: IO error for operation on /w/a: Permission denied (os error 13)", "/w/a"),
+    ("/w/a: Permission denied (os error 13)", "/w/a"),
+    ("/w/x: y: IO error for operation on /w/x: y: Permission denied (os error 13)", "/w/x: y"),
+    # A path holding the second form's words is taken whole (and is then no directory of another user's).
+    ("/w/a: IO error for operation on /w/b: Permission denied (os error 13)",
+     "/w/a: IO error for operation on /w/b"),
+    ("w/a: Permission denied (os error 13)", None),
+    ("/w/a: Input/output error (os error 5)", None),
+])
+def test_the_directory_of_a_ripgrep_permission_error_is_read_off_either_form(line: str, path: str | None) -> None:
+    from safebox.builder.walks import _denied_path
+
+    assert _denied_path(line) == path
+
+
 def test_an_unlistable_directory_is_reported_and_its_permission_errors_are_not_failures(tmp_path: Path) -> None:
     if os.geteuid() == 0 and _root_reads_anything():
         # DAC does not stop root: nothing is unlistable, which the walk says too.

@@ -24,13 +24,17 @@ if TYPE_CHECKING:
 
 
 def _only_harmless_walk_errors(stderr: bytes, unlistable: frozenset[str] | set[str] = frozenset()) -> bool:
-    """ripgrep exits 2 on any walk error. Two kinds cannot hide a protected file
-    that the sandbox could write: an entry that vanished during the walk
-    (ENOENT, os error 2), and a directory we may not read (EACCES, os error
-    13) at or beneath one of ``unlistable``, the directories find reported
-    as such, which are kept read-only for the run. Any other EACCES is not
-    harmless: the command owns the directory it made unlistable and could
-    make it listable again and write beneath it (found in review)."""
+    """ripgrep exits 2 on any walk error. Three kinds cannot hide a protected
+    file that the sandbox could write: an entry that vanished during the walk
+    (ENOENT, os error 2); a directory we may not read (EACCES, os error 13)
+    at or beneath one of ``unlistable``, the directories find reported as
+    such (ours, kept read-only for the run, or another user's); and one that
+    is, when checked now, another user's directory we may not list, the
+    kind find skips (``_foreign_unlistable``): made after find had passed,
+    as other users' private directories come and go in a shared ``/tmp``
+    while the two walks run. Any other EACCES is not harmless: the command
+    owns the directory it made unlistable and could make it listable again
+    and write beneath it (found in review)."""
     lines = [ln for ln in stderr.decode(errors="replace").splitlines() if ln.strip()]
     if not lines:
         return False
@@ -39,9 +43,49 @@ def _only_harmless_walk_errors(stderr: bytes, unlistable: frozenset[str] | set[s
         if ln.rstrip().endswith("(os error 2)"):
             continue
         path = ln[4:] if ln.startswith("rg: ") else ln
-        if not (ln.rstrip().endswith("(os error 13)") and prefixes and path.startswith(prefixes)):
+        if not ln.rstrip().endswith("(os error 13)"):
+            return False
+        if prefixes and path.startswith(prefixes):
+            continue
+        denied = _denied_path(path)
+        if denied is None or not _foreign_unlistable(denied):
             return False
     return True
+
+
+_DENIED = ": Permission denied (os error 13)"
+_IO_ERROR = ": IO error for operation on "
+
+
+def _denied_path(line: str) -> str | None:
+    """The directory of ripgrep's "PATH: Permission denied (os error 13)"
+    or "PATH: IO error for operation on PATH: Permission denied (os error
+    13)" (``rg: `` taken off), or None for any other line. A path that
+    holds the second form's words itself is taken whole, and then is no
+    directory of another user's: refused."""
+    line = line.rstrip()
+    if not line.endswith(_DENIED):
+        return None
+    rest = line[:-len(_DENIED)]
+    half, sep, other = rest.partition(_IO_ERROR)
+    if sep and half == other:
+        rest = half
+    return rest if rest.startswith("/") else None
+
+
+def _foreign_unlistable(path: str) -> bool:
+    """Whether ``path`` is now what find calls another user's directory we
+    cannot list (``prescan.find_argv``: not ours, no read or no search
+    permission by ``access(2)``): the command, running as us, cannot change
+    its mode, nor write in it unless its owner lets everyone; find skips
+    such a directory by the same rule."""
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return False
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid == os.geteuid():
+        return False
+    return not (os.access(path, os.R_OK) and os.access(path, os.X_OK))
 
 
 def _rg_finish(proc: Spawned, root: str, unlistable: frozenset[str] | set[str] = frozenset()) -> list[str]:
