@@ -395,3 +395,28 @@ def test_a_command_that_connects_at_once_never_finds_a_host_socket_unmasked(fres
     finally:
         srv.close()
     assert got == [(0, "111\n")] * 5
+
+
+@pytest.mark.parametrize("mode", [BOTH, BWRAP_ONLY])
+def test_a_host_socket_whose_name_holds_a_newline_is_hidden(fresh_home: FakeHome, mode: str) -> None:
+    # /proc/net/unix prints a socket's name raw: one holding a newline was
+    # read as two lines there, neither a socket's path, and the socket went
+    # unmasked (found in review). The kernel's sock_diag answer names it whole.
+    t = token()
+    odd = f"{fresh_home.root}/nl-{t}\n.sock"
+    plain = f"{fresh_home.root}/plain-{t}.sock"
+    servers = [listen(Path(odd)), listen(Path(plain))]
+    policy = fresh_home.root / "policy.json"
+    policy.write_text(json.dumps({"network": {"allowUnixSockets": [f"{fresh_home.root}/allowed-{t}.sock"]}}))
+    script = ("import json, socket, sys\nout = []\nfor p in sys.argv[1:]:\n    s = socket.socket(socket.AF_UNIX)\n"
+              "    try: s.connect(p); out.append('connected')\n    except OSError as e: out.append(e.errno)\n"
+              "print(json.dumps(out))\n")
+    try:
+        # Control: on the host both connect.
+        assert json.loads(host([PY, "-c", script, odd, plain]).stdout) == ["connected", "connected"]
+        r = fresh_home.run([PY, "-c", script, odd, plain], mode=mode, opts=("-p", str(policy)))
+    finally:
+        for srv in servers:
+            srv.close()
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout) == [111, 111], r.stderr

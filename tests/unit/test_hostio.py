@@ -169,7 +169,6 @@ ALLOWED: dict[str, str] = {
     "builder/caches:_level": ("the preset caches: each level opened beneath the one above with "
                               "O_NOFOLLOW|O_DIRECTORY, type and owner checked with fstat"),
     "builder/helper_policy:write_policy_file": "the run dir, safebox's own, O_EXCL|O_NOFOLLOW",
-    "builder/sockets:host_unix_sockets": "/proc/net/unix",
     "builder/bpf_compile:libseccomp_identity": "/proc/self/maps",
     "run/cgroups:*": "/proc and cgroupfs",
     "ci_job/run:CiRun.materialize": "the run dir, safebox's own, O_EXCL",

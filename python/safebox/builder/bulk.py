@@ -156,7 +156,7 @@ def split(rp: ResolvedPolicy, *, host_mounts: frozenset[str] | set[str] = frozen
 def split_sockets(rp: ResolvedPolicy) -> tuple[ResolvedPolicy, tuple[tuple[BulkOp, str], ...]]:
     """(``rp`` without the host sockets' masks the mounter makes, those masks).
 
-    Why the mounter: the sockets are listed (``/proc/net/unix``) before the
+    Why the mounter: the sockets are listed (sock_diag) before the
     sandbox exists, and one may be gone by its mount (another run of the
     same user ended, and its daemon's socket and temp dir with it).
     bubblewrap creates a missing mount point, which the read-only ``/``

@@ -11,20 +11,18 @@ from safebox.builder.resolved import Layers
 from safebox.errors import BuildError
 from safebox.policy.effective import EffectivePolicy
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from safebox.builder.unix_diag import BoundSocket
 
-def host_unix_sockets() -> list[str]:
-    """Paths of the unix sockets bound in this network namespace (/proc/net/unix)."""
-    out = []
-    try:
-        with open("/proc/net/unix", "rb") as f:
-            lines = f.read().split(b"\n")[1:]
-    except OSError as e:
-        raise BuildError(f"cannot read /proc/net/unix ({e.strerror}); cannot hide unlisted sockets") from None
-    for line in lines:
-        fields = line.split(None, 7)
-        if len(fields) == 8 and fields[7].startswith(b"/"):
-            out.append(_normalised(os.fsdecode(fields[7])))
-    return sorted(set(out))
+
+def host_unix_sockets(bound: list[BoundSocket]) -> list[str]:
+    """Paths of the unix sockets bound in this network namespace, from the
+    kernel's sock_diag answer (builder/unix_diag.py), each name exactly as
+    bound: ``/proc/net/unix`` prints a name raw, so one holding a newline
+    was split into two lines there and its socket went unmasked (found in
+    review)."""
+    return sorted({_normalised(b.name) for b in bound if b.name.startswith("/")})
 
 
 def _normalised(path: str) -> str:
@@ -49,7 +47,7 @@ def split_unix_sockets(allowed: tuple[str, ...], candidates: list[str]) -> tuple
 
     seccomp cannot see a connect() path and Landlock has no unix-connect right
     (ABI <= 7), so per-path filtering is done with mounts: every socket the
-    host has bound (``/proc/net/unix``) that is not listed gets /dev/null
+    host has bound (sock_diag, builder/unix_diag.py) that is not listed gets /dev/null
     bound over it, and connect() there fails (ECONNREFUSED). Sockets bound
     after the sandbox starts are not covered (docs/policy-reference.md).
     """
@@ -120,4 +118,4 @@ def unix_sockets(policy: EffectivePolicy, *, warnings: list[str], notes: list[st
         more = f" and {len(maybe_unhidden) - 3} more" if len(maybe_unhidden) > 3 else ""
         notes.append("network.allowUnixSockets: host unix sockets whose current name safebox may not know (no mask "
                      f"covers a name it does not know): {', '.join(maybe_unhidden[:3])}{more}")
-    return split_unix_sockets(policy.allow_unix_sockets, host_unix_sockets())
+    return split_unix_sockets(policy.allow_unix_sockets, host_unix_sockets(bound))
