@@ -124,6 +124,25 @@ def test_the_directory_of_a_ripgrep_permission_error_is_read_off_either_form(lin
     assert _denied_path(line) == path
 
 
+@pytest.mark.parametrize("name", [
+    "x: Permission denied (os error 13)\nprivate",
+    "private: Permission denied (os error 13)\nx",
+    "a (os error 2)\nb",
+    "x\n",
+])
+def test_a_name_with_a_newline_cannot_make_ripgreps_refusal_of_it_read_as_harmless(tmp_path: Path, name: str) -> None:
+    # A command names a directory of its own so that ripgrep's error line
+    # about it splits into lines that look like harmless ones. A name holds
+    # no "/": every line after its newline is a path-less tail, never a
+    # directory of another user's (nor a vanished entry: its last line is
+    # the refusal of the directory), so the errors are refused.
+    from safebox.builder.walks import _only_harmless_walk_errors
+
+    private = tmp_path / "private"  # stands for another user's directory, listed as such by find
+    line = f"{tmp_path}/{name}: Permission denied (os error 13)\n".encode()
+    assert _only_harmless_walk_errors(line, frozenset({str(private)})) is False
+
+
 def test_an_unlistable_directory_is_reported_and_its_permission_errors_are_not_failures(tmp_path: Path) -> None:
     if os.geteuid() == 0 and _root_reads_anything():
         # DAC does not stop root: nothing is unlistable, which the walk says too.
