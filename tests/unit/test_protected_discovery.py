@@ -91,21 +91,24 @@ def test_a_permission_error_find_did_not_report_as_unlistable_fails_closed_with_
 
 
 @pytest.mark.parametrize(("stderr", "harmless"), [
-    (b"/w/a: IO error for operation on /w/a: Permission denied (os error 13)\n", True),
-    (b"/w/a/b: IO error for operation on /w/a/b: Permission denied (os error 13)\n", True),
-    (b"rg: /w/a/b: Permission denied (os error 13)\n", True),
-    (b"/w/gone: IO error for operation on /w/gone: No such file or directory (os error 2)\n", True),
-    # Not beneath a directory find reported: the review's attack hid here.
-    (b"/w/other: IO error for operation on /w/other: Permission denied (os error 13)\n", False),
-    (b"/w/ab: IO error for operation on /w/ab: Permission denied (os error 13)\n", False),
-    (b"/w/a: IO error for operation on /w/a: Input/output error (os error 5)\n", False),
-    (b"", False),
+    ("{w}/a: IO error for operation on {w}/a: Permission denied (os error 13)\n", True),
+    ("{w}/a/b: IO error for operation on {w}/a/b: Permission denied (os error 13)\n", True),
+    ("rg: {w}/a/b: Permission denied (os error 13)\n", True),
+    ("{w}/gone: IO error for operation on {w}/gone: No such file or directory (os error 2)\n", True),
+    # Not beneath a directory find reported, and ours: the review's attack hid here.
+    ("{w}/other: IO error for operation on {w}/other: Permission denied (os error 13)\n", False),
+    ("{w}/ab: IO error for operation on {w}/ab: Permission denied (os error 13)\n", False),
+    ("{w}/a: IO error for operation on {w}/a: Input/output error (os error 5)\n", False),
+    ("", False),
 ])
-def test_only_permission_errors_beneath_directories_find_reported_are_harmless(stderr: bytes,
+def test_only_permission_errors_beneath_directories_find_reported_are_harmless(tmp_path: Path, stderr: str,
                                                                                harmless: bool) -> None:
     from safebox.builder.resolve import _only_harmless_walk_errors
 
-    assert _only_harmless_walk_errors(stderr, frozenset({"/w/a"})) is harmless
+    for d in ("a", "other", "ab"):
+        (tmp_path / d).mkdir()  # there, and ours
+    w = str(tmp_path)
+    assert _only_harmless_walk_errors(stderr.format(w=w).encode(), frozenset({f"{w}/a"})) is harmless
 
 
 @pytest.mark.parametrize(("line", "path"), [
@@ -122,6 +125,18 @@ def test_the_directory_of_a_ripgrep_permission_error_is_read_off_either_form(lin
     from safebox.builder.walks import _denied_path
 
     assert _denied_path(line) == path
+
+
+def test_a_directory_ripgrep_was_refused_that_is_gone_now_hides_nothing(tmp_path: Path) -> None:
+    # Another user's short-lived directory (pip's, mkdtemp's) made and removed
+    # while the walks ran: nothing is there to protect, as with os error 2.
+    from safebox.builder.walks import _only_harmless_walk_errors
+
+    gone = tmp_path / "gone"
+    assert _only_harmless_walk_errors(f"{gone}: Permission denied (os error 13)\n".encode()) is True
+    ours = tmp_path / "ours"
+    ours.mkdir()  # Control: one of ours that is there is refused.
+    assert _only_harmless_walk_errors(f"{ours}: Permission denied (os error 13)\n".encode()) is False
 
 
 @pytest.mark.parametrize("name", [

@@ -74,13 +74,18 @@ def _denied_path(line: str) -> str | None:
 
 
 def _foreign_unlistable(path: str) -> bool:
-    """Whether ``path`` is now what find calls another user's directory we
+    """Whether ``path`` is now gone, or what find calls another user's directory we
     cannot list (``prescan.find_argv``: not ours, no read or no search
     permission by ``access(2)``): the command, running as us, cannot change
     its mode, nor write in it unless its owner lets everyone; find skips
     such a directory by the same rule."""
     try:
         st = os.lstat(path)
+    except (FileNotFoundError, NotADirectoryError):
+        # Gone since ripgrep was refused it (a short-lived directory of
+        # another user's: pip's, mkdtemp's): it holds nothing now, as an
+        # entry that vanished during the walk (os error 2) holds nothing.
+        return True
     except OSError:
         return False
     if not stat.S_ISDIR(st.st_mode) or st.st_uid == os.geteuid():
