@@ -24,7 +24,13 @@ if TYPE_CHECKING:
 
 
 def _only_harmless_walk_errors(stderr: bytes, unlistable: frozenset[str] | set[str] = frozenset()) -> bool:
-    """ripgrep exits 2 on any walk error. Three kinds cannot hide a protected
+    """Whether every walk error in ripgrep's ``stderr`` is harmless (``_first_harmful_walk_error``)."""
+    return _first_harmful_walk_error(stderr, unlistable) is None
+
+
+def _first_harmful_walk_error(stderr: bytes, unlistable: frozenset[str] | set[str] = frozenset()) -> str | None:
+    """The first line of ripgrep's ``stderr`` that is no harmless walk
+    error, or None. ripgrep exits 2 on any walk error. Three kinds cannot hide a protected
     file that the sandbox could write: an entry that vanished during the walk
     (ENOENT, os error 2); a directory we may not read (EACCES, os error 13)
     at or beneath one of ``unlistable``, the directories find reported as
@@ -37,20 +43,20 @@ def _only_harmless_walk_errors(stderr: bytes, unlistable: frozenset[str] | set[s
     and write beneath it (found in review)."""
     lines = [ln for ln in stderr.decode(errors="replace").splitlines() if ln.strip()]
     if not lines:
-        return False
+        return "(no error message)"
     prefixes = tuple(p for u in unlistable for p in (u + ":", u + "/"))
     for ln in lines:
         if ln.rstrip().endswith("(os error 2)"):
             continue
         path = ln[4:] if ln.startswith("rg: ") else ln
         if not ln.rstrip().endswith("(os error 13)"):
-            return False
+            return ln
         if prefixes and path.startswith(prefixes):
             continue
         denied = _denied_path(path)
         if denied is None or not _foreign_unlistable(denied):
-            return False
-    return True
+            return ln
+    return None
 
 
 _DENIED = ": Permission denied (os error 13)"
@@ -100,11 +106,13 @@ def _rg_finish(proc: Spawned, root: str, unlistable: frozenset[str] | set[str] =
         rc, stdout, stderr = proc.collect(timeout=60)
     except TimeoutError as e:
         raise BuildError(f"ripgrep failed under {root}: {e}; cannot find protected files") from None
-    if rc == 2 and _only_harmless_walk_errors(stderr, unlistable):
+    harmful = _first_harmful_walk_error(stderr, unlistable) if rc == 2 else None
+    if rc == 2 and harmful is None:
         rc = 0
     if rc not in (0, 1):  # 1 = nothing found
-        raise BuildError(f"ripgrep failed under {root} (exit {rc}): "
-                         f"{stderr.decode(errors='replace').strip()[:200]}")
+        # The line that decided it, not the first of many harmless ones.
+        why = harmful if harmful is not None else stderr.decode(errors="replace").strip()
+        raise BuildError(f"ripgrep failed under {root} (exit {rc}): {why[:300]}")
     found: set[str] = set()
     for line in stdout.split(b"\n"):
         if not line:

@@ -320,15 +320,7 @@ class Feed:
             # without the sandbox (a shell or execvp trying each PATH entry,
             # a program probing for an optional file). No refusal.
             return None
-        if (rec.kind == "u" and entry and path == entry[0] and path in self.rp.socket_masks and _missing(path)
-                and not self._in_write_root(path)):
-            # A host socket listed at the start and gone before its mask was
-            # made (builder/bulk.py split_sockets) or since: connect() fails
-            # with ENOENT as it would without the sandbox. No refusal. Not
-            # beneath a write root: there the command can make the path
-            # gone itself after a refused connect() (the mask pins the
-            # socket's name, not its directory's, which it may rename), and
-            # take the refusal out of the report.
+        if rec.kind == "u" and self._socket_gone(path, entry):
             return None
         if not both:
             err = errno_mod.EACCES
@@ -350,6 +342,17 @@ class Feed:
                 fix, note = f"--allow-read {self.tilde(path)} (or filesystem.allowRead)", ""
         fields = {"kind": kind, "path": path, "syscall": rec.name, "errno": _errno_name(err), "rule": rule, **base}
         return Event(kind, fields, rule, fix, note, rec.time, self.tilde(path))
+
+    def _socket_gone(self, path: str, entry: tuple[str, int] | None) -> bool:
+        """Whether a connect() to ``path`` is no refusal: a host socket
+        listed at the start and gone before its mask was made
+        (builder/bulk.py split_sockets) or since fails with ENOENT as it
+        would without the sandbox. Not beneath a write root: there the
+        command can make the path gone itself after a refused connect() (the
+        mask pins the socket's name, not its directory's, which it may
+        rename), and take the refusal out of the report."""
+        return bool(entry and path == entry[0] and path in self.rp.socket_masks and _missing(path)
+                    and not self._in_write_root(path))
 
     def _explain_syscall(self, rec: Record, base: dict[str, Any]) -> Event:
         from safebox.builder import seccomp
