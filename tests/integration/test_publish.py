@@ -3,9 +3,12 @@ only when asked, only while the sandbox runs, and only with allowLocalBinding.""
 
 from __future__ import annotations
 
+import os
 import socket
 import subprocess
+import threading
 import time
+from pathlib import Path
 
 import pytest
 
@@ -25,19 +28,25 @@ def free_port() -> int:
 
 
 def fetch(port: int, deadline: float = 10.0) -> bytes | OSError:
+    return fetch_tries(port, deadline)[-1]
+
+
+def fetch_tries(port: int, deadline: float = 10.0) -> list[bytes | OSError]:
+    """What each try to read from the host's 127.0.0.1:``port`` got, until one
+    got data: a failure shows whether the first try was refused or reached
+    the server and came back empty (the server answers once, then exits)."""
     end = time.monotonic() + deadline
-    last: OSError | bytes = OSError("never tried")
+    tries: list[bytes | OSError] = []
     while time.monotonic() < end:
         try:
             with socket.create_connection(("127.0.0.1", port), timeout=5) as c:
-                data = c.recv(100)
-            if data:
-                return data
-            last = b""
+                tries.append(c.recv(100))
+            if tries[-1]:
+                return tries
         except OSError as e:
-            last = e
+            tries.append(e)
         time.sleep(0.1)
-    return last
+    return tries or [OSError("never tried")]
 
 
 def policy(home: FakeHome, *, binding: bool) -> list[str]:
@@ -53,7 +62,8 @@ def test_a_published_port_reaches_the_server_inside(fresh_home: FakeHome, mode: 
                             opts=[*policy(fresh_home, binding=True), "--publish", str(port)])
     try:
         assert proc.stdout is not None and proc.stdout.readline() == "listening\n"
-        assert fetch(port) == b"hello from inside"
+        tries = fetch_tries(port)
+        assert tries[-1] == b"hello from inside", tries
         assert proc.wait(timeout=30) == 0
     finally:
         proc.kill()
@@ -151,3 +161,93 @@ def test_a_replaced_publish_socket_cannot_redirect_the_relay_to_a_host_socket(fr
         proc.communicate()
         srv.close()
         host_sock.unlink()
+
+
+ANSWER = 8 << 20  # more than the kernel buffers between the bridge and a client that does not read (about 3 MiB)
+
+
+class Bridge:
+    """A real unix socket standing in for the bridge inside the sandbox: it
+    sends ``answer`` to the first connection the forwarder makes, then
+    closes (the command answered and exited). The forwarder is pinned to it
+    and listens on a port of its own choosing (0: no race for a free port)."""
+
+    def __init__(self, tmp_path: Path, answer: bytes) -> None:
+        from safebox.run.publish import PublishForwarder
+
+        sock = tmp_path / "bridge.sock"
+        self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.listener.bind(str(sock))
+        self.listener.listen(1)
+        self.fw = PublishForwarder(0, str(sock))
+        self.port = self.fw._listener.getsockname()[1]
+        self.fw.pin(os.open(sock, os.O_PATH))
+        self.sender = threading.Thread(target=self._send, args=(answer,), daemon=True)
+        self.sender.start()
+
+    def _send(self, answer: bytes) -> None:
+        inside, _ = self.listener.accept()
+        try:
+            inside.sendall(answer)
+        except OSError:
+            pass  # cut by the forwarder
+        inside.close()
+        self.listener.close()
+
+    def client(self) -> socket.socket:
+        c = socket.create_connection(("127.0.0.1", self.port), timeout=10)
+        assert c.recv(1)  # the relay has begun: the rest waits for the client
+        return c
+
+
+def read_all(c: socket.socket) -> int:
+    total = 1  # the byte client() read
+    while chunk := c.recv(1 << 20):
+        total += len(chunk)
+    c.close()
+    return total
+
+
+def test_an_answer_still_in_the_relay_when_the_command_ends_reaches_the_client(tmp_path: Path) -> None:
+    """The session closes the forwarder as soon as the command has ended
+    (run/command.py). A server that answers and exits at once can leave its
+    answer in the relay then: close() used to cut the connection at once,
+    and the client saw it closed empty (CI under load, see
+    test_a_published_port_reaches_the_server_inside). Here the answer is
+    too big for the buffers, so it is still being relayed when close() runs."""
+    bridge = Bridge(tmp_path, os.urandom(ANSWER))
+    c = bridge.client()
+    closing = threading.Thread(target=bridge.fw.close)
+    closing.start()
+    assert read_all(c) == ANSWER
+    closing.join(timeout=10)
+    assert not closing.is_alive()
+
+
+def test_a_client_that_does_not_read_holds_the_forwarder_no_longer_than_the_drain_bound(tmp_path: Path) -> None:
+    """Control for the drain: close() cuts a connection whose client does
+    not read after DRAIN_S; the client then gets the start of the answer
+    and the end of the stream."""
+    from safebox.run.publish import DRAIN_S
+
+    bridge = Bridge(tmp_path, os.urandom(ANSWER))
+    c = bridge.client()
+    start = time.monotonic()
+    bridge.fw.close()
+    took = time.monotonic() - start
+    assert DRAIN_S - 0.1 <= took < DRAIN_S + 2, took
+    assert read_all(c) < ANSWER
+    bridge.sender.join(timeout=10)
+    assert not bridge.sender.is_alive()  # the bridge's side was cut too
+
+
+def test_once_closed_the_forwarder_listens_no_more_though_its_accept_thread_waited_in_accept(tmp_path: Path) -> None:
+    """safebox used as a library lives on after the run: close() alone left
+    the port listening (the accept thread, blocked in accept(2), holds the
+    socket) and the next connection was still taken."""
+    bridge = Bridge(tmp_path, b"hello")
+    with socket.create_connection(("127.0.0.1", bridge.port), timeout=10) as c:
+        assert c.recv(100) == b"hello"  # control: it listened, and relayed
+    bridge.fw.close()
+    with pytest.raises(ConnectionRefusedError):
+        socket.create_connection(("127.0.0.1", bridge.port), timeout=5)

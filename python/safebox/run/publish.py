@@ -15,6 +15,12 @@ review). The helper, before the command exists, hands over an ``O_PATH``
 descriptor of each socket socat created (:func:`receive_pinned`); the relay
 connects through ``/proc/self/fd/N``, which names that inode and nothing else,
 and refuses every connection until it has one.
+
+When the command ends, a relayed connection may still hold the last of what
+it sent (a server that answers and exits at once): :meth:`PublishForwarder.close`
+lets each connection deliver that, up to :data:`DRAIN_S` in all, before it
+cuts them; cutting at once dropped the answer and the client saw the
+connection closed empty (found in CI under load).
 """
 
 from __future__ import annotations
@@ -24,11 +30,17 @@ import os
 import socket
 import stat
 import threading
+import time
 
 from safebox import _signals
 from safebox.errors import RunError
 
 _CHUNK = 262144
+# How long close() waits, for all connections together, for the sandbox's
+# last bytes to reach the clients: the bridge inside is gone by then, so a
+# client that reads gets them in milliseconds; one that does not read keeps
+# safebox no longer than this.
+DRAIN_S = 2.0
 
 
 class PublishForwarder:
@@ -37,7 +49,8 @@ class PublishForwarder:
     def __init__(self, port: int, sock_path: str) -> None:
         self.port = port
         self.sock_path = sock_path
-        self._conns: set[socket.socket] = set()
+        # Each relayed connection: (client, bridge, the thread relaying bridge -> client).
+        self._relays: set[tuple[socket.socket, socket.socket, threading.Thread]] = set()
         self._lock = threading.Lock()
         self._closed = False
         self._pinned = -1  # O_PATH descriptor of the socket socat created inside
@@ -60,11 +73,13 @@ class PublishForwarder:
                 return  # closed
             threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
 
-    def _track(self, *socks: socket.socket) -> bool:
+    def _track(self, relay: tuple[socket.socket, socket.socket, threading.Thread]) -> bool:
+        """Record ``relay`` and start its bridge -> client thread, unless closed."""
         with self._lock:
             if self._closed:
                 return False
-            self._conns.update(socks)
+            relay[2].start()  # under the lock: close() joins only started threads
+            self._relays.add(relay)
             return True
 
     def pin(self, fd: int) -> None:
@@ -83,17 +98,16 @@ class PublishForwarder:
             conn.close()
             up.close()
             return
-        if not self._track(conn, up):
+        back = threading.Thread(target=self._pump, args=(up, conn), daemon=True)
+        relay = (conn, up, back)
+        if not self._track(relay):
             conn.close()
             up.close()
             return
-        back = threading.Thread(target=self._pump, args=(up, conn), daemon=True)
-        back.start()
         self._pump(conn, up)
         back.join()
         with self._lock:
-            self._conns.discard(conn)
-            self._conns.discard(up)
+            self._relays.discard(relay)
         conn.close()
         up.close()
 
@@ -113,19 +127,35 @@ class PublishForwarder:
             pass
 
     def close(self) -> None:
-        """Stop listening and cut every relayed connection (idempotent)."""
+        """Stop listening, let every relayed connection deliver what the
+        sandbox sent it (up to :data:`DRAIN_S` in all), then cut them all
+        (idempotent). Called once the command has ended: the bridge inside
+        is gone, so each bridge -> client relay ends at the end of what it
+        had, unless its client does not read."""
         with self._lock:
             self._closed = True
-            conns, self._conns = self._conns, set()
+            relays, self._relays = self._relays, set()
+        try:
+            # close() alone leaves it listening while the accept thread is
+            # blocked in accept(2) on it (the call holds the file): the next
+            # connection would still be taken. shutdown() stops it and wakes
+            # the thread.
+            self._listener.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
         self._listener.close()
         if self._pinned >= 0:
             os.close(self._pinned)
             self._pinned = -1
-        for c in conns:
-            try:
-                c.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
+        deadline = time.monotonic() + DRAIN_S
+        for _, _, back in relays:
+            back.join(max(0.0, deadline - time.monotonic()))
+        for conn, up, _ in relays:
+            for c in (conn, up):
+                try:
+                    c.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
 
 
 def receive_pinned(handoff: socket.socket, forwarders: list[PublishForwarder], *, timeout: float = 30.0) -> None:
