@@ -285,9 +285,11 @@ def test_nothing_runs_inside_a_networked_sandbox_outside_the_filter(fresh_home: 
               "    sec = [ln.split()[1] for ln in st.splitlines() if ln.startswith('Seccomp:')]\n"
               "    print(d, sec[0], argv0.split(b'\\0')[0].decode())\n")
     # The lister waits for the background child to have become sleep (a
-    # forked sh until its exec; seen under load).
+    # forked sh until its exec; seen under load). By its comm, set at exec:
+    # its cmdline before the exec is the parent sh's, whose script says
+    # "sleep" too (ciD of turn 7).
     script = (f'curl -sS http://localhost:{port}/; sleep 30 & '
-              'until grep -q sleep /proc/$!/cmdline 2>/dev/null; do :; done; python3 -c "$1"; kill $!')
+              'until grep -qx sleep /proc/$!/comm 2>/dev/null; do :; done; python3 -c "$1"; kill $!')
     r = fresh_home.run(["sh", "-c", script, "sh", lister], opts=policy(fresh_home, LOCAL))
     assert r.returncode == 0, r.stderr
     assert r.stdout.startswith(body), r.stdout
