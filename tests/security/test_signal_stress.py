@@ -32,7 +32,7 @@ import random
 import signal
 import subprocess
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -54,6 +54,22 @@ DEADLINE = 15.0
 NET = ("--allow-domain", "example.com")  # never contacted: the command only sleeps
 # The one line a networked helper-only run always prints (runner: a hole the user must know of).
 HELPER_ONLY_NOTE = "safebox: without bubblewrap the command shares the host's network"
+
+
+@pytest.fixture(autouse=True)
+def _signals_at_their_default() -> Iterator[None]:
+    """The rule is about signals at their default action. One this test
+    process ignores is ignored by every process it starts (SIG_IGN survives
+    exec): run under nohup, a SIGHUP landing before safebox's handler
+    existed was ignored, as nohup asks, and read here as lost. So each of
+    the three is at its default in safebox's process for these tests, as a
+    terminal's or timeout(1)'s child has it; restored after."""
+    ignored = [s for s in SIGNALS if signal.getsignal(s) == signal.SIG_IGN]
+    for s in ignored:
+        signal.signal(s, signal.SIG_DFL)
+    yield None
+    for s in ignored:
+        signal.signal(s, signal.SIG_IGN)
 
 
 @dataclass
