@@ -30,7 +30,7 @@ from pathlib import Path
 
 import pytest
 
-from sbx import BOTH, BWRAP_ONLY, FOREIGN_PARENT, HELPER_ONLY, FakeHome, foreign_private_dir, missing
+from sbx import BOTH, BWRAP_ONLY, FOREIGN_PARENT, FOREIGN_UID, HELPER_ONLY, FakeHome, foreign_private_dir, missing
 
 NO_DAC = "root-without-dac"
 
@@ -216,3 +216,61 @@ def test_another_users_directory_ripgrep_cannot_list_is_harmless_even_when_find_
     # Control: a directory of ours that ripgrep cannot list, unknown to find, is refused as before.
     rc, stderr, harmless = out["ours"]
     assert (rc, f"{ours / 'blind'}: Permission denied (os error 13)" in stderr, harmless) == (2, True, False), out
+
+
+_WALK_AGAIN = """
+import json, os, shutil, sys
+from safebox._record import Spawned
+from safebox.builder import walks
+from safebox.builder.prescan import rg_argv
+from safebox.errors import BuildError
+root, d, mode = sys.argv[1], sys.argv[2], int(sys.argv[3], 8)
+out = []
+for again in (walks._AGAIN_MAX, 0):
+    walks._AGAIN_MAX = again
+    os.chmod(d, mode)
+    p = Spawned(rg_argv(shutil.which("rg"), root, 6))
+    rc, _, err = p.collect()
+    os.chmod(d, 0o755)  # listable now: what mkdtemp, then chmod 755, does in a shared /tmp
+    try:
+        got = walks._rg_finish(p, root, frozenset(), roots=(root,), depth=6)
+    except BuildError as e:
+        got = str(e)
+    out.append([rc, err.decode(), got])
+print(json.dumps(out))
+"""
+
+
+@pytest.mark.parametrize("who", [w for w in _whos() if _blind(w)])
+def test_a_directory_ripgrep_was_refused_that_can_be_listed_now_is_walked_again(tmp_path: Path, who: str) -> None:
+    """ciI of turn 7: a helper-only run as the test user, /tmp a write root,
+    failed (125, "ripgrep failed under /tmp ... Permission denied") on a
+    directory root's test had just made with mkdtemp (0700) and then opened
+    (chmod 755): refused by ripgrep, listable when looked at. Such a
+    directory is walked again as it is now, and a repository in it is found;
+    past the bound on walks again, the start is refused with the line.
+
+    As root without the DAC capabilities the directory is another user's
+    (the case of ciI; CAP_FOWNER opens it); as the test user it is ours."""
+    theirs = tmp_path / "theirs"
+    for sub in ("hooks", "objects", "refs"):
+        (theirs / ".git" / sub).mkdir(parents=True)
+    (theirs / ".git" / "HEAD").write_text("ref: refs/heads/main\n")
+    mode = "0300"
+    if who == NO_DAC:
+        for dirpath, _, files in os.walk(theirs):
+            for name in [dirpath, *(os.path.join(dirpath, f) for f in files)]:
+                os.chown(name, FOREIGN_UID, FOREIGN_UID)
+        mode = "0700"
+    argv = [sys.executable, "-c", _WALK_AGAIN, str(tmp_path), str(theirs), mode]
+    if who == NO_DAC:
+        drop = "-dac_override,-dac_read_search"
+        argv = [shutil.which("setpriv") or "setpriv", f"--inh-caps={drop}", f"--bounding-set={drop}", *argv]
+    r = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False)
+    assert r.returncode == 0, r.stderr
+    (rc, stderr, found), (rc0, _, refused) = json.loads(r.stdout)
+    # Control: ripgrep, as this user, was refused the directory.
+    assert (rc, f"{theirs}: Permission denied (os error 13)" in stderr) == (2, True), stderr
+    assert found == [str(theirs / ".git")], found
+    assert (rc0, refused) == (2, f"ripgrep failed under {tmp_path} (exit 2): {theirs}: IO error for operation on "
+                                   f"{theirs}: Permission denied (os error 13)"), refused

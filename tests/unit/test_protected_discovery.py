@@ -111,20 +111,43 @@ def test_only_permission_errors_beneath_directories_find_reported_are_harmless(t
     assert _only_harmless_walk_errors(stderr.format(w=w).encode(), frozenset({f"{w}/a"})) is harmless
 
 
-@pytest.mark.parametrize(("line", "path"), [
-    ("/w/a: IO error for operation on /w/a: Permission denied (os error 13)", "/w/a"),
-    ("/w/a: Permission denied (os error 13)", "/w/a"),
-    ("/w/x: y: IO error for operation on /w/x: y: Permission denied (os error 13)", "/w/x: y"),
-    # A path holding the second form's words is taken whole (and is then no directory of another user's).
+@pytest.mark.parametrize(("line", "paths"), [
+    ("/w/a: IO error for operation on /w/a: Permission denied (os error 13)",
+     ["/w/a: IO error for operation on /w/a", "/w/a"]),
+    ("/w/a: Permission denied (os error 13)", ["/w/a"]),
+    ("/w/x: y: IO error for operation on /w/x: y: Permission denied (os error 13)",
+     ["/w/x: y: IO error for operation on /w/x: y", "/w/x: y"]),
+    # Not the second form (two paths): taken whole only.
     ("/w/a: IO error for operation on /w/b: Permission denied (os error 13)",
-     "/w/a: IO error for operation on /w/b"),
-    ("w/a: Permission denied (os error 13)", None),
-    ("/w/a: Input/output error (os error 5)", None),
+     ["/w/a: IO error for operation on /w/b"]),
+    # A path holding the second form's words: read by length, not split at
+    # their first occurrence (which read a path that is not there, "gone").
+    ("/w/x: IO error for operation on /y: IO error for operation on /w/x: IO error for operation on /y"
+     ": Permission denied (os error 13)",
+     ["/w/x: IO error for operation on /y: IO error for operation on /w/x: IO error for operation on /y",
+      "/w/x: IO error for operation on /y"]),
+    ("w/a: Permission denied (os error 13)", []),
+    ("/w/a: Input/output error (os error 5)", []),
 ])
-def test_the_directory_of_a_ripgrep_permission_error_is_read_off_either_form(line: str, path: str | None) -> None:
-    from safebox.builder.walks import _denied_path
+def test_every_reading_of_a_ripgrep_permission_error_names_its_directory(line: str, paths: list[str]) -> None:
+    from safebox.builder.walks import _denied_readings
 
-    assert _denied_path(line) == path
+    assert _denied_readings(line) == paths
+
+
+def test_a_directory_whose_name_holds_ripgreps_words_cannot_pass_for_a_gone_one(tmp_path: Path) -> None:
+    # The first occurrence of the words split such a line into a path that
+    # is not there: read as gone, it hid nothing, and the walk passed.
+    from safebox.builder.walks import _only_harmless_walk_errors
+
+    blind = tmp_path / "x: IO error for operation on " / "y"
+    blind.mkdir(parents=True)
+    blind.chmod(0o300)
+    try:
+        line = f"{blind}: IO error for operation on {blind}: Permission denied (os error 13)\n"
+        assert _only_harmless_walk_errors(line.encode()) is False
+    finally:
+        blind.chmod(0o755)
 
 
 def test_a_directory_ripgrep_was_refused_that_is_gone_now_hides_nothing(tmp_path: Path) -> None:

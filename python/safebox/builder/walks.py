@@ -24,95 +24,150 @@ if TYPE_CHECKING:
 
 
 def _only_harmless_walk_errors(stderr: bytes, unlistable: frozenset[str] | set[str] = frozenset()) -> bool:
-    """Whether every walk error in ripgrep's ``stderr`` is harmless (``_first_harmful_walk_error``)."""
+    """Whether every walk error in ripgrep's ``stderr`` is harmless as it
+    stands: none refused, none whose directory must be walked again
+    (``_walk_errors``)."""
     return _first_harmful_walk_error(stderr, unlistable) is None
 
 
 def _first_harmful_walk_error(stderr: bytes, unlistable: frozenset[str] | set[str] = frozenset()) -> str | None:
-    """The first line of ripgrep's ``stderr`` that is no harmless walk
-    error, or None. ripgrep exits 2 on any walk error. Three kinds cannot hide a protected
-    file that the sandbox could write: an entry that vanished during the walk
-    (ENOENT, os error 2); a directory we may not read (EACCES, os error 13)
-    at or beneath one of ``unlistable``, the directories find reported as
-    such (ours, kept read-only for the run, or another user's); and one that
-    is, when checked now, another user's directory we may not list, the
-    kind find skips (``_foreign_unlistable``): made after find had passed,
-    as other users' private directories come and go in a shared ``/tmp``
-    while the two walks run. Any other EACCES is not harmless: the command
+    """The first line of ripgrep's ``stderr`` that is no harmless walk error
+    as it stands (one refused, else one whose directory must be walked
+    again), or None."""
+    harmful, again = _walk_errors(stderr, unlistable)
+    return harmful if harmful is not None else again[0][1] if again else None
+
+
+# What a directory ripgrep was refused is when looked at again (``_now``).
+_GONE, _FOREIGN, _AGAIN, _REFUSED = "gone", "foreign", "again", "refused"
+
+
+def _walk_errors(stderr: bytes,
+                 unlistable: frozenset[str] | set[str] = frozenset()) -> tuple[str | None, list[tuple[str, str]]]:
+    """(the first line of ripgrep's ``stderr`` that could hide a protected
+    file the sandbox could write, or None; the directories to walk again,
+    each with its line). ripgrep exits 2 on any walk error. These hide
+    nothing: an entry that vanished during the walk (ENOENT, os error 2); a
+    directory we may not read (EACCES, os error 13) at or beneath one of
+    ``unlistable``, the directories find reported as such (ours, kept
+    read-only for the run, or another user's); and a directory that, when
+    looked at now (``_now``), is gone, or is another user's that we may not
+    list, the kind find skips: made after find had passed, as other users'
+    private directories come and go in a shared ``/tmp`` while the two walks
+    run. One that can be listed now (``mkdtemp`` then ``chmod 755``, ciI) is
+    walked again, as it is now. Any other EACCES is refused: the command
     owns the directory it made unlistable and could make it listable again
     and write beneath it (found in review)."""
     lines = [ln for ln in stderr.decode(errors="replace").splitlines() if ln.strip()]
     if not lines:
-        return "(no error message)"
+        return "(no error message)", []
     prefixes = tuple(p for u in unlistable for p in (u + ":", u + "/"))
+    again: list[tuple[str, str]] = []
     for ln in lines:
         if ln.rstrip().endswith("(os error 2)"):
             continue
         path = ln[4:] if ln.startswith("rg: ") else ln
         if not ln.rstrip().endswith("(os error 13)"):
-            return ln
+            return ln, again
         if prefixes and path.startswith(prefixes):
             continue
-        denied = _denied_path(path)
-        if denied is None or not _foreign_unlistable(denied):
-            return ln
-    return None
+        readings = _denied_readings(path)
+        verdicts = [_now(d) for d in readings]
+        if not readings or _REFUSED in verdicts:
+            return ln, again
+        again += [(d, ln) for d, v in zip(readings, verdicts, strict=True) if v == _AGAIN]
+    return None, again
 
 
 _DENIED = ": Permission denied (os error 13)"
 _IO_ERROR = ": IO error for operation on "
 
 
-def _denied_path(line: str) -> str | None:
-    """The directory of ripgrep's "PATH: Permission denied (os error 13)"
-    or "PATH: IO error for operation on PATH: Permission denied (os error
-    13)" (``rg: `` taken off), or None for any other line. A path that
-    holds the second form's words itself is taken whole, and then is no
-    directory of another user's: refused."""
+def _denied_readings(line: str) -> list[str]:
+    """The directory ripgrep names in "PATH: Permission denied (os error
+    13)" or "PATH: IO error for operation on PATH: Permission denied (os
+    error 13)" (``rg: `` taken off): every way the line can be read, as a
+    path that holds the second form's words could be either; none for any
+    other line. Each reading must be harmless for the line to be."""
     line = line.rstrip()
     if not line.endswith(_DENIED):
-        return None
+        return []
     rest = line[:-len(_DENIED)]
-    half, sep, other = rest.partition(_IO_ERROR)
-    if sep and half == other:
-        rest = half
-    return rest if rest.startswith("/") else None
+    out = [rest] if rest.startswith("/") else []
+    # The second form repeats PATH exactly: split by length, not at the first
+    # occurrence of the words, which PATH itself may hold.
+    n = len(rest) - len(_IO_ERROR)
+    half = rest[:n // 2]
+    if n > 0 and n % 2 == 0 and rest == half + _IO_ERROR + half and half.startswith("/"):
+        out.append(half)
+    return out
 
 
-def _foreign_unlistable(path: str) -> bool:
-    """Whether ``path`` is now gone, or what find calls another user's directory we
-    cannot list (``prescan.find_argv``: not ours, no read or no search
-    permission by ``access(2)``): the command, running as us, cannot change
-    its mode, nor write in it unless its owner lets everyone; find skips
-    such a directory by the same rule."""
+def _now(path: str) -> str:
+    """What the directory ``path`` that ripgrep was refused is now: gone;
+    another user's that we cannot list (the rule of find's ``?``,
+    ``prescan.find_argv``: not ours, no read or no search permission by
+    ``access(2)``), which the command, running as us, can neither reopen nor
+    write beneath unless its owner lets everyone; one to walk again, as it
+    can be listed now; or refused (ours and still unlistable, not a
+    directory, or unknown)."""
     try:
         st = os.lstat(path)
     except (FileNotFoundError, NotADirectoryError):
         # Gone since ripgrep was refused it (a short-lived directory of
         # another user's: pip's, mkdtemp's): it holds nothing now, as an
         # entry that vanished during the walk (os error 2) holds nothing.
-        return True
+        return _GONE
     except OSError:
-        return False
-    if not stat.S_ISDIR(st.st_mode) or st.st_uid == os.geteuid():
-        return False
-    return not (os.access(path, os.R_OK) and os.access(path, os.X_OK))
+        return _REFUSED
+    if not stat.S_ISDIR(st.st_mode):
+        return _REFUSED
+    if os.access(path, os.R_OK) and os.access(path, os.X_OK):
+        return _AGAIN
+    return _REFUSED if st.st_uid == os.geteuid() else _FOREIGN
 
 
-def _rg_finish(proc: Spawned, root: str, unlistable: frozenset[str] | set[str] = frozenset()) -> list[str]:
-    """Protected files and directories under ``root`` found by ripgrep, as
-    paths; ``unlistable``: the directories find could not list."""
+# Directories walked again in one collection (``_rg_output``); past that, refused.
+_AGAIN_MAX = 16
+
+
+def _rg_output(proc: Spawned, root: str, unlistable: frozenset[str] | set[str], roots: tuple[str, ...],
+               depth: int, budget: list[int]) -> list[bytes]:
+    """ripgrep's output (``_prescan.rg_argv`` of ``roots``), then that of a
+    walk again of each directory it was refused and can list now, each to
+    the depth left beneath it; fails closed on any other walk error, and
+    past ``budget[0]`` walks again in all."""
     try:
         rc, stdout, stderr = proc.collect(timeout=60)
     except TimeoutError as e:
         raise BuildError(f"ripgrep failed under {root}: {e}; cannot find protected files") from None
-    harmful = _first_harmful_walk_error(stderr, unlistable) if rc == 2 else None
+    harmful, again = _walk_errors(stderr, unlistable) if rc == 2 else (None, [])
+    if again and len(again) > budget[0]:
+        harmful = again[budget[0]][1]  # a tree that keeps changing under the walks
     if rc == 2 and harmful is None:
         rc = 0
     if rc not in (0, 1):  # 1 = nothing found
         # The line that decided it, not the first of many harmless ones.
         why = harmful if harmful is not None else stderr.decode(errors="replace").strip()
         raise BuildError(f"ripgrep failed under {root} (exit {rc}): {why[:300]}")
+    budget[0] -= len(again)
+    out, under = [stdout], Nearest(roots)
+    for d, ln in again:
+        top = under.at_or_above(d)
+        if top is None:
+            raise BuildError(f"ripgrep failed under {root} (exit 2): {ln[:300]}")
+        left = depth - (0 if d == top else d[len(top):].strip("/").count("/") + 1)
+        sub = _prescan.start_rg(proc.argv[0], d, left)
+        out += _rg_output(sub, root, unlistable, (d,), left, budget)
+    return out
+
+
+def _rg_finish(proc: Spawned, root: str, unlistable: frozenset[str] | set[str] = frozenset(), *,
+               roots: tuple[str, ...] | None = None, depth: int = defaults.DEFAULT_SEARCH_DEPTH) -> list[str]:
+    """Protected files and directories under ``root`` (and the rest of
+    ``roots``, walked by ``proc`` to ``depth``) found by ripgrep, as paths;
+    ``unlistable``: the directories find could not list."""
+    stdout = b"\n".join(_rg_output(proc, root, unlistable, roots or (root,), depth, [_AGAIN_MAX]))
     found: set[str] = set()
     for line in stdout.split(b"\n"):
         if not line:
@@ -252,7 +307,8 @@ class RootScan:
             self.rg.cancel()
             raise
         # ripgrep's permission errors beneath both are the ones find reported.
-        return _rg_finish(self.rg, root, frozenset((*unlistable, *foreign))), named, unlistable, base
+        return (_rg_finish(self.rg, root, frozenset((*unlistable, *foreign)), roots=self.roots, depth=self.depth),
+                named, unlistable, base)
 
 
 def prestart(*, cwd: str, rg: str | None) -> dict[tuple[str, int], RootScan]:
