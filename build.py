@@ -867,8 +867,9 @@ def test(pytest_args: list[str]) -> int:
     user = _ensure_unprivileged_user()
     # What a user cannot make for its tests (tests/sbx.py): the GPU tests'
     # stand-in nodes (mknod) and a directory of another user's (chown).
-    _run([str(py), "-c", "import sys; sys.path.insert(0, 'tests'); from sbx import foreign_private_dir, gpu_standins; "
-                         "gpu_standins(); foreign_private_dir()"], cwd=ROOT)
+    _run([str(py), "-c", "import sys; sys.path.insert(0, 'tests'); "
+                         "from sbx import FOREIGN_NL_PRIVATE, foreign_private_dir, gpu_standins; "
+                         "gpu_standins(); foreign_private_dir(); foreign_private_dir(FOREIGN_NL_PRIVATE)"], cwd=ROOT)
     uenv = {k: v for k, v in env.items()
             if k in ("PATH", "LANG", "CI", "SAFEBOX_MUST_WORK", "TERM", "SAFEBOX_TEST_PROFILE")}
     home = subprocess.run(["getent", "passwd", user], capture_output=True, text=True).stdout.split(":")[5]

@@ -381,23 +381,28 @@ FOREIGN_PRIVATE = FOREIGN_PARENT / "private"
 FOREIGN_UID = 65534  # nobody: neither root nor the test user
 
 
-def foreign_private_dir() -> Path:
-    """``FOREIGN_PRIVATE`` (mode 0700, owned by ``FOREIGN_UID``), made now when this is root."""
+#: Another such directory whose name holds a newline, in a parent of its own
+#: (ripgrep's refusal of it is two lines).
+FOREIGN_NL_PRIVATE = Path("/var/tmp/safebox-foreign-nl") / "pri\nvate"
+
+
+def foreign_private_dir(private: Path = FOREIGN_PRIVATE) -> Path:
+    """``private`` (mode 0700, owned by ``FOREIGN_UID``), made now when this is root."""
     try:
-        st = FOREIGN_PRIVATE.lstat()
+        st = private.lstat()
         if stat.S_ISDIR(st.st_mode) and st.st_uid == FOREIGN_UID and stat.S_IMODE(st.st_mode) == 0o700:
-            return FOREIGN_PRIVATE
+            return private
     except FileNotFoundError:
         pass
     if os.geteuid() != 0:
-        missing(f"{FOREIGN_PRIVATE} is missing: `python3 build.py test` makes it as root (chown needs root)")
-    FOREIGN_PARENT.mkdir(mode=0o755, exist_ok=True)
-    FOREIGN_PARENT.chmod(0o755)
+        missing(f"{private!r} is missing: `python3 build.py test` makes it as root (chown needs root)")
+    private.parent.mkdir(mode=0o755, exist_ok=True)
+    private.parent.chmod(0o755)
     with contextlib.suppress(FileExistsError):  # another xdist worker made it first
-        FOREIGN_PRIVATE.mkdir(mode=0o700)
-    os.chown(FOREIGN_PRIVATE, FOREIGN_UID, FOREIGN_UID)
-    FOREIGN_PRIVATE.chmod(0o700)
-    return FOREIGN_PRIVATE
+        private.mkdir(mode=0o700)
+    os.chown(private, FOREIGN_UID, FOREIGN_UID)
+    private.chmod(0o700)
+    return private
 
 
 def gpu_standins() -> Path:

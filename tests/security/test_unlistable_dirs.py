@@ -30,7 +30,17 @@ from pathlib import Path
 
 import pytest
 
-from sbx import BOTH, BWRAP_ONLY, FOREIGN_PARENT, FOREIGN_UID, HELPER_ONLY, FakeHome, foreign_private_dir, missing
+from sbx import (
+    BOTH,
+    BWRAP_ONLY,
+    FOREIGN_NL_PRIVATE,
+    FOREIGN_PARENT,
+    FOREIGN_UID,
+    HELPER_ONLY,
+    FakeHome,
+    foreign_private_dir,
+    missing,
+)
 
 NO_DAC = "root-without-dac"
 
@@ -274,3 +284,38 @@ def test_a_directory_ripgrep_was_refused_that_can_be_listed_now_is_walked_again(
     assert found == [str(theirs / ".git")], found
     assert (rc0, refused) == (2, f"ripgrep failed under {tmp_path} (exit 2): {theirs}: IO error for operation on "
                                    f"{theirs}: Permission denied (os error 13)"), refused
+
+
+_WALK_ROOT = """
+import json, sys
+from safebox.builder.protected import protected_paths
+from safebox.builder.walks import RootScan
+from safebox.errors import BuildError
+root = sys.argv[1]
+try:
+    prot = protected_paths({root: RootScan(rg="/usr/bin/rg", find="/usr/bin/find", root=root, depth=6)}, [root], root)
+    print(json.dumps(["ok", prot.unlistable]))
+except BuildError as e:
+    print(json.dumps(["refused", str(e)]))
+"""
+
+
+@pytest.mark.parametrize("who", [w for w in _whos() if _blind(w)])
+def test_another_users_private_directory_whose_name_holds_a_newline_fails_no_start(who: str) -> None:
+    """ripgrep prints names raw: its refusal of "pri\\nvate" is two lines,
+    neither of them the directory find named (NUL-ended) as another user's,
+    and every start whose write root held it failed (125, "ripgrep failed").
+    Its refusal is now taken out whole by the exact name find gave."""
+    private = foreign_private_dir(FOREIGN_NL_PRIVATE)
+    parent = str(private.parent)
+    as_who: list[str] = []
+    if who == NO_DAC:
+        drop = "-dac_override,-dac_read_search"
+        as_who = [shutil.which("setpriv") or "setpriv", f"--inh-caps={drop}", f"--bounding-set={drop}"]
+    r = subprocess.run([*as_who, sys.executable, "-c", _WALK_ROOT, parent], capture_output=True, text=True,
+                       timeout=60, check=False)
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout) == ["ok", []], r.stdout
+    # Control: ripgrep, as this user, is refused it, in two lines.
+    rg = subprocess.run([*as_who, "/usr/bin/rg", "--files", parent], capture_output=True, timeout=60, check=False)
+    assert (rg.returncode, rg.stderr) == (2, f"{private}: Permission denied (os error 13)\n".encode()), rg

@@ -58,9 +58,11 @@ def _walk_errors(stderr: bytes,
     walked again, as it is now. Any other EACCES is refused: the command
     owns the directory it made unlistable and could make it listable again
     and write beneath it (found in review)."""
-    lines = [ln for ln in stderr.decode(errors="replace").splitlines() if ln.strip()]
-    if not lines:
+    if not stderr.strip():
         return "(no error message)", []
+    # Lines as ripgrep ends them ("\n" only: splitlines() would also cut at
+    # "\r" or "\x85", which a name may hold).
+    lines = [ln for ln in _without_known(stderr, unlistable).decode(errors="replace").split("\n") if ln.strip()]
     prefixes = tuple(p for u in unlistable for p in (u + ":", u + "/"))
     again: list[tuple[str, str]] = []
     for ln in lines:
@@ -81,6 +83,20 @@ def _walk_errors(stderr: bytes,
 
 _DENIED = ": Permission denied (os error 13)"
 _IO_ERROR = ": IO error for operation on "
+
+
+def _without_known(stderr: bytes, unlistable: frozenset[str] | set[str]) -> bytes:
+    """ripgrep's ``stderr`` less its refusals of the directories find reported
+    it could not list, taken out whole: find names them exactly (NUL-ended),
+    and a name holding a newline splits ripgrep's message into lines none of
+    which is the directory, which failed every start in a shared ``/tmp``
+    where another user kept such a directory private. Bytes, as names are."""
+    text = b"\n" + stderr
+    io_error, denied = os.fsencode(_IO_ERROR), os.fsencode(_DENIED)
+    for u in map(os.fsencode, unlistable):
+        for form in (u + io_error + u + denied + b"\n", u + denied + b"\n"):
+            text = text.replace(b"\n" + form, b"\n").replace(b"\nrg: " + form, b"\n")
+    return text
 
 
 def _denied_readings(line: str) -> list[str]:
