@@ -319,3 +319,39 @@ def test_another_users_private_directory_whose_name_holds_a_newline_fails_no_sta
     # Control: ripgrep, as this user, is refused it, in two lines.
     rg = subprocess.run([*as_who, "/usr/bin/rg", "--files", parent], capture_output=True, timeout=60, check=False)
     assert (rg.returncode, rg.stderr) == (2, f"{private}: Permission denied (os error 13)\n".encode()), rg
+
+
+@pytest.mark.parametrize("who", [w for w in _whos() if _blind(w)])
+def test_a_readable_unsearchable_directory_whose_name_holds_a_newline_fails_no_start(tmp_path: Path,
+                                                                                   who: str) -> None:
+    """A directory find reports as unlistable that can be read but not
+    searched (another user's 0744 in a shared /tmp, or ours 0644): ripgrep
+    reads its names and is refused each directory in it, by a path that
+    holds the newline of its name. Those refusals were cut into lines none
+    of which is beneath the directory find named, and every start whose
+    write root held it failed (125, "ripgrep failed under ROOT (exit 2):
+    ROOT/pri", a path that is not there): 78b807d took out the refusal of
+    the directory itself only (found in review)."""
+    private = tmp_path / "pri\nvate"
+    (private / "child").mkdir(parents=True)
+    mode = 0o644  # ours: find reports it (!), and it is read-only for the run
+    if who == NO_DAC:
+        for p in (private / "child", private):
+            os.chown(p, FOREIGN_UID, FOREIGN_UID)
+        mode = 0o744  # another user's (?), skipped
+    private.chmod(mode)
+    as_who: list[str] = []
+    if who == NO_DAC:
+        drop = "-dac_override,-dac_read_search"
+        as_who = [shutil.which("setpriv") or "setpriv", f"--inh-caps={drop}", f"--bounding-set={drop}"]
+    try:
+        r = subprocess.run([*as_who, sys.executable, "-c", _WALK_ROOT, str(tmp_path)], capture_output=True,
+                           text=True, timeout=60, check=False)
+        # Control: ripgrep, as this user, is refused the directory in it.
+        rg = subprocess.run([*as_who, "/usr/bin/rg", "--files", "-j1", str(tmp_path)], capture_output=True,
+                            timeout=60, check=False)
+    finally:
+        private.chmod(0o755)
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout) == ["ok", [] if who == NO_DAC else [str(private)]], r.stdout
+    assert (rg.returncode, os.fsencode(private / "child") + b": IO error for operation on " in rg.stderr) == (2, True), rg

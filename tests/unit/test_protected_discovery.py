@@ -150,6 +150,24 @@ def test_a_directory_whose_name_holds_ripgreps_words_cannot_pass_for_a_gone_one(
         blind.chmod(0o755)
 
 
+def test_a_directory_whose_name_is_not_utf8_cannot_pass_for_a_gone_one(tmp_path: Path) -> None:
+    # ripgrep prints names as bytes; read with "replace", a name holding
+    # b"\xff" became U+FFFD, a path that is not there: read as gone, it hid
+    # nothing, and the walk passed (found in review).
+    from safebox.builder.walks import _only_harmless_walk_errors
+
+    blind = os.path.join(os.fsencode(tmp_path), b"x\xff")
+    os.mkdir(blind, 0o300)
+    try:
+        line = blind + b": IO error for operation on " + blind + b": Permission denied (os error 13)\n"
+        assert _only_harmless_walk_errors(line) is False
+    finally:
+        os.chmod(blind, 0o755)
+    # Control: such a directory that is gone now hides nothing.
+    os.rmdir(blind)
+    assert _only_harmless_walk_errors(blind + b": Permission denied (os error 13)\n") is True
+
+
 def test_a_directory_ripgrep_was_refused_that_is_gone_now_hides_nothing(tmp_path: Path) -> None:
     # Another user's short-lived directory (pip's, mkdtemp's) made and removed
     # while the walks ran: nothing is there to protect, as with os error 2.

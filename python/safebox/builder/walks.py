@@ -7,6 +7,7 @@ answers, failing closed on any walk error that could hide a protected file."""
 from __future__ import annotations
 
 import os
+import re
 import stat
 
 from safebox._record import Spawned, path_outside, realpath_cached, which
@@ -61,8 +62,12 @@ def _walk_errors(stderr: bytes,
     if not stderr.strip():
         return "(no error message)", []
     # Lines as ripgrep ends them ("\n" only: splitlines() would also cut at
-    # "\r" or "\x85", which a name may hold).
-    lines = [ln for ln in _without_known(stderr, unlistable).decode(errors="replace").split("\n") if ln.strip()]
+    # "\r" or "\x85", which a name may hold); names as the filesystem has
+    # them (surrogateescape, as os.fsdecode): read with "replace", a name
+    # holding b"\xff" was looked at again as U+FFFD, a path that is not
+    # there, so "gone" and harmless (found in review).
+    lines = [ln for ln in _without_known(stderr, unlistable).decode(errors="surrogateescape").split("\n")
+             if ln.strip()]
     prefixes = tuple(p for u in unlistable for p in (u + ":", u + "/"))
     again: list[tuple[str, str]] = []
     for ln in lines:
@@ -87,16 +92,67 @@ _IO_ERROR = ": IO error for operation on "
 
 def _without_known(stderr: bytes, unlistable: frozenset[str] | set[str]) -> bytes:
     """ripgrep's ``stderr`` less its refusals of the directories find reported
-    it could not list, taken out whole: find names them exactly (NUL-ended),
-    and a name holding a newline splits ripgrep's message into lines none of
-    which is the directory, which failed every start in a shared ``/tmp``
-    where another user kept such a directory private. Bytes, as names are."""
+    it could not list, and of the entries directly in them, taken out whole:
+    find names them exactly (NUL-ended), and a name holding a newline splits
+    ripgrep's message into lines none of which is the directory, which
+    failed every start in a shared ``/tmp`` where another user kept such a
+    directory private. One that can be read but not searched (0744, 0644)
+    is listed by ripgrep, and each entry in it refused (found in review).
+    Bytes, as names are. One pass over the messages' starts, each looked
+    up by the directory it begins with (a regular expression per directory
+    cost 300 ms for 300 of them in a shared /tmp)."""
+    known = {os.fsencode(u) for u in unlistable}
     text = b"\n" + stderr
-    io_error, denied = os.fsencode(_IO_ERROR), os.fsencode(_DENIED)
-    for u in map(os.fsencode, unlistable):
-        for form in (u + io_error + u + denied + b"\n", u + denied + b"\n"):
-            text = text.replace(b"\n" + form, b"\n").replace(b"\nrg: " + form, b"\n")
-    return text
+    if not known:
+        return text
+    longest = max(map(len, known))
+    kept: list[bytes] = []
+    done = 0  # text[done:] is not yet copied to kept
+    at = 0  # the "\n" that ends one message and begins the next
+    while at != -1:
+        end = _known_refusal_end(text, at + 1, known, longest)
+        if end is None:
+            at = text.find(b"\n", at + 1)
+            continue
+        kept.append(text[done:at])
+        done = at = end
+    kept.append(text[done:])
+    return b"".join(kept)
+
+
+_IO_B, _DENIED_B = os.fsencode(_IO_ERROR), os.fsencode(_DENIED)
+_ENDS = re.compile(rb"[:/]")  # where a directory's path can end in ripgrep's message
+
+
+def _known_refusal_end(text: bytes, start: int, known: set[bytes], longest: int) -> int | None:
+    """The index of the "\n" that ends ripgrep's refusal beginning at
+    ``start`` of a directory of ``known`` or of an entry directly in one,
+    or None when what begins there is no such refusal. An entry's name
+    holds no "/": in the first form it ends where the words begin, before
+    the second path's "/"; in the second at the last "Permission denied"
+    before the next message's path."""
+    if text.startswith(b"rg: ", start):
+        start += 4
+    for m in _ENDS.finditer(text, start + 1, start + longest + 1):
+        q = m.start()
+        u = text[start:q]
+        if u not in known:
+            continue
+        for form in (u + _IO_B + u + _DENIED_B + b"\n", u + _DENIED_B + b"\n"):
+            if text.startswith(form, start):
+                return start + len(form) - 1
+        if text[q] != ord("/"):
+            continue
+        slash = text.find(b"/", q + 1)
+        if slash != -1 and text.endswith(_IO_B, q + 1, slash):
+            kid = text[start:slash - len(_IO_B)]
+            form = kid + _IO_B + kid + _DENIED_B + b"\n"
+            if text.startswith(form, start):
+                return start + len(form) - 1
+        last = text.rfind(_DENIED_B + b"\n", q + 1, len(text) if slash == -1 else slash)
+        if last != -1:
+            return last + len(_DENIED_B)
+    return None
 
 
 def _denied_readings(line: str) -> list[str]:
@@ -164,18 +220,24 @@ def _rg_output(proc: Spawned, root: str, unlistable: frozenset[str] | set[str], 
         rc = 0
     if rc not in (0, 1):  # 1 = nothing found
         # The line that decided it, not the first of many harmless ones.
-        why = harmful if harmful is not None else stderr.decode(errors="replace").strip()
+        why = _shown(harmful) if harmful is not None else stderr.decode(errors="replace").strip()
         raise BuildError(f"ripgrep failed under {root} (exit {rc}): {why[:300]}")
     budget[0] -= len(again)
     out, under = [stdout], Nearest(roots)
     for d, ln in again:
         top = under.at_or_above(d)
         if top is None:
-            raise BuildError(f"ripgrep failed under {root} (exit 2): {ln[:300]}")
+            raise BuildError(f"ripgrep failed under {root} (exit 2): {_shown(ln)[:300]}")
         left = depth - (0 if d == top else d[len(top):].strip("/").count("/") + 1)
         sub = _prescan.start_rg(proc.argv[0], d, left)
         out += _rg_output(sub, root, unlistable, (d,), left, budget)
     return out
+
+
+def _shown(line: str) -> str:
+    """A line of ripgrep's errors as said to the user: a name's bytes that
+    are not UTF-8 as U+FFFD (the line is read with surrogateescape)."""
+    return line.encode(errors="surrogateescape").decode(errors="replace")
 
 
 def _rg_finish(proc: Spawned, root: str, unlistable: frozenset[str] | set[str] = frozenset(), *,
