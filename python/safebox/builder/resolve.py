@@ -343,6 +343,7 @@ def _resolve(policy: EffectivePolicy, *, layers: Layers, cwd: str, home: str, ho
                            write_exclude=tuple(sorted(excl)), carve_outs=regions.allows)
     socket_binds: list[str] = []
     hide: list[str] = []
+    keep: list[str] = []
     if hides_host_sockets(policy, layers):
         hide, keep = unix_sockets(policy, warnings=warnings, notes=notes)
         mask_files = sorted(set(mask_files) | set(hide))
@@ -362,7 +363,7 @@ def _resolve(policy: EffectivePolicy, *, layers: Layers, cwd: str, home: str, ho
     return _resolved(layers=layers, cwd=cwd, host=host, bridges=bridges, write_roots=write_roots, masks=masks,
                      mask_files=mask_files, prot=prot, kept=kept, read_only=read_only_list, pins=pins,
                      socket_binds=socket_binds, socket_masks=hide, missing=missing, rules=rules, notes=notes,
-                     warnings=warnings)
+                     warnings=warnings).replace(sockets_allowed=tuple(keep))
 
 
 def _resolved(*, layers: Layers, cwd: str, host: HostFacts, bridges: tuple[Bridge, ...], write_roots: list[str],

@@ -79,8 +79,11 @@ class ResolvedPolicy(Frozen):
     # write roots inside a read-only dot entry of $HOME (builder/home_files.py:
     # --allow-write ~/.cache/foo with the work dir at ~), read-write.
     carve_outs: tuple[tuple[str, bool], ...] = ()
-    # Allowed unix sockets bound back in (they lie under the private /tmp or a mask).
+    # Allowed unix sockets bound back in (they lie under the private /tmp or a
+    # mask; under --review also those in a held write root: review/run.py).
     socket_binds: tuple[str, ...] = ()
+    # Every allowed unix socket found at the start (allowUnixSockets).
+    sockets_allowed: tuple[str, ...] = ()
     # Directories that get the private /tmp-like tmpfs.
     private_tmp: tuple[str, ...] = ("/tmp",)
     # limits.tmpSize: the size of each private tmpfs and of /dev/shm, in

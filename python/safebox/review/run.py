@@ -30,6 +30,7 @@ def attach(rp: ResolvedPolicy, *, bwrap: str | None, state: str, command_dir: st
     # directory there, the mounter removes it; nothing on the host's disk),
     # else a directory of the run dir (read-only in the sandbox).
     tmp = "/tmp" in rp.private_tmp
+    rp = _bind_held_sockets(rp, mounts.roots(rp))
     stage = f"/tmp/.safebox-review-{os.urandom(4).hex()}" if tmp else os.path.join(command_dir, "review")
     if dry_run:
         return rp.replace(review_layers="<held run>/layers", review_stage=stage), None
@@ -37,6 +38,20 @@ def attach(rp: ResolvedPolicy, *, bwrap: str | None, state: str, command_dir: st
     if not tmp:
         os.mkdir(stage, 0o700)
     return rp.replace(review_layers=held.layers, review_stage=stage), held
+
+
+def _bind_held_sockets(rp: ResolvedPolicy, held: tuple[str, ...]) -> ResolvedPolicy:
+    """``rp`` with every allowed unix socket in a held write root bound onto
+    itself: the overlay over the root would show the socket's inode from its
+    lower layer, and a connect() to that refuses (ECONNREFUSED: the
+    listener is bound to the host's inode, not the overlay's). As a mount
+    beneath the root, the mounter puts it back on top of the overlay
+    (mounts.plan keeps socket_binds), so the socket keeps its rule."""
+    from safebox.builder.paths import is_under
+
+    extra = tuple(s for s in rp.sockets_allowed
+                  if s not in rp.socket_binds and any(is_under(s, r) for r in held))
+    return rp.replace(socket_binds=(*rp.socket_binds, *extra)) if extra else rp
 
 
 #: The diff in a step summary is cut after this many bytes (GitHub takes 1 MiB a step).
