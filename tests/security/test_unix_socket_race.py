@@ -262,30 +262,41 @@ def test_under_review_a_host_socket_in_the_work_tree_stays_behind_its_mask_on_to
 
 
 @pytest.mark.parametrize("mode", [BOTH, BWRAP_ONLY])
+@pytest.mark.parametrize("allow", ["allowUnixSockets", "allowAllUnixSockets"])
 def test_under_review_an_allowed_socket_in_the_work_tree_connects_as_without_it(fresh_home: FakeHome,
-                                                                                 mode: str) -> None:
+                                                                                 mode: str, allow: str) -> None:
     # The overlay over a held write root shows a socket from its lower
     # layer, and a connect() to that refuses (ECONNREFUSED: the listener is
-    # bound to the host's inode, not the overlay's), so an allowUnixSockets
-    # entry in the work tree stopped working under --review, where
-    # docs/review.md says sockets keep their rule. It is bound onto itself,
-    # a mount beneath the root that the mounter puts back on top.
+    # bound to the host's inode, not the overlay's), so an allowed socket in
+    # the work tree stopped working under --review, where docs/review.md
+    # says sockets keep their rule. It is bound onto itself, a mount beneath
+    # the root that the mounter puts back on top. allowAllUnixSockets names
+    # none: the host's bound sockets are listed then.
     daemon = fresh_home.work / f"daemon-{token()}.sock"
-    srv = listen(daemon)
-    allow = fresh_home.root / "allow.json"
-    allow.write_text(json.dumps({"network": {"allowUnixSockets": [str(daemon)]}}))
+    hidden = fresh_home.work / "private" / f"hidden-{token()}.sock"
+    hidden.parent.mkdir()
+    servers = [listen(daemon), listen(hidden)]
+    rule = [str(daemon)] if allow == "allowUnixSockets" else True
+    policy = fresh_home.root / "allow.json"
+    policy.write_text(json.dumps({"network": {allow: rule}}))
+    opts = ("-p", str(policy), "--deny-read", str(hidden.parent))
     try:
         # Control: without --review it connects.
-        normal = fresh_home.run([PY, "-c", STAT_CONNECT, str(daemon)], mode=mode, opts=("-p", str(allow)))
-        review = fresh_home.run([PY, "-c", STAT_CONNECT, str(daemon)], mode=mode,
-                                opts=("-p", str(allow), "--review"))
+        normal = fresh_home.run([PY, "-c", STAT_CONNECT, str(daemon)], mode=mode, opts=opts)
+        review = fresh_home.run([PY, "-c", STAT_CONNECT, str(daemon)], mode=mode, opts=(*opts, "--review"))
+        hid = fresh_home.run([PY, "-c", CONNECT, str(hidden)], mode=mode, opts=(*opts, "--review"))
     finally:
-        srv.close()
+        for srv in servers:
+            srv.close()
     assert normal.returncode == 0, normal.stderr
     assert connects(normal.stdout) == {str(daemon): "socket:connected"}
     assert review.returncode == 0, review.stderr
     assert connects(review.stdout) == {str(daemon): "socket:connected"}, review.stderr
     assert "the run changed nothing in its write roots" in review.stderr  # the bind is no change
+    # A socket in a denyRead directory stays hidden (the mask's empty
+    # directory: ENOENT), never bound back in.
+    assert hid.returncode == 0, hid.stderr
+    assert connects(hid.stdout) == {str(hidden): "2"}, hid.stderr
 
 
 @pytest.mark.parametrize("mode", [BOTH, BWRAP_ONLY])

@@ -17,7 +17,8 @@ if TYPE_CHECKING:
 
 
 def attach(rp: ResolvedPolicy, *, bwrap: str | None, state: str, command_dir: str, command: tuple[str, ...],
-           cwd: str, dry_run: bool, audit_log: str | None = None) -> tuple[ResolvedPolicy, Held | None]:
+           cwd: str, dry_run: bool, audit_log: str | None = None,
+           all_unix_sockets: bool = False) -> tuple[ResolvedPolicy, Held | None]:
     """``rp`` with the held run's layers bound in; refuses (BuildError,
     exit 125) where overlayfs cannot be had, never silently runs without."""
     from safebox.review import mounts, store
@@ -30,7 +31,7 @@ def attach(rp: ResolvedPolicy, *, bwrap: str | None, state: str, command_dir: st
     # directory there, the mounter removes it; nothing on the host's disk),
     # else a directory of the run dir (read-only in the sandbox).
     tmp = "/tmp" in rp.private_tmp
-    rp = _bind_held_sockets(rp, mounts.roots(rp))
+    rp = _bind_held_sockets(rp, mounts.roots(rp), all_unix_sockets=all_unix_sockets)
     stage = f"/tmp/.safebox-review-{os.urandom(4).hex()}" if tmp else os.path.join(command_dir, "review")
     if dry_run:
         return rp.replace(review_layers="<held run>/layers", review_stage=stage), None
@@ -40,18 +41,41 @@ def attach(rp: ResolvedPolicy, *, bwrap: str | None, state: str, command_dir: st
     return rp.replace(review_layers=held.layers, review_stage=stage), held
 
 
-def _bind_held_sockets(rp: ResolvedPolicy, held: tuple[str, ...]) -> ResolvedPolicy:
+def _bind_held_sockets(rp: ResolvedPolicy, held: tuple[str, ...], *, all_unix_sockets: bool) -> ResolvedPolicy:
     """``rp`` with every allowed unix socket in a held write root bound onto
     itself: the overlay over the root would show the socket's inode from its
     lower layer, and a connect() to that refuses (ECONNREFUSED: the
     listener is bound to the host's inode, not the overlay's). As a mount
     beneath the root, the mounter puts it back on top of the overlay
-    (mounts.plan keeps socket_binds), so the socket keeps its rule."""
+    (mounts.plan keeps socket_binds), so the socket keeps its rule.
+
+    ``allowAllUnixSockets`` lists none: the host's bound sockets are listed
+    then (sock_diag), those that are sockets at their name now, never one
+    under a mask (a socket in a ``denyRead`` directory stays hidden: only
+    ``allowUnixSockets`` names one back in). One gone before bubblewrap
+    binds it fails the start (125, bubblewrap's line), never silently."""
     from safebox.builder.paths import is_under
 
-    extra = tuple(s for s in rp.sockets_allowed
-                  if s not in rp.socket_binds and any(is_under(s, r) for r in held))
+    listed = rp.sockets_allowed
+    if all_unix_sockets:
+        from safebox.builder import unix_diag
+        from safebox.builder.sockets import host_unix_sockets
+
+        masked = (*rp.mask_dirs, *rp.mask_files)
+        listed = tuple(s for s in host_unix_sockets(unix_diag.listening())
+                       if _is_socket(s) and not any(is_under(s, m) for m in masked))
+    extra = tuple(s for s in listed if s not in rp.socket_binds and any(is_under(s, r) for r in held))
     return rp.replace(socket_binds=(*rp.socket_binds, *extra)) if extra else rp
+
+
+def _is_socket(path: str) -> bool:
+    """Whether ``path`` is a socket now (``lstat``: a link is not one)."""
+    import stat
+
+    try:
+        return stat.S_ISSOCK(os.lstat(path).st_mode)
+    except OSError:
+        return False
 
 
 #: The diff in a step summary is cut after this many bytes (GitHub takes 1 MiB a step).

@@ -277,7 +277,8 @@ class Command:
             from safebox.review.run import attach
 
             rp, self.held = attach(rp, bwrap=s.bwrap, state=s.state, command_dir=self.dir or s.run_path,
-                                   command=self.argv, cwd=s.cwd, dry_run=s.opts.dry_run, audit_log=s.opts.audit_log)
+                                   command=self.argv, cwd=s.cwd, dry_run=s.opts.dry_run, audit_log=s.opts.audit_log,
+                                   all_unix_sockets=s.policy.allow_all_unix_sockets)
         return rp
 
     def _publish(self, rp: ResolvedPolicy) -> ResolvedPolicy:
