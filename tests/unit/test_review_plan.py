@@ -5,11 +5,13 @@ table. The mounts themselves are tested in tests/security/test_review.py."""
 from __future__ import annotations
 
 import os
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from safebox.builder.resolved import Layers, ResolvedPolicy
+from safebox.errors import BuildError
 from safebox.review import mounts
 
 
@@ -68,3 +70,100 @@ def test_a_held_root_that_is_not_a_mount_of_its_own_is_an_error() -> None:
 
     with pytest.raises(BuildError, match="cannot hold the writes to /srv/o"):
         mounts.plan(_rp(), [("/", True, "ext4")], held=("/srv/o",))
+
+
+def _foreign_dir(parent: Path, name: str) -> Path:
+    """A directory of another user's (uid 65534), made now: chown needs root."""
+    from sbx import missing
+
+    if os.geteuid() != 0:
+        missing("root, to make a directory of another user's (chown)")
+    d = parent / name
+    d.mkdir()
+    os.chown(d, 65534, 65534)
+    return d
+
+
+def test_an_allowed_socket_in_a_held_root_is_bound_onto_itself_when_every_directory_to_it_is_ours(
+        tmp_path: Path) -> None:
+    from safebox.review.run import _bind_held_sockets
+
+    ours = tmp_path / "ours" / "s.sock"
+    ours.parent.mkdir()
+    theirs = _foreign_dir(tmp_path, "theirs") / "s.sock"
+    rp = _rp(write_roots=(str(tmp_path),), sockets_allowed=(str(ours),))
+    assert _bind_held_sockets(rp, (str(tmp_path),), all_unix_sockets=False).socket_binds == (str(ours),)
+    # bubblewrap binds by name: another user could make their directory a
+    # symlink before the mounts and have a file of ours elsewhere bound
+    # read-write at that name. A named socket there is refused.
+    rp = _rp(write_roots=(str(tmp_path),), sockets_allowed=(str(ours), str(theirs)))
+    with pytest.raises(BuildError, match=f"network.allowUnixSockets {theirs}: --review binds it onto itself in "
+                                         f"its held write root, and {theirs.parent} on the way to it is not "
+                                         "yours nor root's"):
+        _bind_held_sockets(rp, (str(tmp_path),), all_unix_sockets=False)
+    # Control: one outside the held roots is not the review's to bind.
+    assert _bind_held_sockets(rp, (str(tmp_path / "ours"),), all_unix_sockets=False).socket_binds == (str(ours),)
+
+
+def test_the_first_directory_on_the_way_to_a_socket_that_is_not_ours_nor_roots_is_named(tmp_path: Path) -> None:
+    from safebox.builder.sockets import foreign_on_the_way
+
+    theirs = _foreign_dir(tmp_path, "theirs")
+    (theirs / "deeper").mkdir()
+    (tmp_path / "real").mkdir()
+    (tmp_path / "link").symlink_to("real")
+    root = str(tmp_path)
+    assert foreign_on_the_way(f"{root}/real/s.sock") is None
+    assert foreign_on_the_way(f"{root}/link/s.sock") is None  # our own link
+    assert foreign_on_the_way(f"{root}/theirs/deeper/s.sock") == f"{root}/theirs"
+    assert foreign_on_the_way(f"{root}/gone/s.sock") == f"{root}/gone"
+    # A link of root's on the way (/var/run -> /run) is followed, as the kernel does.
+    assert foreign_on_the_way("/var/run/s.sock") is None
+
+
+def test_an_allowed_socket_under_tmp_in_another_users_directory_is_refused_with_the_fix(tmp_path: Path) -> None:
+    """Under bubblewrap an allowed socket under /tmp is bound into the
+    private /tmp by its name (`--dry-run`: no sandbox starts). In another
+    user's directory the start is refused, naming it; control: the same in
+    a directory of ours runs."""
+    import json
+    import socket
+    import subprocess
+    import tempfile
+
+    from sbx import SAFEBOX
+
+    ours = Path(tempfile.mkdtemp(prefix="safebox-sock-ours-", dir="/tmp"))
+    theirs = Path(tempfile.mkdtemp(prefix="safebox-sock-theirs-", dir="/tmp"))
+    servers = []
+    try:
+        for d in (ours, theirs):
+            d.chmod(0o755)
+            s = socket.socket(socket.AF_UNIX)
+            s.bind(str(d / "s.sock"))
+            s.listen(1)
+            servers.append(s)
+        if os.geteuid() != 0:
+            from sbx import missing
+
+            missing("root, to make a directory of another user's (chown)")
+        os.chown(theirs, 65534, 65534)
+        got = {}
+        for d in (ours, theirs):
+            policy = tmp_path / f"{d.name}.json"
+            policy.write_text(json.dumps({"network": {"allowUnixSockets": [str(d / "s.sock")]}}))
+            got[d] = subprocess.run([str(SAFEBOX), "exec", "--without", "helper", "-p", str(policy), "--dry-run",
+                                     "--", "true"], capture_output=True, text=True, stdin=subprocess.DEVNULL,
+                                    check=False, cwd=tmp_path)
+    finally:
+        for s in servers:
+            s.close()
+        for d in (ours, theirs):
+            for f in d.iterdir():
+                f.unlink()
+            d.rmdir()
+    assert got[ours].returncode == 0, got[ours].stderr  # control
+    assert (got[theirs].returncode, got[theirs].stderr.splitlines()[0]) == (
+        125, f"safebox: network.allowUnixSockets {theirs}/s.sock: it is bound into the sandbox by its name (under "
+             f"/tmp or a mask), and {theirs} on the way to it is not yours nor root's: its owner could replace it "
+             "with a link before the sandbox's mounts and have a file of yours bound there"), got[theirs].stderr

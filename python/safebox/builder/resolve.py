@@ -48,7 +48,7 @@ from safebox.builder.realpaths import RealPaths, read_regions
 from safebox.builder.regions import Regions
 from safebox.builder.resolved import EMPTY_FILE, Bridge, Layers, NetKind, ResolvedPolicy
 from safebox.builder.selfprotect import import_dirs, import_paths, refuse_unmasking, self_paths, state_masks
-from safebox.builder.sockets import hides_host_sockets, unix_sockets
+from safebox.builder.sockets import check_bound_sockets, hides_host_sockets, unix_sockets
 from safebox.builder.walks import (
     RootScan,
     Scan,
@@ -350,6 +350,7 @@ def _resolve(policy: EffectivePolicy, *, layers: Layers, cwd: str, home: str, ho
         # An allowed socket under the private /tmp or a masked directory is
         # invisible unless bound back in.
         socket_binds = [k for k in keep if is_under(k, "/tmp") or not regions.readable(k)]
+        check_bound_sockets(socket_binds, "it is bound into the sandbox by its name (under /tmp or a mask)")
     kept = _kept(policy, layers=layers, home=home, host=host, write_roots=write_roots, roots=roots, regions=regions,
                  prot=prot, deny_write=deny_write, imports=masks.imports, notes=notes, warnings=warnings)
     read_only_list, pins = _binds(kept, masks=masks, prot=prot, write_roots=write_roots, roots=roots)

@@ -78,6 +78,42 @@ GPU_UNIX_HINT = ('run with bubblewrap, or accept every host socket being reachab
                  'network.allowAllUnixSockets = true (docs/gpu.md, "Unix sockets")')
 
 
+def foreign_on_the_way(sock: str) -> str | None:
+    """The first directory from ``/`` down to ``sock``'s that is not ours
+    nor root's (or is gone), else None. bubblewrap binds a socket by its
+    name: another user could replace a directory of theirs on the way with a
+    symlink before the sandbox's mounts and have a file of ours elsewhere
+    (``~/.ssh/authorized_keys``) bound writable at that name (under
+    ``--without helper`` nothing else stops the write; with the helper,
+    Landlock's write rule for the private ``/tmp`` may cover the bind). Each
+    is looked at with ``lstat``; a link of root's (``/var/run``) is followed
+    by the next look, as the kernel follows it."""
+    me = os.geteuid()
+    d = ""
+    for part in os.path.dirname(sock).split("/")[1:]:
+        d = f"{d}/{part}"
+        try:
+            owner = os.lstat(d).st_uid
+        except OSError:
+            return d
+        if owner not in (me, 0):
+            return d
+    return None
+
+
+def check_bound_sockets(paths: list[str] | tuple[str, ...], why: str) -> None:
+    """Refuse (BuildError) to bind any of ``paths`` (allowed sockets, by
+    name) that :func:`foreign_on_the_way` faults; ``why``: where it is."""
+    for sock in paths:
+        d = foreign_on_the_way(sock)
+        if d is not None:
+            raise BuildError(f"network.allowUnixSockets {sock}: {why}, and {d} on the way to it is not yours "
+                             "nor root's: its owner could replace it with a link before the sandbox's mounts "
+                             "and have a file of yours bound there",
+                             hint="move the socket to a directory of yours, or remove it from "
+                                  "network.allowUnixSockets")
+
+
 def hides_host_sockets(policy: EffectivePolicy, layers: Layers) -> bool:
     """Whether unix sockets are on with every unlisted host socket hidden:
     ``allowUnixSockets`` under bubblewrap, or a GPU (CUDA serves its UVM

@@ -53,8 +53,14 @@ def _bind_held_sockets(rp: ResolvedPolicy, held: tuple[str, ...], *, all_unix_so
     then (sock_diag), those that are sockets at their name now, never one
     under a mask (a socket in a ``denyRead`` directory stays hidden: only
     ``allowUnixSockets`` names one back in). One gone before bubblewrap
-    binds it fails the start (125, bubblewrap's line), never silently."""
+    binds it fails the start (125, bubblewrap's line), never silently.
+
+    bubblewrap binds by name, so every directory on the way to the socket
+    must be ours or root's (``sockets.foreign_on_the_way``): a named socket
+    elsewhere is refused (125); with ``allowAllUnixSockets`` it is left to
+    the overlay."""
     from safebox.builder.paths import is_under
+    from safebox.builder.sockets import check_bound_sockets, foreign_on_the_way
 
     listed = rp.sockets_allowed
     if all_unix_sockets:
@@ -63,8 +69,10 @@ def _bind_held_sockets(rp: ResolvedPolicy, held: tuple[str, ...], *, all_unix_so
 
         masked = (*rp.mask_dirs, *rp.mask_files)
         listed = tuple(s for s in host_unix_sockets(unix_diag.listening())
-                       if _is_socket(s) and not any(is_under(s, m) for m in masked))
+                       if _is_socket(s) and not any(is_under(s, m) for m in masked)
+                       and foreign_on_the_way(s) is None)
     extra = tuple(s for s in listed if s not in rp.socket_binds and any(is_under(s, r) for r in held))
+    check_bound_sockets(extra, "--review binds it onto itself in its held write root")
     return rp.replace(socket_binds=(*rp.socket_binds, *extra)) if extra else rp
 
 
