@@ -281,7 +281,9 @@ def test_under_review_an_allowed_socket_in_the_work_tree_connects_as_without_it(
     policy.write_text(json.dumps({"network": {allow: rule}}))
     opts = ("-p", str(policy), "--deny-read", str(hidden.parent))
     try:
-        # Control: without --review it connects.
+        # Controls: on the host both connect; in the sandbox without --review the allowed one does.
+        assert connects(host([PY, "-c", CONNECT, str(daemon), str(hidden)]).stdout) == {
+            str(daemon): "connected", str(hidden): "connected"}
         normal = fresh_home.run([PY, "-c", STAT_CONNECT, str(daemon)], mode=mode, opts=opts)
         review = fresh_home.run([PY, "-c", STAT_CONNECT, str(daemon)], mode=mode, opts=(*opts, "--review"))
         hid = fresh_home.run([PY, "-c", CONNECT, str(hidden)], mode=mode, opts=(*opts, "--review"))

@@ -364,13 +364,14 @@ def _resolve(policy: EffectivePolicy, *, layers: Layers, cwd: str, home: str, ho
     return _resolved(layers=layers, cwd=cwd, host=host, bridges=bridges, write_roots=write_roots, masks=masks,
                      mask_files=mask_files, prot=prot, kept=kept, read_only=read_only_list, pins=pins,
                      socket_binds=socket_binds, socket_masks=hide, missing=missing, rules=rules, notes=notes,
-                     warnings=warnings).replace(sockets_allowed=tuple(keep))
+                     warnings=warnings, sockets_allowed=keep)
 
 
 def _resolved(*, layers: Layers, cwd: str, host: HostFacts, bridges: tuple[Bridge, ...], write_roots: list[str],
               masks: _Masks, mask_files: list[str], prot: Protected, kept: _Kept, read_only: list[str],
               pins: list[str], socket_binds: list[str], socket_masks: list[str], missing: list[str],
-              rules: list[tuple[str, str]], notes: list[str], warnings: list[str]) -> ResolvedPolicy:
+              rules: list[tuple[str, str]], notes: list[str], warnings: list[str],
+              sockets_allowed: list[str]) -> ResolvedPolicy:
     """The frozen answer, from what ``_resolve`` decided."""
     sealed_set = {d for d, _ in prot.sealed}
     hf = kept.home
@@ -386,7 +387,7 @@ def _resolved(*, layers: Layers, cwd: str, host: HostFacts, bridges: tuple[Bridg
                                  *((w, True) for w in hf.reopened)),
                                 key=lambda x: (x[0].count("/"), x[0]))),
         net=net, bridges=bridges, helper_path=host.helper_path, policy_path=host.policy_path,
-        socket_binds=tuple(socket_binds), socket_masks=tuple(socket_masks),
+        socket_binds=tuple(socket_binds), socket_masks=tuple(socket_masks), sockets_allowed=tuple(sockets_allowed),
         run_dir=host.run_dir, empty_file=os.path.join(host.run_dir, EMPTY_FILE) if host.run_dir else "",
         watch_missing=tuple(sorted(set(missing))), watch_tops=tuple(prot.tops),
         watch_links=tuple(dict.fromkeys([*prot.links, *kept.path_links, *hf.links])),
